@@ -1,0 +1,1 @@
+"""dlcp controller: declarative P4Runtime configuration of the DLCP switches (``dlcpctl``)."""

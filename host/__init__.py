@@ -1,0 +1,1 @@
+"""dlcp host stack: the DLCP wire format, transport, collectives and training integrations."""
