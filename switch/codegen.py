@@ -1,0 +1,764 @@
+"""Code generator: typed IR -> Python source, compiled once with ``compile``/``exec``.
+
+Each parser/control becomes one Python function over ``s``, the per-packet slot list (see
+:mod:`switch.ir` for the layout); every action becomes a function whose parameters are the action
+data.  Exact P4 bit semantics are spelled out in the generated expressions (masks for wrap-around,
+two's complement re-wrapping for int<W>, shifts by >= width giving 0, saturating ops clamped), so
+no per-packet tree walking or type dispatch is left at run time.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from . import ir
+from . import p4ast as A
+from .errors import P4Error, unsupported
+from .ir import Bits, Sym
+
+SM_FIELDS = ("ingress_port", "egress_spec", "egress_port", "instance_type", "packet_length", "enq_timestamp",
+             "enq_qdepth", "deq_timedelta", "deq_qdepth", "ingress_global_timestamp", "egress_global_timestamp",
+             "mcast_grp", "egress_rid", "checksum_error", "parser_error", "priority")
+
+
+class Gen:
+    def __init__(self, prog: ir.ProgramIR):
+        self.prog = prog
+        self.nslots = 0
+        self.init: list[Any] = []
+        self.lines: list[str] = []
+        self.tmp = 0
+        self.ns: dict[str, Any] = {}
+        self.H = self.alloc(prog.headers_type)
+        self.M = self.alloc(prog.meta_type)
+        self.SM = self.alloc(prog.sm_type)
+        self.sm = {n: self.SM + prog.sm_type.offset(n) for n, _ in prog.sm_type.fields}
+        for f in ("egress_spec", "packet_length", "mcast_grp", "priority", "checksum_error", "parser_error"):
+            if f not in self.sm:
+                raise P4Error(None, f"standard_metadata_t lacks field {f}")
+        self.err = prog.errors.members
+
+    # ---- storage --------------------------------------------------------------------------------
+    def alloc(self, t: ir.Type) -> int:
+        base = self.nslots
+        self._init(t)
+        self.nslots = len(self.init)
+        return base
+
+    def _init(self, t: ir.Type) -> None:
+        if isinstance(t, ir.HeaderT):
+            self.init.append(False)
+            for _, ft in t.fields:
+                self._init(ft)
+        elif isinstance(t, ir.StructT):
+            for _, ft in t.fields:
+                self._init(ft)
+        elif isinstance(t, ir.StackT):
+            self.init.append(0)
+            for _ in range(t.size):
+                self._init(t.elem)
+        elif isinstance(t, ir.TupleT):
+            for et in t.elems:
+                self._init(et)
+        elif isinstance(t, ir.BoolT):
+            self.init.append(False)
+        else:
+            self.init.append(0)
+
+    def bind(self, sym: Sym, base: int) -> None:
+        sym.slot = base
+
+    # ---- helpers ----------------------------------------------------------------------------------
+    def fresh(self, p: str = "t") -> str:
+        self.tmp += 1
+        return f"{p}{self.tmp}"
+
+    def emit(self, ind: int, line: str) -> None:
+        self.lines.append("    " * ind + line)
+
+    @staticmethod
+    def add(a, off: int):
+        if isinstance(a, int):
+            return a + off
+        return f"({a} + {off})" if off else a
+
+    def const(self, v, t: ir.Type) -> str:
+        if isinstance(t, ir.BoolT):
+            return "True" if v else "False"
+        return repr(int(v))
+
+    # ---- addresses --------------------------------------------------------------------------------
+    def addr(self, e: A.Expr):
+        """Slot index (int, or Python expression string) of an addressable expression."""
+        if isinstance(e, A.Name):
+            s = e.ref
+            if not isinstance(s, Sym) or s.slot is None:
+                raise P4Error(e.loc, f"'{e.name}' has no storage here")
+            return s.slot
+        if isinstance(e, A.Member):
+            bt = e.expr.type
+            if isinstance(bt, (ir.HeaderT, ir.StructT)):
+                return self.add(self.addr(e.expr), bt.offset(e.name))
+            if isinstance(bt, ir.StackT):
+                sb = self.addr(e.expr)
+                if e.name == "next":
+                    return f"({sb} + 1 + s[{sb}] * {bt.elem.slots})"
+                if e.name == "last":
+                    return f"({sb} + 1 + max(s[{sb}] - 1, 0) * {bt.elem.slots})"
+            raise P4Error(e.loc, "expression is not addressable")
+        if isinstance(e, A.Index):
+            bt = e.expr.type
+            sb = self.addr(e.expr)
+            if isinstance(e.index, A.Lit) or (isinstance(e.index.ref if hasattr(e.index, 'ref') else None, Sym)
+                                              and e.index.ref.kind == "const"):
+                i = int(e.index.value if isinstance(e.index, A.Lit) else e.index.ref.value)
+                return self.add(sb, 1 + i * bt.elem.slots)
+            return f"({sb} + 1 + min({self.ex(e.index)}, {bt.size - 1}) * {bt.elem.slots})"
+        raise P4Error(e.loc, "expression is not addressable")
+
+    # ---- expressions ------------------------------------------------------------------------------
+    def wrapx(self, code: str, t: ir.Type) -> str:
+        if isinstance(t, Bits):
+            if t.signed:
+                h = 1 << (t.width - 1)
+                return f"((({code}) + {h}) & {t.mask}) - {h}"
+            return f"(({code}) & {t.mask})"
+        return code
+
+    def uns(self, code: str, t: ir.Type) -> str:
+        """Unsigned view of a value (two's complement bits)."""
+        if isinstance(t, Bits) and t.signed:
+            return f"(({code}) & {t.mask})"
+        if isinstance(t, ir.BoolT):
+            return f"int({code})"
+        return code
+
+    def ex(self, e: A.Expr) -> str:
+        t = e.type
+        if isinstance(e, A.Lit):
+            return repr(self._wrapv(e.value, t))
+        if isinstance(e, A.BoolLit):
+            return "True" if e.value else "False"
+        if isinstance(e, A.Name):
+            s = e.ref
+            if s.kind == "const":
+                v = s.value
+                return self.const(self._wrapv(v, t) if isinstance(v, int) and not isinstance(v, bool) else v, t)
+            if s.kind == "aparam":
+                return f"p_{s.name}"
+            return f"s[{self.addr(e)}]"
+        if isinstance(e, A.Member):
+            bt = e.expr.type
+            if isinstance(e.expr, A.Name) and isinstance(e.expr.ref, Sym) and e.expr.ref.kind == "type":
+                return repr(bt.members[e.name])
+            if isinstance(bt, ir.StackT):
+                sb = self.addr(e.expr)
+                if e.name == "size":
+                    return repr(bt.size)
+                if e.name == "lastIndex":
+                    return f"((s[{sb}] - 1) & 0xFFFFFFFF)"
+            if isinstance(bt, ir.ApplyResultT):
+                inner = self.ex(e.expr)
+                if e.name == "hit":
+                    return f"{inner}[0]"
+                if e.name == "miss":
+                    return f"(not {inner}[0])"
+                return f"{inner}[1]"
+            return f"s[{self.addr(e)}]"
+        if isinstance(e, A.Index):
+            return f"s[{self.addr(e)}]"
+        if isinstance(e, A.Slice):
+            m = (1 << (e.hi_v - e.lo_v + 1)) - 1
+            return f"(({self.uns(self.ex(e.expr), e.expr.type)} >> {e.lo_v}) & {m})"
+        if isinstance(e, A.Unary):
+            x = self.ex(e.expr)
+            if e.op == "!":
+                return f"(not {x})"
+            if isinstance(t, ir.IntLit):
+                return f"({e.op}{x})"
+            if e.op == "-":
+                return self.wrapx(f"-{x}", t)
+            return f"({x} ^ {t.mask})" if not t.signed else f"(~{x})"
+        if isinstance(e, A.Binary):
+            return self.binary(e)
+        if isinstance(e, A.Ternary):
+            return f"({self.ex(e.then)} if {self.ex(e.cond)} else {self.ex(e.other)})"
+        if isinstance(e, A.Cast):
+            return self.cast(e)
+        if isinstance(e, A.Call):
+            return self.call_expr(e)
+        if isinstance(e, A.ListExpr):
+            raise unsupported("list expression in this position", e.loc)
+        raise unsupported(type(e).__name__, e.loc)
+
+    def _wrapv(self, v: int, t) -> int:
+        if isinstance(t, Bits):
+            v &= t.mask
+            if t.signed and v >> (t.width - 1):
+                v -= 1 << t.width
+        return v
+
+    def binary(self, e: A.Binary) -> str:
+        op, t = e.op, e.type
+        a, b = self.ex(e.left), self.ex(e.right)
+        if op in ("&&", "||"):
+            return f"({a} {'and' if op == '&&' else 'or'} {b})"
+        if op in ("==", "!=", "<", ">", "<=", ">="):
+            return f"({a} {op} {b})"
+        if isinstance(t, ir.IntLit):
+            py = {"/": "//", "|+|": "+", "|-|": "-"}.get(op, op)
+            return f"({a} {py} {b})"
+        if op == "++":
+            rt = e.right.type
+            return self.wrapx(f"({self.uns(a, e.left.type)} << {rt.width}) | {self.uns(b, rt)}", t) if t.signed \
+                else f"(({self.uns(a, e.left.type)} << {rt.width}) | {self.uns(b, rt)})"
+        if op in ("+", "-", "*"):
+            return self.wrapx(f"{a} {op} {b}", t)
+        if op in ("&", "|", "^"):
+            return f"({a} {op} {b})"
+        if op in ("/", "%"):
+            return f"_div({a}, {b})" if op == "/" else f"_mod({a}, {b})"
+        if op in ("|+|", "|-|"):
+            lo, hi = ((-(1 << (t.width - 1)), (1 << (t.width - 1)) - 1) if t.signed else (0, t.mask))
+            return f"min(max({a} {op[1]} {b}, {lo}), {hi})"
+        if op == "<<":
+            if isinstance(e.right, A.Lit):
+                k = e.right.value
+                return "0" if k >= t.width else self.wrapx(f"{a} << {k}", t)
+            return f"_shl({a}, {b}, {t.width}, {int(t.signed)})"
+        if op == ">>":
+            if isinstance(e.right, A.Lit) and e.right.value >= t.width:
+                return f"(-1 if {a} < 0 else 0)" if t.signed else "0"
+            return f"({a} >> {b})"
+        raise unsupported(f"operator {op}", e.loc)
+
+    def cast(self, e: A.Cast) -> str:
+        to, src = e.type, e.expr.type
+        x = self.ex(e.expr)
+        if isinstance(to, ir.BoolT):
+            return x if isinstance(src, ir.BoolT) else f"({x} != 0)"
+        if isinstance(src, ir.BoolT):
+            return f"int({x})"
+        if isinstance(to, ir.EnumT):
+            to = to.underlying
+        if isinstance(src, ir.EnumT):
+            src = src.underlying
+        if isinstance(src, ir.IntLit):
+            return self.wrapx(x, to) if isinstance(to, Bits) else x
+        if isinstance(to, Bits) and isinstance(src, Bits):
+            if to == src:
+                return x
+            if not src.signed and not to.signed and to.width >= src.width:
+                return x
+            return self.wrapx(x, to)   # sign-extends a signed source, truncates, re-wraps
+        return x
+
+    # ---- data serialisation (lists for hash/checksum/digest/emit) ----------------------------------
+    def fields_of(self, e: A.Expr) -> list[tuple[str, int]]:
+        """Flatten an expression (list, struct, header or scalar) into (unsigned code, width) items."""
+        t = e.type
+        if isinstance(e, A.ListExpr):
+            out = []
+            for x in e.items:
+                out += self.fields_of(x)
+            return out
+        if isinstance(t, (ir.HeaderT, ir.StructT)):
+            base = self.addr(e)
+            return self._fields_at(base, t)
+        w = t.width if isinstance(t, (Bits, ir.BoolT, ir.EnumT)) else 32
+        return [(self.uns(self.ex(e), t), w)]
+
+    def _fields_at(self, base, t) -> list[tuple[str, int]]:
+        out = []
+        for n, ft in t.fields:
+            a = self.add(base, t.offset(n))
+            if isinstance(ft, (ir.HeaderT, ir.StructT)):
+                out += self._fields_at(a, ft)
+            elif isinstance(ft, ir.StackT):
+                for i in range(ft.size):
+                    out += self._fields_at(self.add(a, 1 + i * ft.elem.slots), ft.elem)
+            else:
+                w = ft.width if isinstance(ft, (Bits, ir.BoolT, ir.EnumT)) else 32
+                out.append((self.uns(f"s[{a}]", ft), w))
+        return out
+
+    @staticmethod
+    def concat(items: list[tuple[str, int]]) -> tuple[str, int]:
+        total = sum(w for _, w in items)
+        parts = []
+        shift = total
+        for code, w in items:
+            shift -= w
+            parts.append(f"({code} << {shift})" if shift else code)
+        return ("(" + " | ".join(parts) + ")") if parts else "0", total
+
+    # ---- calls ------------------------------------------------------------------------------------
+    def call_expr(self, e: A.Call) -> str:
+        k = getattr(e, "kind", None)
+        if k == "hdr" and e.target == "isValid":
+            return f"s[{self.addr(e.func.expr)}]"
+        if k == "table":
+            return f"T{e.target.index}(s)"
+        if k == "method":
+            ext, m = e.target
+            if ext == "packet_in" and m == "lookahead":
+                lt = list(e.tvars.values())[0]
+                if isinstance(lt, ir.HeaderT):
+                    raise unsupported("lookahead of a header in an expression", e.loc)
+                code = f"_look(pkt, off, {lt.width})"
+                return self.wrapx(code, lt) if lt.signed else code
+            if ext == "packet_in" and m == "length":
+                return "len(pkt)"
+        raise unsupported("this call in an expression", e.loc)
+
+    def out_assign(self, ind: int, target: A.Expr, code: str) -> None:
+        if isinstance(target, A.Default):
+            self.emit(ind, code)
+            return
+        self.assign_scalar(ind, target, self.wrapx(code, target.type) if isinstance(target.type, Bits) else code)
+
+    def call_stmt(self, ind: int, e: A.Call, ctx: dict) -> None:
+        k = getattr(e, "kind", None)
+        if k == "action":
+            a: ir.ActionIR = e.target
+            args = ", ".join(["s"] + [self.ex(x) for x in e.args])
+            self.emit(ind, f"A{a.index}({args})")
+            return
+        if k == "table":
+            self.emit(ind, f"T{e.target.index}(s)")
+            return
+        if k == "hdr":
+            a = self.addr(e.func.expr)
+            if e.target == "setValid":
+                self.emit(ind, f"s[{a}] = True")
+            elif e.target == "setInvalid":
+                self.emit(ind, f"s[{a}] = False")
+            return
+        if k == "efunc":
+            self.efunc(ind, e, ctx)
+            return
+        if k == "method":
+            self.method(ind, e, ctx)
+            return
+        raise unsupported("call", e.loc)
+
+    def data_bytes(self, e: A.Expr) -> str:
+        code, w = self.concat(self.fields_of(e))
+        return f"_ser({code}, {w})"
+
+    def algo(self, e: A.Expr) -> str:
+        if not (isinstance(e, A.Member) and isinstance(e.type, ir.EnumT) and e.type.name == "HashAlgorithm"):
+            raise P4Error(e.loc, "hash algorithm must be a HashAlgorithm constant")
+        if e.name == "random":
+            return "random"
+        if e.name not in ("crc16", "crc32", "csum16", "identity", "xor16", "crc16_custom", "crc32_custom"):
+            raise unsupported(f"HashAlgorithm.{e.name}", e.loc)
+        return e.name
+
+    def efunc(self, ind: int, e: A.Call, ctx: dict) -> None:
+        n = e.target
+        a = e.args
+        if n == "mark_to_drop":
+            self.emit(ind, f"s[{self.sm['egress_spec']}] = 511")
+            self.emit(ind, f"s[{self.sm['mcast_grp']}] = 0")
+        elif n == "verify":
+            if ctx.get("kind") != "parser":
+                raise P4Error(e.loc, "verify() can only be called in a parser")
+            self.emit(ind, f"if not {self.ex(a[0])}: raise _PErr({self.ex(a[1])})")
+        elif n == "hash":
+            al = self.algo(a[1])
+            rt = a[0].type
+            if al == "random":
+                h = "RNG.getrandbits(32)"
+            else:
+                h = f"H_{al}({self.data_bytes(a[3])})"
+            base, mx = self.ex(a[2]), self.ex(a[4])
+            v = self.fresh("h")
+            self.emit(ind, f"{v} = {h}")
+            self.out_assign(ind, a[0], f"({base} + ({v} % {mx} if {mx} else {v}))")
+        elif n == "random":
+            self.out_assign(ind, a[0], f"RNG.randint({self.ex(a[1])}, {self.ex(a[2])})")
+        elif n == "digest":
+            items = self.fields_of(a[1])
+            vals = ", ".join(c for c, _ in items)
+            self.emit(ind, f"DIGESTS.append(({e.digest.index}, ({vals},)))")
+        elif n in ("verify_checksum", "update_checksum", "verify_checksum_with_payload", "update_checksum_with_payload"):
+            al = self.algo(a[3])
+            data = self.data_bytes(a[1])
+            if n.endswith("with_payload"):
+                data = f"({data} + ENV.payload)"
+            cond = self.ex(a[0])
+            if n.startswith("verify"):
+                self.emit(ind, f"if {cond} and H_{al}({data}) != {self.uns(self.ex(a[2]), a[2].type)}:")
+                self.emit(ind + 1, f"s[{self.sm['checksum_error']}] = 1")
+            else:
+                self.emit(ind, f"if {cond}:")
+                self.out_assign(ind + 1, a[2], f"H_{al}({data})")
+        elif n in ("log_msg", "assert", "assume"):
+            pass
+        else:
+            raise unsupported(f"{n}()", e.loc)
+
+    def method(self, ind: int, e: A.Call, ctx: dict) -> None:
+        ext, m = e.target
+        f = e.func
+        a = e.args
+        if ext == "packet_in":
+            if ctx.get("kind") != "parser":
+                raise P4Error(e.loc, f"{m}() can only be called in a parser")
+            if m == "extract":
+                self.extract(ind, a[0])
+            elif m == "advance":
+                self.emit(ind, f"off = _adv(pkt, off, {self.ex(a[0])})")
+            elif m == "lookahead":
+                self.emit(ind, self.call_expr(e))
+            return
+        if ext == "packet_out":
+            if m == "emit":
+                self.emit_data(ind, a[0])
+            return
+        inst: ir.InstanceIR = f.expr.ref.decl
+        o = f"X{inst.index}"
+        plen = f"s[{self.sm['packet_length']}]"
+        if ext == "counter" and m == "count":
+            self.emit(ind, f"{o}.count({self.ex(a[0])}, {plen})")
+        elif ext == "direct_counter":
+            pass   # counted by the table on every hit, as BMv2 does
+        elif ext == "meter" and m == "execute_meter":
+            self.out_assign(ind, a[1], f"{o}.execute({self.ex(a[0])}, {plen}, ENV.now_ns)")
+        elif ext == "direct_meter" and m == "read":
+            self.out_assign(ind, a[0], f"{o}.read({plen}, ENV.now_ns)")
+        elif ext == "register" and m == "read":
+            self.out_assign(ind, a[0], f"{o}.read({self.ex(a[1])})")
+        elif ext == "register" and m == "write":
+            self.emit(ind, f"{o}.write({self.ex(a[0])}, {self.ex(a[1])})")
+        else:
+            raise unsupported(f"{ext}.{m}", e.loc)
+
+    # ---- parser and deparser primitives --------------------------------------------------------------
+    def extract(self, ind: int, target: A.Expr) -> None:
+        t: ir.HeaderT = target.type
+        nbytes = t.width // 8
+        if isinstance(target, A.Member) and target.name == "next" and isinstance(target.expr.type, ir.StackT):
+            st = target.expr.type
+            sb = self.addr(target.expr)
+            self.emit(ind, f"if s[{sb}] >= {st.size}: raise _PErr({self.err['StackOutOfBounds']})")
+            b = self.fresh("b")
+            self.emit(ind, f"{b} = {sb} + 1 + s[{sb}] * {st.elem.slots}")
+            self.emit(ind, f"s[{sb}] += 1")
+        else:
+            b = self.addr(target)
+        self.emit(ind, f"e = off + {nbytes}")
+        self.emit(ind, f"if e > n: raise _PErr({self.err['PacketTooShort']})")
+        self.emit(ind, "v = int.from_bytes(pkt[off:e], 'big')")
+        self.emit(ind, f"s[{b}] = True")
+        shift = t.width
+        for i, (fname, ft) in enumerate(t.fields):
+            w = ft.width
+            shift -= w
+            code = f"(v >> {shift})" if shift else "v"
+            code = f"({code} & {(1 << w) - 1})" if shift + w < t.width else code
+            if isinstance(ft, ir.BoolT):
+                code = f"({code} != 0)"
+            elif isinstance(ft, Bits) and ft.signed:
+                code = self.wrapx(code, ft)
+            self.emit(ind, f"s[{self.add(b, 1 + i)}] = {code}")
+        self.emit(ind, "off = e")
+
+    def emit_data(self, ind: int, e: A.Expr) -> None:
+        t = e.type
+        base = self.addr(e)
+        self._emit_at(ind, base, t)
+
+    def _emit_at(self, ind: int, base, t) -> None:
+        if isinstance(t, ir.HeaderT):
+            code, w = self.concat(self._fields_at(base, t))
+            self.emit(ind, f"if s[{base}]: out.append({code}.to_bytes({w // 8}, 'big'))")
+        elif isinstance(t, ir.StructT):
+            for n, ft in t.fields:
+                self._emit_at(ind, self.add(base, t.offset(n)), ft)
+        elif isinstance(t, ir.StackT):
+            for i in range(t.size):
+                self._emit_at(ind, self.add(base, 1 + i * t.elem.slots), t.elem)
+        else:
+            raise P4Error(None, f"cannot emit {t}")
+
+    # ---- statements ---------------------------------------------------------------------------------
+    def assign_scalar(self, ind: int, lhs: A.Expr, code: str) -> None:
+        if isinstance(lhs, A.Slice):
+            a = self.addr(lhs.expr)
+            bt = lhs.expr.type
+            m = (1 << (lhs.hi_v - lhs.lo_v + 1)) - 1
+            keep = bt.mask ^ (m << lhs.lo_v)
+            new = f"(s[{a}] & {keep}) | ((({code}) & {m}) << {lhs.lo_v})" if not bt.signed else \
+                f"((s[{a}] & {bt.mask}) & {keep}) | ((({code}) & {m}) << {lhs.lo_v})"
+            self.emit(ind, f"s[{a}] = {self.wrapx(new, bt) if bt.signed else new}")
+            return
+        self.emit(ind, f"s[{self.addr(lhs)}] = {code}")
+
+    def assign(self, ind: int, lhs: A.Expr, rhs: A.Expr) -> None:
+        t = lhs.type
+        if isinstance(t, (ir.HeaderT, ir.StructT, ir.StackT)):
+            la = self.addr(lhs)
+            if isinstance(rhs, A.ListExpr):
+                if isinstance(t, ir.HeaderT):
+                    self.emit(ind, f"s[{la}] = True")
+                for (n, ft), item in zip(t.fields, rhs.items):
+                    fa = self.add(la, t.offset(n))
+                    if isinstance(ft, (ir.HeaderT, ir.StructT)):
+                        raise unsupported("nested list assignment", rhs.loc)
+                    self.emit(ind, f"s[{fa}] = {self.ex(item)}")
+                return
+            ra = self.addr(rhs)
+            self.emit(ind, f"s[{la}:{self.add(la, t.slots)}] = s[{ra}:{self.add(ra, t.slots)}]")
+            return
+        self.assign_scalar(ind, lhs, self.ex(rhs))
+
+    def stmt(self, ind: int, s: A.Stmt, ctx: dict) -> None:
+        if isinstance(s, A.Block):
+            n0 = len(self.lines)
+            for x in s.stmts:
+                self.stmt(ind, x, ctx)
+            if len(self.lines) == n0:
+                self.emit(ind, "pass")
+        elif isinstance(s, A.Assign):
+            self.assign(ind, s.lhs, s.rhs)
+        elif isinstance(s, A.CallStmt):
+            self.call_stmt(ind, s.call, ctx)
+        elif isinstance(s, A.If):
+            self.emit(ind, f"if {self.ex(s.cond)}:")
+            self.stmt(ind + 1, s.then, ctx)
+            if s.other is not None:
+                self.emit(ind, "else:")
+                self.stmt(ind + 1, s.other, ctx)
+        elif isinstance(s, A.Switch):
+            r = self.fresh("r")
+            self.emit(ind, f"{r} = {self.ex(s.expr.expr)}[1]")
+            first = True
+            pending: list[str] = []
+            default_body = None
+            for c in s.cases:
+                lab = c.labels[0]
+                if isinstance(lab, A.Default):
+                    default_body = c.body
+                    continue
+                pending.append(str(lab.ref.index))
+                if c.body is None:
+                    continue
+                cond = f"{r} in ({', '.join(pending)},)"
+                self.emit(ind, f"{'if' if first else 'elif'} {cond}:")
+                self.stmt(ind + 1, c.body, ctx)
+                first = False
+                pending = []
+            if default_body is not None:
+                if first:
+                    self.stmt(ind, default_body, ctx)
+                else:
+                    self.emit(ind, "else:")
+                    self.stmt(ind + 1, default_body, ctx)
+        elif isinstance(s, A.VarDecl):
+            sym = s.sym
+            sym.slot = self.alloc(sym.type)
+            if s.init is not None:
+                self.assign(ind, A.Name(s.loc, s.name) if False else _named(s, sym), s.init)
+            else:
+                self._reset(ind, sym.slot, sym.type)
+        elif isinstance(s, A.ConstDecl):
+            pass
+        elif isinstance(s, A.Exit):
+            self.emit(ind, "raise _Exit")
+        elif isinstance(s, A.Return):
+            self.emit(ind, "return")
+        elif isinstance(s, A.Empty):
+            self.emit(ind, "pass")
+        else:
+            raise unsupported(type(s).__name__, s.loc)
+
+    def _reset(self, ind: int, base: int, t: ir.Type) -> None:
+        vals = self.init[base:base + t.slots]
+        self.emit(ind, f"s[{base}:{base + t.slots}] = {vals!r}")
+
+    # ---- blocks -------------------------------------------------------------------------------------
+    def gen_action(self, a: ir.ActionIR) -> None:
+        params = ", ".join(["s"] + [f"p_{p.name}" for p in a.params])
+        self.emit(0, f"def A{a.index}({params}):")
+        self.stmt(1, a.decl.body, {"kind": "action"})
+        self.emit(0, "")
+
+    def gen_table(self, t: ir.TableIR) -> None:
+        self.emit(0, f"def T{t.index}(s):")
+        keys = [self.uns(self.ex(k.expr), k.expr.type) for k in t.keys]
+        key = "(" + "".join(k + ", " for k in keys) + ")"
+        sel = "None"
+        if t.selector_keys:
+            code, w = self.concat([(self.uns(self.ex(k.expr), k.expr.type), k.width) for k in t.selector_keys])
+            sel = f"_ser({code}, {w})"
+        self.emit(1, f"r = TBL{t.index}.lookup({key}, s[{self.sm['packet_length']}], {sel})")
+        self.emit(1, "ACTIONS[r[1]](s, *r[2])")
+        self.emit(1, "return r")
+        self.emit(0, "")
+
+    def bind_params(self, b: ir.BlockIR, role: str) -> None:
+        ps = b.params
+        if role == "parser":
+            self.bind(ps[1], self.H)
+            self.bind(ps[2], self.M)
+            self.bind(ps[3], self.SM)
+        elif role == "deparser":
+            self.bind(ps[1], self.H)
+        else:
+            self.bind(ps[0], self.H)
+            self.bind(ps[1], self.M)
+            if len(ps) > 2:
+                self.bind(ps[2], self.SM)
+        for loc in b.locals:
+            loc.slot = self.alloc(loc.type)
+
+    def gen_control(self, role: str, b: ir.BlockIR) -> None:
+        for a in b.actions:
+            self.gen_action(a)
+        for t in b.tables:
+            self.gen_table(t)
+        d = b.decl
+        self.emit(0, f"def C_{role}(s):" if role != "deparser" else "def C_deparser(s):")
+        if role == "deparser":
+            self.emit(1, "out = []")
+        self.emit(1, "try:")
+        for loc in d.locals:
+            if isinstance(loc, A.VarDecl):
+                if loc.init is not None:
+                    self.assign(2, _named(loc, loc.sym), loc.init)
+                else:
+                    self._reset(2, loc.sym.slot, loc.sym.type)
+        self.stmt(2, d.apply, {"kind": "control", "role": role})
+        self.emit(1, "except _Exit:")
+        self.emit(2, "pass")
+        if role == "deparser":
+            self.emit(1, "return out")
+        self.emit(0, "")
+
+    def gen_parser(self, b: ir.BlockIR) -> None:
+        d = b.decl
+        states = {st.name: i for i, st in enumerate(d.states)}
+        ACC, REJ = -1, -2
+
+        def target(name: str) -> int:
+            return ACC if name == "accept" else REJ if name == "reject" else states[name]
+
+        self.emit(0, "def C_parser(s, pkt):")
+        self.emit(1, "n = len(pkt)")
+        self.emit(1, "off = 0")
+        self.emit(1, f"st = {states['start']}")
+        self.emit(1, "steps = 0")
+        self.emit(1, "try:")
+        for loc in d.locals:
+            if isinstance(loc, A.VarDecl):
+                if loc.init is not None:
+                    self.assign(2, _named(loc, loc.sym), loc.init)
+                else:
+                    self._reset(2, loc.sym.slot, loc.sym.type)
+        self.emit(2, "while True:")
+        self.emit(3, "steps += 1")
+        self.emit(3, f"if steps > 10000: raise _PErr({self.err['ParserTimeout']})")
+        ctx = {"kind": "parser"}
+        for i, st in enumerate(d.states):
+            self.emit(3, f"{'if' if i == 0 else 'elif'} st == {i}:")
+            for x in st.stmts:
+                self.stmt(4, x, ctx)
+            tr = st.transition
+            if tr.state is not None:
+                self.emit(4, f"st = {target(tr.state)}")
+            else:
+                ks = [self.fresh("k") for _ in tr.select]
+                for kv, kx in zip(ks, tr.select):
+                    self.emit(4, f"{kv} = {self.uns(self.ex(kx), kx.type)}")
+                first = True
+                matched_default = False
+                for c in tr.cases:
+                    conds = []
+                    for kv, val in zip(ks, c.values):
+                        if val is None:
+                            continue
+                        if val[0] == "exact":
+                            conds.append(f"{kv} == {val[1]}")
+                        elif val[0] == "ternary":
+                            conds.append(f"{kv} & {val[2]} == {val[1]}")
+                        elif val[0] == "range":
+                            conds.append(f"{val[1]} <= {kv} <= {val[2]}")
+                    cond = " and ".join(conds) if conds else "True"
+                    self.emit(4, f"{'if' if first else 'elif'} {cond}:")
+                    self.emit(5, f"st = {target(c.state)}")
+                    first = False
+                    if not conds:
+                        matched_default = True
+                        break
+                if not matched_default:
+                    if first:
+                        self.emit(4, f"raise _PErr({self.err['NoMatch']})")
+                    else:
+                        self.emit(4, "else:")
+                        self.emit(5, f"raise _PErr({self.err['NoMatch']})")
+            self.emit(4, f"if st == {ACC}: return off, 0, True")
+            self.emit(4, f"if st == {REJ}: return off, 0, False")
+        self.emit(1, "except _PErr as x:")
+        self.emit(2, "return off, x.code, False")
+        self.emit(1, "except _Exit:")
+        self.emit(2, "return off, 0, True")
+        self.emit(0, "")
+
+    def generate(self) -> str:
+        p = self.prog
+        for role in ("parser", "verify", "ingress", "egress", "compute", "deparser"):
+            self.bind_params(p.blocks[role], role)
+        # top-level actions (e.g. NoAction) are generated once
+        block_actions = {a.index for b in p.blocks.values() for a in b.actions}
+        for a in p.actions:
+            if a.index not in block_actions:
+                self.gen_action(a)
+        self.gen_parser(p.blocks["parser"])
+        for role in ("verify", "ingress", "egress", "compute", "deparser"):
+            self.gen_control(role, p.blocks[role])
+        return "\n".join(self.lines) + "\n"
+
+
+def _named(decl, sym: Sym) -> A.Name:
+    n = A.Name(decl.loc, decl.name)
+    n.ref = sym
+    n.type = sym.type
+    return n
+
+
+PRELUDE = '''
+class _PErr(Exception):
+    __slots__ = ("code",)
+    def __init__(self, code):
+        self.code = code
+
+class _Exit(Exception):
+    pass
+
+def _div(a, b):
+    return a // b if b else 0
+
+def _mod(a, b):
+    return a % b if b else 0
+
+def _shl(a, b, w, signed):
+    if b >= w:
+        return 0
+    v = (a << b) & ((1 << w) - 1)
+    if signed and v >> (w - 1):
+        v -= 1 << w
+    return v
+
+def _look(pkt, off, w):
+    nb = (w + 7) // 8
+    if off + nb > len(pkt):
+        raise _PErr(PACKET_TOO_SHORT)
+    return int.from_bytes(pkt[off:off + nb], 'big') >> (nb * 8 - w)
+
+def _adv(pkt, off, bits):
+    off2 = off + bits // 8
+    if off2 > len(pkt):
+        raise _PErr(PACKET_TOO_SHORT)
+    return off2
+'''

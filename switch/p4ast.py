@@ -1,0 +1,387 @@
+"""Syntax tree of the supported P4-16 subset, produced by :mod:`switch.parser`.
+
+Nodes are plain dataclasses carrying a :class:`~switch.errors.Loc`.  The checker
+(:mod:`switch.check`) annotates expression nodes in place with their resolved type (``.type``)
+and declaration (``.ref``); that annotated tree together with :mod:`switch.ir` is the typed IR.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import Loc
+
+
+@dataclass
+class Node:
+    loc: Loc
+
+
+@dataclass
+class Annotation(Node):
+    name: str
+    args: list[Any] = field(default_factory=list)   # expressions or raw token text
+
+
+def annot(annots: list[Annotation], name: str) -> Annotation | None:
+    for a in annots:
+        if a.name == name:
+            return a
+    return None
+
+
+# ---- types -------------------------------------------------------------------------------------
+@dataclass
+class TypeRef(Node):
+    """kind: bit, int, varbit, bool, error, void, string, name, stack, tuple, dontcare, match_kind."""
+    kind: str
+    width: Any = None                 # expression for bit/int/varbit
+    name: str = ""
+    args: list["TypeRef"] = field(default_factory=list)
+    size: Any = None                  # stack size expression
+
+
+# ---- expressions -------------------------------------------------------------------------------
+@dataclass
+class Expr(Node):
+    def __post_init__(self):
+        self.type = None
+        self.ref = None
+
+
+@dataclass
+class Lit(Expr):
+    value: int
+    width: int | None = None
+    signed: bool = False
+
+
+@dataclass
+class BoolLit(Expr):
+    value: bool
+
+
+@dataclass
+class StrLit(Expr):
+    value: str
+
+
+@dataclass
+class Name(Expr):
+    name: str
+
+
+@dataclass
+class Member(Expr):
+    expr: Expr
+    name: str
+
+
+@dataclass
+class Index(Expr):
+    expr: Expr
+    index: Expr
+
+
+@dataclass
+class Slice(Expr):
+    expr: Expr
+    hi: Expr
+    lo: Expr
+
+
+@dataclass
+class Call(Expr):
+    func: Expr
+    type_args: list[TypeRef]
+    args: list[Expr]
+
+
+@dataclass
+class Unary(Expr):
+    op: str
+    expr: Expr
+
+
+@dataclass
+class Binary(Expr):
+    op: str
+    left: Expr
+    right: Expr
+
+
+@dataclass
+class Ternary(Expr):
+    cond: Expr
+    then: Expr
+    other: Expr
+
+
+@dataclass
+class Cast(Expr):
+    to: TypeRef
+    expr: Expr
+
+
+@dataclass
+class ListExpr(Expr):
+    items: list[Expr]
+
+
+@dataclass
+class Mask(Expr):
+    value: Expr
+    mask: Expr
+
+
+@dataclass
+class Range(Expr):
+    lo: Expr
+    hi: Expr
+
+
+@dataclass
+class Default(Expr):
+    """``default`` or ``_`` in a keyset."""
+    dontcare: bool = False
+
+
+# ---- statements --------------------------------------------------------------------------------
+@dataclass
+class Stmt(Node):
+    pass
+
+
+@dataclass
+class Assign(Stmt):
+    lhs: Expr
+    rhs: Expr
+
+
+@dataclass
+class CallStmt(Stmt):
+    call: Call
+
+
+@dataclass
+class If(Stmt):
+    cond: Expr
+    then: Stmt
+    other: Stmt | None
+
+
+@dataclass
+class Block(Stmt):
+    stmts: list[Stmt]
+
+
+@dataclass
+class SwitchCase(Node):
+    labels: list[Any]      # Name(action) / Default / expression
+    body: Block | None     # None = fall through
+
+
+@dataclass
+class Switch(Stmt):
+    expr: Expr
+    cases: list[SwitchCase]
+
+
+@dataclass
+class Exit(Stmt):
+    pass
+
+
+@dataclass
+class Return(Stmt):
+    expr: Expr | None
+
+
+@dataclass
+class Empty(Stmt):
+    pass
+
+
+@dataclass
+class VarDecl(Stmt):
+    type: TypeRef
+    name: str
+    init: Expr | None
+    annots: list[Annotation] = field(default_factory=list)
+
+
+@dataclass
+class ConstDecl(Stmt):
+    type: TypeRef
+    name: str
+    init: Expr
+    annots: list[Annotation] = field(default_factory=list)
+
+
+@dataclass
+class Instance(Stmt):
+    type: TypeRef
+    args: list[Expr]
+    name: str
+    annots: list[Annotation] = field(default_factory=list)
+
+
+# ---- declarations ------------------------------------------------------------------------------
+@dataclass
+class Param(Node):
+    direction: str         # "", in, out, inout
+    type: TypeRef
+    name: str
+    annots: list[Annotation] = field(default_factory=list)
+
+
+@dataclass
+class FieldDecl(Node):
+    type: TypeRef
+    name: str
+    annots: list[Annotation] = field(default_factory=list)
+
+
+@dataclass
+class Decl(Node):
+    name: str
+    annots: list[Annotation] = field(default_factory=list)
+
+
+@dataclass
+class HeaderDecl(Decl):
+    fields: list[FieldDecl] = field(default_factory=list)
+    is_struct: bool = False
+
+
+@dataclass
+class EnumDecl(Decl):
+    underlying: TypeRef | None = None
+    members: list[tuple[str, Expr | None, Loc]] = field(default_factory=list)
+
+
+@dataclass
+class ErrorDecl(Decl):
+    members: list[tuple[str, Loc]] = field(default_factory=list)
+
+
+@dataclass
+class MatchKindDecl(Decl):
+    members: list[tuple[str, Loc]] = field(default_factory=list)
+
+
+@dataclass
+class TypedefDecl(Decl):
+    type: TypeRef | None = None
+
+
+@dataclass
+class MethodProto(Node):
+    ret: TypeRef | None          # None for constructors
+    name: str
+    type_params: list[str]
+    params: list[Param]
+    annots: list[Annotation] = field(default_factory=list)
+
+
+@dataclass
+class ExternDecl(Decl):
+    type_params: list[str] = field(default_factory=list)
+    methods: list[MethodProto] = field(default_factory=list)
+
+
+@dataclass
+class ExternFuncDecl(Decl):
+    proto: MethodProto | None = None
+
+
+@dataclass
+class BlockTypeDecl(Decl):
+    """A parser/control prototype or a package declaration."""
+    kind: str = ""               # parser, control, package
+    type_params: list[str] = field(default_factory=list)
+    params: list[Param] = field(default_factory=list)
+
+
+@dataclass
+class ActionDecl(Decl):
+    params: list[Param] = field(default_factory=list)
+    body: Block | None = None
+
+
+@dataclass
+class KeyElement(Node):
+    expr: Expr
+    match_kind: str
+    annots: list[Annotation] = field(default_factory=list)
+
+
+@dataclass
+class ActionRef(Node):
+    name: str
+    args: list[Expr] | None
+    annots: list[Annotation] = field(default_factory=list)
+
+
+@dataclass
+class EntryDecl(Node):
+    keys: list[Expr]
+    action: ActionRef
+    priority: Expr | None = None
+    annots: list[Annotation] = field(default_factory=list)
+
+
+@dataclass
+class TableDecl(Decl):
+    keys: list[KeyElement] = field(default_factory=list)
+    actions: list[ActionRef] = field(default_factory=list)
+    default_action: ActionRef | None = None
+    const_default: bool = False
+    size: Expr | None = None
+    entries: list[EntryDecl] | None = None
+    const_entries: bool = False
+    implementation: Expr | None = None
+    counters: Expr | None = None
+    meters: Expr | None = None
+    props: dict[str, Any] = field(default_factory=dict)
+    has_key: bool = False
+
+
+@dataclass
+class SelectCase(Node):
+    keyset: Expr
+    state: str
+
+
+@dataclass
+class Transition(Node):
+    state: str | None             # direct transition
+    select: list[Expr] | None = None
+    cases: list[SelectCase] = field(default_factory=list)
+
+
+@dataclass
+class State(Decl):
+    stmts: list[Stmt] = field(default_factory=list)
+    transition: Transition | None = None
+
+
+@dataclass
+class ParserDecl(Decl):
+    params: list[Param] = field(default_factory=list)
+    ctor_params: list[Param] = field(default_factory=list)
+    locals: list[Any] = field(default_factory=list)
+    states: list[State] = field(default_factory=list)
+
+
+@dataclass
+class ControlDecl(Decl):
+    params: list[Param] = field(default_factory=list)
+    ctor_params: list[Param] = field(default_factory=list)
+    locals: list[Any] = field(default_factory=list)
+    apply: Block | None = None
+
+
+@dataclass
+class Program(Node):
+    decls: list[Any]

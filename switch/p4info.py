@@ -1,0 +1,237 @@
+"""P4Info (``p4.config.v1.P4Info``) from the typed IR, with p4c's id scheme.
+
+Id = (resource type prefix << 24) | low 24 bits.  ``@id(N)`` is honoured first; the remaining
+names of each resource type are sorted and hashed with Jenkins' one-at-a-time hash of the fully
+qualified name, with linear probing on collisions (the order p4c uses, so ids match p4c's).
+Aliases are the shortest unique dot-separated suffix of each name.
+"""
+from __future__ import annotations
+
+from finsy.proto import p4i as p4info_pb2
+from google.protobuf import text_format
+
+from . import ir
+from . import p4ast as A
+
+PREFIX = {"actions": 0x01, "tables": 0x02, "value_sets": 0x03, "controller_packet_metadata": 0x04,
+          "action_profiles": 0x11, "counters": 0x12, "direct_counters": 0x13, "meters": 0x14,
+          "direct_meters": 0x15, "registers": 0x16, "digests": 0x17}
+
+
+def jenkins_one_at_a_time(data: bytes) -> int:
+    h = 0
+    for b in data:
+        h = (h + b) & 0xFFFFFFFF
+        h = (h + (h << 10)) & 0xFFFFFFFF
+        h ^= h >> 6
+    h = (h + (h << 3)) & 0xFFFFFFFF
+    h ^= h >> 11
+    h = (h + (h << 15)) & 0xFFFFFFFF
+    return h
+
+
+def assign_ids(kind: str, names: list[str], fixed: dict[str, int], taken: set[int]) -> dict[str, int]:
+    """p4c's scheme for one resource type: @id first, then sorted names by hash + linear probing."""
+    prefix = PREFIX[kind]
+    out: dict[str, int] = {}
+    for n, i in fixed.items():
+        out[n] = i if i >> 24 else (prefix << 24) | i
+        taken.add(out[n])
+    for n in sorted(set(names) - set(out)):
+        v = jenkins_one_at_a_time(n.encode())
+        start = v
+        while True:
+            cid = (prefix << 24) | (v & 0xFFFFFF)
+            if cid not in taken:
+                break
+            v = (v + 1) & 0xFFFFFFFF
+            if v == start:
+                raise ValueError(f"no id left for {n}")
+        out[n] = cid
+        taken.add(cid)
+    return out
+
+
+def aliases(names: list[str]) -> dict[str, str]:
+    parts = {n: n.split(".") for n in names}
+    out = {}
+    for n, p in parts.items():
+        for k in range(1, len(p) + 1):
+            suf = ".".join(p[-k:])
+            if sum(1 for q in parts.values() if ".".join(q[-k:]) == suf) == 1:
+                out[n] = suf
+                break
+        else:
+            out[n] = n
+    return out
+
+
+def _annot_id(annots) -> int | None:
+    a = A.annot(annots, "id")
+    if a and a.args and isinstance(a.args[0], A.Lit):
+        return a.args[0].value
+    return None
+
+
+def _annot_strings(annots) -> list[str]:
+    out = []
+    for a in annots:
+        if a.name in ("name", "id", "defaultonly", "tableonly", "noWarn"):
+            continue
+        if a.args and all(isinstance(x, A.StrLit) for x in a.args):
+            out.append("@" + a.name + "(" + ", ".join(f'"{x.value}"' for x in a.args) + ")")
+        elif not a.args:
+            out.append("@" + a.name)
+    return out
+
+
+class P4InfoBuilder:
+    def __init__(self, prog: ir.ProgramIR):
+        self.prog = prog
+
+    def build(self) -> p4info_pb2.P4Info:
+        p = self.prog
+        info = p4info_pb2.P4Info()
+        info.pkg_info.arch = "v1model"
+        taken: set[int] = set()
+        used_actions = []
+        for t in p.tables:
+            for a in t.actions:
+                if a not in used_actions:
+                    used_actions.append(a)
+        by_kind: dict[str, list] = {"actions": used_actions, "tables": p.tables}
+        for kind, ext in (("counters", "counter"), ("direct_counters", "direct_counter"), ("meters", "meter"),
+                          ("direct_meters", "direct_meter"), ("registers", "register")):
+            by_kind[kind] = [i for i in p.instances if i.extern == ext]
+        by_kind["action_profiles"] = [i for i in p.instances if i.extern in ("action_profile", "action_selector")]
+        ids: dict[str, dict[str, int]] = {}
+        all_names = []
+        for kind, objs in by_kind.items():
+            fixed = {o.fqname: _annot_id(o.annots) for o in objs if _annot_id(o.annots) is not None}
+            ids[kind] = assign_ids(kind, [o.fqname for o in objs], fixed, taken)
+            all_names += [o.fqname for o in objs]
+        ids["controller_packet_metadata"] = assign_ids(
+            "controller_packet_metadata", [n for n, _, _ in p.controller_headers], {}, taken)
+        ids["digests"] = assign_ids("digests", [d.name for d in p.digests], {}, taken)
+        all_names += [n for n, _, _ in p.controller_headers] + [d.name for d in p.digests]
+        al = aliases(sorted(set(all_names)))
+        self.ids = ids
+
+        def pre(msg, kind, name, annots=()):
+            msg.preamble.id = ids[kind][name]
+            msg.preamble.name = name
+            msg.preamble.alias = al.get(name, name)
+            for s in _annot_strings(annots):
+                msg.preamble.annotations.append(s)
+
+        for t in sorted(p.tables, key=lambda t: ids["tables"][t.fqname]):
+            m = info.tables.add()
+            pre(m, "tables", t.fqname, t.annots)
+            for i, k in enumerate(t.keys):
+                f = m.match_fields.add()
+                f.id = i + 1
+                f.name = k.name
+                f.bitwidth = k.width
+                if k.match_kind in ("exact", "lpm", "ternary", "range", "optional"):
+                    f.match_type = getattr(p4info_pb2.MatchField, k.match_kind.upper())
+                else:
+                    f.other_match_type = k.match_kind
+            for a in t.actions:
+                r = m.action_refs.add()
+                r.id = ids["actions"][a.fqname]
+                r.scope = getattr(p4info_pb2.ActionRef, t.action_scopes[a.fqname])
+                if r.scope == p4info_pb2.ActionRef.DEFAULT_ONLY:
+                    r.annotations.append("@defaultonly")
+                elif r.scope == p4info_pb2.ActionRef.TABLE_ONLY:
+                    r.annotations.append("@tableonly")
+            if t.const_default:
+                m.const_default_action_id = ids["actions"][t.default_action.fqname]
+            if t.implementation is not None:
+                m.implementation_id = ids["action_profiles"][t.implementation.fqname]
+            if t.direct_counter is not None:
+                m.direct_resource_ids.append(ids["direct_counters"][t.direct_counter.fqname])
+            if t.direct_meter is not None:
+                m.direct_resource_ids.append(ids["direct_meters"][t.direct_meter.fqname])
+            m.size = t.size
+            if t.const_entries:
+                m.is_const_table = True
+        for a in sorted(used_actions, key=lambda a: ids["actions"][a.fqname]):
+            m = info.actions.add()
+            pre(m, "actions", a.fqname, a.annots)
+            for i, prm in enumerate(a.params):
+                x = m.params.add()
+                x.id = i + 1
+                x.name = prm.name
+                x.bitwidth = prm.type.width
+        for inst in sorted(by_kind["action_profiles"], key=lambda o: ids["action_profiles"][o.fqname]):
+            m = info.action_profiles.add()
+            pre(m, "action_profiles", inst.fqname, inst.annots)
+            for t in inst.tables:
+                m.table_ids.append(ids["tables"][t.fqname])
+            m.with_selector = inst.extern == "action_selector"
+            m.size = inst.args[1] if m.with_selector else inst.args[0]
+        units = {0: p4info_pb2.CounterSpec.PACKETS, 1: p4info_pb2.CounterSpec.BYTES, 2: p4info_pb2.CounterSpec.BOTH}
+        munits = {0: p4info_pb2.MeterSpec.PACKETS, 1: p4info_pb2.MeterSpec.BYTES}
+        for inst in sorted(by_kind["counters"], key=lambda o: ids["counters"][o.fqname]):
+            m = info.counters.add()
+            pre(m, "counters", inst.fqname, inst.annots)
+            m.spec.unit = units[inst.args[1]]
+            m.size = inst.args[0]
+        for inst in sorted(by_kind["direct_counters"], key=lambda o: ids["direct_counters"][o.fqname]):
+            m = info.direct_counters.add()
+            pre(m, "direct_counters", inst.fqname, inst.annots)
+            m.spec.unit = units[inst.args[0]]
+            if inst.tables:
+                m.direct_table_id = ids["tables"][inst.tables[0].fqname]
+        for inst in sorted(by_kind["meters"], key=lambda o: ids["meters"][o.fqname]):
+            m = info.meters.add()
+            pre(m, "meters", inst.fqname, inst.annots)
+            m.spec.unit = munits[inst.args[1]]
+            m.size = inst.args[0]
+        for inst in sorted(by_kind["direct_meters"], key=lambda o: ids["direct_meters"][o.fqname]):
+            m = info.direct_meters.add()
+            pre(m, "direct_meters", inst.fqname, inst.annots)
+            m.spec.unit = munits[inst.args[0]]
+            if inst.tables:
+                m.direct_table_id = ids["tables"][inst.tables[0].fqname]
+        for inst in sorted(by_kind["registers"], key=lambda o: ids["registers"][o.fqname]):
+            m = info.registers.add()
+            pre(m, "registers", inst.fqname, inst.annots)
+            t = inst.type_args[0]
+            if isinstance(t, ir.Bits) and t.signed:
+                m.type_spec.bitstring.int.bitwidth = t.width
+            else:
+                m.type_spec.bitstring.bit.bitwidth = t.width
+            m.size = inst.args[0]
+        for name, ht, annots in p.controller_headers:
+            m = info.controller_packet_metadata.add()
+            pre(m, "controller_packet_metadata", name, [])
+            for i, (fname, ft) in enumerate(ht.fields):
+                x = m.metadata.add()
+                x.id = i + 1
+                x.name = fname
+                x.bitwidth = ft.width
+        for d in p.digests:
+            m = info.digests.add()
+            pre(m, "digests", d.name, [])
+            m.type_spec.struct.name = d.name
+            st = info.type_info.structs[d.name]
+            for fname, ft in d.type.fields:
+                mem = st.members.add()
+                mem.name = fname
+                if isinstance(ft, ir.BoolT):
+                    mem.type_spec.bool.SetInParent()
+                else:
+                    mem.type_spec.bitstring.bit.bitwidth = ir.bit_width(ft)
+        return info
+
+
+HEADER = "# proto-file: p4/config/v1/p4info.proto\n# proto-message: p4.config.v1.P4Info\n\n"
+
+
+def to_text(info: p4info_pb2.P4Info) -> str:
+    return HEADER + text_format.MessageToString(info)
+
+
+def from_text(text: str) -> p4info_pb2.P4Info:
+    return text_format.Parse(text, p4info_pb2.P4Info())

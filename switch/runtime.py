@@ -1,0 +1,363 @@
+"""Runtime objects the generated code calls: tables, action profiles/selectors, counters, meters,
+registers, hash and checksum algorithms with BMv2's values.
+
+Table entries are stored the way P4Runtime sees them: a match per key (by position, integers;
+the API layer converts to and from P4Runtime byte strings), an entry priority, and either an
+action with arguments or an action-profile member/group.  Lookups of non-exact tables scan the
+entries in priority order and memoise the result per key tuple (cleared on every change), so a
+steady flow pays one dict lookup per table.
+"""
+from __future__ import annotations
+
+import random as _random
+import struct
+import zlib
+
+_unpack = struct.unpack
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import SwitchError
+
+# ---- hashes (BMv2 calculations) -----------------------------------------------------------------
+
+
+def _crc16_table() -> list[int]:
+    # CRC-16/ARC (BMv2 "crc16"): poly 0x8005 reflected (0xA001), init 0, no final xor
+    tab = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0xA001 if c & 1 else c >> 1
+        tab.append(c)
+    return tab
+
+
+_CRC16 = _crc16_table()
+
+
+def crc16(data: bytes) -> int:
+    c = 0
+    for b in data:
+        c = (c >> 8) ^ _CRC16[(c ^ b) & 0xFF]
+    return c
+
+
+def crc32(data: bytes) -> int:
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def csum16(data: bytes) -> int:
+    """Internet checksum (RFC 1071) as BMv2's csum16: ones' complement of the ones' complement sum."""
+    if len(data) & 1:
+        data = data + b"\0"
+    s = sum(_unpack(f">{len(data) >> 1}H", data))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return (~s) & 0xFFFF
+
+
+def xor16(data: bytes) -> int:
+    if len(data) & 1:
+        data = data + b"\0"
+    r = 0
+    for i in range(0, len(data), 2):
+        r ^= (data[i] << 8) | data[i + 1]
+    return r
+
+
+def identity(data: bytes) -> int:
+    return int.from_bytes(data[:8], "big")
+
+
+HASHES = {"crc16": crc16, "crc16_custom": crc16, "crc32": crc32, "crc32_custom": crc32,
+          "csum16": csum16, "xor16": xor16, "identity": identity}
+
+
+def serialise(value: int, width: int) -> bytes:
+    """Bits of a field list, most significant first, zero-padded at the end to whole bytes."""
+    pad = (-width) % 8
+    return (value << pad).to_bytes((width + pad) // 8, "big")
+
+
+# ---- stateful externs ---------------------------------------------------------------------------
+class Counter:
+    """Indexed counter (packets, bytes or both); indexes out of range are ignored like BMv2."""
+
+    def __init__(self, name: str, size: int, kind: str):
+        self.name, self.size, self.kind = name, size, kind
+        self.packets = [0] * size
+        self.bytes = [0] * size
+
+    def count(self, i: int, plen: int) -> None:
+        if 0 <= i < self.size:
+            self.packets[i] += 1
+            self.bytes[i] += plen
+
+
+@dataclass
+class MeterConfig:
+    cir: int      # units (packets or bytes) per second
+    cburst: int
+    pir: int
+    pburst: int
+
+
+class MeterCell:
+    """One two-rate three-colour marker (RFC 2698), BMv2 colours GREEN=0, YELLOW=1, RED=2."""
+    __slots__ = ("config", "tc", "tp", "last_ns")
+
+    def __init__(self):
+        self.config: MeterConfig | None = None
+        self.tc = self.tp = 0.0
+        self.last_ns = 0
+
+    def set(self, cfg: MeterConfig | None, now_ns: int = 0) -> None:
+        self.config = cfg
+        if cfg is not None:
+            self.tc, self.tp, self.last_ns = float(cfg.cburst), float(cfg.pburst), now_ns
+
+    def execute(self, units: int, now_ns: int) -> int:
+        cfg = self.config
+        if cfg is None:
+            return 0
+        dt = max(0, now_ns - self.last_ns) / 1e9
+        self.last_ns = max(self.last_ns, now_ns)
+        self.tp = min(cfg.pburst, self.tp + dt * cfg.pir)
+        self.tc = min(cfg.cburst, self.tc + dt * cfg.cir)
+        if self.tp < units:
+            return 2
+        if self.tc < units:
+            self.tp -= units
+            return 1
+        self.tp -= units
+        self.tc -= units
+        return 0
+
+
+class Meter:
+    def __init__(self, name: str, size: int, kind: str):
+        self.name, self.size, self.kind = name, size, kind
+        self.cells = [MeterCell() for _ in range(size)]
+
+    def execute(self, i: int, plen: int, now_ns: int) -> int:
+        if 0 <= i < self.size:
+            return self.cells[i].execute(1 if self.kind == "packets" else plen, now_ns)
+        return 0
+
+
+class DirectMeter:
+    """Meter attached to a table; ``current`` is the entry hit by the table being applied."""
+
+    def __init__(self, name: str, kind: str):
+        self.name, self.kind = name, kind
+        self.current: "Entry | None" = None
+
+    def read(self, plen: int, now_ns: int) -> int:
+        e = self.current
+        if e is None:
+            return 0
+        return e.meter.execute(1 if self.kind == "packets" else plen, now_ns)
+
+
+class Register:
+    def __init__(self, name: str, size: int, width: int, signed: bool = False):
+        self.name, self.size, self.width = name, size, width
+        self.mask = (1 << width) - 1
+        self.signed = signed
+        self.values = [0] * size
+
+    def read(self, i: int) -> int:
+        return self.values[i] if 0 <= i < self.size else 0
+
+    def write(self, i: int, v: int) -> None:
+        if 0 <= i < self.size:
+            self.values[i] = v
+
+
+# ---- tables ---------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class Entry:
+    """A table entry. ``match`` has one item per key (None = don't care):
+    ('exact', v) ('lpm', v, plen) ('ternary', v, mask) ('range', lo, hi) ('optional', v)."""
+
+    match: tuple
+    priority: int
+    action: int = -1                 # ActionIR index, or -1 with member/group
+    args: tuple = ()
+    member: int | None = None
+    group: int | None = None
+    packets: int = 0
+    bytes: int = 0
+    meter: MeterCell = field(default_factory=MeterCell)
+    is_const: bool = False
+    masks: tuple = ()
+    values: tuple = ()
+    ranges: tuple = ()
+
+
+class ActionProfile:
+    """Members (action + args) and, for selectors, groups of members."""
+
+    def __init__(self, name: str, size: int, selector: bool, algo: str | None, rng: _random.Random):
+        self.name, self.size, self.selector, self.algo = name, size, selector, algo
+        self.members: dict[int, tuple[int, tuple]] = {}
+        self.groups: dict[int, list[int]] = {}
+        self.random_groups: set[int] = set()
+        self.max_group_size: dict[int, int] = {}
+        self.rng = rng
+        self.tables: list[Table] = []
+
+    def changed(self) -> None:
+        for t in self.tables:
+            t.cache.clear()
+
+    def resolve(self, e: Entry, sel_bytes: bytes | None) -> tuple[int, tuple]:
+        if e.member is not None:
+            return self.members.get(e.member, (-1, ()))
+        mems = self.groups.get(e.group, [])
+        if not mems:
+            return (-1, ())
+        if e.group in self.random_groups:
+            m = mems[self.rng.randrange(len(mems))]
+        else:
+            h = HASHES.get(self.algo or "crc16", crc16)(sel_bytes or b"")
+            m = mems[h % len(mems)]
+        return self.members.get(m, (-1, ()))
+
+
+class Table:
+    """Runtime state and lookup of one P4 table."""
+
+    def __init__(self, tir, kinds: list[str], widths: list[int], default: tuple[int, tuple]):
+        self.ir = tir
+        self.name = tir.fqname
+        self.kinds = kinds
+        self.widths = widths
+        self.size = tir.size
+        self.entries: dict[tuple, Entry] = {}
+        self.exact_only = all(k == "exact" for k in kinds)
+        self.has_prio = any(k in ("ternary", "range", "optional") for k in kinds)
+        self.exact: dict[tuple, Entry] = {}
+        self.sorted: list[Entry] = []
+        self.cache: dict = {}
+        self.default = default
+        self.initial_default = default
+        self.profile: ActionProfile | None = None
+        self.dmeter: DirectMeter | None = None
+        self.count_direct = False
+        self.miss = (False, default[0], default[1])
+
+    # -- control plane ---------------------------------------------------------------------------
+    def entry_key(self, match: tuple, priority: int) -> tuple:
+        return (match, priority if self.has_prio else 0)
+
+    def _prepare(self, e: Entry) -> None:
+        masks, values, ranges = [], [], []
+        for i, (m, w) in enumerate(zip(e.match, self.widths)):
+            full = (1 << w) - 1
+            if m is None:
+                masks.append(0)
+                values.append(0)
+            elif m[0] in ("exact", "optional"):
+                masks.append(full)
+                values.append(m[1])
+            elif m[0] == "lpm":
+                mk = full ^ ((1 << (w - m[2])) - 1)
+                masks.append(mk)
+                values.append(m[1] & mk)
+            elif m[0] == "ternary":
+                masks.append(m[2])
+                values.append(m[1] & m[2])
+            else:
+                masks.append(0)
+                values.append(0)
+                ranges.append((i, m[1], m[2]))
+        e.masks, e.values, e.ranges = tuple(masks), tuple(values), tuple(ranges)
+
+    def _rank(self, e: Entry) -> int:
+        if self.has_prio:
+            return e.priority
+        return sum(m[2] for m in e.match if m is not None and m[0] == "lpm")
+
+    def _rebuild(self) -> None:
+        self.cache.clear()
+        if self.exact_only:
+            self.exact = {tuple(m[1] for m in e.match): e for e in self.entries.values()}
+        else:
+            self.sorted = sorted(self.entries.values(), key=self._rank, reverse=True)
+
+    def insert(self, e: Entry) -> None:
+        k = self.entry_key(e.match, e.priority)
+        if k in self.entries:
+            raise SwitchError("ALREADY_EXISTS", f"entry already exists in table {self.name}")
+        if len(self.entries) >= self.size:
+            raise SwitchError("RESOURCE_EXHAUSTED", f"table {self.name} is full ({self.size} entries)")
+        self._prepare(e)
+        self.entries[k] = e
+        self._rebuild()
+
+    def modify(self, e: Entry) -> None:
+        k = self.entry_key(e.match, e.priority)
+        old = self.entries.get(k)
+        if old is None:
+            raise SwitchError("NOT_FOUND", f"no such entry in table {self.name}")
+        old.action, old.args, old.member, old.group = e.action, e.args, e.member, e.group
+        self.cache.clear()
+
+    def delete(self, match: tuple, priority: int) -> Entry:
+        k = self.entry_key(match, priority)
+        e = self.entries.pop(k, None)
+        if e is None:
+            raise SwitchError("NOT_FOUND", f"no such entry in table {self.name}")
+        self._rebuild()
+        return e
+
+    def get(self, match: tuple, priority: int) -> Entry | None:
+        return self.entries.get(self.entry_key(match, priority))
+
+    def set_default(self, action: int, args: tuple) -> None:
+        self.default = (action, tuple(args))
+        self.miss = (False, action, tuple(args))
+        self.cache.clear()
+
+    # -- data plane ------------------------------------------------------------------------------
+    def _find(self, key: tuple) -> Entry | None:
+        if self.exact_only:
+            return self.exact.get(key)
+        for e in self.sorted:
+            for k, m, v in zip(key, e.masks, e.values):
+                if k & m != v:
+                    break
+            else:
+                for i, lo, hi in e.ranges:
+                    if not lo <= key[i] <= hi:
+                        break
+                else:
+                    return e
+        return None
+
+    def lookup(self, key: tuple, plen: int, sel: bytes | None = None) -> tuple:
+        """Returns (hit, action index, args)."""
+        c = self.cache
+        e = c.get(key, 0) if not self.exact_only else self.exact.get(key)
+        if e == 0:
+            e = self._find(key)
+            if len(c) > 65536:
+                c.clear()
+            c[key] = e
+        if e is None:
+            if self.dmeter is not None:
+                self.dmeter.current = None
+            return self.miss
+        if self.count_direct:
+            e.packets += 1
+            e.bytes += plen
+        if self.dmeter is not None:
+            self.dmeter.current = e
+        if e.action >= 0:
+            return (True, e.action, e.args)
+        a, args = self.profile.resolve(e, sel)
+        if a < 0:
+            return self.miss
+        return (True, a, args)

@@ -1,0 +1,607 @@
+"""The embedded v1model switch: load a program, manage its tables and externs, inject packets
+and collect what leaves, on a simulated clock.
+
+Table entries are addressed the way P4Runtime addresses them (P4Info ids or names, match field
+ids, byte-string or integer values, canonical forms on read-back), so the P4Runtime server of
+part 2 can be a thin translation layer.  Packet path (BMv2 simple_switch order): parser ->
+verifyChecksum -> ingress -> [multicast replication] -> traffic manager -> egress ->
+computeChecksum -> deparser -> link (delay, loss).  A parser error does not drop the packet: as
+in BMv2, ingress runs with ``standard_metadata.parser_error`` set (the error is also counted).
+"""
+from __future__ import annotations
+
+import heapq
+import random
+from collections import Counter as _Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from . import ir, runtime
+from .check import load_ir
+from .codegen import PRELUDE, Gen
+from .errors import SwitchError
+from .p4info import P4InfoBuilder
+from .tm import TrafficManager
+
+DROP_PORT = 511
+INSTANCE_NORMAL = 0
+INSTANCE_REPLICATION = 5
+
+
+@dataclass
+class Departure:
+    """A packet that left the switch: egress port, bytes, time it left and time it arrives."""
+
+    port: int
+    data: bytes
+    time_ns: int
+    arrival_ns: int
+
+
+class _Env:
+    __slots__ = ("now_ns", "payload")
+
+    def __init__(self):
+        self.now_ns = 0
+        self.payload = b""
+
+
+def to_int(v: Any, width: int | None = None) -> int:
+    """Accept an int, P4Runtime bytes, a MAC 'aa:bb:..' or an IPv4 'a.b.c.d' string."""
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v
+    if isinstance(v, (bytes, bytearray)):
+        return int.from_bytes(v, "big")
+    if isinstance(v, str):
+        if v.count(".") == 3:
+            return int.from_bytes(bytes(int(x) for x in v.split(".")), "big")
+        if ":" in v:
+            return int(v.replace(":", ""), 16)
+        return int(v, 0)
+    raise SwitchError("INVALID_ARGUMENT", f"cannot interpret value {v!r}")
+
+
+def canonical_bytes(v: int, width: int) -> bytes:
+    """P4Runtime canonical byte string: shortest big-endian form, at least one byte."""
+    return v.to_bytes(max(1, (v.bit_length() + 7) // 8), "big")
+
+
+class Switch:
+    """One v1model switch running a P4 program."""
+
+    def __init__(self, program: str | ir.ProgramIR, *, priority_queues: int = 1, queue_capacity: int = 64,
+                 seed: int = 0, include_dirs: list[str] | None = None, mcast_groups: dict | None = None):
+        self.ir = program if isinstance(program, ir.ProgramIR) else load_ir(program, include_dirs)
+        self.p4info = P4InfoBuilder(self.ir).build()
+        self.ids = _Ids(self.p4info)
+        self.rng = random.Random(seed)
+        self.tm = TrafficManager(priority_queues, queue_capacity, seed + 1)
+        self.env = _Env()
+        self.now_ns = 0
+        self.outputs: list[Departure] = []
+        self.digests: list[tuple[int, tuple]] = []
+        self.parser_errors = 0
+        self.mcast: dict[int, list[tuple[int, int]]] = {k: list(v) for k, v in (mcast_groups or {}).items()}
+        self._build()
+
+    # ---- construction ---------------------------------------------------------------------------
+    def _build(self) -> None:
+        p = self.ir
+        gen = Gen(p)
+        src = gen.generate()
+        self.source = src
+        self.gen = gen
+        ns: dict[str, Any] = {"RNG": self.rng, "ENV": self.env, "DIGESTS": self.digests,
+                              "PACKET_TOO_SHORT": p.errors.members["PacketTooShort"], "_ser": runtime.serialise}
+        for n, f in runtime.HASHES.items():
+            ns[f"H_{n}"] = f
+        self.instances: dict[str, Any] = {}
+        for inst in p.instances:
+            ns[f"X{inst.index}"] = obj = self._make_extern(inst)
+            self.instances[inst.fqname] = obj
+        self.tables: dict[str, runtime.Table] = {}
+        for t in p.tables:
+            tb = runtime.Table(t, [k.match_kind for k in t.keys], [k.width for k in t.keys],
+                               (t.default_action.index, tuple(t.default_args)))
+            if t.implementation is not None:
+                tb.profile = self.instances[t.implementation.fqname]
+                tb.profile.tables.append(tb)
+            if t.direct_counter is not None:
+                tb.count_direct = True
+            if t.direct_meter is not None:
+                tb.dmeter = self.instances[t.direct_meter.fqname]
+            ns[f"TBL{t.index}"] = tb
+            self.tables[t.fqname] = tb
+            for e in t.entries or []:
+                tb.insert(runtime.Entry(tuple(e.keys), e.priority or 0, e.action.index, tuple(e.args),
+                                        is_const=True))
+        exec(compile(PRELUDE, "<switch-prelude>", "exec"), ns)
+        exec(compile(src, f"<p4:{p.path}>", "exec"), ns)
+        ns["ACTIONS"] = [ns[f"A{a.index}"] for a in p.actions]
+        self.ns = ns
+        self._parser = ns["C_parser"]
+        self._verify = ns["C_verify"]
+        self._ingress = ns["C_ingress"]
+        self._egress = ns["C_egress"]
+        self._compute = ns["C_compute"]
+        self._deparser = ns["C_deparser"]
+        sm = gen.sm
+        self._sm = sm
+        self._init = gen.init
+
+    def _make_extern(self, inst: ir.InstanceIR):
+        a = inst.args
+        if inst.extern == "counter":
+            return runtime.Counter(inst.fqname, a[0], ["packets", "bytes", "packets_and_bytes"][a[1]])
+        if inst.extern == "direct_counter":
+            return None
+        if inst.extern == "meter":
+            return runtime.Meter(inst.fqname, a[0], ["packets", "bytes"][a[1]])
+        if inst.extern == "direct_meter":
+            return runtime.DirectMeter(inst.fqname, ["packets", "bytes"][a[0]])
+        if inst.extern == "register":
+            t = inst.type_args[0]
+            if not isinstance(t, (ir.Bits, ir.BoolT)):
+                raise SwitchError("INVALID_ARGUMENT", f"register {inst.fqname}: element type {t} unsupported")
+            return runtime.Register(inst.fqname, a[0], t.width, getattr(t, "signed", False))
+        if inst.extern == "action_profile":
+            return runtime.ActionProfile(inst.fqname, a[0], False, None, self.rng)
+        if inst.extern == "action_selector":
+            algos = ["crc32", "crc32_custom", "crc16", "crc16_custom", "random", "identity", "csum16", "xor16"]
+            return runtime.ActionProfile(inst.fqname, a[1], True, algos[a[0]], self.rng)
+        raise SwitchError("UNIMPLEMENTED", f"extern {inst.extern}")
+
+    # ---- packet path ----------------------------------------------------------------------------
+    def _ingress_one(self, port: int, data: bytes) -> None:
+        sm = self._sm
+        s = self._init[:]
+        now = self.now_ns
+        s[sm["ingress_port"]] = port
+        s[sm["packet_length"]] = len(data)
+        s[sm["ingress_global_timestamp"]] = (now // 1000) & 0xFFFFFFFFFFFF
+        self.env.now_ns = now
+        off, err, _ok = self._parser(s, data)
+        if err:
+            s[sm["parser_error"]] = err
+            self.parser_errors += 1
+        self._verify(s)
+        self._ingress(s)
+        payload = data[off:]
+        prio = s[sm["priority"]]
+        grp = s[sm["mcast_grp"]]
+        if grp:
+            for eport, rid in self.mcast.get(grp, ()):
+                c = s[:]
+                c[sm["egress_rid"]] = rid
+                c[sm["instance_type"]] = INSTANCE_REPLICATION
+                self._enqueue(eport, prio, c, payload, len(data))
+            return
+        eport = s[sm["egress_spec"]]
+        if eport == DROP_PORT:
+            self.tm.drop(port, prio, "pipeline_drop")
+            return
+        self._enqueue(eport, prio, s, payload, len(data))
+
+    def _enqueue(self, port: int, prio: int, s: list, payload: bytes, size: int) -> None:
+        self.tm.enqueue(port, prio, (s, payload), size, self.now_ns)
+
+    def _egress_one(self, port: int, prio: int) -> None:
+        sm = self._sm
+        now = self.now_ns
+        q, deq_depth = self.tm.dequeue(port, prio, now)
+        s, payload = q.item
+        s[sm["egress_port"]] = port
+        s[sm["egress_spec"]] = port if s[sm["egress_spec"]] == DROP_PORT else s[sm["egress_spec"]]
+        s[sm["enq_timestamp"]] = (q.enq_ns // 1000) & 0xFFFFFFFF
+        s[sm["enq_qdepth"]] = min(q.enq_depth, (1 << 19) - 1)
+        s[sm["deq_timedelta"]] = ((now - q.enq_ns) // 1000) & 0xFFFFFFFF
+        s[sm["deq_qdepth"]] = min(deq_depth, (1 << 19) - 1)
+        s[sm["egress_global_timestamp"]] = (now // 1000) & 0xFFFFFFFFFFFF
+        self.env.now_ns = now
+        spec_before = s[sm["egress_spec"]]
+        self._egress(s)
+        if s[sm["egress_spec"]] == DROP_PORT and spec_before != DROP_PORT:
+            self.tm.drop(port, prio, "pipeline_drop")
+            return
+        self.env.payload = payload
+        self._compute(s)
+        data = b"".join(self._deparser(s)) + payload
+        link = self.tm.link(port)
+        if link.loss > 0 and self.tm.rng.random() < link.loss:
+            self.tm.drop(port, prio, "emulated_loss")
+            return
+        busy = self.tm.port(port).busy_until_ns
+        self.outputs.append(Departure(port, data, busy, busy + link.delay_ns))
+
+    def run(self, until_ns: int | None = None) -> list[Departure]:
+        """Advance the clock, dequeuing and running egress, until ``until_ns`` or until idle.
+        Returns the departures of this call (also appended to ``self.outputs``)."""
+        start = len(self.outputs)
+        tm = self.tm
+        while True:
+            nd = tm.next_departure()
+            if nd is None or (until_ns is not None and nd[0] > until_ns):
+                break
+            self.now_ns = max(self.now_ns, nd[0])
+            self._egress_one(nd[1], nd[2])
+        if until_ns is not None:
+            self.now_ns = max(self.now_ns, until_ns)
+        return self.outputs[start:]
+
+    def inject(self, port: int, data: bytes, at_ns: int | None = None) -> None:
+        """Receive ``data`` on ``port`` at simulated time ``at_ns`` (default: now). Packets already
+        queued that depart before that time are processed first."""
+        if at_ns is not None:
+            if at_ns < self.now_ns:
+                raise ValueError("time cannot go backwards")
+            self.run(at_ns)
+        self._ingress_one(port, bytes(data))
+
+    def send(self, port: int, data: bytes) -> list[Departure]:
+        """Inject one packet now and run until idle; returns what left."""
+        self.inject(port, data)
+        return self.run()
+
+    def process_batch(self, packets: Iterable[tuple[int, bytes]]) -> list[Departure]:
+        """Fast path for benchmarks: inject every (port, data) at the current time, then run."""
+        ing = self._ingress_one
+        for port, data in packets:
+            ing(port, data)
+        return self.run()
+
+    # ---- drops -----------------------------------------------------------------------------------
+    def drops(self) -> dict[tuple[int, int, str], int]:
+        """Drop counts by (port, priority, reason)."""
+        return dict(self.tm.drops)
+
+    def drop_total(self, reason: str | None = None) -> int:
+        return sum(v for k, v in self.tm.drops.items() if reason is None or k[2] == reason)
+
+    # ---- names and ids -----------------------------------------------------------------------------
+    def _table(self, table: str | int) -> runtime.Table:
+        name = self.ids.name("tables", table)
+        t = self.tables.get(name)
+        if t is None:
+            raise SwitchError("NOT_FOUND", f"no table {table!r}")
+        return t
+
+    def _action(self, t: runtime.Table | None, action: str | int) -> ir.ActionIR:
+        name = self.ids.name("actions", action)
+        for a in self.ir.actions:
+            if a.fqname == name:
+                if t is not None and a not in t.ir.actions:
+                    raise SwitchError("INVALID_ARGUMENT", f"action {name} is not an action of table {t.name}")
+                return a
+        raise SwitchError("NOT_FOUND", f"no action {action!r}")
+
+    def _args(self, a: ir.ActionIR, params: dict | list | tuple | None) -> tuple:
+        params = params or {}
+        if isinstance(params, (list, tuple)):
+            if len(params) != len(a.params):
+                raise SwitchError("INVALID_ARGUMENT", f"action {a.fqname} takes {len(a.params)} parameters")
+            vals = [to_int(v) for v in params]
+        else:
+            byname = {}
+            for i, p in enumerate(a.params):
+                byname[p.name] = i
+                byname[i + 1] = i        # P4Info param ids start at 1
+            vals = [None] * len(a.params)
+            for k, v in params.items():
+                if k not in byname:
+                    raise SwitchError("INVALID_ARGUMENT", f"action {a.fqname} has no parameter {k!r}")
+                vals[byname[k]] = to_int(v)
+            if any(v is None for v in vals):
+                raise SwitchError("INVALID_ARGUMENT", f"missing parameters for action {a.fqname}")
+        out = []
+        for v, p in zip(vals, a.params):
+            if v < 0 or v >> p.type.width:
+                raise SwitchError("INVALID_ARGUMENT", f"value {v} does not fit parameter {p.name} ({p.type})")
+            out.append(v)
+        return tuple(out)
+
+    def _match(self, t: runtime.Table, match: dict | None) -> tuple:
+        """Build the per-key match tuple from {field name or id: value}. Values: exact: v;
+        lpm: (v, plen); ternary: (v, mask); range: (lo, hi); optional: v."""
+        match = match or {}
+        keys = t.ir.keys
+        out: list = [None] * len(keys)
+        index = {}
+        for i, k in enumerate(keys):
+            index[k.name] = i
+            index[i + 1] = i
+        for f, v in match.items():
+            if f not in index:
+                raise SwitchError("INVALID_ARGUMENT", f"table {t.name} has no match field {f!r}")
+            i = index[f]
+            k = keys[i]
+            w = k.width
+            full = (1 << w) - 1
+            mk = k.match_kind
+            if mk == "exact":
+                m = ("exact", to_int(v))
+            elif mk == "lpm":
+                val, plen = v
+                val, plen = to_int(val), int(plen)
+                if not 0 <= plen <= w:
+                    raise SwitchError("INVALID_ARGUMENT", f"prefix length {plen} out of range")
+                if val & ((1 << (w - plen)) - 1):
+                    raise SwitchError("INVALID_ARGUMENT", "lpm value has bits set beyond the prefix length")
+                m = None if plen == 0 else ("lpm", val, plen)
+            elif mk == "ternary":
+                val, mask = (to_int(v[0]), to_int(v[1]))
+                if val & ~mask & full:
+                    raise SwitchError("INVALID_ARGUMENT", "ternary value has bits set outside the mask")
+                m = None if mask == 0 else ("ternary", val, mask)
+            elif mk == "range":
+                lo, hi = to_int(v[0]), to_int(v[1])
+                if lo > hi:
+                    raise SwitchError("INVALID_ARGUMENT", "range low bound above high bound")
+                m = None if (lo, hi) == (0, full) else ("range", lo, hi)
+            elif mk == "optional":
+                m = ("optional", to_int(v))
+            else:
+                raise SwitchError("INVALID_ARGUMENT", f"unknown match kind {mk}")
+            for x in m[1:] if m else ():
+                if x < 0 or x > full:
+                    raise SwitchError("INVALID_ARGUMENT", f"value {x} does not fit match field {k.name} (bit<{w}>)")
+            out[i] = m
+        for i, k in enumerate(keys):
+            if k.match_kind == "exact" and out[i] is None:
+                raise SwitchError("INVALID_ARGUMENT", f"exact match field {k.name} is required")
+        return tuple(out)
+
+    # ---- table entries --------------------------------------------------------------------------
+    def _entry(self, table, match, action, params, priority, member, group) -> tuple[runtime.Table, runtime.Entry]:
+        t = self._table(table)
+        m = self._match(t, match)
+        if t.has_prio:
+            if not priority or priority <= 0:
+                raise SwitchError("INVALID_ARGUMENT", f"table {t.name} needs an entry priority > 0")
+        elif priority:
+            raise SwitchError("INVALID_ARGUMENT", f"table {t.name} does not take a priority")
+        e = runtime.Entry(m, priority or 0)
+        if t.profile is not None:
+            if (member is None) == (group is None):
+                raise SwitchError("INVALID_ARGUMENT", f"table {t.name} needs a member id or a group id")
+            if group is not None and not t.profile.selector:
+                raise SwitchError("INVALID_ARGUMENT", f"{t.profile.name} is not a selector: no groups")
+            if member is not None and member not in t.profile.members:
+                raise SwitchError("NOT_FOUND", f"no member {member} in {t.profile.name}")
+            if group is not None and group not in t.profile.groups:
+                raise SwitchError("NOT_FOUND", f"no group {group} in {t.profile.name}")
+            e.member, e.group = member, group
+        else:
+            if action is None:
+                raise SwitchError("INVALID_ARGUMENT", "an action is required")
+            a = self._action(t, action)
+            if t.ir.action_scopes.get(a.fqname) == "DEFAULT_ONLY":
+                raise SwitchError("INVALID_ARGUMENT", f"action {a.fqname} is @defaultonly")
+            e.action, e.args = a.index, self._args(a, params)
+        return t, e
+
+    def insert_entry(self, table, match=None, action=None, params=None, priority: int = 0,
+                     member: int | None = None, group: int | None = None) -> None:
+        t, e = self._entry(table, match, action, params, priority, member, group)
+        if t.ir.const_entries:
+            raise SwitchError("PERMISSION_DENIED", f"table {t.name} has const entries")
+        t.insert(e)
+
+    def modify_entry(self, table, match=None, action=None, params=None, priority: int = 0,
+                     member: int | None = None, group: int | None = None) -> None:
+        t, e = self._entry(table, match, action, params, priority, member, group)
+        if t.ir.const_entries:
+            raise SwitchError("PERMISSION_DENIED", f"table {t.name} has const entries")
+        t.modify(e)
+
+    def delete_entry(self, table, match=None, priority: int = 0) -> None:
+        t = self._table(table)
+        if t.ir.const_entries:
+            raise SwitchError("PERMISSION_DENIED", f"table {t.name} has const entries")
+        t.delete(self._match(t, match), priority or 0)
+
+    def get_entry(self, table, match=None, priority: int = 0) -> runtime.Entry | None:
+        t = self._table(table)
+        return t.get(self._match(t, match), priority or 0)
+
+    def entries(self, table) -> list[dict]:
+        """Entries as written, P4Runtime style: match by field id with canonical bytes, don't-care
+        fields omitted."""
+        t = self._table(table)
+        out = []
+        for e in t.entries.values():
+            fields = {}
+            for i, (m, k) in enumerate(zip(e.match, t.ir.keys)):
+                if m is None:
+                    continue
+                fields[i + 1] = (m[0],) + tuple(canonical_bytes(x, k.width) if j < 2 or m[0] != "lpm" else x
+                                                for j, x in enumerate(m[1:], start=1))
+            item = {"table_id": self.ids.id("tables", t.name), "match": fields, "priority": e.priority,
+                    "packets": e.packets, "bytes": e.bytes}
+            if e.action >= 0:
+                a = self.ir.actions[e.action]
+                item["action_id"] = self.ids.id("actions", a.fqname)
+                item["params"] = {i + 1: canonical_bytes(v, p.type.width) for i, (v, p) in enumerate(zip(e.args, a.params))}
+            else:
+                item["member"], item["group"] = e.member, e.group
+            out.append(item)
+        return out
+
+    def set_default_action(self, table, action, params=None) -> None:
+        t = self._table(table)
+        if t.ir.const_default:
+            raise SwitchError("PERMISSION_DENIED", f"the default action of {t.name} is const")
+        a = self._action(t, action)
+        if t.ir.action_scopes.get(a.fqname) == "TABLE_ONLY":
+            raise SwitchError("INVALID_ARGUMENT", f"action {a.fqname} is @tableonly")
+        t.set_default(a.index, self._args(a, params))
+
+    def reset_default_action(self, table) -> None:
+        t = self._table(table)
+        t.set_default(*t.initial_default)
+
+    def direct_counter(self, table, match=None, priority: int = 0) -> tuple[int, int]:
+        e = self.get_entry(table, match, priority)
+        if e is None:
+            raise SwitchError("NOT_FOUND", "no such entry")
+        return e.packets, e.bytes
+
+    # ---- action profiles ------------------------------------------------------------------------
+    def _profile(self, name) -> runtime.ActionProfile:
+        n = self.ids.name("action_profiles", name)
+        p = self.instances.get(n)
+        if not isinstance(p, runtime.ActionProfile):
+            raise SwitchError("NOT_FOUND", f"no action profile {name!r}")
+        return p
+
+    def insert_member(self, profile, member_id: int, action, params=None) -> None:
+        p = self._profile(profile)
+        if member_id in p.members:
+            raise SwitchError("ALREADY_EXISTS", f"member {member_id} exists")
+        if len(p.members) >= p.size:
+            raise SwitchError("RESOURCE_EXHAUSTED", f"{p.name} is full")
+        a = self._action(None, action)
+        p.members[member_id] = (a.index, self._args(a, params))
+        p.changed()
+
+    def modify_member(self, profile, member_id: int, action, params=None) -> None:
+        p = self._profile(profile)
+        if member_id not in p.members:
+            raise SwitchError("NOT_FOUND", f"no member {member_id}")
+        a = self._action(None, action)
+        p.members[member_id] = (a.index, self._args(a, params))
+        p.changed()
+
+    def delete_member(self, profile, member_id: int) -> None:
+        p = self._profile(profile)
+        if member_id not in p.members:
+            raise SwitchError("NOT_FOUND", f"no member {member_id}")
+        if any(member_id in g for g in p.groups.values()):
+            raise SwitchError("FAILED_PRECONDITION", f"member {member_id} is in a group")
+        del p.members[member_id]
+        p.changed()
+
+    def insert_group(self, profile, group_id: int, members: list[int], max_size: int = 0,
+                     random_selection: bool = False) -> None:
+        p = self._profile(profile)
+        if not p.selector:
+            raise SwitchError("INVALID_ARGUMENT", f"{p.name} is not an action selector")
+        if group_id in p.groups:
+            raise SwitchError("ALREADY_EXISTS", f"group {group_id} exists")
+        self._set_group(p, group_id, members, max_size, random_selection)
+
+    def modify_group(self, profile, group_id: int, members: list[int], max_size: int = 0,
+                     random_selection: bool = False) -> None:
+        p = self._profile(profile)
+        if group_id not in p.groups:
+            raise SwitchError("NOT_FOUND", f"no group {group_id}")
+        self._set_group(p, group_id, members, max_size, random_selection)
+
+    def _set_group(self, p, group_id, members, max_size, random_selection) -> None:
+        for m in members:
+            if m not in p.members:
+                raise SwitchError("NOT_FOUND", f"no member {m}")
+        if max_size and len(members) > max_size:
+            raise SwitchError("RESOURCE_EXHAUSTED", "group larger than its max_size")
+        p.groups[group_id] = list(members)
+        p.max_group_size[group_id] = max_size
+        (p.random_groups.add if random_selection else p.random_groups.discard)(group_id)
+        p.changed()
+
+    def delete_group(self, profile, group_id: int) -> None:
+        p = self._profile(profile)
+        if group_id not in p.groups:
+            raise SwitchError("NOT_FOUND", f"no group {group_id}")
+        del p.groups[group_id]
+        p.changed()
+
+    # ---- registers, counters, meters -------------------------------------------------------------
+    def _inst(self, kind: str, name, cls):
+        n = self.ids.name(kind, name)
+        o = self.instances.get(n)
+        if not isinstance(o, cls):
+            raise SwitchError("NOT_FOUND", f"no {kind[:-1]} {name!r}")
+        return o
+
+    def register_read(self, name, index: int) -> int:
+        r = self._inst("registers", name, runtime.Register)
+        self._check_index(index, r.size)
+        return r.values[index] & r.mask
+
+    def register_write(self, name, index: int, value: int) -> None:
+        r = self._inst("registers", name, runtime.Register)
+        self._check_index(index, r.size)
+        v = to_int(value) & r.mask
+        if r.signed and v >> (r.width - 1):
+            v -= 1 << r.width
+        r.values[index] = v
+
+    def counter_read(self, name, index: int) -> tuple[int, int]:
+        c = self._inst("counters", name, runtime.Counter)
+        self._check_index(index, c.size)
+        return c.packets[index], c.bytes[index]
+
+    def counter_write(self, name, index: int, packets: int = 0, bytes_: int = 0) -> None:
+        c = self._inst("counters", name, runtime.Counter)
+        self._check_index(index, c.size)
+        c.packets[index], c.bytes[index] = packets, bytes_
+
+    def meter_set(self, name, index: int, cir: int, cburst: int, pir: int, pburst: int) -> None:
+        m = self._inst("meters", name, runtime.Meter)
+        self._check_index(index, m.size)
+        m.cells[index].set(runtime.MeterConfig(cir, cburst, pir, pburst), self.now_ns)
+
+    def meter_get(self, name, index: int) -> runtime.MeterConfig | None:
+        m = self._inst("meters", name, runtime.Meter)
+        self._check_index(index, m.size)
+        return m.cells[index].config
+
+    def direct_meter_set(self, table, match, priority: int, cir: int, cburst: int, pir: int, pburst: int) -> None:
+        e = self.get_entry(table, match, priority)
+        if e is None:
+            raise SwitchError("NOT_FOUND", "no such entry")
+        e.meter.set(runtime.MeterConfig(cir, cburst, pir, pburst), self.now_ns)
+
+    @staticmethod
+    def _check_index(i: int, size: int) -> None:
+        if not 0 <= i < size:
+            raise SwitchError("OUT_OF_RANGE", f"index {i} out of range (size {size})")
+
+    # ---- multicast (packet replication engine) ---------------------------------------------------
+    def set_mcast_group(self, group: int, ports: list[int] | list[tuple[int, int]]) -> None:
+        self.mcast[group] = [(p, 0) if isinstance(p, int) else tuple(p) for p in ports]
+
+    def delete_mcast_group(self, group: int) -> None:
+        self.mcast.pop(group, None)
+
+    # ---- digests ----------------------------------------------------------------------------------
+    def take_digests(self) -> list[tuple[str, tuple]]:
+        out = [(self.ir.digests[i].name, v) for i, v in self.digests]
+        self.digests.clear()
+        return out
+
+
+class _Ids:
+    """Name <-> P4Info id resolution for the API (accepts either)."""
+
+    def __init__(self, p4info):
+        self.by_id: dict[int, str] = {}
+        self.by_name: dict[tuple[str, str], int] = {}
+        for kind in ("tables", "actions", "action_profiles", "counters", "direct_counters", "meters",
+                     "direct_meters", "registers", "digests"):
+            for x in getattr(p4info, kind):
+                self.by_id[x.preamble.id] = x.preamble.name
+                self.by_name[(kind, x.preamble.name)] = x.preamble.id
+                self.by_name.setdefault((kind, x.preamble.alias), x.preamble.id)
+
+    def name(self, kind: str, key) -> str:
+        if isinstance(key, int):
+            if key not in self.by_id:
+                raise SwitchError("NOT_FOUND", f"unknown id {key:#x}")
+            return self.by_id[key]
+        i = self.by_name.get((kind, key))
+        return self.by_id[i] if i is not None else key
+
+    def id(self, kind: str, name: str) -> int:
+        return self.by_name[(kind, name)]
