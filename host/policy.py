@@ -1,0 +1,157 @@
+"""Priority policy: which DLCP priority, magnitude class and drop eligibility each packet of a tensor gets.
+
+This is the "gradient bytes are not all equal" half of DLCP/MLT (``docs/transport.md``):
+
+* **priority** comes from the tensor's layer position. Layers near the input are needed first by the next forward
+  pass, so their packets get the higher switch queue.
+* **magnitude class** (0 smallest .. 7 largest) of a packet is the octile of its payload's mean ``|x|`` among the
+  per-packet means of the whole tensor. Octiles of the per-packet means (rather than of single elements) spread the
+  packets evenly over the 8 classes, so the class is informative for a switch that looks at it.
+* **drop eligibility** goes to the packets with the smallest mean ``|x|``, smallest first, while their element
+  count stays within ``floor(p * n)`` (p = the tensor's loss bound, n = its elements). The eligible elements can
+  therefore never exceed the loss bound, whatever the network drops. Since eligible packets are the smallest ones,
+  they are exactly the lowest magnitude classes (ties broken by position).
+
+Integer, boolean (control data) tensors are never drop-eligible: their loss bound must be 0.
+
+Everything here is a pure function of arrays, without I/O, so it can be tested alone and swapped: the transport
+takes any object with the :class:`Policy` protocol (``Options.policy``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+__all__ = ["PacketClasses", "Policy", "LayerMagnitudePolicy", "packet_mean_abs", "as_float_view",
+           "DATA_PRIORITY_MAX", "DATA_PRIORITY_MIN", "CONTROL_PRIORITY"]
+
+#: Data packets use priorities 1..6; 7 is kept for the transport's own ACK/NACK/control messages (they steer
+#: every sender's retransmissions and rate, so they must not queue behind data) and 0 for background traffic.
+DATA_PRIORITY_MAX = 6
+DATA_PRIORITY_MIN = 1
+CONTROL_PRIORITY = 7
+
+
+@dataclass(frozen=True)
+class PacketClasses:
+    """The policy's verdict for every packet of one tensor (arrays of length ``npackets``)."""
+
+    priority: int  # one priority for the whole tensor (a tensor is one layer's bucket)
+    mag_class: np.ndarray  # uint8, 0..7
+    eligible: np.ndarray  # bool, True = drop-eligible
+
+
+class Policy(Protocol):
+    """What the transport asks of a priority policy."""
+
+    def classify(self, values: np.ndarray | None, counts: np.ndarray, *, layer: int,
+                 loss_bound: float) -> PacketClasses:
+        """Classify the packets of a tensor.
+
+        ``values`` is the tensor as a flat float array (``None`` for integer/boolean data, which has no magnitude),
+        ``counts[i]`` the number of elements of packet i (packets are consecutive slices, in order).
+        The eligible packets' elements must sum to at most ``floor(loss_bound * counts.sum())``.
+        """
+        ...  # pragma: no cover
+
+
+def as_float_view(arr: np.ndarray, bf16: bool = False) -> np.ndarray | None:
+    """The flat tensor as floats for magnitude computations, or ``None`` for integer/boolean data.
+
+    bf16 arrives as its raw uint16 bits: shifting them into the top half of a float32 is exact and vectorised.
+    fp16/fp32/fp64 are returned as they are (no copy).
+    """
+    flat = arr.reshape(-1)
+    if bf16:
+        return (flat.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    if flat.dtype.kind == "f":
+        return flat
+    return None
+
+
+def packet_mean_abs(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Mean ``|x|`` of each packet's slice (vectorised, float64). Empty packets get 0; NaN/inf count as +inf so a
+    packet carrying them is never classed small (it is protected)."""
+    n = len(counts)
+    out = np.zeros(n, dtype=np.float64)
+    if n == 0 or values.size == 0:
+        return out
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    nonempty = counts > 0
+    # one temporary (|x| in the tensor's own precision), float64 accumulation; a NaN or inf makes the sum non-finite
+    sums = np.add.reduceat(np.abs(values), starts[nonempty], dtype=np.float64)
+    out[nonempty] = sums / counts[nonempty]
+    out[~np.isfinite(out)] = np.inf
+    return out
+
+
+@dataclass(frozen=True)
+class LayerMagnitudePolicy:
+    """The default policy: priority from layer position, class from magnitude octile, smallest packets eligible.
+
+    ``num_layers``: layers of the model. When known, layer positions are spread evenly over the data priorities
+    (layer 0 gets :data:`DATA_PRIORITY_MAX`, the last layer :data:`DATA_PRIORITY_MIN`); when ``None``, each layer
+    is one level below the previous one, saturating at the minimum (layer 0 -> 6, 1 -> 5, ..., >= 5 -> 1).
+    """
+
+    num_layers: int | None = None
+
+    def priority(self, layer: int) -> int:
+        levels = DATA_PRIORITY_MAX - DATA_PRIORITY_MIN + 1
+        if layer < 0:
+            raise ValueError(f"layer must be >= 0, got {layer}")
+        if self.num_layers is None:
+            return max(DATA_PRIORITY_MIN, DATA_PRIORITY_MAX - layer)
+        if self.num_layers <= 1:
+            return DATA_PRIORITY_MAX
+        pos = min(layer, self.num_layers - 1) / (self.num_layers - 1)  # 0 = input .. 1 = output
+        return DATA_PRIORITY_MAX - min(levels - 1, int(pos * levels))
+
+    def classify(self, values: np.ndarray | None, counts: np.ndarray, *, layer: int,
+                 loss_bound: float) -> PacketClasses:
+        counts = np.asarray(counts, dtype=np.int64)
+        n = len(counts)
+        prio = self.priority(layer)
+        if not 0.0 <= loss_bound < 1.0:
+            raise ValueError(f"loss_bound must be in [0, 1), got {loss_bound}")
+        if values is None:
+            if loss_bound > 0:
+                raise ValueError("integer/boolean tensors carry control data and must be sent with loss_bound=0")
+            return PacketClasses(prio, np.zeros(n, np.uint8), np.zeros(n, bool))
+        means = packet_mean_abs(values, counts)
+        return PacketClasses(prio, magnitude_classes(means), eligible_smallest(means, counts, loss_bound))
+
+
+def magnitude_classes(means: np.ndarray) -> np.ndarray:
+    """Octile (0..7) of each packet mean among all packet means (ties share the lower class)."""
+    n = len(means)
+    if n == 0:
+        return np.zeros(0, np.uint8)
+    finite = means[np.isfinite(means)]
+    if finite.size == 0:
+        return np.full(n, 7, np.uint8)
+    edges = np.quantile(finite, np.arange(1, 8) / 8.0)
+    return np.searchsorted(edges, means, side="left").astype(np.uint8).clip(0, 7)
+
+
+def eligible_smallest(means: np.ndarray, counts: np.ndarray, loss_bound: float) -> np.ndarray:
+    """Mark the smallest-mean packets drop-eligible while their elements sum to <= floor(loss_bound * total).
+
+    A stable sort breaks ties by position; a packet that does not fit ends the prefix (so eligibility is exactly
+    a prefix of the magnitude order: every eligible packet is no larger than every protected one).
+    """
+    n = len(means)
+    eligible = np.zeros(n, dtype=bool)
+    budget = int(np.floor(loss_bound * int(counts.sum()) + 1e-9))
+    if n == 0 or budget <= 0:
+        return eligible
+    order = np.argsort(means, kind="stable")
+    order = order[np.isfinite(means[order])]
+    cum = np.cumsum(counts[order])
+    k = int(np.searchsorted(cum, budget, side="right"))
+    eligible[order[:k]] = True
+    eligible[counts == 0] = False  # an empty packet saves nothing; keep it protected
+    return eligible

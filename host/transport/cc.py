@@ -1,0 +1,159 @@
+"""Congestion control: a DCTCP-style window per destination, with slow start, pacing and RTO backoff (pure).
+
+The state machine sees only events (ACKed bytes with or without congestion marks, RTT samples, timeouts) and the
+clock passed in, never sockets, so it is tested alone (``tests/host/test_cc.py``).
+
+* **Marks.** A byte counts as marked when the ACK that covers it carries ECN-Echo (a switch set CE on the data) or,
+  when ``delay_target`` is set, when the ACK's RTT sample exceeds ``min_rtt + delay_target``. The delay mark is
+  the fallback for paths without ECN-marking queues (Linux tbf/pfifo only drop): a queue that builds raises the
+  RTT long before it overflows. Random loss raises neither, so it never shrinks the window (MLT's point: loss of
+  drop-eligible packets is expected and must not collapse the rate).
+* **DCTCP.** Once per observation window (about one cwnd of ACKed bytes) ``alpha <- (1-g) alpha + g F`` with F the
+  marked fraction; if anything was marked the window shrinks to ``cwnd (1 - alpha/2)`` and slow start ends.
+* **Slow start** doubles the window per RTT (cwnd += ACKed bytes) until the first mark or ``ssthresh``; then
+  additive increase of one MSS per RTT.
+* **Pacing**: the sender spreads a window over the smoothed RTT at ``pacing_gain`` (2 in slow start, 1.25 after).
+* **Timeouts** (no feedback at all for ``rto``): ssthresh = cwnd/2, cwnd back to the initial window, rto doubles
+  (up to ``rto_max``); the next ACK resets the backoff.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["CCParams", "DctcpWindow"]
+
+
+@dataclass(frozen=True)
+class CCParams:
+    mss: int = 1436  # payload bytes per packet; the transport sets it from the MTU
+    init_cwnd_pkts: int = 32
+    min_cwnd_pkts: int = 2
+    max_cwnd_bytes: int = 4 << 20
+    g: float = 1.0 / 16  # DCTCP gain
+    delay_target: float | None = 0.004  # seconds over min RTT that count as a mark; None = ECN marks only
+    rto_min: float = 0.004
+    rto_max: float = 0.5
+    rto_init: float = 0.05
+    pacing_gain_ss: float = 2.0
+    pacing_gain_ca: float = 1.25
+    min_rtt_floor: float = 20e-6  # an RTT below this is clock noise
+
+
+@dataclass
+class DctcpWindow:
+    """Window/rate state for one destination. All times in seconds, sizes in bytes."""
+
+    p: CCParams = field(default_factory=CCParams)
+    cwnd: float = 0.0
+    ssthresh: float = float("inf")
+    alpha: float = 1.0  # DCTCP starts pessimistic: the first marked window halves
+    srtt: float | None = None
+    rttvar: float = 0.0
+    min_rtt: float | None = None
+    rto: float = 0.0
+    backoff: int = 0
+    _win_acked: float = 0.0
+    _win_marked: float = 0.0
+    _win_target: float = 0.0
+    marks_seen: int = 0  # ACK events that carried a mark (ECN or delay)
+    ecn_marks: int = 0
+    delay_marks: int = 0
+    cuts: int = 0
+    timeouts: int = 0
+
+    def __post_init__(self) -> None:
+        if self.cwnd <= 0:
+            self.cwnd = float(self.p.init_cwnd_pkts * self.p.mss)
+        self.rto = self.p.rto_init
+        self._win_target = self.cwnd
+
+    @property
+    def in_slow_start(self) -> bool:
+        return self.cwnd < self.ssthresh
+
+    def window(self) -> int:
+        """Bytes that may be in flight."""
+        return int(self.cwnd)
+
+    def pacing_rate(self) -> float:
+        """Bytes per second the sender may emit (inf before the first RTT sample)."""
+        if self.srtt is None:
+            return float("inf")
+        gain = self.p.pacing_gain_ss if self.in_slow_start else self.p.pacing_gain_ca
+        return gain * self.cwnd / max(self.srtt, self.p.min_rtt_floor)
+
+    def on_rtt(self, rtt: float) -> None:
+        """RFC 6298 smoothing; min RTT for the delay mark."""
+        rtt = max(rtt, self.p.min_rtt_floor)
+        if self.srtt is None:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+        self.min_rtt = rtt if self.min_rtt is None else min(self.min_rtt, rtt)
+        self.rto = min(self.p.rto_max, max(self.p.rto_min, self.srtt + 4 * self.rttvar))
+
+    def is_delay_mark(self, rtt: float | None) -> bool:
+        return (self.p.delay_target is not None and rtt is not None and self.min_rtt is not None
+                and rtt > self.min_rtt + self.p.delay_target)
+
+    def on_ack(self, acked: int, *, ecn: bool = False, rtt: float | None = None) -> None:
+        """``acked`` bytes newly delivered; ``ecn``: the ACK echoed CE; ``rtt``: a sample (Karn-filtered)."""
+        self.backoff = 0
+        if rtt is not None:
+            delay = self.is_delay_mark(rtt)  # judged against the min RTT before this sample
+            self.on_rtt(rtt)
+        else:
+            delay = False
+        if acked <= 0:
+            return
+        marked = ecn or delay
+        if marked:
+            self.marks_seen += 1
+            self.ecn_marks += int(ecn)
+            self.delay_marks += int(delay and not ecn)
+        self._win_acked += acked
+        if marked:
+            self._win_marked += acked
+        if not self._win_marked:
+            if self.in_slow_start:
+                self.cwnd += acked
+            else:
+                self.cwnd += self.p.mss * acked / self.cwnd
+        if self._win_acked >= self._win_target:
+            self._end_window()
+        self._clamp()
+
+    def _end_window(self) -> None:
+        frac = self._win_marked / self._win_acked if self._win_acked else 0.0
+        self.alpha = (1 - self.p.g) * self.alpha + self.p.g * frac
+        if self._win_marked:
+            self.cwnd = self.cwnd * (1 - self.alpha / 2)
+            self.ssthresh = self.cwnd
+            self.cuts += 1
+        self._win_acked = self._win_marked = 0.0
+        self._clamp()
+        self._win_target = self.cwnd
+
+    def on_timeout(self) -> None:
+        """No feedback for ``rto``: restart from the initial window and back the timer off."""
+        self.timeouts += 1
+        self.ssthresh = max(self.cwnd / 2, self.p.min_cwnd_pkts * self.p.mss)
+        self.cwnd = float(min(self.p.init_cwnd_pkts * self.p.mss, self.ssthresh))
+        self.backoff += 1
+        self.rto = min(self.p.rto_max, self.rto * 2)
+        self._win_acked = self._win_marked = 0.0
+        self._win_target = self.cwnd
+        self._clamp()
+
+    def _clamp(self) -> None:
+        self.cwnd = float(min(max(self.cwnd, self.p.min_cwnd_pkts * self.p.mss), self.p.max_cwnd_bytes))
+
+    def snapshot(self) -> dict[str, float | int | None]:
+        return {"cwnd": int(self.cwnd), "ssthresh": None if self.ssthresh == float("inf") else int(self.ssthresh),
+                "alpha": round(self.alpha, 4), "srtt_us": None if self.srtt is None else round(self.srtt * 1e6, 1),
+                "min_rtt_us": None if self.min_rtt is None else round(self.min_rtt * 1e6, 1),
+                "rto_ms": round(self.rto * 1e3, 3), "pacing_gbps": round(self.pacing_rate() * 8e-9, 3)
+                if self.srtt else None, "ecn_marks": self.ecn_marks, "delay_marks": self.delay_marks,
+                "cuts": self.cuts, "timeouts": self.timeouts}

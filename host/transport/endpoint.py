@@ -1,0 +1,1063 @@
+"""The DLCP endpoint: one UDP socket per process, a receive thread and a progress (send + timers) thread.
+
+Usage (see ``docs/transport.md`` for the protocol)::
+
+    ep = Endpoint(rank, {0: "10.0.0.1", 1: "10.0.0.2"}, job_id=7, nonce=0x1234)
+    h = ep.send(1, grad, transfer_id=42, layer=3, loss_bound=0.01)    # returns at once
+    res = ep.recv(0, 42, out=buf, timeout=5.0)                         # blocks; res.data is buf
+    res.report.lost_ranges                                             # [(start, stop), ...] zero-filled
+    h.wait(); ep.stats(); ep.close()
+
+Addresses: ``addr_map`` maps every rank to ``"host"`` (port :data:`host.wire.UDP_PORT`) or ``("host", port)``.
+Every endpoint binds its own entry, so several ranks on one machine use distinct addresses (127.0.0.x on
+loopback, the whole 127/8 is local) and all keep the well-known port a DLCP switch parses. A packet is accepted
+only if its job id and nonce are ours and its source address is the one ``addr_map`` gives its rank.
+
+Threads and locking: the receive thread handles every datagram (data into the destination buffer, ACK/NACK into
+sender state, immediate ACKs); the progress thread picks bursts under the window and pacing rate of each peer, sends
+them outside the lock, and runs timers every millisecond (receiver NACKs, grace-period completion, sender RTO
+probes, peer timeouts). One lock guards the transfer tables; user calls only post work and wait on events.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import os
+import select
+import socket
+import struct
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from host import wire
+from host.policy import CONTROL_PRIORITY, LayerMagnitudePolicy, Policy, as_float_view
+from host.transport.cc import CCParams, DctcpWindow
+from host.transport.chunking import (IPV4_UDP_OVERHEAD, chunk_elems, payload_capacity, plan_packets, tos_byte)
+from host.transport.reassembly import Reassembly
+from host.transport.tensors import TensorView, allocate, view_tensor
+from host.wire import DType, Flag, MsgType
+
+__all__ = ["Endpoint", "Options", "SendHandle", "RecvResult", "LossReport", "TransportError", "HDR", "decode_words",
+           "pack_control_header"]
+
+log = logging.getLogger("host.transport")
+
+# --- fast header access -----------------------------------------------------------------------------------------
+#: The 36-byte header as its 14 wire words (derived from wire.WIRE_DTYPE, so it follows the wire format). The hot
+#: receive path unpacks these words with one struct call instead of building a Header; anything that fails the
+#: cheap checks below is re-parsed by ``wire.parse_datagram`` to name the bad field.
+HDR = struct.Struct("!" + "".join({1: "B", 2: "H", 4: "I"}[wire.WIRE_DTYPE[n].itemsize]
+                                  for n in wire.WIRE_DTYPE.names))
+assert HDR.size == wire.HEADER_LEN
+# word indices (tests/host/test_chunking.py checks them against wire.Header)
+W_VT, W_FLAGS, W_PMR, W_DTYPE, W_LAYER, W_RANK, W_JOB, W_TID, W_STEP, W_SEQ, W_TOTAL, W_OFFSET, W_COUNT, W_NONCE = \
+    range(14)
+_ITEMSIZE = [0] * 256
+for _d in DType:
+    _ITEMSIZE[int(_d)] = _d.itemsize
+_NDTYPES = len(DType)
+
+CTL_DONE = 1  # CONTROL payload: opcode byte, then u32 packets received
+_CTL = struct.Struct("!BI")
+_REORDER_PKTS = 3  # a packet is lost when 3 packets sent after it have been ACKed (as TCP's dupthresh)
+_TOS_CONTROL = tos_byte(CONTROL_PRIORITY, False)
+
+
+def decode_words(buf) -> tuple[int, ...]:
+    """The 14 header words of ``buf`` (for tests and tools)."""
+    return HDR.unpack_from(buf)
+
+
+def pack_control_header(buf, msg_type: int, *, flags: int, rank: int, job_id: int, transfer_id: int, step: int,
+                        seq: int, total: int, count: int, nonce: int, layer: int = 0) -> None:
+    """Write an ACK/NACK/CONTROL header into ``buf[:36]`` (priority 7, dtype 0)."""
+    HDR.pack_into(buf, 0, (wire.VERSION << 4) | msg_type, flags, CONTROL_PRIORITY << 5, 0, layer, rank, job_id,
+                  transfer_id, step, seq, total, 0, count, nonce)
+
+
+# --- public types -----------------------------------------------------------------------------------------------
+
+class TransportError(RuntimeError):
+    """A transfer failed: a peer stopped answering, a receive timed out, the endpoint closed. ``peer`` is the rank."""
+
+    def __init__(self, message: str, peer: int | None = None):
+        super().__init__(message)
+        self.peer = peer
+
+
+@dataclass
+class Options:
+    """Endpoint configuration; every time is in seconds."""
+
+    mtu: int = 1500  # path MTU: chunking makes every datagram fit (1500, 9000, ...)
+    port: int = wire.UDP_PORT  # port for addr_map entries given without one
+    policy: Policy = field(default_factory=LayerMagnitudePolicy)
+    recv_timeout: float = 30.0  # default timeout of recv()
+    peer_timeout: float = 5.0  # a peer with outstanding sends that sends no feedback for this long fails them
+    grace: float = 0.003  # receiver: idle time after which a transfer with only eligible packets missing completes
+    nack_idle: float = 0.005  # receiver: idle time after which missing needed packets are NACKed (before LAST)
+    nack_interval: float = 0.002  # first re-NACK interval; doubles to nack_interval_max while nothing arrives
+    nack_interval_max: float = 0.1
+    ack_every: int = 16  # receiver: ACK after this many data packets (and on CE change, LAST, socket drained)
+    burst: int = 32  # max packets the progress thread sends per pick
+    tick: float = 0.001  # timer granularity
+    cc: CCParams | None = None  # None: defaults with mss from the MTU
+    sock_buf: int = 32 << 20  # SO_RCVBUF/SO_SNDBUF (forced when root)
+    max_staged_bytes: int = 1 << 30  # data buffered for transfers nobody has called recv() for yet
+    tombstones: int = 1 << 16  # completed transfers remembered (late packets get DONE again)
+    socket_wrapper: Callable[[socket.socket], Any] | None = None  # fault injection on the send path
+
+
+@dataclass(frozen=True)
+class LossReport:
+    """What a bounded-loss receive did not get. ``lost_ranges``: element ranges [start, stop) of the flat tensor
+    that never arrived and were zero-filled."""
+
+    nelems: int
+    lost_ranges: list[tuple[int, int]]
+
+    @property
+    def zero_filled(self) -> int:
+        return sum(b - a for a, b in self.lost_ranges)
+
+    @property
+    def fraction(self) -> float:
+        return self.zero_filled / self.nelems if self.nelems else 0.0
+
+
+@dataclass(frozen=True)
+class RecvResult:
+    data: Any  # the out tensor/array, filled
+    report: LossReport
+    stats: dict[str, Any]
+
+
+class SendHandle:
+    """Completion of one send. ``wait()`` returns the transfer's stats or raises :class:`TransportError`."""
+
+    def __init__(self, peer: int, transfer_id: int):
+        self.peer, self.transfer_id = peer, transfer_id
+        self._event = threading.Event()
+        self._error: BaseException | None = None
+        self.stats: dict[str, Any] = {}
+
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        if not self._event.wait(timeout):
+            raise TransportError(f"send of transfer {self.transfer_id} to rank {self.peer} not complete after "
+                                 f"{timeout}s", self.peer)
+        if self._error is not None:
+            raise self._error
+        return self.stats
+
+    def _finish(self, stats: dict[str, Any], error: BaseException | None = None) -> None:
+        self.stats, self._error = stats, error
+        self._event.set()
+
+
+# --- internal state ---------------------------------------------------------------------------------------------
+
+class _Out:
+    """Sender state of one transfer."""
+
+    def __init__(self, peer: int, tid: int, tv: TensorView, plan, created: int, now: float):
+        self.peer, self.tid, self.tv, self.plan, self.created = peer, tid, tv, plan, created
+        n = plan.total
+        self.total = n
+        self.priority = int(plan.headers.view(np.uint8)[2] >> 5) if n else 0
+        self.hdr = memoryview(plan.headers.view(np.uint8))
+        self.payload = memoryview(tv.raw)
+        self.offs = plan.offsets.tolist()
+        self.lens = plan.lengths.tolist()
+        self.elig = plan.eligible.tolist()
+        anc_p = [(socket.IPPROTO_IP, socket.IP_TOS, bytes([tos_byte(self.priority, False)]))]
+        anc_e = [(socket.IPPROTO_IP, socket.IP_TOS, bytes([tos_byte(self.priority, True)]))]
+        self.anc = [anc_e if e else anc_p for e in self.elig]
+        self.acked = np.zeros(n, bool)
+        self.inflight = np.zeros(n, bool)
+        self.queued = np.zeros(n, bool)
+        self.retx = np.zeros(n, bool)
+        self.sent_order = np.full(n, -1, np.int64)
+        self.sent_time = np.zeros(n, np.float64)
+        self.retxq: deque[int] = deque()
+        self.next_seq = 0
+        self.cum_acked = 0
+        self.order = 0
+        self.pkts_sent = self.retransmissions = self.ecn_echoes = self.acks = self.nacks = 0
+        self.delivered: int | None = None
+        self.start = now
+        self.layer = self.step = 0
+        self.loss_bound = 0.0
+        self.handle = SendHandle(peer, tid)
+
+    def has_work(self) -> bool:
+        return bool(self.retxq) or self.next_seq < self.total
+
+
+class _Peer:
+    def __init__(self, rank: int, addr: tuple[str, int], ccp: CCParams):
+        self.rank, self.addr = rank, addr
+        self.cc = DctcpWindow(ccp)
+        self.inflight = 0
+        self.active: list[_Out] = []
+        self.out: dict[int, _Out] = {}
+        self.next_send = 0.0
+        self.last_feedback = 0.0
+        self.rto_at = 0.0
+
+
+class _In:
+    """Receiver state of one transfer."""
+
+    def __init__(self, peer: int, tid: int, now: float):
+        self.peer, self.tid, self.created = peer, tid, now
+        self.st: Reassembly | None = None
+        self.dtype: int = -1
+        self.step = self.layer = 0
+        self.stage: bytearray | None = bytearray()  # before recv() is posted
+        self.dst: memoryview | None = None  # the out buffer's bytes, once posted
+        self.tv: TensorView | None = None
+        self.loss_bound: float | None = None
+        self.posted = False
+        self.event = threading.Event()
+        self.result: RecvResult | None = None
+        self.error: BaseException | None = None
+        self.done = False
+        self.first_arrival = self.last_arrival = 0.0
+        self.since_ack = 0
+        self.ce_state = False
+        self.ce_marks = self.dups = self.nacks = self.acks = 0
+        self.nack_next = 0.0
+        self.nack_interval = 0.0
+        self.bytes = 0
+
+    @property
+    def cap(self) -> int:
+        return len(self.dst) if self.dst is not None else -1
+
+
+def _norm_addr(a: Any, port: int) -> tuple[str, int]:
+    if isinstance(a, str):
+        host, p = a, port
+    else:
+        host, p = a[0], int(a[1])
+    return socket.gethostbyname(host), p
+
+
+# --- the endpoint -------------------------------------------------------------------------------------------------
+
+class Endpoint:
+    """One rank's DLCP transport. Thread-safe: any thread may call send/recv concurrently."""
+
+    def __init__(self, rank: int, addr_map: Mapping[int, Any], job_id: int, nonce: int,
+                 options: Options | None = None):
+        self.rank, self.job_id, self.nonce = int(rank), int(job_id), int(nonce)
+        if not 0 <= self.job_id < 1 << 32 or not 0 <= self.nonce < 1 << 16 or not 0 <= self.rank < 1 << 16:
+            raise ValueError("rank must fit 16 bits, job_id 32 bits, nonce 16 bits")
+        self.opts = opts = options or Options()
+        self._mss = payload_capacity(opts.mtu)
+        self._ccp = opts.cc or CCParams(mss=self._mss)
+        self.addr_map = {int(r): _norm_addr(a, opts.port) for r, a in addr_map.items()}
+        if self.rank not in self.addr_map:
+            raise ValueError(f"rank {self.rank} has no address in addr_map")
+        self._rank_of = {a: r for r, a in self.addr_map.items()}
+        self.local_addr = self.addr_map[self.rank]
+
+        self._sock = sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        for opt, force in ((socket.SO_RCVBUF, 33), (socket.SO_SNDBUF, 32)):  # SO_{RCV,SND}BUFFORCE
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, force, opts.sock_buf)
+            except OSError:
+                sock.setsockopt(socket.SOL_SOCKET, opt, opts.sock_buf)
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, _TOS_CONTROL)
+        try:
+            sock.setsockopt(socket.IPPROTO_IP, 10, 0)  # IP_MTU_DISCOVER = IP_PMTUDISC_DONT: never set DF
+        except OSError:  # pragma: no cover
+            pass
+        try:
+            sock.bind(self.local_addr)
+        except OSError as e:
+            sock.close()
+            raise TransportError(f"rank {self.rank}: cannot bind {self.local_addr}: {e}", self.rank) from e
+        sock.setblocking(False)
+        self._tx = opts.socket_wrapper(sock) if opts.socket_wrapper else sock
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._closed = False
+        self._peers: dict[int, _Peer] = {}
+        self._incoming: dict[tuple[int, int], _In] = {}
+        self._ready: dict[tuple[int, int], _In] = {}  # completed before recv() was posted
+        self._tomb: dict[tuple[int, int], list] = {}  # key -> [kind, last DONE reply time]
+        self._ack_pending: set[tuple[int, int]] = set()
+        self._staged_bytes = 0
+        self._created = itertools.count()
+        self._rr = 0
+        self._next_tick = 0.0
+        self._ctl_buf = bytearray(wire.HEADER_LEN + 9000)
+        self._c: dict[str, int] = dict.fromkeys((
+            "tx_datagrams", "tx_data_packets", "tx_bytes", "retransmissions", "rx_datagrams", "rx_data_packets",
+            "rx_bytes", "duplicates", "late", "foreign", "stray", "malformed", "inconsistent", "unclaimed_dropped",
+            "acks_sent", "nacks_sent", "dones_sent", "acks_rx", "nacks_rx", "dones_rx", "stale_feedback",
+            "ecn_ce_rx", "ecn_echo_rx", "zero_filled_elements", "transfers_sent", "transfers_received",
+            "send_errors", "recv_timeouts", "peer_timeouts", "rto_timeouts", "internal_errors"), 0)
+        self._malformed_by_field: dict[str, int] = {}
+        self._rxbuf = bytearray(1 << 16)
+        self._rxmv = memoryview(self._rxbuf)
+        self._rx_thread = threading.Thread(target=self._rx_loop, name=f"dlcp-rx-{rank}", daemon=True)
+        self._tx_thread = threading.Thread(target=self._tx_loop, name=f"dlcp-tx-{rank}", daemon=True)
+        self._rx_thread.start()
+        self._tx_thread.start()
+
+    # --- public API -------------------------------------------------------------------------------------------
+
+    def send(self, peer: int, tensor: Any, *, transfer_id: int, layer: int = 0, loss_bound: float = 0.0,
+             step: int = 0) -> SendHandle:
+        """Start sending ``tensor`` to ``peer``; returns at once. The tensor must not change until the handle is
+        done (packets are sent from its memory). ``loss_bound``: fraction of elements that may be lost (0 =
+        reliable); the policy marks at most that fraction drop-eligible."""
+        if peer not in self.addr_map:
+            raise ValueError(f"rank {peer} has no address in addr_map")
+        if not 0 <= transfer_id < 1 << 32:
+            raise ValueError("transfer_id must fit 32 bits")
+        tv = view_tensor(tensor)
+        if tv.nbytes >= 1 << 32:
+            raise ValueError("a transfer is < 4 GiB (the offset field is 32 bits); split the tensor")
+        values = as_float_view(tv.array, bf16=tv.dtype == DType.BFLOAT16)
+        chunk = chunk_elems(self.opts.mtu, tv.dtype.itemsize)
+        npk = max(1, -(-tv.nelems // chunk))
+        counts = np.minimum(chunk, tv.nelems - np.arange(npk, dtype=np.int64) * chunk).clip(min=0)
+        classes = self.opts.policy.classify(values, counts, layer=layer, loss_bound=loss_bound)
+        plan = plan_packets(nelems=tv.nelems, dtype=tv.dtype, mtu=self.opts.mtu, classes=classes, layer=layer,
+                            rank=self.rank, job_id=self.job_id, transfer_id=transfer_id, step=step,
+                            nonce=self.nonce)
+        with self._cond:
+            if self._closed:
+                raise TransportError("endpoint is closed", peer)
+            p = self._peer(peer)
+            if transfer_id in p.out:
+                raise ValueError(f"transfer {transfer_id} to rank {peer} is already in progress")
+            now = time.monotonic()
+            o = _Out(peer, transfer_id, tv, plan, next(self._created), now)
+            o.layer, o.step, o.loss_bound = layer, step, loss_bound
+            if not p.active:
+                p.last_feedback = now  # the peer timeout counts from the first outstanding send
+            p.out[transfer_id] = o
+            p.active.append(o)
+            p.active.sort(key=lambda x: (-x.priority, x.created))
+            self._cond.notify_all()
+        return o.handle
+
+    def recv(self, peer: int, transfer_id: int, out: Any, *, timeout: float | None = None,
+             loss_bound: float | None = None) -> RecvResult:
+        """Receive transfer ``transfer_id`` from ``peer`` into ``out`` (a tensor/array written in place, or a
+        ``(shape, dtype)`` pair to allocate). Blocks until complete; raises :class:`TransportError` after
+        ``timeout`` (default ``Options.recv_timeout``). ``loss_bound``: the receiver's own bound; when given,
+        missing eligible packets are requested until ``(1 - loss_bound)`` of the elements are present (enforced if
+        posted before the transfer completes; checked afterwards either way)."""
+        if isinstance(out, tuple) and len(out) == 2 and not hasattr(out, "shape"):
+            out = allocate(*out)
+        tv = view_tensor(out, writable=True)
+        timeout = self.opts.recv_timeout if timeout is None else timeout
+        key = (peer, transfer_id)
+        with self._cond:
+            if self._closed:
+                raise TransportError("endpoint is closed", peer)
+            inc = self._ready.pop(key, None)
+            if inc is None:
+                if key in self._tomb:
+                    raise ValueError(f"transfer {transfer_id} from rank {peer} was already received "
+                                     "(transfer ids are unique per sender and receiver)")
+                inc = self._incoming.get(key)
+                if inc is None:
+                    inc = self._incoming[key] = _In(peer, transfer_id, time.monotonic())
+                elif inc.posted:
+                    raise ValueError(f"transfer {transfer_id} from rank {peer} is already being received")
+            self._post(inc, tv, loss_bound)
+            if inc.done and inc.result is None and inc.error is None:
+                self._deliver(inc)
+        if not inc.event.wait(timeout):
+            with self._cond:
+                if not inc.event.is_set():
+                    self._c["recv_timeouts"] += 1
+                    self._incoming.pop(key, None)
+                    self._tombstone(key, "abandoned")
+                    got = f"{inc.st.npackets}/{inc.st.total} packets" if inc.st else "no packet"
+                    inc.error = TransportError(
+                        f"receive of transfer {transfer_id} from rank {peer} at {self.addr_map.get(peer)} timed "
+                        f"out after {timeout}s ({got})", peer)
+                    inc.event.set()
+        if inc.error is not None:
+            raise inc.error
+        assert inc.result is not None
+        return inc.result
+
+    def stats(self) -> dict[str, Any]:
+        """Totals, malformed drops by field, and the congestion state per peer."""
+        with self._lock:
+            d: dict[str, Any] = dict(self._c)
+            d["malformed_by_field"] = dict(self._malformed_by_field)
+            d["peers"] = {r: {**p.cc.snapshot(), "inflight": p.inflight, "active": len(p.active)}
+                          for r, p in self._peers.items()}
+            d["pending_recv"] = len(self._incoming)
+        return d
+
+    def close(self) -> None:
+        """Stop both threads (joined), fail whatever is pending with TransportError, close the socket."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        try:
+            self._wake_w.send(b"x")
+        except OSError:  # pragma: no cover
+            pass
+        self._rx_thread.join()
+        self._tx_thread.join()
+        with self._lock:
+            err = TransportError(f"rank {self.rank}: endpoint closed")
+            for p in self._peers.values():
+                for o in list(p.active):
+                    self._finish_out(p, o, err)
+            for inc in self._incoming.values():
+                if not inc.event.is_set():
+                    inc.error = TransportError(f"endpoint closed while receiving transfer {inc.tid} from rank "
+                                               f"{inc.peer}", inc.peer)
+                    inc.event.set()
+            self._incoming.clear()
+        self._sock.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def __enter__(self) -> "Endpoint":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- helpers under the lock ----------------------------------------------------------------------------------
+
+    def _peer(self, rank: int) -> _Peer:
+        p = self._peers.get(rank)
+        if p is None:
+            p = self._peers[rank] = _Peer(rank, self.addr_map[rank], self._ccp)
+        return p
+
+    def _tombstone(self, key: tuple[int, int], kind: str) -> None:
+        self._tomb[key] = [kind, 0.0]
+        if len(self._tomb) > self.opts.tombstones:
+            self._tomb.pop(next(iter(self._tomb)))
+
+    def _send_ctl(self, addr: tuple[str, int], nbytes: int) -> None:
+        try:
+            self._tx.sendmsg([memoryview(self._ctl_buf)[:nbytes]], [], 0, addr)
+            self._c["tx_datagrams"] += 1
+        except OSError:
+            self._c["send_errors"] += 1
+
+    # --- receiver side ---------------------------------------------------------------------------------------
+
+    def _post(self, inc: _In, tv: TensorView, loss_bound: float | None) -> None:
+        """Attach the caller's buffer; move anything staged into it."""
+        if loss_bound is not None and not 0.0 <= loss_bound < 1.0:
+            raise ValueError("loss_bound must be in [0, 1)")
+        inc.tv, inc.loss_bound, inc.posted = tv, loss_bound, True
+        inc.dst = memoryview(tv.raw)
+        st = inc.st
+        if st is not None and inc.dtype != int(tv.dtype):
+            inc.error = TransportError(f"transfer {inc.tid} from rank {inc.peer} carries {DType(inc.dtype).name}, "
+                                       f"recv() was given {tv.dtype.name}", inc.peer)
+        elif st is not None and st.max_end > tv.nbytes:
+            inc.error = TransportError(f"transfer {inc.tid} from rank {inc.peer} is larger than the out buffer "
+                                       f"({st.max_end} > {tv.nbytes} bytes)", inc.peer)
+        if inc.error is not None:
+            self._incoming.pop((inc.peer, inc.tid), None)
+            self._tombstone((inc.peer, inc.tid), "abandoned")
+            inc.event.set()
+            return
+        if inc.stage is not None:
+            n = len(inc.stage)
+            used = min(n, st.max_end if st is not None else 0)  # the stage grows by doubling: copy what is data
+            if used:
+                tv.raw[:used] = np.frombuffer(inc.stage, np.uint8, count=used)
+            self._staged_bytes -= n
+            inc.stage = None
+
+    def _on_data(self, w: tuple, nbytes: int, tos: int, now: float) -> None:
+        c = self._c
+        rank, tid, seq, total, dtype = w[W_RANK], w[W_TID], w[W_SEQ], w[W_TOTAL], w[W_DTYPE]
+        key = (rank, tid)
+        inc = self._incoming.get(key)
+        if inc is None:
+            tomb = self._tomb.get(key)
+            if tomb is not None or key in self._ready:
+                c["late"] += 1
+                if tomb is None or (tomb[0] == "done" and now - tomb[1] > 0.001):
+                    if tomb is not None:
+                        tomb[1] = now
+                    self._send_done(rank, tid, w[W_STEP], total, -1)
+                return
+            if self._staged_bytes >= self.opts.max_staged_bytes:
+                c["unclaimed_dropped"] += 1
+                return
+            inc = self._incoming[key] = _In(rank, tid, now)
+        st = inc.st
+        if st is None:
+            st = inc.st = Reassembly(total)
+            inc.dtype, inc.step, inc.layer = dtype, w[W_STEP], w[W_LAYER]
+            inc.first_arrival = now
+            inc.nack_interval = self.opts.nack_interval
+            if inc.tv is not None and int(inc.tv.dtype) != dtype:
+                self._fail_in(inc, f"carries {DType(dtype).name}, recv() was given {inc.tv.dtype.name}")
+                return
+        elif total != st.total or dtype != inc.dtype:
+            c["inconsistent"] += 1
+            return
+        plen = nbytes - wire.HEADER_LEN
+        offset = w[W_OFFSET]
+        end = offset + plen
+        if st.arrived[seq]:
+            inc.dups += 1
+            c["duplicates"] += 1
+            inc.since_ack += 1
+            self._ack_pending.add(key)
+            return
+        if inc.dst is not None:
+            if end > len(inc.dst):
+                self._fail_in(inc, f"packet {seq} ends at byte {end}, the out buffer has {len(inc.dst)}")
+                return
+            inc.dst[offset:end] = self._rxmv[wire.HEADER_LEN:nbytes]
+        else:
+            stage = inc.stage
+            if end > len(stage):
+                grow = max(end, 2 * len(stage)) - len(stage)
+                stage.extend(bytes(grow))
+                self._staged_bytes += grow
+            stage[offset:end] = self._rxmv[wire.HEADER_LEN:nbytes]
+        st.add(seq, offset, w[W_COUNT], plen, bool(w[W_FLAGS] & Flag.DROP_ELIGIBLE))
+        inc.last_arrival = now
+        inc.bytes += plen
+        inc.nack_interval = self.opts.nack_interval
+        c["rx_data_packets"] += 1
+        c["rx_bytes"] += plen
+        ce = (tos & 3) == wire.ECN_CE
+        if ce:
+            inc.ce_marks += 1
+            c["ecn_ce_rx"] += 1
+        if ce != inc.ce_state:
+            if inc.since_ack:
+                self._send_ack(inc)  # the packets before this one had the other CE state (DCTCP receiver)
+            inc.ce_state = ce
+        inc.since_ack += 1
+        if st.complete:
+            self._complete_in(inc, now)
+        elif inc.since_ack >= self.opts.ack_every or seq == total - 1:
+            self._send_ack(inc)
+        else:
+            self._ack_pending.add(key)
+
+    def _fail_in(self, inc: _In, why: str) -> None:
+        self._c["inconsistent"] += 1
+        key = (inc.peer, inc.tid)
+        self._incoming.pop(key, None)
+        self._tombstone(key, "abandoned")
+        if inc.stage is not None:
+            self._staged_bytes -= len(inc.stage)
+            inc.stage = None
+        inc.error = TransportError(f"transfer {inc.tid} from rank {inc.peer}: {why}", inc.peer)
+        inc.done = True
+        inc.event.set()
+
+    def _send_ack(self, inc: _In) -> None:
+        st = inc.st
+        base = st.cum
+        maxbits = 8 * (self._mss - 8)
+        seg = st.arrived[base: base + maxbits]
+        nz = np.flatnonzero(seg)
+        count = int(nz[-1]) + 1 if nz.size else 0
+        buf = self._ctl_buf
+        pack_control_header(buf, MsgType.ACK, flags=Flag.ECN_ECHO if inc.ce_state else 0, rank=self.rank,
+                            job_id=self.job_id, transfer_id=inc.tid, step=inc.step, seq=base, total=st.total,
+                            count=count, nonce=self.nonce)
+        bm = np.packbits(seg[:count]).tobytes()
+        buf[wire.HEADER_LEN: wire.HEADER_LEN + len(bm)] = bm
+        self._send_ctl(self.addr_map[inc.peer], wire.HEADER_LEN + len(bm))
+        inc.since_ack = 0
+        inc.acks += 1
+        self._c["acks_sent"] += 1
+
+    def _send_nack(self, inc: _In, seqs: np.ndarray) -> None:
+        base = int(seqs[0])
+        maxbits = 8 * (self._mss - 8)
+        seqs = seqs[seqs < base + maxbits]
+        count = int(seqs[-1]) - base + 1
+        bits = np.zeros(count, bool)
+        bits[seqs - base] = True
+        buf = self._ctl_buf
+        pack_control_header(buf, MsgType.NACK, flags=Flag.ECN_ECHO if inc.ce_state else 0, rank=self.rank,
+                            job_id=self.job_id, transfer_id=inc.tid, step=inc.step, seq=base, total=inc.st.total,
+                            count=count, nonce=self.nonce)
+        bm = np.packbits(bits).tobytes()
+        buf[wire.HEADER_LEN: wire.HEADER_LEN + len(bm)] = bm
+        self._send_ctl(self.addr_map[inc.peer], wire.HEADER_LEN + len(bm))
+        inc.nacks += 1
+        self._c["nacks_sent"] += 1
+
+    def _send_done(self, peer: int, tid: int, step: int, total: int, received: int) -> None:
+        buf = self._ctl_buf
+        pack_control_header(buf, MsgType.CONTROL, flags=0, rank=self.rank, job_id=self.job_id, transfer_id=tid,
+                            step=step, seq=0, total=total, count=0, nonce=self.nonce)
+        _CTL.pack_into(buf, wire.HEADER_LEN, CTL_DONE, max(received, 0) if received >= 0 else 0xFFFFFFFF)
+        self._send_ctl(self.addr_map[peer], wire.HEADER_LEN + _CTL.size)
+        self._c["dones_sent"] += 1
+
+    def _complete_in(self, inc: _In, now: float) -> None:
+        """The transfer is done at the packet level: tell the sender, remember it, deliver if posted."""
+        key = (inc.peer, inc.tid)
+        st = inc.st
+        inc.done = True
+        self._incoming.pop(key, None)
+        self._ack_pending.discard(key)
+        self._tombstone(key, "done")
+        self._send_done(inc.peer, inc.tid, inc.step, st.total, st.npackets)
+        inc.completed_at = now
+        if inc.posted:
+            self._deliver(inc)
+        else:
+            self._ready[key] = inc
+
+    def _deliver(self, inc: _In) -> None:
+        """Zero-fill what is missing in the out buffer, build the report, wake the caller."""
+        st, tv = inc.st, inc.tv
+        itemsize = tv.dtype.itemsize
+        n = tv.nelems
+        if inc.stage is not None:  # completed while staged: move the data now
+            self._post(inc, tv, inc.loss_bound)
+            if inc.error is not None:
+                return
+        # the sender's tensor must have exactly n elements: exact when everything arrived; otherwise two necessary
+        # conditions (the true chunk is >= the largest count seen)
+        mc = max(st.max_count, 1)
+        fits = st.nelems == n if st.complete else (st.total <= max(1, -(-n // mc)) and (st.total - 1) * mc < max(n, 1))
+        if inc.dtype != int(tv.dtype) or st.max_end > tv.nbytes or not fits:
+            inc.error = TransportError(f"transfer {inc.tid} from rank {inc.peer} ({st.total} packets, "
+                                       f"{DType(inc.dtype).name}) does not fit out ({n} {tv.dtype.name})", inc.peer)
+            inc.event.set()
+            return
+        lost = st.lost_ranges(n, itemsize)
+        for a, b in lost:
+            tv.raw[a * itemsize: b * itemsize] = 0
+        report = LossReport(n, lost)
+        dur = max(inc.last_arrival - inc.first_arrival, 1e-9)
+        stats = {"peer": inc.peer, "transfer_id": inc.tid, "step": inc.step, "layer": inc.layer, "bytes": tv.nbytes,
+                 "packets": st.total, "packets_received": st.npackets, "duplicates": inc.dups,
+                 "ce_marks": inc.ce_marks, "acks_sent": inc.acks, "nacks_sent": inc.nacks,
+                 "zero_filled": report.zero_filled, "lost_ranges": lost, "duration_s": dur,
+                 "gbps": tv.nbytes * 8 / dur / 1e9}
+        self._c["zero_filled_elements"] += report.zero_filled
+        self._c["transfers_received"] += 1
+        if inc.loss_bound is not None and report.fraction > inc.loss_bound + 1e-12:
+            inc.error = TransportError(f"transfer {inc.tid} from rank {inc.peer} lost {report.fraction:.4%} of its "
+                                       f"elements, more than the receiver's bound {inc.loss_bound:.4%} (it "
+                                       "completed before recv() was posted)", inc.peer)
+        inc.result = RecvResult(tv.obj, report, stats)
+        log.debug("recv done %s", stats)
+        inc.event.set()
+
+    def _flush_acks(self) -> None:
+        if not self._ack_pending:
+            return
+        with self._lock:
+            for key in self._ack_pending:
+                inc = self._incoming.get(key)
+                if inc is not None and inc.st is not None and inc.since_ack:
+                    self._send_ack(inc)
+            self._ack_pending.clear()
+
+    def _rx_timers(self, now: float) -> None:
+        o = self.opts
+        for inc in list(self._incoming.values()):
+            st = inc.st
+            if st is None or inc.done:
+                continue
+            idle = now - inc.last_arrival
+            if inc.posted and idle > o.peer_timeout:  # the sender went silent mid-transfer
+                self._c["peer_timeouts"] += 1
+                self._fail_in(inc, f"peer rank {inc.peer} at {self.addr_map[inc.peer][0]} sent nothing for "
+                                   f"{idle:.3f}s (peer_timeout {o.peer_timeout}s) with {st.npackets}/{st.total} "
+                                   "packets received")
+                continue
+            n = inc.tv.nelems if inc.tv is not None else None
+            if st.satisfied(inc.loss_bound, n):
+                if idle >= o.grace:
+                    self._complete_in(inc, now)
+            elif (st.last_seen or idle >= o.nack_idle) and now >= inc.nack_next:
+                need = st.needed(inc.loss_bound, n)
+                if need.size:
+                    self._send_nack(inc, need)
+                inc.nack_next = now + inc.nack_interval
+                inc.nack_interval = min(o.nack_interval_max, inc.nack_interval * 2)
+
+    # --- sender side -----------------------------------------------------------------------------------------
+
+    def _on_feedback(self, w: tuple, mt: int, payload: memoryview, now: float) -> None:
+        c = self._c
+        p = self._peers.get(w[W_RANK])
+        o = p.out.get(w[W_TID]) if p is not None else None
+        if o is None or w[W_TOTAL] != o.total:
+            c["stale_feedback"] += 1
+            return
+        p.last_feedback = now
+        p.rto_at = 0.0
+        p.cc.backoff = 0
+        if mt == MsgType.CONTROL:
+            if len(payload) != _CTL.size or payload[0] != CTL_DONE:
+                self._malformed("payload")
+                return
+            c["dones_rx"] += 1
+            got = _CTL.unpack_from(payload)[1]
+            o.delivered = None if got == 0xFFFFFFFF else got
+            self._finish_out(p, o, None)
+            self._cond.notify_all()
+            return
+        base, count = w[W_SEQ], w[W_COUNT]
+        try:
+            bits = wire.unpack_bitmap(payload, count)
+        except wire.WireError as e:
+            self._malformed(e.field)
+            return
+        if base + count > o.total:
+            self._malformed("count")
+            return
+        ecn = bool(w[W_FLAGS] & Flag.ECN_ECHO)
+        if mt == MsgType.ACK:
+            c["acks_rx"] += 1
+            o.acks += 1
+            self._on_ack(p, o, base, bits, ecn, now)
+        else:
+            c["nacks_rx"] += 1
+            o.nacks += 1
+            self._on_nack(p, o, base, bits, now)
+        if ecn:
+            o.ecn_echoes += 1
+            c["ecn_echo_rx"] += 1
+        self._cond.notify_all()
+
+    def _on_ack(self, p: _Peer, o: _Out, base: int, bits: np.ndarray, ecn: bool, now: float) -> None:
+        acked = o.acked
+        lo = o.cum_acked
+        parts = []
+        if base > lo:
+            parts.append(np.flatnonzero(~acked[lo:base]) + lo)
+        if bits.size:
+            parts.append(np.flatnonzero(bits & ~acked[base: base + bits.size]) + base)
+        new = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        rtt = None
+        nbytes = 0
+        if new.size:
+            new = new[o.sent_order[new] >= 0]  # never trust an ACK for a packet not sent yet
+        if new.size:
+            acked[new] = True
+            lens = o.plan.lengths
+            nbytes = int(lens[new].sum())
+            infl = new[o.inflight[new]]
+            if infl.size:
+                p.inflight -= int(lens[infl].sum())
+                o.inflight[infl] = False
+            so = o.sent_order[new]
+            j = int(np.argmax(so))
+            s = int(new[j])
+            if not o.retx[s]:
+                rtt = now - float(o.sent_time[s])
+            # loss detection by send order: still in flight, sent well before something now ACKed
+            hi = min(o.total, base + bits.size)
+            if hi > lo:
+                region = slice(lo, hi)
+                lost = np.flatnonzero(o.inflight[region] & ~acked[region]
+                                      & (o.sent_order[region] < int(so[j]) - _REORDER_PKTS)) + lo
+                if lost.size:
+                    p.inflight -= int(lens[lost].sum())
+                    o.inflight[lost] = False
+                    prot = lost[~o.plan.eligible[lost] & ~o.queued[lost]]
+                    if prot.size:
+                        o.queued[prot] = True
+                        o.retxq.extend(prot.tolist())
+        c = o.cum_acked
+        while c < o.total and acked[c]:
+            c += 1
+        o.cum_acked = c
+        p.cc.on_ack(nbytes, ecn=ecn, rtt=rtt)
+
+    def _on_nack(self, p: _Peer, o: _Out, base: int, bits: np.ndarray, now: float) -> None:
+        seqs = np.flatnonzero(bits) + base
+        seqs = seqs[(o.sent_order[seqs] >= 0) & ~o.acked[seqs]]
+        infl = seqs[o.inflight[seqs]]
+        if infl.size:
+            p.inflight -= int(o.plan.lengths[infl].sum())
+            o.inflight[infl] = False
+        min_gap = 0.5 * p.cc.srtt if p.cc.srtt else 0.0
+        want = seqs[~o.queued[seqs] & (now - o.sent_time[seqs] >= min_gap)]
+        if want.size:
+            o.queued[want] = True
+            o.retxq.extend(want.tolist())
+
+    def _finish_out(self, p: _Peer, o: _Out, err: BaseException | None) -> None:
+        infl = np.flatnonzero(o.inflight)
+        if infl.size:
+            p.inflight -= int(o.plan.lengths[infl].sum())
+            o.inflight[infl] = False
+        p.out.pop(o.tid, None)
+        if o in p.active:
+            p.active.remove(o)
+        dur = max(time.monotonic() - o.start, 1e-9)
+        stats = {"peer": o.peer, "transfer_id": o.tid, "step": o.step, "layer": o.layer, "bytes": o.tv.nbytes,
+                 "packets": o.total, "eligible_packets": int(o.plan.eligible.sum()), "packets_sent": o.pkts_sent,
+                 "retransmissions": o.retransmissions, "acked_packets": int(o.acked.sum()),
+                 "delivered_packets": o.delivered, "ecn_echoes": o.ecn_echoes, "acks": o.acks, "nacks": o.nacks,
+                 "duration_s": dur, "gbps": o.tv.nbytes * 8 / dur / 1e9}
+        if err is None:
+            self._c["transfers_sent"] += 1
+            log.debug("send done %s", stats)
+        else:
+            log.debug("send failed %s: %s", stats, err)
+        o.handle._finish(stats, err)
+
+    def _pick_burst(self, now: float):
+        """Choose the next burst: (out, addr, seqs, is_retx) or (None, seconds to wait)."""
+        peers = [p for p in self._peers.values() if p.active]
+        if not peers:
+            return None, 1.0
+        wait = 1.0
+        k = len(peers)
+        for i in range(k):
+            p = peers[(self._rr + i) % k]
+            if now < p.next_send:
+                wait = min(wait, p.next_send - now)
+                continue
+            avail = p.cc.window() - p.inflight
+            if avail <= 0:
+                continue
+            o = next((x for x in p.active if x.has_work()), None)
+            if o is None:
+                continue
+            self._rr = (self._rr + i + 1) % k
+            burst = self.opts.burst
+            lens = o.lens
+            seqs: list[int] = []
+            nbytes = 0
+            nretx = 0
+            while o.retxq and len(seqs) < burst and nbytes < avail:
+                s = o.retxq.popleft()
+                o.queued[s] = False
+                if o.acked[s]:
+                    continue
+                seqs.append(s)
+                nbytes += lens[s]
+                nretx += 1
+            while o.next_seq < o.total and len(seqs) < burst and nbytes < avail:
+                s = o.next_seq
+                o.next_seq += 1
+                seqs.append(s)
+                nbytes += lens[s]
+            if not seqs:
+                continue
+            arr = np.asarray(seqs, np.int64)
+            o.sent_order[arr] = np.arange(o.order, o.order + len(seqs))
+            o.order += len(seqs)
+            o.sent_time[arr] = now
+            if nretx:
+                o.retx[arr[:nretx]] = True
+            newly = arr[~o.inflight[arr]]
+            o.inflight[arr] = True
+            p.inflight += int(o.plan.lengths[newly].sum())
+            o.pkts_sent += len(seqs)
+            o.retransmissions += nretx
+            self._c["retransmissions"] += nretx
+            rate = p.cc.pacing_rate()
+            if math.isfinite(rate):
+                p.next_send = max(p.next_send, now - 0.0005) + nbytes / rate
+            return (o, p.addr, seqs), 0.0
+        return None, wait
+
+    def _transmit(self, job) -> None:
+        o, addr, seqs = job
+        hdr, pay, offs, lens, anc = o.hdr, o.payload, o.offs, o.lens, o.anc
+        send = self._tx.sendmsg
+        hl = wire.HEADER_LEN
+        sent = nbytes = 0
+        for s in seqs:
+            off = offs[s]
+            h0 = s * hl
+            bufs = [hdr[h0: h0 + hl], pay[off: off + lens[s]]]
+            while True:
+                try:
+                    send(bufs, anc[s], 0, addr)
+                    break
+                except BlockingIOError:
+                    select.select([], [self._sock], [], 0.01)
+                    if self._closed:
+                        return
+                except OSError:
+                    with self._lock:
+                        self._c["send_errors"] += 1
+                    break
+            sent += 1
+            nbytes += hl + lens[s]
+        with self._lock:
+            c = self._c
+            c["tx_datagrams"] += sent
+            c["tx_data_packets"] += sent
+            c["tx_bytes"] += nbytes
+
+    def _tx_timers(self, now: float) -> None:
+        for p in list(self._peers.values()):
+            if not p.active:
+                continue
+            silent = now - p.last_feedback
+            if silent > self.opts.peer_timeout:
+                self._c["peer_timeouts"] += 1
+                err = TransportError(f"peer rank {p.rank} at {p.addr[0]}:{p.addr[1]} sent no feedback for "
+                                     f"{silent:.3f}s (peer_timeout {self.opts.peer_timeout}s)", p.rank)
+                for o in list(p.active):
+                    self._finish_out(p, o, err)
+                continue
+            if silent <= p.cc.rto or now < p.rto_at:
+                continue
+            waiting = [o for o in p.active if o.next_seq >= o.total or p.inflight > 0]
+            if not waiting and p.inflight <= 0:
+                continue
+            # retransmission timeout: forget what is in flight, restart the window, probe each stalled transfer
+            self._c["rto_timeouts"] += 1
+            p.cc.on_timeout()
+            p.rto_at = now + p.cc.rto
+            for o in p.active:
+                infl = np.flatnonzero(o.inflight)
+                if infl.size:
+                    o.inflight[infl] = False
+                    prot = infl[~o.plan.eligible[infl] & ~o.queued[infl] & ~o.acked[infl]]
+                    if prot.size:
+                        o.queued[prot] = True
+                        o.retxq.extend(prot.tolist())
+                if o.next_seq >= o.total and not o.retxq:
+                    un = np.flatnonzero(~o.acked)
+                    if un.size:  # probe: the highest unACKed packet makes the receiver NACK or DONE
+                        s = int(un[-1])
+                        o.queued[s] = True
+                        o.retxq.append(s)
+            p.inflight = 0
+
+    # --- threads ---------------------------------------------------------------------------------------------
+
+    def _tx_loop(self) -> None:
+        tick = self.opts.tick
+        flush = getattr(self._tx, "flush", None)
+        while True:
+            with self._cond:
+                if self._closed:
+                    return
+                now = time.monotonic()
+                if now >= self._next_tick:
+                    try:
+                        self._rx_timers(now)
+                        self._tx_timers(now)
+                    except Exception:  # never let a bug kill the progress thread silently
+                        self._c["internal_errors"] += 1
+                        log.exception("dlcp timers")
+                    self._next_tick = now + tick
+                job, wait = self._pick_burst(now)
+                if job is None:
+                    if flush is not None:
+                        flush()
+                    busy = self._incoming or any(p.active for p in self._peers.values())
+                    # idle endpoints sleep until a send or recv() wakes them instead of ticking
+                    self._cond.wait(max(0.0, min(wait, self._next_tick - now)) if busy else 0.05)
+                    continue
+            self._transmit(job)
+
+    def _rx_loop(self) -> None:
+        sock, mv, unpack = self._sock, self._rxmv, HDR.unpack_from
+        ancsize = socket.CMSG_SPACE(4)
+        wake = self._wake_r
+        while not self._closed:
+            try:
+                nbytes, anc, _fl, addr = sock.recvmsg_into([mv], ancsize)
+            except BlockingIOError:
+                self._flush_acks()
+                try:
+                    select.select([sock, wake], [], [], 0.2)
+                except (OSError, ValueError):
+                    return
+                continue
+            except OSError:
+                if self._closed:
+                    return
+                with self._lock:
+                    self._c["internal_errors"] += 1
+                continue
+            tos = anc[0][2][0] if anc else 0
+            with self._lock:
+                try:
+                    self._handle(nbytes, tos, addr, unpack)
+                except Exception:
+                    self._c["internal_errors"] += 1
+                    log.exception("dlcp receive")
+
+    def _malformed(self, fld: str) -> None:
+        self._c["malformed"] += 1
+        self._malformed_by_field[fld] = self._malformed_by_field.get(fld, 0) + 1
+
+    def _handle(self, nbytes: int, tos: int, addr, unpack) -> None:
+        c = self._c
+        c["rx_datagrams"] += 1
+        if nbytes < wire.HEADER_LEN:
+            self._slow_parse(nbytes)
+            return
+        w = unpack(self._rxbuf)
+        vt = w[W_VT]
+        mt = vt & 0x0F
+        dt = w[W_DTYPE]
+        ok = (vt >> 4) == wire.VERSION and mt <= 3 and not (w[W_FLAGS] & 0xF0) and not (w[W_PMR] & 3) \
+            and dt < _NDTYPES
+        if ok:
+            plen = nbytes - wire.HEADER_LEN
+            if mt == MsgType.DATA:
+                isz = _ITEMSIZE[dt]
+                ok = 0 <= w[W_SEQ] < w[W_TOTAL] and not w[W_OFFSET] % isz and plen == w[W_COUNT] * isz
+            elif mt != MsgType.CONTROL:
+                ok = plen == (w[W_COUNT] + 7) >> 3
+        if not ok:
+            self._slow_parse(nbytes)
+            return
+        if w[W_JOB] != self.job_id or w[W_NONCE] != self.nonce:
+            c["foreign"] += 1
+            return
+        if self._rank_of.get(addr) != w[W_RANK]:
+            c["stray"] += 1
+            return
+        now = time.monotonic()
+        if mt == MsgType.DATA:
+            self._on_data(w, nbytes, tos, now)
+        else:
+            self._on_feedback(w, mt, self._rxmv[wire.HEADER_LEN:nbytes], now)
+
+    def _slow_parse(self, nbytes: int) -> None:
+        try:
+            wire.parse_datagram(self._rxmv, nbytes)
+        except wire.WireError as e:
+            self._malformed(e.field)
+        else:
+            self._malformed("transport")

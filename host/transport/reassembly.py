@@ -1,0 +1,124 @@
+"""Receiver bookkeeping of one transfer: which packets arrived, when it may complete, what was lost (pure).
+
+The bytes themselves are written by the endpoint; this class tracks arrival per seq and answers three questions:
+
+* :meth:`needed` - the missing packets the receiver must ask for (NACK). With seqs ordered protected-first
+  (``chunking.py``), every missing seq below the smallest eligible seq seen may be protected and is needed; every
+  seq above it is eligible and is not. If the receiver imposes its own loss bound ``p``, missing eligible packets
+  are added (lowest seq first) until ``(1 - p)`` of the elements would be present.
+* :meth:`satisfied` - no needed packet is missing: every protected packet has arrived (and the receiver's bound
+  holds). The endpoint then waits a short grace period for stragglers and completes.
+* :meth:`lost_ranges` - element ranges never received: the complement of the received packets' ranges in
+  ``[0, n)``, merged. Exact, without knowing the positions of the missing packets.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["Reassembly", "merge_ranges"]
+
+
+class Reassembly:
+    """Arrival state of a transfer of ``total`` packets."""
+
+    __slots__ = ("total", "arrived", "offsets", "counts", "cum", "min_eligible", "npackets", "nelems", "max_count",
+                 "last_seen", "max_end")
+
+    def __init__(self, total: int):
+        self.total = total
+        self.arrived = np.zeros(total, dtype=bool)
+        self.offsets = np.zeros(total, dtype=np.int64)  # byte offset of each arrived seq
+        self.counts = np.zeros(total, dtype=np.int64)  # elements of each arrived seq
+        self.cum = 0  # every seq below this has arrived
+        self.min_eligible = total  # smallest eligible seq seen (total: none yet)
+        self.npackets = 0
+        self.nelems = 0
+        self.max_count = 0
+        self.last_seen = False  # seq total-1 (the sender's last first-pass packet) arrived
+        self.max_end = 0  # largest offset+bytes seen
+
+    def add(self, seq: int, offset: int, count: int, nbytes: int, eligible: bool) -> bool:
+        """Record an arrival; False if it is a duplicate (nothing changes)."""
+        if self.arrived[seq]:
+            return False
+        self.arrived[seq] = True
+        self.offsets[seq] = offset
+        self.counts[seq] = count
+        self.npackets += 1
+        self.nelems += count
+        if count > self.max_count:
+            self.max_count = count
+        end = offset + nbytes
+        if end > self.max_end:
+            self.max_end = end
+        if eligible and seq < self.min_eligible:
+            self.min_eligible = seq
+        if seq == self.total - 1:
+            self.last_seen = True
+        if seq == self.cum:
+            arrived, cum, total = self.arrived, self.cum + 1, self.total
+            while cum < total and arrived[cum]:
+                cum += 1
+            self.cum = cum
+        return True
+
+    @property
+    def complete(self) -> bool:
+        """Every packet arrived."""
+        return self.npackets == self.total
+
+    def needed(self, loss_bound: float | None = None, n: int | None = None) -> np.ndarray:
+        """Seqs to request: missing below the first eligible seq, plus eligible ones to meet the receiver's bound."""
+        head = np.flatnonzero(~self.arrived[: self.min_eligible])
+        if loss_bound is None or n is None:
+            return head
+        deficit = self._deficit(loss_bound, n)
+        if deficit <= 0:
+            return head
+        per = max(self.max_count, 1)
+        extra_n = -(-deficit // per) + 0  # packets likely needed (the short packet may need one more round)
+        tail = np.flatnonzero(~self.arrived[self.min_eligible:])[:extra_n] + self.min_eligible
+        return np.concatenate([head, tail])
+
+    def _deficit(self, loss_bound: float, n: int) -> int:
+        return math.ceil((1.0 - loss_bound) * n - 1e-9) - self.nelems
+
+    def satisfied(self, loss_bound: float | None = None, n: int | None = None) -> bool:
+        """All protected packets have arrived (the receiver's bound too, when given)."""
+        if self.cum < self.min_eligible:
+            return False
+        return loss_bound is None or n is None or self._deficit(loss_bound, n) <= 0
+
+    def received_ranges(self, itemsize: int) -> np.ndarray:
+        """(k, 2) int64 element ranges [start, stop) received, sorted and merged."""
+        idx = np.flatnonzero(self.arrived & (self.counts > 0))
+        starts = self.offsets[idx] // itemsize
+        return merge_ranges(starts, starts + self.counts[idx])
+
+    def lost_ranges(self, n: int, itemsize: int) -> list[tuple[int, int]]:
+        """Element ranges of ``[0, n)`` never received (merged, sorted)."""
+        got = self.received_ranges(itemsize)
+        if got.size == 0:
+            return [(0, n)] if n else []
+        bounds = np.concatenate(([0], got.reshape(-1), [n]))
+        gaps = bounds.reshape(-1, 2)
+        gaps = gaps[gaps[:, 1] > gaps[:, 0]]
+        return [(int(a), int(b)) for a, b in gaps]
+
+
+def merge_ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """Sort [start, stop) ranges and merge touching/overlapping ones; returns a (k, 2) int64 array."""
+    if len(starts) == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    order = np.argsort(starts, kind="stable")
+    s = np.asarray(starts, np.int64)[order]
+    e = np.asarray(stops, np.int64)[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > run_end[:-1]
+    first = np.flatnonzero(new)
+    last = np.concatenate((first[1:] - 1, [len(s) - 1]))
+    return np.stack([s[first], run_end[last]], axis=1)

@@ -1,0 +1,238 @@
+"""Scenarios run by tests/host/test_backend.py in real processes: every collective on the dlcp backend against
+gloo in the same processes (a gloo subgroup over all ranks), DDP, failures."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64]
+
+
+def _data(shape, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    return torch.randint(-9, 10, shape, generator=g).to(dtype)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+    if a.dtype.is_floating_point and a.dtype != torch.float32:
+        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2 * dist.get_world_size(),
+                                   msg=lambda m: f"{what}: {m}")
+    else:
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=lambda m: f"{what}: {m}")
+
+
+def collectives(async_op: bool) -> None:
+    dist.init_process_group("dlcp")
+    r, P = dist.get_rank(), dist.get_world_size()
+    gloo = dist.new_group(backend="gloo")
+    assert dist.get_backend() == "dlcp"
+
+    def both(fn, *tensors_list):
+        """Run fn(group, *tensors) on dlcp and on gloo copies; return both results."""
+        a = [t.clone() for t in tensors_list]
+        b = [t.clone() for t in tensors_list]
+        w = fn(None, *a)
+        if async_op and w is not None:
+            w.wait()
+        fn(gloo, *b)
+        return a, b
+
+    for dtype in DTYPES:
+        for n in (1, 33, 100_000):
+            x = _data((n,), dtype, seed=r * 7 + n)
+            ops = [dist.ReduceOp.SUM, dist.ReduceOp.MIN, dist.ReduceOp.MAX]
+            if n < 1000:
+                ops.append(dist.ReduceOp.PRODUCT)
+            for op in ops:
+                a, b = both(lambda g, t: dist.all_reduce(t, op=op, group=g, async_op=async_op and g is None), x)
+                _same(a[0], b[0], f"all_reduce {dtype} n={n} {op}")
+            if dtype.is_floating_point:  # gloo has no AVG: compare with SUM / P
+                a = x.clone()
+                dist.all_reduce(a, op=dist.ReduceOp.AVG)
+                s = x.clone()
+                dist.all_reduce(s, group=gloo)
+                _same(a, s / P, f"all_reduce AVG {dtype}")
+    # bit-identical results on every rank
+    y = _data((50_000,), torch.float32, seed=r)
+    dist.all_reduce(y)
+    ys = [torch.empty_like(y) for _ in range(P)]
+    dist.all_gather(ys, y, group=gloo)
+    assert all(torch.equal(ys[0], z) for z in ys), "ranks disagree bit for bit"
+
+    x = _data((6, 5), torch.float32, seed=r)
+    a, b = [torch.empty(6, 5) for _ in range(P)], [torch.empty(6, 5) for _ in range(P)]
+    w = dist.all_gather(a, x, async_op=async_op)
+    if async_op:
+        w.wait()
+    dist.all_gather(b, x, group=gloo)
+    for u, v in zip(a, b):
+        _same(u, v, "all_gather")
+    a, b = torch.empty(P * 30), torch.empty(P * 30)
+    dist.all_gather_single(a, x.reshape(-1))
+    dist.all_gather_single(b, x.reshape(-1), group=gloo)
+    _same(a, b, "all_gather_single")
+
+    ins = [_data((4, 3), torch.float32, seed=r * 10 + i) for i in range(P)]
+    a, b = torch.empty(4, 3), torch.empty(4, 3)
+    dist.reduce_scatter(a, [t.clone() for t in ins])
+    dist.reduce_scatter(b, [t.clone() for t in ins], group=gloo)
+    _same(a, b, "reduce_scatter")
+    big = _data((P * 20_000,), torch.float32, seed=r)
+    a, b = torch.empty(20_000), torch.empty(20_000)
+    dist.reduce_scatter_single(a, big.clone())
+    dist.reduce_scatter_single(b, big.clone(), group=gloo)
+    _same(a, b, "reduce_scatter_single")
+
+    for root in range(P):
+        for n in (7, 400_000):
+            x = _data((n,), torch.float32, seed=r + 100 * root)
+            a, b = both(lambda g, t: dist.broadcast(t, src=root, group=g), x)
+            _same(a[0], b[0], f"broadcast root={root} n={n}")
+        x = _data((1000,), torch.float32, seed=r + root)
+        a, b = both(lambda g, t: dist.reduce(t, dst=root, op=dist.ReduceOp.SUM, group=g), x)
+        if r == root:
+            _same(a[0], b[0], f"reduce root={root}")
+        x = _data((3, 2), torch.float32, seed=r)
+        ga = [torch.empty(3, 2) for _ in range(P)] if r == root else None
+        gb = [torch.empty(3, 2) for _ in range(P)] if r == root else None
+        dist.gather(x, ga, dst=root)
+        dist.gather(x, gb, dst=root, group=gloo)
+        if r == root:
+            for u, v in zip(ga, gb):
+                _same(u, v, "gather")
+        sl = [_data((5,), torch.float32, seed=i) for i in range(P)] if r == root else None
+        sa, sb = torch.empty(5), torch.empty(5)
+        dist.scatter(sa, sl, src=root)
+        dist.scatter(sb, sl, src=root, group=gloo)
+        _same(sa, sb, "scatter")
+
+    ins = [_data((2, 2), torch.float32, seed=r * 10 + i) for i in range(P)]  # gloo wants equal sizes
+    oa = [torch.empty(2, 2) for _ in range(P)]
+    ob = [torch.empty(2, 2) for _ in range(P)]
+    dist.all_to_all(oa, ins)
+    dist.all_to_all(ob, ins, group=gloo)
+    for u, v in zip(oa, ob):
+        _same(u, v, "all_to_all")
+    x = _data((P * 4, 3), torch.float32, seed=r)
+    a, b = torch.empty(P * 4, 3), torch.empty(P * 4, 3)
+    dist.all_to_all_single(a, x)
+    dist.all_to_all_single(b, x, group=gloo)
+    _same(a, b, "all_to_all_single")
+
+    # coalesced
+    ts = [_data((k + 3,), torch.float32, seed=r + k) for k in range(3)]
+    ca = [t.clone() for t in ts]
+    cb = [t.clone() for t in ts]
+    dist.all_reduce_coalesced(ca)
+    for t in cb:
+        dist.all_reduce(t, group=gloo)
+    for u, v in zip(ca, cb):
+        _same(u, v, "all_reduce_coalesced")
+
+    # send/recv around the ring
+    x = torch.full((10,), float(r))
+    y = torch.empty(10)
+    if r % 2 == 0:
+        dist.send(x, (r + 1) % P)
+        dist.recv(y, (r - 1) % P)
+    else:
+        dist.recv(y, (r - 1) % P)
+        dist.send(x, (r + 1) % P)
+    assert torch.equal(y, torch.full((10,), float((r - 1) % P)))
+    reqs = [dist.isend(torch.full((3,), r * 1.0), (r + 1) % P), dist.irecv(y[:3], (r - 1) % P)]
+    for q in reqs:
+        q.wait()
+    assert torch.equal(y[:3], torch.full((3,), float((r - 1) % P)))
+
+    # a subgroup of the even ranks
+    evens = list(range(0, P, 2))
+    sub = dist.new_group(evens, backend="dlcp")
+    if r in evens:
+        t = torch.ones(8)
+        dist.all_reduce(t, group=sub)
+        assert torch.equal(t, torch.full((8,), float(len(evens)))), t
+    dist.barrier()
+    print("ok", r)
+    dist.destroy_process_group()
+
+
+def ddp() -> None:
+    """DDP on dlcp and on gloo from the same initial weights and data: same weights after K steps."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("dlcp")
+    r = dist.get_rank()
+    gloo = dist.new_group(backend="gloo")
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                               torch.nn.Linear(64, 4))
+    results = {}
+    for name, group, kw in (("dlcp", None, {}), ("gloo", gloo, {}),
+                            ("dlcp-view", None, {"gradient_as_bucket_view": True, "bucket_cap_mb": 0.01}),
+                            ("dlcp-static", None, {"static_graph": True}),
+                            ("dlcp-unused", None, {"find_unused_parameters": True}),
+                            ("dlcp-hook", None, {"bucket_cap_mb": 0.005})):
+        model = torch.nn.Sequential(*[type(m)(*([m.in_features, m.out_features] if hasattr(m, "in_features")
+                                                 else [])) for m in base])
+        model.load_state_dict(base.state_dict())
+        ddp_model = DDP(model, process_group=group, **kw)
+        if name == "dlcp-hook":
+            from host.hooks import DlcpHookState, dlcp_allreduce_hook
+            state = DlcpHookState.for_model(ddp_model)
+            ddp_model.register_comm_hook(state, dlcp_allreduce_hook)
+        opt = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(100 + r)
+        for step in range(6):
+            x, y = torch.randn(16, 20, generator=g), torch.randint(0, 4, (16,), generator=g)
+            if step == 2:
+                with ddp_model.no_sync():  # accumulate locally, synchronise on the next step
+                    torch.nn.functional.cross_entropy(ddp_model(x), y).backward()
+                continue
+            opt.zero_grad(set_to_none=False) if step != 3 else None
+            torch.nn.functional.cross_entropy(ddp_model(x), y).backward()
+            opt.step()
+            if step == 3:
+                opt.zero_grad()
+        results[name] = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        if name == "dlcp-hook":  # several buckets, tagged front layers first
+            assert sorted(set(state.positions.values())) == [0, 1, 2], state.positions
+    for name, w in results.items():
+        torch.testing.assert_close(w, results["gloo"], rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    print("ok", r)
+    dist.destroy_process_group()
+
+
+def dead_peer() -> None:
+    """Rank 1 dies after rendezvous; rank 0's all-reduce must fail on wait() within the timeout."""
+    os.environ.setdefault("DLCP_TIMEOUT", "5")
+    os.environ.setdefault("DLCP_PEER_TIMEOUT", "2")
+    dist.init_process_group("dlcp")
+    r = dist.get_rank()
+    dist.barrier()
+    if r == 1:
+        os._exit(0)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    w = dist.all_reduce(torch.ones(100_000), async_op=True)
+    try:
+        w.wait()
+    except Exception as e:  # noqa: BLE001 - the point of the scenario
+        dt = time.monotonic() - t0
+        assert dt < 15, f"error took {dt:.1f}s"
+        print(f"error after {dt:.1f}s: {type(e).__name__}: {e}")
+        os._exit(0)
+    print("no error", file=sys.stderr)
+    os._exit(1)
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    {"collectives": lambda: collectives(False), "collectives-async": lambda: collectives(True), "ddp": ddp,
+     "dead-peer": dead_peer}[sys.argv[1]]()

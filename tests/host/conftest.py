@@ -1,0 +1,38 @@
+"""Fixtures for the host transport tests: endpoints on private loopback addresses, closed after each test."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from host.transport import Endpoint, Options
+
+
+def loopback_map(n: int, rng: random.Random | None = None) -> dict[int, str]:
+    """n addresses in a random 127.a.b.0/24 (the whole of 127/8 is local), so tests running at the same time (or a
+    switch test using UDP_PORT on 127.0.0.1) never collide on the well-known port."""
+    rng = rng or random.Random()
+    a, b = rng.randrange(1, 255), rng.randrange(1, 255)
+    return {r: f"127.{a}.{b}.{r + 1}" for r in range(n)}
+
+
+@pytest.fixture
+def make_endpoints():
+    """make_endpoints(n, options=None, per_rank={rank: Options}) -> list of Endpoints, closed at teardown."""
+    made: list[Endpoint] = []
+
+    def make(n: int = 2, options: Options | None = None, per_rank: dict[int, Options] | None = None,
+             job_id: int = 77, nonce: int = 0xBEEF, addr_map: dict | None = None) -> list[Endpoint]:
+        amap = addr_map or loopback_map(n)
+        eps = []
+        for r in range(n):
+            opts = (per_rank or {}).get(r, options)
+            ep = Endpoint(r, amap, job_id, nonce, opts)
+            made.append(ep)
+            eps.append(ep)
+        return eps
+
+    yield make
+    for ep in made:
+        ep.close()

@@ -1,0 +1,87 @@
+"""An in-process Link between threads, for testing the collective *algorithms* alone (schedules, summation
+order, shapes) quickly and deterministically. The same algorithms run over the real DLCP transport in
+tests/host/test_backend*.py; this stands in only for the network, never for the code under test.
+
+Optionally lossy: with ``loss=True`` and a positive loss bound, each transfer zero-fills a random tail of at most
+``loss_bound`` of its elements and reports the range, as the transport's bounded-loss receiver does.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+
+import torch
+
+from host.collectives import RecvReport
+
+
+class _Done:
+    def wait(self, timeout=None):
+        return None
+
+
+class MemNetwork:
+    def __init__(self, size: int, *, loss: bool = False, seed: int = 0):
+        self.size = size
+        self.loss = loss
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+        self.boxes: dict[tuple[int, int, int], queue.Queue] = {}
+
+    def box(self, src: int, dst: int, tid: int) -> queue.Queue:
+        with self.lock:
+            return self.boxes.setdefault((src, dst, tid), queue.Queue())
+
+    def link(self, rank: int) -> "MemLink":
+        return MemLink(self, rank)
+
+
+class MemLink:
+    def __init__(self, net: MemNetwork, rank: int):
+        self.net, self.rank = net, rank
+        self.sent: list[tuple[int, int, int]] = []  # (peer, tid, layer)
+
+    def isend(self, peer, data, transfer_id, *, layer=0, loss_bound=0.0):
+        assert data.is_contiguous() and data.dim() == 1
+        self.sent.append((peer, transfer_id, layer))
+        self.net.box(self.rank, peer, transfer_id).put((data.clone(), loss_bound))
+        return _Done()
+
+    def recv(self, peer, out, transfer_id, *, loss_bound=0.0, timeout=None):
+        data, sender_bound = self.net.box(peer, self.rank, transfer_id).get(timeout=timeout or 30)
+        assert data.numel() == out.numel() and data.dtype == out.dtype, (data.shape, out.shape, transfer_id)
+        out.copy_(data)
+        rep = RecvReport()
+        if self.net.loss and loss_bound > 0:
+            with self.net.lock:
+                k = self.net.rng.randint(0, int(loss_bound * out.numel()))
+            if k:
+                out[out.numel() - k:] = 0
+                rep.lost.append((out.numel() - k, out.numel()))
+        return rep
+
+
+def run_ranks(size: int, fn, *, loss: bool = False, seed: int = 0):
+    """Run ``fn(rank, link)`` on ``size`` threads; return the results in rank order (re-raising any error)."""
+    net = MemNetwork(size, loss=loss, seed=seed)
+    results: list = [None] * size
+    errors: list = []
+
+    def body(r):
+        try:
+            torch.set_num_threads(1)
+            results[r] = fn(r, net.link(r))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    if errors:
+        raise errors[0]
+    assert not any(t.is_alive() for t in threads), "a rank hung"
+    return results

@@ -1,0 +1,68 @@
+"""The dlcp torch.distributed backend in real processes over the real transport (loopback), against gloo."""
+
+from __future__ import annotations
+
+import pytest
+
+from .dist_run import check, launch
+
+MOD = "tests.host.backend_worker"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_every_collective_matches_gloo(size: int) -> None:
+    out = check(launch(MOD, "collectives", size, timeout=240))
+    assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out))
+
+
+@pytest.mark.slow
+def test_async_collectives_match_gloo() -> None:
+    check(launch(MOD, "collectives-async", 3, timeout=240))
+
+
+@pytest.mark.slow
+def test_ddp_matches_gloo() -> None:
+    check(launch(MOD, "ddp", 2, timeout=240))
+
+
+@pytest.mark.slow
+def test_dead_peer_raises_on_wait() -> None:
+    out = check(launch(MOD, "dead-peer", 2, timeout=60))
+    assert "error after" in out[0] and "TransportError" in out[0] and "rank 1" in out[0], out[0]
+
+
+def test_hook_layer_positions_front_first() -> None:
+    import torch
+
+    from host.hooks import layer_positions
+
+    m = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU(), torch.nn.Sequential(torch.nn.Linear(3, 3)),
+                            torch.nn.Linear(3, 1))
+    pos = layer_positions(m)
+    assert [pos[id(p)] for p in m.parameters()] == [0, 0, 1, 1, 2, 2]
+
+
+@pytest.mark.slow
+def test_torchrun_launches_dlcp_script(tmp_path) -> None:
+    """torchrun (env://) with a script that imports nothing from dlcp: the entry point registers the backend."""
+    import subprocess
+    import sys
+
+    from .dist_run import ROOT, free_port
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('dlcp')\n"
+        "t = torch.full((1000,), float(dist.get_rank() + 1))\n"
+        "dist.all_reduce(t)\n"
+        "assert torch.equal(t, torch.full((1000,), 3.0)), t\n"
+        "print('rank', dist.get_rank(), 'backend', dist.get_backend(), 'ok')\n"
+        "dist.destroy_process_group()\n")
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                        "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(script)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "backend dlcp ok" in r.stdout

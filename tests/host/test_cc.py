@@ -1,0 +1,80 @@
+"""The DCTCP-style window alone."""
+
+from __future__ import annotations
+
+import random
+
+from host.transport.cc import CCParams, DctcpWindow
+
+MSS = 1000
+
+
+def params(**kw) -> CCParams:
+    return CCParams(mss=MSS, init_cwnd_pkts=10, max_cwnd_bytes=10_000_000, **kw)
+
+
+def run_rtts(cc: DctcpWindow, rtts: int, mark_frac: float = 0.0, rtt: float = 1e-3, loss: float = 0.0,
+             seed: int = 0) -> None:
+    """Each RTT: a window of packets is sent; lost ones are never ACKed, a fraction of the rest come back marked."""
+    rnd = random.Random(seed)
+    for _ in range(rtts):
+        pkts = max(1, int(cc.window() // MSS))
+        for i in range(pkts):
+            if rnd.random() < loss:
+                continue
+            cc.on_ack(MSS, ecn=rnd.random() < mark_frac, rtt=rtt)
+
+
+def test_slow_start_doubles_per_rtt():
+    cc = DctcpWindow(params(delay_target=None))
+    w0 = cc.window()
+    run_rtts(cc, 3)
+    assert cc.in_slow_start and cc.window() == 8 * w0
+
+
+def test_marks_end_slow_start_and_cut_by_alpha():
+    cc = DctcpWindow(params(delay_target=None))
+    run_rtts(cc, 5)
+    before = cc.window()
+    run_rtts(cc, 1, mark_frac=1.0)
+    assert not cc.in_slow_start and cc.window() < before and cc.cuts >= 1
+    # persistent light marking settles: alpha tracks the marked fraction, the window stays well above minimum
+    run_rtts(cc, 200, mark_frac=0.05, seed=1)
+    assert 0.0 < cc.alpha < 0.3 and cc.window() > 10 * MSS
+
+
+def test_random_loss_without_marks_does_not_collapse():
+    cc = DctcpWindow(params(delay_target=None))
+    run_rtts(cc, 30, loss=0.05, seed=2)
+    assert cc.window() >= 1_000_000 and cc.cuts == 0
+
+
+def test_delay_marks_when_rtt_grows():
+    cc = DctcpWindow(params(delay_target=0.002))
+    run_rtts(cc, 4, rtt=0.0005)
+    assert cc.delay_marks == 0
+    w = cc.window()
+    run_rtts(cc, 2, rtt=0.004)
+    assert cc.delay_marks > 0 and cc.window() < w
+
+
+def test_timeout_backs_off_and_ack_resets():
+    cc = DctcpWindow(params())
+    run_rtts(cc, 5)
+    cc.on_rtt(0.001)
+    rto = cc.rto
+    cc.on_timeout()
+    assert cc.window() == 10 * MSS  # back to the initial window
+    cc.on_timeout()
+    assert cc.window() == 5 * MSS  # a second timeout in a row halves again (ssthresh)
+    assert cc.rto == min(cc.p.rto_max, rto * 4) and cc.timeouts == 2
+    assert cc.backoff == 2
+    cc.on_ack(MSS, rtt=0.001)
+    assert cc.backoff == 0 and cc.rto < 0.01
+
+
+def test_pacing_rate_follows_window():
+    cc = DctcpWindow(params())
+    assert cc.pacing_rate() == float("inf")
+    cc.on_ack(MSS, rtt=0.001)
+    assert abs(cc.pacing_rate() - cc.p.pacing_gain_ss * cc.cwnd / cc.srtt) < 1e-6

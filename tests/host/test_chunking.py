@@ -1,0 +1,96 @@
+"""Chunking, header batches, the fast header decode and zero-copy tensor views."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from host import wire
+from host.policy import LayerMagnitudePolicy
+from host.transport.chunking import chunk_elems, payload_capacity, plan_packets, tos_byte
+from host.transport.endpoint import HDR, decode_words, pack_control_header
+from host.transport.tensors import allocate, dtype_code, view_tensor
+from host.wire import DType, Flag
+
+
+@pytest.mark.parametrize("mtu,itemsize,expect", [(1500, 4, 359), (1500, 2, 718), (1500, 1, 1436),
+                                                 (9000, 4, 2234), (9000, 8, 1117), (65536, 1, 65471)])
+def test_chunk_sizes_fit_mtu(mtu, itemsize, expect):
+    assert chunk_elems(mtu, itemsize) == expect
+    assert expect * itemsize + wire.HEADER_LEN + 28 <= mtu
+    assert (expect + 1) * itemsize > payload_capacity(mtu) or expect == 0xFFFF  # nothing wasted
+    assert payload_capacity(mtu) + wire.HEADER_LEN <= 65507  # a UDP datagram, even on loopback
+    with pytest.raises(ValueError):
+        payload_capacity(60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 20000), mtu=st.sampled_from([576, 1500, 9000]),
+       dt=st.sampled_from([DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16, DType.INT64, DType.UINT8]),
+       p=st.sampled_from([0.0, 0.01, 0.1, 0.5]))
+def test_plan_covers_tensor_protected_first(n, mtu, dt, p):
+    rng = np.random.default_rng(n)
+    vals = rng.standard_normal(n).astype(np.float32)
+    isz = dt.itemsize
+    chunk = chunk_elems(mtu, isz)
+    npk = max(1, -(-n // chunk))
+    counts = np.minimum(chunk, n - np.arange(npk) * chunk).clip(min=0)
+    is_float = dt in (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16)
+    cls = LayerMagnitudePolicy().classify(vals if is_float else None, counts, layer=1,
+                                          loss_bound=p if is_float else 0.0)
+    plan = plan_packets(nelems=n, dtype=dt, mtu=mtu, classes=cls, rank=3, job_id=9, transfer_id=5, nonce=7)
+    h = wire.unpack_batch(plan.headers.view(np.uint8))
+    assert plan.total == npk and h["seq"].tolist() == list(range(npk))
+    # payload ranges tile [0, n*isz) exactly
+    order = np.argsort(plan.offsets)
+    ends = plan.offsets[order] + plan.lengths[order]
+    assert plan.offsets[order][0] == 0 and ends[-1] == n * isz
+    assert np.all(plan.offsets[order][1:] == ends[:-1])
+    assert np.all(plan.lengths + wire.HEADER_LEN + 28 <= mtu)
+    # protected seqs first, then eligible; DE flag and TOS agree; LAST on the last seq only
+    el = (h["flags"] & Flag.DROP_ELIGIBLE) != 0
+    assert np.array_equal(el, plan.eligible) and np.all(np.diff(el.astype(int)) >= 0)
+    assert ((h["flags"] & Flag.LAST) != 0).tolist() == [False] * (npk - 1) + [True]
+    assert np.all((plan.tos & 3) == np.where(el, wire.ECN_NOT_ECT, wire.ECN_ECT0))
+    assert np.all(plan.tos >> 2 == wire.dscp_for_priority(int(h["priority"][0])))
+    assert (plan.lengths[el].sum() // isz) <= np.floor(p * n + 1e-9)
+
+
+def test_fast_decode_matches_wire_header():
+    hd = wire.Header(msg_type=wire.MsgType.DATA, flags=Flag.DROP_ELIGIBLE | Flag.LAST, priority=5, mag_class=3,
+                     dtype=DType.BFLOAT16, layer=300, rank=65000, job_id=0xDEADBEEF, transfer_id=123456789,
+                     step=42, seq=7, total=9, offset=1024, count=11, nonce=0xABCD)
+    w = decode_words(hd.pack())
+    assert w[0] == (1 << 4) | 0 and w[1] == int(hd.flags) and w[2] == (5 << 5) | (3 << 2)
+    assert w[3:] == (int(DType.BFLOAT16), 300, 65000, 0xDEADBEEF, 123456789, 42, 7, 9, 1024, 11, 0xABCD)
+    buf = bytearray(40)
+    pack_control_header(buf, wire.MsgType.NACK, flags=int(Flag.ECN_ECHO), rank=2, job_id=3, transfer_id=4, step=5,
+                        seq=6, total=70, count=8, nonce=9)
+    buf[36] = 0xFF
+    back, payload = wire.parse_datagram(buf, 37)
+    assert (back.msg_type, back.flags, back.priority, back.rank, back.job_id, back.transfer_id, back.seq,
+            back.total, back.count, back.nonce) == (wire.MsgType.NACK, Flag.ECN_ECHO, 7, 2, 3, 4, 6, 70, 8, 9)
+    assert HDR.size == 36 and tos_byte(7, False) == (56 << 2) | 2
+
+
+def test_views_are_zero_copy_and_dtypes_map():
+    t = torch.arange(10, dtype=torch.float32)
+    v = view_tensor(t, writable=True)
+    v.raw[:4] = 0
+    assert t[0].item() == 0 and v.dtype == DType.FLOAT32
+    b = torch.randn(6).to(torch.bfloat16)
+    vb = view_tensor(b)
+    assert vb.dtype == DType.BFLOAT16 and vb.array.dtype == np.uint16 and vb.nbytes == 12
+    a = np.zeros((3, 4), np.int16)
+    assert view_tensor(a).array.base is not None and view_tensor(a).dtype == DType.INT16
+    assert dtype_code(torch.bool) == DType.BOOL and dtype_code(np.float64) == DType.FLOAT64
+    with pytest.raises(TypeError):
+        dtype_code(np.complex64)
+    with pytest.raises(TypeError):
+        dtype_code(np.dtype(">f4"))
+    with pytest.raises(ValueError):
+        view_tensor(torch.zeros(4, 4).t(), writable=True)
+    assert view_tensor(torch.zeros(4, 4).t()).nelems == 16  # sending copies a non-contiguous tensor once
+    assert isinstance(allocate((2, 3), torch.float16), torch.Tensor) and allocate(5, np.uint8).dtype == np.uint8

@@ -1,0 +1,257 @@
+"""End-to-end transfers between real endpoints on loopback, with faults injected by the lossy socket wrapper."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from host.policy import LayerMagnitudePolicy
+from host.transport import LossySocket, Options
+from host.transport.chunking import chunk_elems, plan_packets
+from host.wire import DType, Flag
+from tests.host.conftest import loopback_map
+from host.transport import Endpoint
+
+FAST = dict(peer_timeout=5.0, recv_timeout=20.0)
+
+
+def lossy(**kw):
+    return lambda s: LossySocket(s, **kw)
+
+
+def eligible_ranges(x: np.ndarray, mtu: int, p: float, itemsize: int) -> set[tuple[int, int]]:
+    """Element ranges of the packets the sender's policy marks drop-eligible."""
+    n = x.size
+    chunk = chunk_elems(mtu, itemsize)
+    npk = max(1, -(-n // chunk))
+    counts = np.minimum(chunk, n - np.arange(npk) * chunk)
+    cls = LayerMagnitudePolicy().classify(x.astype(np.float32), counts, layer=0, loss_bound=p)
+    return {(int(i * chunk), int(i * chunk + counts[i])) for i in np.flatnonzero(cls.eligible)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.uint8,
+                                   torch.bool])
+def test_reliable_transfer_torch_dtypes(make_endpoints, dtype):
+    a, b = make_endpoints(2, Options(**FAST))
+    if dtype.is_floating_point:
+        x = torch.randn(50_000).to(dtype)
+    elif dtype == torch.bool:
+        x = torch.rand(50_000) > 0.5
+    else:
+        x = torch.randint(0, 200, (50_000,), dtype=dtype)
+    h = a.send(1, x, transfer_id=1)
+    r = b.recv(0, 1, out=(x.shape, dtype), timeout=10)
+    assert r.data.dtype == dtype and torch.equal(r.data, x) and r.report.lost_ranges == []
+    s = h.wait(5)
+    assert s["packets"] == s["delivered_packets"] == r.stats["packets_received"]
+
+
+def test_numpy_multidim_in_place(make_endpoints):
+    a, b = make_endpoints(2, Options(mtu=9000, **FAST))
+    x = np.random.default_rng(1).standard_normal((64, 33, 7))
+    out = np.empty_like(x)
+    a.send(1, x, transfer_id=5, layer=2)
+    r = b.recv(0, 5, out=out, timeout=10)
+    assert r.data is out and np.array_equal(out, x)
+
+
+@pytest.mark.parametrize("mtu", [1500, 9000])
+def test_p0_identical_under_loss_reorder_dup(make_endpoints, mtu):
+    faults = dict(loss=0.1, dup=0.05, reorder=0.1, loss_control=0.1)
+    a, b = make_endpoints(2, per_rank={0: Options(mtu=mtu, socket_wrapper=lossy(seed=1, **faults), **FAST),
+                                       1: Options(mtu=mtu, socket_wrapper=lossy(seed=2, **faults), **FAST)})
+    x = torch.randn(200_000)
+    h = a.send(1, x, transfer_id=9, loss_bound=0.0)
+    r = b.recv(0, 9, out=torch.empty_like(x), timeout=15)
+    assert torch.equal(r.data, x) and r.report.zero_filled == 0
+    s = h.wait(5)
+    assert s["retransmissions"] > 0
+    assert a._tx.dropped > 0 and a._tx.duplicated > 0 and a._tx.reordered > 0  # the faults did happen
+    assert b.stats()["duplicates"] > 0
+
+
+@pytest.mark.parametrize("p", [0.01, 0.05, 0.2])
+def test_bounded_loss_only_eligible_missing_and_exact_report(make_endpoints, p):
+    # eligible packets are dropped often, protected ones sometimes (they must be retransmitted)
+    a, b = make_endpoints(2, per_rank={0: Options(socket_wrapper=lossy(seed=3, loss_eligible=0.5,
+                                                                         loss_protected=0.05, reorder=0.05), **FAST),
+                                       1: Options(**FAST)})
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(100_000) * rng.choice([1e-4, 1.0], 100_000)).astype(np.float32)
+    h = a.send(1, x, transfer_id=11, loss_bound=p)
+    r = b.recv(0, 11, out=np.full_like(x, np.nan), timeout=15)
+    lost = r.report.lost_ranges
+    assert r.report.fraction <= p
+    if p >= 0.05:  # dozens of eligible packets, half of them dropped: some loss must be reported
+        assert lost
+    mask = np.zeros(x.size, bool)
+    for lo, hi in lost:
+        mask[lo:hi] = True
+    assert np.all(r.data[mask] == 0)  # zero-filled
+    assert np.array_equal(r.data[~mask], x[~mask])  # everything else exact
+    elig = eligible_ranges(x, 1500, p, 4)
+    covered = np.zeros(x.size, bool)
+    for lo, hi in elig:
+        covered[lo:hi] = True
+    assert np.all(covered[mask])  # only eligible packets are missing
+    # the report is exact: each lost range is a union of whole eligible packets
+    for lo, hi in lost:
+        assert any(e[0] == lo for e in elig) and any(e[1] == hi for e in elig)
+    s = h.wait(5)
+    assert s["eligible_packets"] > 0 and s["retransmissions"] > 0
+    assert b.stats()["zero_filled_elements"] == r.report.zero_filled
+
+
+def test_deterministic_drop_reported_exactly(make_endpoints):
+    """The same eligible packets dropped every time: the report must name exactly their element ranges."""
+    x = np.linspace(-1, 1, 40_000, dtype=np.float32)
+    p = 0.1
+    chunk = chunk_elems(1500, 4)
+    npk = -(-x.size // chunk)
+    cls = LayerMagnitudePolicy().classify(x, np.minimum(chunk, x.size - np.arange(npk) * chunk), layer=0,
+                                          loss_bound=p)
+    plan = plan_packets(nelems=x.size, dtype=DType.FLOAT32, mtu=1500, classes=cls)
+    el_seqs = np.flatnonzero(plan.eligible)
+    drop_seqs = set(el_seqs[1::3].tolist())  # not the first eligible seq, so the boundary is visible
+
+    def drop(first16: bytes) -> bool:
+        return first16[0] & 0x0F == 0 and int.from_bytes(first16[20:24], "big") in drop_seqs if len(first16) >= 24 \
+            else False
+
+    a, b = make_endpoints(2, per_rank={0: Options(socket_wrapper=lambda s: _Full(s, drop), **FAST)})
+    a.send(1, x, transfer_id=3, loss_bound=p)
+    r = b.recv(0, 3, out=np.empty_like(x), timeout=10)
+    expect = sorted((int(plan.offsets[s] // 4), int((plan.offsets[s] + plan.lengths[s]) // 4)) for s in drop_seqs)
+    merged: list[tuple[int, int]] = []
+    for lo, hi in expect:
+        if merged and merged[-1][1] == lo:
+            merged[-1] = (merged[-1][0], hi)
+        else:
+            merged.append((lo, hi))
+    assert r.report.lost_ranges == merged
+
+
+class _Full(LossySocket):
+    """A wrapper whose drop rule sees the whole 36-byte header (the base class passes 16 bytes)."""
+
+    def __init__(self, sock, fn):
+        super().__init__(sock)
+        self._fn = fn
+
+    def sendmsg(self, buffers, ancdata=(), flags=0, address=None):
+        if self._fn(bytes(buffers[0][:36])):
+            self.dropped += 1
+            return 0
+        return self.sock.sendmsg(buffers, ancdata, flags, address)
+
+
+def test_receiver_bound_zero_recovers_everything(make_endpoints):
+    a, b = make_endpoints(2, per_rank={0: Options(socket_wrapper=lossy(seed=5, loss_eligible=0.5), **FAST)})
+    x = np.random.default_rng(2).standard_normal(60_000).astype(np.float32)
+    out = np.empty_like(x)
+    # recv posted first, with the receiver's own bound 0: eligible packets are NACKed too
+    t = threading.Thread(target=lambda: results.append(b.recv(0, 4, out=out, timeout=10, loss_bound=0.0)))
+    results: list = []
+    t.start()
+    a.send(1, x, transfer_id=4, loss_bound=0.1)
+    t.join(15)
+    assert results and np.array_equal(out, x) and results[0].report.zero_filled == 0
+
+
+def test_send_before_recv_and_recv_after_completion(make_endpoints):
+    a, b = make_endpoints(2, Options(**FAST))
+    xs = [torch.randn(10_000 + i) for i in range(3)]
+    hs = [a.send(1, x, transfer_id=100 + i) for i, x in enumerate(xs)]
+    for h in hs:
+        h.wait(5)  # the receiver completed every transfer before anybody called recv()
+    for i, x in reversed(list(enumerate(xs))):
+        r = b.recv(0, 100 + i, out=torch.empty_like(x), timeout=5)
+        assert torch.equal(r.data, x)
+    with pytest.raises(ValueError, match="already received"):
+        b.recv(0, 100, out=torch.empty_like(xs[0]), timeout=1)
+
+
+def test_many_concurrent_transfers_all_to_all(make_endpoints):
+    n = 4
+    eps = make_endpoints(n, Options(socket_wrapper=lossy(seed=None, loss=0.02, reorder=0.02), **FAST))
+    data = {(s, d, k): torch.randn(3000 + 100 * k) for s in range(n) for d in range(n) if s != d for k in range(4)}
+    handles = [eps[s].send(d, x, transfer_id=1000 * s + k, layer=k) for (s, d, k), x in data.items()]
+    errors: list = []
+
+    def receiver(d: int) -> None:
+        try:
+            for (s, dd, k), x in data.items():
+                if dd == d:
+                    r = eps[d].recv(s, 1000 * s + k, out=torch.empty_like(x), timeout=20)
+                    assert torch.equal(r.data, x)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=receiver, args=(d,)) for d in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    for h in handles:
+        h.wait(10)
+    tot = [e.stats() for e in eps]
+    assert sum(s["transfers_received"] for s in tot) == len(data)
+
+
+def test_ecn_marks_echoed_and_window_reacts(make_endpoints):
+    a, b = make_endpoints(2, per_rank={0: Options(socket_wrapper=lossy(seed=4, ce=0.3), **FAST)})
+    x = torch.randn(300_000)
+    h = a.send(1, x, transfer_id=8)
+    r = b.recv(0, 8, out=torch.empty_like(x), timeout=15)
+    assert torch.equal(r.data, x)
+    s = h.wait(5)
+    assert r.stats["ce_marks"] > 0 and s["ecn_echoes"] > 0
+    peer = a.stats()["peers"][1]
+    assert peer["ecn_marks"] > 0 and peer["cuts"] > 0 and peer["alpha"] > 0
+
+
+def test_stats_available(make_endpoints):
+    a, b = make_endpoints(2, Options(**FAST))
+    x = torch.randn(1000)
+    h = a.send(1, x, transfer_id=1, step=12, layer=4)
+    r = b.recv(0, 1, out=torch.empty_like(x), timeout=5)
+    s = h.wait(5)
+    for k in ("bytes", "packets", "retransmissions", "duration_s", "gbps", "ecn_echoes"):
+        assert k in s
+    for k in ("bytes", "packets_received", "zero_filled", "lost_ranges", "ce_marks", "gbps"):
+        assert k in r.stats
+    assert r.stats["step"] == 12 and r.stats["layer"] == 4 and s["bytes"] == 4000
+    tot = a.stats()
+    assert tot["tx_data_packets"] >= 3 and tot["transfers_sent"] == 1 and 1 in tot["peers"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(0, 30_000), dtype=st.sampled_from([np.float32, np.float16, np.int32, np.float64]),
+       mtu=st.sampled_from([1500, 9000]), loss=st.floats(0, 0.3), p=st.sampled_from([0.0, 0.05]),
+       seed=st.integers(0, 100))
+def test_property_endpoint(n, dtype, mtu, loss, p, seed):
+    amap = loopback_map(2)
+    is_float = np.dtype(dtype).kind == "f"
+    p = p if is_float else 0.0
+    a = Endpoint(0, amap, 1, 2, Options(mtu=mtu, socket_wrapper=lossy(seed=seed, loss=loss, reorder=0.05,
+                                                                       dup=0.05, loss_control=loss), **FAST))
+    b = Endpoint(1, amap, 1, 2, Options(mtu=mtu, socket_wrapper=lossy(seed=seed + 1, loss_control=loss), **FAST))
+    try:
+        x = (np.random.default_rng(seed).standard_normal(n) * 100).astype(dtype)
+        a.send(1, x, transfer_id=seed, loss_bound=p)
+        r = b.recv(0, seed, out=(x.shape, dtype), timeout=15)
+        assert r.report.fraction <= p
+        mask = np.zeros(n, bool)
+        for lo, hi in r.report.lost_ranges:
+            mask[lo:hi] = True
+        assert np.array_equal(r.data[~mask], x[~mask]) and np.all(r.data[mask] == 0)
+        if p == 0:
+            assert r.report.lost_ranges == []
+    finally:
+        a.close()
+        b.close()

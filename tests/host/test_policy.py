@@ -1,0 +1,76 @@
+"""The priority policy alone: layer priorities, magnitude classes, eligibility within the loss bound."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from host.policy import (DATA_PRIORITY_MAX, DATA_PRIORITY_MIN, LayerMagnitudePolicy, as_float_view,
+                         eligible_smallest, magnitude_classes, packet_mean_abs)
+
+
+def test_layer_priority_front_layers_higher():
+    pol = LayerMagnitudePolicy(num_layers=12)
+    prios = [pol.priority(layer) for layer in range(12)]
+    assert prios[0] == DATA_PRIORITY_MAX and prios[-1] == DATA_PRIORITY_MIN
+    assert all(a >= b for a, b in zip(prios, prios[1:]))
+    unknown = LayerMagnitudePolicy()
+    assert [unknown.priority(i) for i in range(8)] == [6, 5, 4, 3, 2, 1, 1, 1]
+    with pytest.raises(ValueError):
+        unknown.priority(-1)
+
+
+def test_packet_means_and_classes():
+    vals = np.concatenate([np.full(10, 0.1), np.full(10, -5.0), np.full(5, 2.0)]).astype(np.float32)
+    means = packet_mean_abs(vals, np.array([10, 10, 5]))
+    np.testing.assert_allclose(means, [0.1, 5.0, 2.0], rtol=1e-6)
+    cls = magnitude_classes(np.arange(16, dtype=float))
+    assert cls.min() == 0 and cls.max() == 7 and np.all(np.diff(cls.astype(int)) >= 0)
+    # NaN/inf make a packet "large": protected, top class
+    means = packet_mean_abs(np.array([np.nan, 1, 0, 0], np.float32), np.array([2, 2]))
+    assert np.isinf(means[0]) and means[1] == 0
+
+
+def test_eligible_prefix_of_smallest_within_bound():
+    means = np.array([5.0, 0.1, 3.0, 0.2, 0.05])
+    counts = np.array([10, 10, 10, 10, 10])
+    el = eligible_smallest(means, counts, 0.41)  # budget 20 elements -> the two smallest packets
+    assert el.tolist() == [False, True, False, False, True]
+    assert not eligible_smallest(means, counts, 0.0).any()
+    assert not eligible_smallest(means, counts, 0.19).any()  # no packet fits in 9 elements
+
+
+def test_integer_data_never_eligible():
+    pol = LayerMagnitudePolicy()
+    out = pol.classify(None, np.array([4, 4]), layer=0, loss_bound=0.0)
+    assert not out.eligible.any()
+    with pytest.raises(ValueError, match="loss_bound=0"):
+        pol.classify(None, np.array([4]), layer=0, loss_bound=0.1)
+    with pytest.raises(ValueError):
+        pol.classify(np.zeros(4, np.float32), np.array([4]), layer=0, loss_bound=1.0)
+
+
+def test_bf16_float_view_is_exact():
+    torch = pytest.importorskip("torch")
+    t = torch.randn(100).to(torch.bfloat16)
+    raw = t.view(torch.int16).numpy().view(np.uint16)
+    np.testing.assert_array_equal(as_float_view(raw, bf16=True), t.float().numpy())
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(0, 3000), chunk=st.integers(1, 400), p=st.floats(0, 0.99), seed=st.integers(0, 2**32 - 1))
+def test_eligible_elements_never_exceed_bound(n, chunk, p, seed):
+    rng = np.random.default_rng(seed)
+    vals = (rng.standard_normal(n) * rng.choice([1e-3, 1, 1e3], n)).astype(np.float32)
+    npk = max(1, -(-n // chunk))
+    counts = np.minimum(chunk, n - np.arange(npk) * chunk).clip(min=0)
+    cls = LayerMagnitudePolicy().classify(vals, counts, layer=3, loss_bound=p)
+    assert counts[cls.eligible].sum() <= np.floor(p * n + 1e-9)
+    if cls.eligible.any() and (~cls.eligible).any():
+        means = packet_mean_abs(vals, counts)
+        # every eligible packet is no larger than every protected (non-empty) one
+        prot = ~cls.eligible & (counts > 0)
+        if prot.any():
+            assert means[cls.eligible].max() <= means[prot].min()
+    assert cls.mag_class.shape == (npk,) and cls.mag_class.max(initial=0) <= 7

@@ -1,0 +1,79 @@
+"""Receiver arrival state alone, and a property test of the whole bounded-loss rule with simulated delivery."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from host.policy import LayerMagnitudePolicy
+from host.transport.chunking import chunk_elems, plan_packets
+from host.transport.reassembly import Reassembly, merge_ranges
+from host.wire import DType
+
+
+def test_merge_ranges():
+    m = merge_ranges(np.array([10, 0, 5, 30]), np.array([20, 5, 8, 31]))
+    assert m.tolist() == [[0, 8], [10, 20], [30, 31]]
+    assert merge_ranges(np.array([]), np.array([])).shape == (0, 2)
+
+
+def test_needed_and_satisfied_follow_first_eligible_seq():
+    r = Reassembly(6)  # seqs 0-3 protected, 4-5 eligible (unknown to the receiver at first)
+    assert r.add(0, 0, 10, 40, False) and not r.add(0, 0, 10, 40, False)
+    r.add(2, 80, 10, 40, False)
+    assert r.needed().tolist() == [1, 3, 4, 5] and not r.satisfied()
+    r.add(5, 200, 10, 40, True)  # an eligible seq: everything above 5 is eligible, below may be protected
+    assert r.needed().tolist() == [1, 3, 4] and r.last_seen
+    r.add(1, 40, 10, 40, False)
+    r.add(3, 120, 10, 40, False)
+    assert r.needed().tolist() == [4] and not r.satisfied()
+    r.add(4, 160, 10, 40, True)
+    assert r.satisfied() and r.complete and r.lost_ranges(60, 4) == []
+
+
+def test_receiver_bound_requests_eligible_packets():
+    r = Reassembly(4)
+    r.add(0, 0, 10, 40, False)
+    r.add(1, 40, 10, 40, False)
+    r.add(2, 80, 10, 40, True)
+    assert r.satisfied() and r.needed().size == 0
+    assert not r.satisfied(0.0, 40) and r.needed(0.0, 40).tolist() == [3]
+    assert r.satisfied(0.25, 40)
+    assert r.lost_ranges(40, 4) == [(30, 40)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 5000), mtu=st.sampled_from([576, 1500, 9000]), p=st.sampled_from([0.0, 0.02, 0.1, 0.3]),
+       dt=st.sampled_from([DType.FLOAT32, DType.FLOAT16]), loss=st.floats(0, 1), seed=st.integers(0, 1000))
+def test_bounded_loss_rule(n, mtu, p, dt, loss, seed):
+    """Protected packets always delivered (retransmitted), eligible ones lost at random: once satisfied, the
+    zero-filled fraction is <= p, only eligible packets are missing and the lost ranges are exactly theirs."""
+    rng = np.random.default_rng(seed)
+    vals = rng.standard_normal(n).astype(np.float32)
+    isz = dt.itemsize
+    chunk = chunk_elems(mtu, isz)
+    npk = max(1, -(-n // chunk))
+    counts = np.minimum(chunk, n - np.arange(npk) * chunk)
+    cls = LayerMagnitudePolicy().classify(vals, counts, layer=0, loss_bound=p)
+    plan = plan_packets(nelems=n, dtype=dt, mtu=mtu, classes=cls)
+    r = Reassembly(plan.total)
+    dropped = plan.eligible & (rng.random(plan.total) < loss)
+    for s in rng.permutation(plan.total):
+        if not dropped[s]:
+            r.add(int(s), int(plan.offsets[s]), int(plan.lengths[s] // isz), int(plan.lengths[s]),
+                  bool(plan.eligible[s]))
+    needed = r.needed()
+    # needed = missing seqs the receiver cannot prove eligible (protected ones, and eligible ones in the gap
+    # below the first eligible seq it saw); the sender retransmits them (here: successfully)
+    assert not r.arrived[needed].any()
+    assert set(np.flatnonzero(~plan.eligible & dropped).tolist()) <= set(needed.tolist())
+    for s in needed:
+        r.add(int(s), int(plan.offsets[s]), int(plan.lengths[s] // isz), int(plan.lengths[s]),
+              bool(plan.eligible[s]))
+        dropped[s] = False
+    assert r.satisfied() and r.needed().size == 0
+    lost = r.lost_ranges(n, isz)
+    expect = merge_ranges(plan.offsets[dropped] // isz, (plan.offsets[dropped] + plan.lengths[dropped]) // isz)
+    assert lost == [tuple(x) for x in expect.tolist()]
+    assert np.all(plan.eligible[dropped])
+    assert sum(b - a for a, b in lost) <= p * n + 1e-9
