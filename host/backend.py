@@ -61,7 +61,7 @@ class DlcpOptions:
     """Backend options. ``from_env()`` reads the ``DLCP_*`` variables; explicit fields win over them."""
 
     loss_bound: float = 0.0  # fraction of a gradient all-reduce that may be zero-filled (0 = exact)
-    mtu: int = 1500
+    mtu: int | None = None  # None: the path MTU towards MASTER_ADDR (65536 on loopback, 1500 on Ethernet)
     policy: str = "layer-magnitude"  # the transport's priority policy (host.policy)
     congestion_control: bool = True  # DCTCP-style window; False = fixed large window (lossless fabrics)
     timeout: float = 60.0  # seconds an operation may take before wait() raises
@@ -154,6 +154,20 @@ def _auto_addr(rank: int) -> str:
     try:
         s.connect((target, 9))  # no packet is sent: this only asks the kernel which source address it would use
         return s.getsockname()[0]
+    finally:
+        s.close()
+
+
+def _path_mtu(addr: str) -> int:
+    """The kernel's path MTU from our address towards the rendezvous host (IP_MTU on a connected UDP socket)."""
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.bind((addr, 0))
+        s.connect((socket.gethostbyname(master), 9))
+        return min(int(s.getsockopt(socket.IPPROTO_IP, 14)), 65535)  # 14 = IP_MTU
+    except OSError:
+        return 1500
     finally:
         s.close()
 
@@ -265,6 +279,8 @@ class DlcpProcessGroup(dist.ProcessGroup):
         if first:
             # the default group: its ranks are the global ranks
             addr = o.addr or _auto_addr(rank)
+            if o.mtu is None:
+                o.mtu = _path_mtu(addr)
             store.set(f"dlcp/addr/{rank}", f"{addr}:{o.port}")
             if rank == 0:
                 store.set("dlcp/nonce", str(random.SystemRandom().randrange(1, 1 << 16)))
