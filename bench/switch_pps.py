@@ -1,9 +1,12 @@
 """Packets per second through the embedded P4 target, in-process on one core.
 
-Program: tests/switch/programs/l3_router.p4 (LPM routing + ternary/range ACL with a direct counter,
-IPv4 checksum verify/update, port counter) until the DLCP program exists.  Traffic: UDP packets to
-64 destinations over 16 routes and 8 ACL entries, through parser, ingress, traffic manager,
-egress and deparser.
+Programs:
+* tests/switch/programs/l3_router.p4 (LPM routing + ternary/range ACL with a direct counter, IPv4
+  checksum verify/update, port counter).  Traffic: UDP packets to 64 destinations over 16 routes and
+  8 ACL entries, through parser, ingress, traffic manager, egress and deparser.
+* p4src/dlcp.p4, the project's program (8 priority queues): the same UDP traffic with every fourth
+  packet a DLCP datagram (UDP 19400) classified by the dlcp_priority table, the others by DSCP;
+  LPM routes with set_nhop, per-next-hop and per-(port, priority) counters, register reads.
 
 Candidate: the compiled target (generated Python code, memoised table lookups).
 Baseline: the same forwarding written the naive way in Python with scapy (dissect, LPM by linear
@@ -25,6 +28,7 @@ from scapy.all import IP, UDP, Ether, Raw  # noqa: E402
 from switch.target import Switch  # noqa: E402
 
 PROGRAM = str(ROOT / "tests/switch/programs/l3_router.p4")
+DLCP_PROGRAM = str(ROOT / "p4src/dlcp.p4")
 N = 20000
 
 
@@ -53,6 +57,47 @@ def build_switch() -> Switch:
 
 def candidate(packets):
     sw = build_switch()
+
+    def run():
+        t = time.perf_counter()
+        out = sw.process_batch(packets)
+        dt = time.perf_counter() - t
+        assert len(out) == len(packets)
+        return {"pps": len(packets) / dt}
+    return run
+
+
+def make_dlcp_packets(n: int) -> list[tuple[int, bytes]]:
+    from host import wire
+    pk = []
+    for i in range(64):
+        ip = IP(src=f"192.168.0.{i % 250}", dst=f"10.{i % 16}.0.{i % 4 + 1}", tos=(i % 8) << 2)
+        if i % 4 == 0:
+            hdr = wire.Header(priority=i % 8, layer=i, seq=0, total=1).pack()
+            pk.append(bytes(Ether(dst="00:00:00:00:00:01") / ip / UDP(sport=1000 + i, dport=wire.UDP_PORT)
+                            / Raw(hdr + b"x" * 28)))
+        else:
+            pk.append(bytes(Ether(dst="00:00:00:00:00:01") / ip / UDP(sport=1000 + i, dport=53 + i % 8)
+                            / Raw(b"x" * 64)))
+    return [(5 + i % 4, pk[i % 64]) for i in range(n)]
+
+
+def build_dlcp_switch() -> Switch:
+    sw = Switch(DLCP_PROGRAM, priority_queues=8)
+    sw.tm.set_queue_depth(N)
+    for net, plen, port in routes():
+        sw.insert_entry("DlcpIngress.ipv4_lpm", {"meta.dst_addr": (net, plen)}, "DlcpIngress.set_nhop",
+                        {"dmac": port, "smac": 0xAA, "port": port, "nhop_id": port})
+    sw.insert_entry("DlcpIngress.dlcp_priority", {"hdr.dlcp.msg_type": (0, 0xF)},
+                    "DlcpIngress.trust_dlcp_priority", priority=1)
+    for d in range(8):
+        sw.insert_entry("DlcpIngress.dscp_priority", {"hdr.ipv4.dscp": d}, "DlcpIngress.set_priority",
+                        {"prio": d % 8})
+    return sw
+
+
+def dlcp_candidate(packets):
+    sw = build_dlcp_switch()
 
     def run():
         t = time.perf_counter()
@@ -104,10 +149,14 @@ def baseline(packets):
 def main() -> None:
     from harness import Report
     packets = make_packets(N)
-    rep = Report("switch_pps", params={"program": "tests/switch/programs/l3_router.p4", "packets": N,
+    rep = Report("switch_pps", params={"program": "tests/switch/programs/l3_router.p4 and p4src/dlcp.p4", "packets": N,
                                        "routes": 16, "acl_entries": 8, "baseline": "scapy dissect+forward"})
     rep.compare("l3 router + ACL, UDP 106 B", candidate=candidate(packets), baseline=baseline(packets),
                 metric="pps", higher_is_better=True, repetitions=5, warmup=1)
+    dpk = make_dlcp_packets(N)
+    rep.compare("p4src/dlcp.p4, UDP + 1/4 DLCP", candidate=dlcp_candidate(dpk), baseline=baseline(dpk),
+                metric="pps", higher_is_better=True, repetitions=5, warmup=1,
+                params={"program": "p4src/dlcp.p4", "priority_queues": 8})
     rep.write()
 
 

@@ -32,6 +32,16 @@ def wrap(v: int, t: ir.Type) -> int:
     return v
 
 
+def has_varbit(t: ir.Type) -> bool:
+    if isinstance(t, ir.VarbitT):
+        return True
+    if isinstance(t, (ir.HeaderT, ir.StructT)):
+        return any(has_varbit(ft) for _, ft in t.fields)
+    if isinstance(t, ir.StackT):
+        return has_varbit(t.elem)
+    return False
+
+
 class Scope:
     def __init__(self, parent: "Scope | None" = None):
         self.parent = parent
@@ -109,16 +119,23 @@ class Checker:
                 if not d.is_struct:
                     if isinstance(ft, ir.EnumT) and ft.underlying:
                         ft = ft
+                    elif isinstance(ft, ir.VarbitT):
+                        if any(isinstance(t0, ir.VarbitT) for _, t0 in fields):
+                            raise P4Error(f.loc, f"header {d.name} has more than one varbit field")
                     elif not isinstance(ft, (Bits, ir.BoolT)):
-                        if f.type.kind == "varbit":
-                            raise unsupported("varbit field", f.loc)
-                        raise P4Error(f.loc, f"header field '{f.name}' must be bit<W>, int<W> or bool, not {ft}")
+                        raise P4Error(f.loc, f"header field '{f.name}' must be bit<W>, int<W>, bool or varbit<W>, not {ft}")
                 elif isinstance(ft, (ir.ExternT, ir.TableT, ir.IntLit)):
                     raise P4Error(f.loc, f"struct field '{f.name}' cannot have type {ft}")
                 fields.append((f.name, ft))
             t = ir.StructT(d.name, fields) if d.is_struct else ir.HeaderT(d.name, fields)
-            if not d.is_struct and t.width % 8:
-                raise P4Error(d.loc, f"header {d.name} is {t.width} bits long, not a multiple of 8 (BMv2 requires byte-aligned headers)")
+            if not d.is_struct and t.fixed_width % 8:
+                raise P4Error(d.loc, f"header {d.name} is {t.fixed_width} bits long"
+                                     f"{' (without its varbit field)' if t.varbit is not None else ''}, "
+                                     "not a multiple of 8 (BMv2 requires byte-aligned headers)")
+            if not d.is_struct and t.varbit is not None and t.fields[t.varbit][1].max_width % 8:
+                raise P4Error(d.fields[t.varbit].loc, f"varbit field '{t.fields[t.varbit][0]}' has a maximum width of "
+                                                      f"{t.fields[t.varbit][1].max_width} bits, not a multiple of 8 "
+                                                      "(BMv2 extracts whole bytes)")
             self.header_types[d.name] = t
             g.declare(Sym("type", d.name, t, d.loc, d), d.name, d.loc)
         elif isinstance(d, A.EnumDecl):
@@ -159,9 +176,15 @@ class Checker:
             if d.ctor_params:
                 raise unsupported("constructor parameters of a parser or control", d.ctor_params[0].loc)
         elif isinstance(d, A.Instance):
-            if d.name != "main":
-                raise unsupported("top-level instantiation other than 'main'", d.loc)
-            self.main = d
+            if d.name == "main":
+                self.main = d
+                return
+            t = self.resolve_type(d.type, g)
+            if not isinstance(t, ir.ExternT):
+                raise unsupported(f"top-level instantiation of {t} (only extern instances and 'main')", d.loc)
+            # an extern instance shared by every control (BMv2 allows it); P4Info names it without a prefix
+            inst = self.instance(d, g, "")
+            g.declare(Sym("instance", d.name, t, d.loc, inst), d.name, d.loc)
         else:  # pragma: no cover - parser only produces the kinds above
             raise unsupported(type(d).__name__, d.loc)
 
@@ -177,7 +200,11 @@ class Checker:
                 raise P4Error(tr.loc, f"invalid width {w} for {k}<W>")
             return Bits(w, k == "int")
         if k == "varbit":
-            raise unsupported("varbit", tr.loc)
+            self.expr(tr.width, scope)
+            w = self.const_eval(tr.width, scope)
+            if not isinstance(w, int) or isinstance(w, bool) or w <= 0:
+                raise P4Error(tr.loc, f"invalid width {w} for varbit<W>")
+            return ir.VarbitT(w)
         if k == "bool":
             return BOOL
         if k == "error":
@@ -595,6 +622,8 @@ class Checker:
                     dt = e.args[1].type
                     if not isinstance(dt, ir.StructT):
                         raise P4Error(e.args[1].loc, "digest data must be a struct")
+                    if has_varbit(dt):
+                        raise unsupported("a varbit field in digest data", e.args[1].loc)
                     if dt.name not in self.digests:
                         self.digests[dt.name] = ir.DigestIR(dt.name, dt, len(self.digests))
                     e.digest = self.digests[dt.name]
@@ -606,7 +635,7 @@ class Checker:
                 params = a.decl.params
                 if len(e.args) != len(params):
                     raise P4Error(e.loc, f"action {a.name} expects {len(params)} argument(s), got {len(e.args)}")
-                for arg, p in zip(e.args, a.params):
+                for arg, p in zip(e.args, a.in_params + a.params):
                     self.expr(arg, scope)
                     self.assignable(p.type, arg, arg.loc)
                 e.kind = "action"
@@ -651,11 +680,15 @@ class Checker:
                 e.target = (decl.name, m)
                 e.tvars = tv
                 if decl.name == "packet_in" and m == "extract":
-                    if len(e.args) != 1:
-                        raise unsupported("variable-size extract", e.loc)
                     at = e.args[0].type
                     if not isinstance(at, ir.HeaderT):
                         raise P4Error(e.args[0].loc, f"extract needs a header, not {at}")
+                    if len(e.args) == 1 and at.varbit is not None:
+                        raise P4Error(e.loc, f"header {at.name} has a varbit field: extract it with a size, "
+                                             "extract(hdr, (bit<32>)sizeInBits)")
+                    if len(e.args) == 2 and at.varbit is None:
+                        raise P4Error(e.loc, f"extract with a size needs a header with a varbit field; "
+                                             f"{at.name} has none")
                 if decl.name == "packet_in" and m == "lookahead":
                     if not e.type_args:
                         raise P4Error(e.loc, "lookahead needs a type argument, e.g. lookahead<bit<8>>()")
@@ -777,16 +810,21 @@ class Checker:
     def action(self, d: A.ActionDecl, scope: Scope, block: ir.BlockIR | None, prefix: str) -> ir.ActionIR:
         inner = Scope(scope)
         params = []
+        in_params = []
         for p in d.params:
             t = self.resolve_type(p.type, scope)
-            if p.direction:
+            if p.direction and p.direction != "in":
                 raise unsupported(f"action parameter with direction '{p.direction}'", p.loc)
+            if p.direction and params:
+                raise P4Error(p.loc, f"directional parameter '{p.name}' after directionless ones "
+                                     "(directional action parameters come first)")
             if not isinstance(t, (Bits, ir.BoolT, ir.EnumT)):
                 raise P4Error(p.loc, f"action parameter '{p.name}' must be bit<W>, int<W>, bool or a serializable enum, not {t}")
-            sym = Sym("aparam", p.name, t, p.loc, p)
-            params.append(sym)
+            sym = Sym("aparam", p.name, t, p.loc, p, direction=p.direction)
+            (in_params if p.direction else params).append(sym)
             inner.declare(sym, p.name, p.loc)
-        a = ir.ActionIR(d.name, self.qualify(prefix, d.name, d.annots), params, d, d.annots, len(self.actions))
+        a = ir.ActionIR(d.name, self.qualify(prefix, d.name, d.annots), params, d, d.annots, len(self.actions),
+                        in_params)
         self.actions.append(a)
         self.stmt(d.body, inner, Ctx(block, "control", a))
         return a
@@ -856,6 +894,8 @@ class Checker:
             s = scope.lookup(ar.name.lstrip("."))
             if not isinstance(s, Sym) or s.kind != "action":
                 raise P4Error(ar.loc, f"unknown action '{ar.name}'")
+            if s.decl.in_params:
+                raise unsupported(f"action {s.decl.name} with directional parameters in a table's actions", ar.loc)
             acts.append(s.decl)
             scopes[s.decl.fqname] = ("DEFAULT_ONLY" if A.annot(ar.annots, "defaultonly") else
                                      "TABLE_ONLY" if A.annot(ar.annots, "tableonly") else "TABLE_AND_DEFAULT")
@@ -1089,6 +1129,8 @@ class Checker:
             if isinstance(d, A.HeaderDecl) and not d.is_struct:
                 a = A.annot(d.annots, "controller_header")
                 if a and a.args and isinstance(a.args[0], A.StrLit):
+                    if self.header_types[d.name].varbit is not None:
+                        raise unsupported("a varbit field in a @controller_header header", d.loc)
                     ctrl.append((a.args[0].value, self.header_types[d.name], d.annots))
         return ir.ProgramIR(self.path, H, M, SM, blocks, self.actions, self.tables, self.instances,
                             list(self.digests.values()), self.errors, self.header_types, ctrl)

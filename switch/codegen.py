@@ -61,6 +61,8 @@ class Gen:
                 self._init(et)
         elif isinstance(t, ir.BoolT):
             self.init.append(False)
+        elif isinstance(t, ir.VarbitT):
+            self.init.append((0, 0))      # (current width in bits, value)
         else:
             self.init.append(0)
 
@@ -264,6 +266,9 @@ class Gen:
         if isinstance(t, (ir.HeaderT, ir.StructT)):
             base = self.addr(e)
             return self._fields_at(base, t)
+        if isinstance(t, ir.VarbitT):
+            c = self.ex(e)
+            return [(f"{c}[1]", f"{c}[0]")]
         w = t.width if isinstance(t, (Bits, ir.BoolT, ir.EnumT)) else 32
         return [(self.uns(self.ex(e), t), w)]
 
@@ -276,13 +281,24 @@ class Gen:
             elif isinstance(ft, ir.StackT):
                 for i in range(ft.size):
                     out += self._fields_at(self.add(a, 1 + i * ft.elem.slots), ft.elem)
+            elif isinstance(ft, ir.VarbitT):
+                out.append((f"s[{a}][1]", f"s[{a}][0]"))      # dynamic width
             else:
                 w = ft.width if isinstance(ft, (Bits, ir.BoolT, ir.EnumT)) else 32
                 out.append((self.uns(f"s[{a}]", ft), w))
         return out
 
     @staticmethod
-    def concat(items: list[tuple[str, int]]) -> tuple[str, int]:
+    def concat(items: list[tuple[str, Any]]) -> tuple[str, Any]:
+        """Concatenate (code, width) items, most significant first. A width may be a Python
+        expression (varbit fields); the total width is then an expression too."""
+        if any(isinstance(w, str) for _, w in items):
+            acc = None
+            for code, w in items:
+                acc = code if acc is None else f"(({acc}) << {w}) | {code}"
+            static = sum(w for _, w in items if isinstance(w, int))
+            dyn = " + ".join(f"{w}" for _, w in items if isinstance(w, str))
+            return f"({acc})", f"({static} + {dyn})"
         total = sum(w for _, w in items)
         parts = []
         shift = total
@@ -341,6 +357,13 @@ class Gen:
             return
         raise unsupported("call", e.loc)
 
+    def hash_call(self, al: str, e: A.Expr) -> str:
+        """Hash of a field list; csum16 works on the concatenated integer directly."""
+        if al == "csum16":
+            code, w = self.concat(self.fields_of(e))
+            return f"H_csum16_bits({code}, {w})"
+        return f"H_{al}({self.data_bytes(e)})"
+
     def data_bytes(self, e: A.Expr) -> str:
         code, w = self.concat(self.fields_of(e))
         return f"_ser({code}, {w})"
@@ -370,7 +393,7 @@ class Gen:
             if al == "random":
                 h = "RNG.getrandbits(32)"
             else:
-                h = f"H_{al}({self.data_bytes(a[3])})"
+                h = self.hash_call(al, a[3])
             base, mx = self.ex(a[2]), self.ex(a[4])
             v = self.fresh("h")
             self.emit(ind, f"{v} = {h}")
@@ -383,16 +406,17 @@ class Gen:
             self.emit(ind, f"DIGESTS.append(({e.digest.index}, ({vals},)))")
         elif n in ("verify_checksum", "update_checksum", "verify_checksum_with_payload", "update_checksum_with_payload"):
             al = self.algo(a[3])
-            data = self.data_bytes(a[1])
             if n.endswith("with_payload"):
-                data = f"({data} + ENV.payload)"
+                h = f"H_{al}({self.data_bytes(a[1])} + ENV.payload)"
+            else:
+                h = self.hash_call(al, a[1])
             cond = self.ex(a[0])
             if n.startswith("verify"):
-                self.emit(ind, f"if {cond} and H_{al}({data}) != {self.uns(self.ex(a[2]), a[2].type)}:")
+                self.emit(ind, f"if {cond} and {h} != {self.uns(self.ex(a[2]), a[2].type)}:")
                 self.emit(ind + 1, f"s[{self.sm['checksum_error']}] = 1")
             else:
                 self.emit(ind, f"if {cond}:")
-                self.out_assign(ind + 1, a[2], f"H_{al}({data})")
+                self.out_assign(ind + 1, a[2], h)
         elif n in ("log_msg", "assert", "assume"):
             pass
         else:
@@ -406,7 +430,7 @@ class Gen:
             if ctx.get("kind") != "parser":
                 raise P4Error(e.loc, f"{m}() can only be called in a parser")
             if m == "extract":
-                self.extract(ind, a[0])
+                self.extract(ind, a[0], a[1] if len(a) > 1 else None)
             elif m == "advance":
                 self.emit(ind, f"off = _adv(pkt, off, {self.ex(a[0])})")
             elif m == "lookahead":
@@ -435,28 +459,51 @@ class Gen:
             raise unsupported(f"{ext}.{m}", e.loc)
 
     # ---- parser and deparser primitives --------------------------------------------------------------
-    def extract(self, ind: int, target: A.Expr) -> None:
+    def extract(self, ind: int, target: A.Expr, size: A.Expr | None = None) -> None:
         t: ir.HeaderT = target.type
-        nbytes = t.width // 8
+        nbytes = t.fixed_width // 8
+        push = None
         if isinstance(target, A.Member) and target.name == "next" and isinstance(target.expr.type, ir.StackT):
             st = target.expr.type
             sb = self.addr(target.expr)
             self.emit(ind, f"if s[{sb}] >= {st.size}: raise _PErr({self.err['StackOutOfBounds']})")
             b = self.fresh("b")
             self.emit(ind, f"{b} = {sb} + 1 + s[{sb}] * {st.elem.slots}")
-            self.emit(ind, f"s[{sb}] += 1")
+            push = sb
         else:
             b = self.addr(target)
-        self.emit(ind, f"e = off + {nbytes}")
-        self.emit(ind, f"if e > n: raise _PErr({self.err['PacketTooShort']})")
+        vb = t.varbit
+        if vb is None:
+            self.emit(ind, f"e = off + {nbytes}")
+            self.emit(ind, f"if e > n: raise _PErr({self.err['PacketTooShort']})")
+        else:
+            # BMv2 extract_VL order: size not a multiple of 8 -> ParserInvalidArgument; not enough
+            # bytes -> PacketTooShort; more than the header's maximum -> HeaderTooShort
+            sz = self.fresh("vb")
+            self.emit(ind, f"{sz} = {self.ex(size)}")
+            self.emit(ind, f"if {sz} & 7: raise _PErr({self.err['ParserInvalidArgument']})")
+            self.emit(ind, f"e = off + {nbytes} + ({sz} >> 3)")
+            self.emit(ind, f"if e > n: raise _PErr({self.err['PacketTooShort']})")
+            self.emit(ind, f"if {sz} > {t.fields[vb][1].max_width}: raise _PErr({self.err['HeaderTooShort']})")
         self.emit(ind, "v = int.from_bytes(pkt[off:e], 'big')")
         self.emit(ind, f"s[{b}] = True")
-        shift = t.width
+        if push is not None:
+            self.emit(ind, f"s[{push}] += 1")
+        after = sum(ft.width for ft in (x[1] for x in t.fields[vb + 1:])) if vb is not None else 0
+        shift = t.fixed_width
         for i, (fname, ft) in enumerate(t.fields):
+            if isinstance(ft, ir.VarbitT):
+                code = f"(v >> {after})" if after else "v"
+                self.emit(ind, f"s[{self.add(b, 1 + i)}] = ({sz}, {code} & ((1 << {sz}) - 1))")
+                continue
             w = ft.width
             shift -= w
-            code = f"(v >> {shift})" if shift else "v"
-            code = f"({code} & {(1 << w) - 1})" if shift + w < t.width else code
+            if vb is not None and i < vb:
+                code = f"(v >> ({shift} + {sz}))"
+                code = f"({code} & {(1 << w) - 1})" if i > 0 else code
+            else:
+                code = f"(v >> {shift})" if shift else "v"
+                code = f"({code} & {(1 << w) - 1})" if shift + w < t.fixed_width or vb is not None else code
             if isinstance(ft, ir.BoolT):
                 code = f"({code} != 0)"
             elif isinstance(ft, Bits) and ft.signed:
@@ -472,7 +519,8 @@ class Gen:
     def _emit_at(self, ind: int, base, t) -> None:
         if isinstance(t, ir.HeaderT):
             code, w = self.concat(self._fields_at(base, t))
-            self.emit(ind, f"if s[{base}]: out.append({code}.to_bytes({w // 8}, 'big'))")
+            nb = w // 8 if isinstance(w, int) else f"{w} >> 3"
+            self.emit(ind, f"if s[{base}]: out.append({code}.to_bytes({nb}, 'big'))")
         elif isinstance(t, ir.StructT):
             for n, ft in t.fields:
                 self._emit_at(ind, self.add(base, t.offset(n)), ft)
@@ -579,7 +627,7 @@ class Gen:
 
     # ---- blocks -------------------------------------------------------------------------------------
     def gen_action(self, a: ir.ActionIR) -> None:
-        params = ", ".join(["s"] + [f"p_{p.name}" for p in a.params])
+        params = ", ".join(["s"] + [f"p_{p.name}" for p in a.in_params + a.params])
         self.emit(0, f"def A{a.index}({params}):")
         self.stmt(1, a.decl.body, {"kind": "action"})
         self.emit(0, "")
@@ -592,7 +640,14 @@ class Gen:
         if t.selector_keys:
             code, w = self.concat([(self.uns(self.ex(k.expr), k.expr.type), k.width) for k in t.selector_keys])
             sel = f"_ser({code}, {w})"
-        self.emit(1, f"r = TBL{t.index}.lookup({key}, s[{self.sm['packet_length']}], {sel})")
+        plen = f"s[{self.sm['packet_length']}]"
+        if t.implementation is None and t.direct_counter is None and t.direct_meter is None:
+            # simple table: TCACHE{i} (the table's cache dict) maps a key to the result tuple
+            self.emit(1, f"k = {key}")
+            self.emit(1, f"r = TCACHE{t.index}.get(k)")
+            self.emit(1, f"if r is None: r = TBL{t.index}.lookup_simple(k)")
+        else:
+            self.emit(1, f"r = TBL{t.index}.lookup({key}, {plen}, {sel})")
         self.emit(1, "ACTIONS[r[1]](s, *r[2])")
         self.emit(1, "return r")
         self.emit(0, "")
@@ -644,18 +699,17 @@ class Gen:
         def target(name: str) -> int:
             return ACC if name == "accept" else REJ if name == "reject" else states[name]
 
+        if self._parser_is_dag(d):
+            self.gen_parser_dag(d, states, target)
+            return
+
         self.emit(0, "def C_parser(s, pkt):")
         self.emit(1, "n = len(pkt)")
         self.emit(1, "off = 0")
         self.emit(1, f"st = {states['start']}")
         self.emit(1, "steps = 0")
         self.emit(1, "try:")
-        for loc in d.locals:
-            if isinstance(loc, A.VarDecl):
-                if loc.init is not None:
-                    self.assign(2, _named(loc, loc.sym), loc.init)
-                else:
-                    self._reset(2, loc.sym.slot, loc.sym.type)
+        self._parser_locals(2, d)
         self.emit(2, "while True:")
         self.emit(3, "steps += 1")
         self.emit(3, f"if steps > 10000: raise _PErr({self.err['ParserTimeout']})")
@@ -664,39 +718,10 @@ class Gen:
             self.emit(3, f"{'if' if i == 0 else 'elif'} st == {i}:")
             for x in st.stmts:
                 self.stmt(4, x, ctx)
-            tr = st.transition
-            if tr.state is not None:
-                self.emit(4, f"st = {target(tr.state)}")
-            else:
-                ks = [self.fresh("k") for _ in tr.select]
-                for kv, kx in zip(ks, tr.select):
-                    self.emit(4, f"{kv} = {self.uns(self.ex(kx), kx.type)}")
-                first = True
-                matched_default = False
-                for c in tr.cases:
-                    conds = []
-                    for kv, val in zip(ks, c.values):
-                        if val is None:
-                            continue
-                        if val[0] == "exact":
-                            conds.append(f"{kv} == {val[1]}")
-                        elif val[0] == "ternary":
-                            conds.append(f"{kv} & {val[2]} == {val[1]}")
-                        elif val[0] == "range":
-                            conds.append(f"{val[1]} <= {kv} <= {val[2]}")
-                    cond = " and ".join(conds) if conds else "True"
-                    self.emit(4, f"{'if' if first else 'elif'} {cond}:")
-                    self.emit(5, f"st = {target(c.state)}")
-                    first = False
-                    if not conds:
-                        matched_default = True
-                        break
-                if not matched_default:
-                    if first:
-                        self.emit(4, f"raise _PErr({self.err['NoMatch']})")
-                    else:
-                        self.emit(4, "else:")
-                        self.emit(5, f"raise _PErr({self.err['NoMatch']})")
+
+            def goto(ind: int, name: str) -> None:
+                self.emit(ind, f"st = {target(name)}")
+            self._transition(4, st.transition, goto)
             self.emit(4, f"if st == {ACC}: return off, 0, True")
             self.emit(4, f"if st == {REJ}: return off, 0, False")
         self.emit(1, "except _PErr as x:")
@@ -704,6 +729,111 @@ class Gen:
         self.emit(1, "except _Exit:")
         self.emit(2, "return off, 0, True")
         self.emit(0, "")
+
+    def _parser_locals(self, ind: int, d) -> None:
+        for loc in d.locals:
+            if isinstance(loc, A.VarDecl):
+                if loc.init is not None:
+                    self.assign(ind, _named(loc, loc.sym), loc.init)
+                else:
+                    self._reset(ind, loc.sym.slot, loc.sym.type)
+
+    @staticmethod
+    def _parser_is_dag(d) -> bool:
+        """True when no state can be reached again (no loops, so no ParserTimeout possible) and no
+        state uses 'exit': such a parser compiles to one straight-line function per state."""
+        succ = {}
+        for st in d.states:
+            tr = st.transition
+            succ[st.name] = [tr.state] if tr.state is not None else [c.state for c in tr.cases]
+            for x in st.stmts:
+                if _contains_exit(x):
+                    return False
+        colour: dict[str, int] = {}
+
+        def visit(n: str) -> bool:
+            if n in ("accept", "reject") or n not in succ:
+                return True
+            c = colour.get(n)
+            if c == 1:
+                return False
+            if c == 2:
+                return True
+            colour[n] = 1
+            ok = all(visit(m) for m in succ[n])
+            colour[n] = 2
+            return ok
+        return visit("start")
+
+    def gen_parser_dag(self, d, states: dict, target) -> None:
+        ctx = {"kind": "parser"}
+
+        def goto(ind: int, name: str) -> None:
+            if name == "accept":
+                self.emit(ind, "return off, 0, True")
+            elif name == "reject":
+                self.emit(ind, "return off, 0, False")
+            else:
+                self.emit(ind, f"return P_S{states[name]}(s, pkt, off, n)")
+
+        for i, st in enumerate(d.states):
+            self.emit(0, f"def P_S{i}(s, pkt, off, n):")
+            self.emit(1, "try:")
+            n0 = len(self.lines)
+            for x in st.stmts:
+                self.stmt(2, x, ctx)
+            self._transition(2, st.transition, goto)
+            if len(self.lines) == n0:
+                self.emit(2, "pass")
+            self.emit(1, "except _PErr as x:")
+            self.emit(2, "if x.off is None: x.off = off")
+            self.emit(2, "raise")
+            self.emit(0, "")
+        self.emit(0, "def C_parser(s, pkt):")
+        self.emit(1, "try:")
+        self._parser_locals(2, d)
+        self.emit(2, f"return P_S{states['start']}(s, pkt, 0, len(pkt))")
+        self.emit(1, "except _PErr as x:")
+        self.emit(2, "return (x.off or 0), x.code, False")
+        self.emit(0, "")
+
+    def _transition(self, ind: int, tr, goto) -> None:
+        if tr.state is not None:
+            goto(ind, tr.state)
+            return
+        ks = [self.fresh("k") for _ in tr.select]
+        for kv, kx in zip(ks, tr.select):
+            self.emit(ind, f"{kv} = {self.uns(self.ex(kx), kx.type)}")
+        first = True
+        matched_default = False
+        for c in tr.cases:
+            conds = []
+            for kv, val in zip(ks, c.values):
+                if val is None:
+                    continue
+                if val[0] == "exact":
+                    conds.append(f"{kv} == {val[1]}")
+                elif val[0] == "ternary":
+                    conds.append(f"{kv} & {val[2]} == {val[1]}")
+                elif val[0] == "range":
+                    conds.append(f"{val[1]} <= {kv} <= {val[2]}")
+            if not conds:
+                if first:
+                    goto(ind, c.state)
+                else:
+                    self.emit(ind, "else:")
+                    goto(ind + 1, c.state)
+                matched_default = True
+                break
+            self.emit(ind, f"{'if' if first else 'elif'} {' and '.join(conds)}:")
+            goto(ind + 1, c.state)
+            first = False
+        if not matched_default:
+            if first:
+                self.emit(ind, f"raise _PErr({self.err['NoMatch']})")
+            else:
+                self.emit(ind, "else:")
+                self.emit(ind + 1, f"raise _PErr({self.err['NoMatch']})")
 
     def generate(self) -> str:
         p = self.prog
@@ -720,6 +850,16 @@ class Gen:
         return "\n".join(self.lines) + "\n"
 
 
+def _contains_exit(st) -> bool:
+    if isinstance(st, A.Exit):
+        return True
+    if isinstance(st, A.Block):
+        return any(_contains_exit(x) for x in st.stmts)
+    if isinstance(st, A.If):
+        return _contains_exit(st.then) or (st.other is not None and _contains_exit(st.other))
+    return False
+
+
 def _named(decl, sym: Sym) -> A.Name:
     n = A.Name(decl.loc, decl.name)
     n.ref = sym
@@ -729,9 +869,10 @@ def _named(decl, sym: Sym) -> A.Name:
 
 PRELUDE = '''
 class _PErr(Exception):
-    __slots__ = ("code",)
+    __slots__ = ("code", "off")
     def __init__(self, code):
         self.code = code
+        self.off = None
 
 class _Exit(Exception):
     pass
@@ -757,7 +898,9 @@ def _look(pkt, off, w):
     return int.from_bytes(pkt[off:off + nb], 'big') >> (nb * 8 - w)
 
 def _adv(pkt, off, bits):
-    off2 = off + bits // 8
+    if bits & 7:
+        raise _PErr(PARSER_INVALID_ARGUMENT)
+    off2 = off + (bits >> 3)
     if off2 > len(pkt):
         raise _PErr(PACKET_TOO_SHORT)
     return off2

@@ -41,6 +41,21 @@ class Bits(Type):
         return hash((self.width, self.signed))
 
 
+class VarbitT(Type):
+    """varbit<MAX>: one slot holding the tuple (current width in bits, value)."""
+
+    def __init__(self, max_width: int):
+        self.max_width = max_width
+        self.width = max_width          # static size (sizeInBits of a header uses the maximum)
+        self.name = f"varbit<{max_width}>"
+
+    def __eq__(self, o):
+        return isinstance(o, VarbitT) and o.max_width == self.max_width
+
+    def __hash__(self):
+        return hash(("varbit", self.max_width))
+
+
 class IntLit(Type):
     """The type of an arbitrary-precision integer literal ('int')."""
     name = "int"
@@ -97,6 +112,9 @@ class HeaderT(Type):
         self.index = {n: i for i, (n, _) in enumerate(fields)}
         self.slots = 1 + len(fields)
         self.width = sum(t.width for _, t in fields)
+        vb = [i for i, (_, t) in enumerate(fields) if isinstance(t, VarbitT)]
+        self.varbit: int | None = vb[0] if vb else None      # index of the varbit field, if any
+        self.fixed_width = sum(t.width for _, t in fields if not isinstance(t, VarbitT))
 
     def offset(self, fname: str) -> int:
         return 1 + self.index[fname]
@@ -227,6 +245,7 @@ class ActionIR:
     decl: Any
     annots: list
     index: int = 0               # position in ProgramIR.actions
+    in_params: list[Sym] = field(default_factory=list)   # directional ('in') parameters, given by direct calls
 
 
 @dataclass(eq=False)

@@ -50,11 +50,24 @@ def crc32(data: bytes) -> int:
 def csum16(data: bytes) -> int:
     """Internet checksum (RFC 1071) as BMv2's csum16: ones' complement of the ones' complement sum."""
     if len(data) & 1:
-        data = data + b"\0"
-    s = sum(_unpack(f">{len(data) >> 1}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return (~s) & 0xFFFF
+        return csum16_int(int.from_bytes(data, "big") << 8)
+    return csum16_int(int.from_bytes(data, "big"))
+
+
+def csum16_int(v: int) -> int:
+    """csum16 of the 16-bit words of ``v`` (an even number of bytes, as an integer).  Since
+    2**16 == 1 (mod 0xFFFF), the end-around-carry sum of the words is ``v % 0xFFFF``, except that
+    a non-zero multiple of 0xFFFF folds to 0xFFFF (ones' complement -0), not 0."""
+    r = v % 0xFFFF
+    if r == 0 and v:
+        return 0
+    return r ^ 0xFFFF
+
+
+def csum16_bits(v: int, width: int) -> int:
+    """csum16 of a field list given as its concatenated value and width in bits (zero-padded at
+    the end to a whole number of 16-bit words, like serialise() followed by csum16())."""
+    return csum16_int(v << ((-width) & 15))
 
 
 def xor16(data: bytes) -> int:
@@ -226,6 +239,9 @@ class ActionProfile:
         return self.members.get(m, (-1, ()))
 
 
+_NOENT = object()
+
+
 class Table:
     """Runtime state and lookup of one P4 table."""
 
@@ -337,15 +353,39 @@ class Table:
                     return e
         return None
 
-    def lookup(self, key: tuple, plen: int, sel: bytes | None = None) -> tuple:
-        """Returns (hit, action index, args)."""
-        c = self.cache
-        e = c.get(key, 0) if not self.exact_only else self.exact.get(key)
-        if e == 0:
-            e = self._find(key)
+    @property
+    def simple(self) -> bool:
+        """No direct counter, direct meter or action profile: a hit only selects an action, so
+        ``cache`` can map a key straight to the result (see :meth:`lookup_simple`)."""
+        return self.profile is None and not self.count_direct and self.dmeter is None
+
+    def lookup_simple(self, key: tuple, plen: int = 0, sel: bytes | None = None) -> tuple:
+        """:meth:`lookup` for a :attr:`simple` table: ``cache`` holds result tuples (the generated
+        code reads it first and only calls this on a cache miss)."""
+        r = self.cache.get(key)
+        if r is None:
+            e = self.exact.get(key) if self.exact_only else self._find(key)
+            r = self.miss if e is None else (True, e.action, e.args)
+            c = self.cache
             if len(c) > 65536:
                 c.clear()
-            c[key] = e
+            c[key] = r
+        return r
+
+    def lookup(self, key: tuple, plen: int, sel: bytes | None = None) -> tuple:
+        """Returns (hit, action index, args)."""
+        if self.profile is None and not self.count_direct and self.dmeter is None:
+            return self.lookup_simple(key)      # the cache holds results for these tables
+        if self.exact_only:
+            e = self.exact.get(key)
+        else:
+            c = self.cache
+            e = c.get(key, _NOENT)
+            if e is _NOENT:
+                e = self._find(key)
+                if len(c) > 65536:
+                    c.clear()
+                c[key] = e
         if e is None:
             if self.dmeter is not None:
                 self.dmeter.current = None

@@ -94,9 +94,11 @@ class Switch:
         self.source = src
         self.gen = gen
         ns: dict[str, Any] = {"RNG": self.rng, "ENV": self.env, "DIGESTS": self.digests,
-                              "PACKET_TOO_SHORT": p.errors.members["PacketTooShort"], "_ser": runtime.serialise}
+                              "PACKET_TOO_SHORT": p.errors.members["PacketTooShort"],
+                              "PARSER_INVALID_ARGUMENT": p.errors.members["ParserInvalidArgument"], "_ser": runtime.serialise}
         for n, f in runtime.HASHES.items():
             ns[f"H_{n}"] = f
+        ns["H_csum16_bits"] = runtime.csum16_bits
         self.instances: dict[str, Any] = {}
         for inst in p.instances:
             ns[f"X{inst.index}"] = obj = self._make_extern(inst)
@@ -113,6 +115,7 @@ class Switch:
             if t.direct_meter is not None:
                 tb.dmeter = self.instances[t.direct_meter.fqname]
             ns[f"TBL{t.index}"] = tb
+            ns[f"TCACHE{t.index}"] = tb.cache
             self.tables[t.fqname] = tb
             for e in t.entries or []:
                 tb.insert(runtime.Entry(tuple(e.keys), e.priority or 0, e.action.index, tuple(e.args),
@@ -130,6 +133,7 @@ class Switch:
         sm = gen.sm
         self._sm = sm
         self._init = gen.init
+        self._make_packet_path()
 
     def _make_extern(self, inst: ir.InstanceIR):
         a = inst.args
@@ -154,78 +158,106 @@ class Switch:
         raise SwitchError("UNIMPLEMENTED", f"extern {inst.extern}")
 
     # ---- packet path ----------------------------------------------------------------------------
-    def _ingress_one(self, port: int, data: bytes) -> None:
+    def _make_packet_path(self) -> None:
+        """Build the per-packet glue as closures with the standard_metadata slot numbers and the
+        pipeline functions bound as constants (no attribute or dict lookups per packet)."""
         sm = self._sm
-        s = self._init[:]
-        now = self.now_ns
-        s[sm["ingress_port"]] = port
-        s[sm["packet_length"]] = len(data)
-        s[sm["ingress_global_timestamp"]] = (now // 1000) & 0xFFFFFFFFFFFF
-        self.env.now_ns = now
-        off, err, _ok = self._parser(s, data)
-        if err:
-            s[sm["parser_error"]] = err
-            self.parser_errors += 1
-        self._verify(s)
-        self._ingress(s)
-        payload = data[off:]
-        prio = s[sm["priority"]]
-        grp = s[sm["mcast_grp"]]
-        if grp:
-            for eport, rid in self.mcast.get(grp, ()):
-                c = s[:]
-                c[sm["egress_rid"]] = rid
-                c[sm["instance_type"]] = INSTANCE_REPLICATION
-                self._enqueue(eport, prio, c, payload, len(data))
-            return
-        eport = s[sm["egress_spec"]]
-        if eport == DROP_PORT:
-            self.tm.drop(port, prio, "pipeline_drop")
-            return
-        self._enqueue(eport, prio, s, payload, len(data))
+        init = self._init
+        parser, verify, ingress = self._parser, self._verify, self._ingress
+        egress, compute, deparser = self._egress, self._compute, self._deparser
+        env = self.env
+        tm = self.tm
+        enqueue, dequeue, tm_drop = tm.enqueue, tm.dequeue_raw, tm.drop
+        ports = tm.ports
+        outputs = self.outputs
+        sw = self
+        I_PORT, PLEN, IGT = sm["ingress_port"], sm["packet_length"], sm["ingress_global_timestamp"]
+        PERR, PRIO, MGRP, ESPEC = sm["parser_error"], sm["priority"], sm["mcast_grp"], sm["egress_spec"]
+        RID, ITYPE = sm["egress_rid"], sm["instance_type"]
+        EPORT, ENQ_TS, ENQ_QD = sm["egress_port"], sm["enq_timestamp"], sm["enq_qdepth"]
+        DEQ_TD, DEQ_QD, EGT = sm["deq_timedelta"], sm["deq_qdepth"], sm["egress_global_timestamp"]
+        M48, M32, QMAX = 0xFFFFFFFFFFFF, 0xFFFFFFFF, (1 << 19) - 1
+        join = b"".join
 
-    def _enqueue(self, port: int, prio: int, s: list, payload: bytes, size: int) -> None:
-        self.tm.enqueue(port, prio, (s, payload), size, self.now_ns)
+        def ingress_one(port: int, data: bytes) -> None:
+            s = init[:]
+            now = sw.now_ns
+            s[I_PORT] = port
+            n = len(data)
+            s[PLEN] = n
+            s[IGT] = (now // 1000) & M48
+            env.now_ns = now
+            off, err, _ok = parser(s, data)
+            if err:
+                s[PERR] = err
+                sw.parser_errors += 1
+            verify(s)
+            ingress(s)
+            prio = s[PRIO]
+            grp = s[MGRP]
+            if grp:
+                payload = data[off:]
+                for eport, rid in sw.mcast.get(grp, ()):
+                    c = s[:]
+                    c[RID] = rid
+                    c[ITYPE] = INSTANCE_REPLICATION
+                    enqueue(eport, prio, (c, payload), n, now)
+                return
+            eport = s[ESPEC]
+            if eport == DROP_PORT:
+                tm_drop(port, prio, "pipeline_drop")
+                return
+            enqueue(eport, prio, (s, data[off:]), n, now)
 
-    def _egress_one(self, port: int, prio: int) -> None:
-        sm = self._sm
-        now = self.now_ns
-        q, deq_depth = self.tm.dequeue(port, prio, now)
-        s, payload = q.item
-        s[sm["egress_port"]] = port
-        s[sm["egress_spec"]] = port if s[sm["egress_spec"]] == DROP_PORT else s[sm["egress_spec"]]
-        s[sm["enq_timestamp"]] = (q.enq_ns // 1000) & 0xFFFFFFFF
-        s[sm["enq_qdepth"]] = min(q.enq_depth, (1 << 19) - 1)
-        s[sm["deq_timedelta"]] = ((now - q.enq_ns) // 1000) & 0xFFFFFFFF
-        s[sm["deq_qdepth"]] = min(deq_depth, (1 << 19) - 1)
-        s[sm["egress_global_timestamp"]] = (now // 1000) & 0xFFFFFFFFFFFF
-        self.env.now_ns = now
-        spec_before = s[sm["egress_spec"]]
-        self._egress(s)
-        if s[sm["egress_spec"]] == DROP_PORT and spec_before != DROP_PORT:
-            self.tm.drop(port, prio, "pipeline_drop")
-            return
-        self.env.payload = payload
-        self._compute(s)
-        data = b"".join(self._deparser(s)) + payload
-        link = self.tm.link(port)
-        if link.loss > 0 and self.tm.rng.random() < link.loss:
-            self.tm.drop(port, prio, "emulated_loss")
-            return
-        busy = self.tm.port(port).busy_until_ns
-        self.outputs.append(Departure(port, data, busy, busy + link.delay_ns))
+        def egress_one(port: int, prio: int) -> None:
+            now = sw.now_ns
+            e, deq_depth = dequeue(port, prio, now)
+            s, payload = e[0]
+            enq_ns = e[1]
+            s[EPORT] = port
+            spec_before = s[ESPEC]
+            if spec_before == DROP_PORT:
+                s[ESPEC] = spec_before = port
+            s[ENQ_TS] = (enq_ns // 1000) & M32
+            s[ENQ_QD] = e[2] if e[2] < QMAX else QMAX
+            s[DEQ_TD] = ((now - enq_ns) // 1000) & M32
+            s[DEQ_QD] = deq_depth if deq_depth < QMAX else QMAX
+            s[EGT] = (now // 1000) & M48
+            env.now_ns = now
+            egress(s)
+            if s[ESPEC] == DROP_PORT and spec_before != DROP_PORT:
+                tm_drop(port, prio, "pipeline_drop")
+                return
+            env.payload = payload
+            compute(s)
+            data = join(deparser(s)) + payload
+            link = ports[port]
+            if tm.plain_links:
+                busy = link.busy_until_ns
+                outputs.append(Departure(port, data, busy, busy))
+                return
+            if link.loss > 0 and tm.rng.random() < link.loss:
+                tm_drop(port, prio, "emulated_loss")
+                return
+            busy = link.busy_until_ns
+            outputs.append(Departure(port, data, busy, busy + link.delay_ns))
+
+        self._ingress_one = ingress_one
+        self._egress_one = egress_one
 
     def run(self, until_ns: int | None = None) -> list[Departure]:
         """Advance the clock, dequeuing and running egress, until ``until_ns`` or until idle.
         Returns the departures of this call (also appended to ``self.outputs``)."""
         start = len(self.outputs)
-        tm = self.tm
+        nextd = self.tm.next_departure
+        egress_one = self._egress_one
         while True:
-            nd = tm.next_departure()
+            nd = nextd()
             if nd is None or (until_ns is not None and nd[0] > until_ns):
                 break
-            self.now_ns = max(self.now_ns, nd[0])
-            self._egress_one(nd[1], nd[2])
+            if nd[0] > self.now_ns:
+                self.now_ns = nd[0]
+            egress_one(nd[1], nd[2])
         if until_ns is not None:
             self.now_ns = max(self.now_ns, until_ns)
         return self.outputs[start:]

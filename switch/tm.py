@@ -24,12 +24,13 @@ from typing import Any
 REASONS = ("queue_full", "priority_out_of_range", "pipeline_drop", "emulated_loss", "parser_error")
 
 
-@dataclass
 class Queued:
-    item: Any
-    enq_ns: int
-    enq_depth: int
-    size: int
+    """A queued packet (the FIFOs hold plain tuples ``(item, enq_ns, enq_depth, size)``; this is
+    the named view :meth:`TrafficManager.dequeue` returns)."""
+    __slots__ = ("item", "enq_ns", "enq_depth", "size")
+
+    def __init__(self, item: Any, enq_ns: int, enq_depth: int, size: int):
+        self.item, self.enq_ns, self.enq_depth, self.size = item, enq_ns, enq_depth, size
 
 
 @dataclass
@@ -49,6 +50,11 @@ class Port:
 
 
 class TrafficManager:
+    """Per (port, priority) FIFOs.  The next departure is found without scanning every queue: the
+    earliest send time of each port with packets is cached (``ready``) and recomputed only for the
+    ports an enqueue, dequeue or configuration change touched (``dirty``).  With no queue rate and
+    no port line rate configured (the default), a dequeue does no timing arithmetic at all."""
+
     def __init__(self, priority_queues: int = 1, capacity: int = 64, seed: int = 0):
         if priority_queues < 1 or priority_queues > 8:
             raise ValueError("priority_queues must be 1..8 (standard_metadata.priority is bit<3>)")
@@ -59,12 +65,21 @@ class TrafficManager:
         self.drops: Counter = Counter()
         self.rng = random.Random(seed)
         self.backlog = 0
+        self._port_queues: dict[int, list[tuple[int, Queue]]] = {}   # port -> [(prio, queue)], highest first
+        self._ready: dict[int, tuple[int, int]] = {}                  # port with packets -> (time, prio)
+        self._dirty: set[int] = set()
+        self.shaped = False          # any queue rate or port line rate configured
+        self.plain_links = True      # no port delay or loss configured
 
     # -- configuration ---------------------------------------------------------------------------
     def queue(self, port: int, prio: int) -> Queue:
         q = self.queues.get((port, prio))
         if q is None:
             q = self.queues[(port, prio)] = Queue(self.default_capacity)
+            self.port(port)
+            lst = self._port_queues.setdefault(port, [])
+            lst.append((prio, q))
+            lst.sort(key=lambda x: -x[0])
         return q
 
     def port(self, port: int) -> Port:
@@ -72,6 +87,12 @@ class TrafficManager:
         if p is None:
             p = self.ports[port] = Port()
         return p
+
+    def _reconfigured(self) -> None:
+        self.shaped = any(q.rate_pps > 0 for q in self.queues.values()) or \
+            any(p.rate_bps > 0 for p in self.ports.values())
+        self.plain_links = all(p.delay_ns == 0 and p.loss == 0 for p in self.ports.values())
+        self._dirty.update(self._ready)
 
     def set_queue_depth(self, depth: int, port: int | None = None, prio: int | None = None) -> None:
         """Like BMv2 ``set_queue_depth <pkts> [port [prio]]``; without a port, the default for all."""
@@ -87,6 +108,7 @@ class TrafficManager:
         """Like BMv2 ``set_queue_rate <pps> [port [prio]]`` (0 = unlimited)."""
         for p in ([prio] if prio is not None else range(self.nprio)):
             self.queue(port, p).rate_pps = float(pps)
+        self._reconfigured()
 
     def set_port(self, port: int, rate_bps: float | None = None, delay_ns: int | None = None,
                  loss: float | None = None) -> None:
@@ -99,6 +121,7 @@ class TrafficManager:
             if not 0.0 <= loss <= 1.0:
                 raise ValueError("loss must be in [0, 1]")
             p.loss = float(loss)
+        self._reconfigured()
 
     # -- data path -------------------------------------------------------------------------------
     def drop(self, port: int, prio: int, reason: str, n: int = 1) -> None:
@@ -109,56 +132,96 @@ class TrafficManager:
         if not 0 <= prio < self.nprio:
             self.drop(port, prio, "priority_out_of_range")
             return None
-        q = self.queue(port, prio)
-        depth = len(q.fifo)
+        q = self.queues.get((port, prio))
+        if q is None:
+            q = self.queue(port, prio)
+        fifo = q.fifo
+        depth = len(fifo)
         if depth >= q.capacity:
             self.drop(port, prio, "queue_full")
             return None
-        q.fifo.append(Queued(item, now_ns, depth, size))
+        fifo.append((item, now_ns, depth, size))
         self.backlog += 1
+        self._dirty.add(port)
         return depth
 
     def _port_ready(self, port: int) -> tuple[int, int] | None:
         """(earliest time the port can send, priority) or None if nothing is queued."""
-        p = self.port(port)
+        busy = self.ports[port].busy_until_ns
         best_t = None
-        for prio in range(self.nprio - 1, -1, -1):
-            q = self.queues.get((port, prio))
-            if q is None or not q.fifo:
-                continue
-            t = max(p.busy_until_ns, q.next_ok_ns, q.fifo[0].enq_ns)
-            if best_t is None or t < best_t:
-                best_t = t
+        qs = self._port_queues[port]
+        for _prio, q in qs:
+            f = q.fifo
+            if f:
+                t = f[0][1]
+                if q.next_ok_ns > t:
+                    t = q.next_ok_ns
+                if busy > t:
+                    t = busy
+                if best_t is None or t < best_t:
+                    best_t = t
         if best_t is None:
             return None
         # strict priority: at best_t, the highest priority eligible queue sends
-        for prio in range(self.nprio - 1, -1, -1):
-            q = self.queues.get((port, prio))
-            if q is not None and q.fifo and max(q.next_ok_ns, q.fifo[0].enq_ns) <= best_t:
+        for prio, q in qs:
+            f = q.fifo
+            if f and f[0][1] <= best_t and q.next_ok_ns <= best_t:
                 return best_t, prio
         return None  # pragma: no cover
 
     def next_departure(self) -> tuple[int, int, int] | None:
-        """(time, port, prio) of the next dequeue, or None when all queues are empty."""
+        """(time, port, prio) of the next dequeue, or None when all queues are empty.  Ties in
+        time go to the lowest port number."""
         if not self.backlog:
             return None
+        ready = self._ready
+        dirty = self._dirty
+        if dirty:
+            for port in dirty:
+                r = self._port_ready(port)
+                if r is None:
+                    ready.pop(port, None)
+                else:
+                    ready[port] = r
+            dirty.clear()
         best = None
-        for port in {k[0] for k, q in self.queues.items() if q.fifo}:
-            r = self._port_ready(port)
-            if r is not None and (best is None or (r[0], port) < (best[0], best[1])):
-                best = (r[0], port, r[1])
-        return best
+        bp = 0
+        for port, r in ready.items():
+            if best is None or r[0] < best[0] or (r[0] == best[0] and port < bp):
+                best, bp = r, port
+        return best[0], bp, best[1]
 
     def dequeue(self, port: int, prio: int, now_ns: int) -> tuple[Queued, int]:
         q = self.queues[(port, prio)]
         e = q.fifo.popleft()
         self.backlog -= 1
-        if q.rate_pps > 0:
-            q.next_ok_ns = now_ns + int(round(1e9 / q.rate_pps))
-        p = self.port(port)
-        tx = int(round(e.size * 8 * 1e9 / p.rate_bps)) if p.rate_bps > 0 else 0
-        p.busy_until_ns = now_ns + tx
-        return e, len(q.fifo)
+        self._dirty.add(port)
+        p = self.ports[port]
+        if self.shaped:
+            if q.rate_pps > 0:
+                q.next_ok_ns = now_ns + int(round(1e9 / q.rate_pps))
+            tx = int(round(e[3] * 8 * 1e9 / p.rate_bps)) if p.rate_bps > 0 else 0
+            p.busy_until_ns = now_ns + tx
+        else:
+            p.busy_until_ns = now_ns
+        return Queued(*e), len(q.fifo)
+
+    def dequeue_raw(self, port: int, prio: int, now_ns: int) -> tuple[tuple, int]:
+        """:meth:`dequeue` returning the raw tuple ``(item, enq_ns, enq_depth, size)``."""
+        q = self.queues[(port, prio)]
+        fifo = q.fifo
+        e = fifo.popleft()
+        self.backlog -= 1
+        self._dirty.add(port)
+        p = self.ports[port]
+        if self.shaped:
+            if q.rate_pps > 0:
+                q.next_ok_ns = now_ns + int(round(1e9 / q.rate_pps))
+            tx = int(round(e[3] * 8 * 1e9 / p.rate_bps)) if p.rate_bps > 0 else 0
+            p.busy_until_ns = now_ns + tx
+        else:
+            p.busy_until_ns = now_ns
+        return e, len(fifo)
 
     def link(self, port: int) -> Port:
         return self.port(port)
