@@ -32,7 +32,7 @@ class CCParams:
     max_cwnd_bytes: int = 4 << 20
     g: float = 1.0 / 16  # DCTCP gain
     delay_target: float | None = 0.004  # seconds over min RTT that count as a mark; None = ECN marks only
-    rto_min: float = 0.004
+    rto_min: float = 0.02  # Python scheduling stalls of several ms must not look like loss
     rto_max: float = 0.5
     rto_init: float = 0.05
     pacing_gain_ss: float = 2.0

@@ -940,24 +940,21 @@ class Endpoint:
             waiting = [o for o in p.active if o.next_seq >= o.total or p.inflight > 0]
             if not waiting and p.inflight <= 0:
                 continue
-            # retransmission timeout: forget what is in flight, restart the window, probe each stalled transfer
+            # retransmission timeout: forget what is in flight (so the window opens again), restart the window and
+            # send one probe per transfer. Not a mass retransmission: a timeout on this shared, Python-paced host
+            # is as often a stall as a loss, and the receiver's NACK names exactly what is missing.
             self._c["rto_timeouts"] += 1
             p.cc.on_timeout()
             p.rto_at = now + p.cc.rto
             for o in p.active:
-                infl = np.flatnonzero(o.inflight)
-                if infl.size:
-                    o.inflight[infl] = False
-                    prot = infl[~o.plan.eligible[infl] & ~o.queued[infl] & ~o.acked[infl]]
-                    if prot.size:
-                        o.queued[prot] = True
-                        o.retxq.extend(prot.tolist())
-                if o.next_seq >= o.total and not o.retxq:
-                    un = np.flatnonzero(~o.acked)
-                    if un.size:  # probe: the highest unACKed packet makes the receiver NACK or DONE
-                        s = int(un[-1])
-                        o.queued[s] = True
-                        o.retxq.append(s)
+                o.inflight[:] = False
+                if o.retxq:
+                    continue
+                un = np.flatnonzero(~o.acked[: o.next_seq])
+                if un.size:  # the highest unACKed packet sent (a tail probe): the receiver answers with a NACK
+                    s = int(un[-1])  # for every hole below it, an ACK, or DONE
+                    o.queued[s] = True
+                    o.retxq.append(s)
             p.inflight = 0
 
     # --- threads ---------------------------------------------------------------------------------------------

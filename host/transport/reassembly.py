@@ -4,7 +4,8 @@ The bytes themselves are written by the endpoint; this class tracks arrival per 
 
 * :meth:`needed` - the missing packets the receiver must ask for (NACK). With seqs ordered protected-first
   (``chunking.py``), every missing seq below the smallest eligible seq seen may be protected and is needed; every
-  seq above it is eligible and is not. If the receiver imposes its own loss bound ``p``, missing eligible packets
+  seq above it is eligible and is not. Only holes below the highest seq that arrived count: later seqs may not
+  have been sent yet (the sender's timeout probe sends its highest unACKed seq, which uncovers a lost tail). If the receiver imposes its own loss bound ``p``, missing eligible packets
   are added (lowest seq first) until ``(1 - p)`` of the elements would be present.
 * :meth:`satisfied` - no needed packet is missing: every protected packet has arrived (and the receiver's bound
   holds). The endpoint then waits a short grace period for stragglers and completes.
@@ -25,7 +26,7 @@ class Reassembly:
     """Arrival state of a transfer of ``total`` packets."""
 
     __slots__ = ("total", "arrived", "offsets", "counts", "cum", "min_eligible", "npackets", "nelems", "max_count",
-                 "last_seen", "max_end")
+                 "last_seen", "max_end", "max_seq")
 
     def __init__(self, total: int):
         self.total = total
@@ -39,6 +40,7 @@ class Reassembly:
         self.max_count = 0
         self.last_seen = False  # seq total-1 (the sender's last first-pass packet) arrived
         self.max_end = 0  # largest offset+bytes seen
+        self.max_seq = -1  # highest seq arrived: beyond it packets may simply not have been sent yet
 
     def add(self, seq: int, offset: int, count: int, nbytes: int, eligible: bool) -> bool:
         """Record an arrival; False if it is a duplicate (nothing changes)."""
@@ -56,6 +58,8 @@ class Reassembly:
             self.max_end = end
         if eligible and seq < self.min_eligible:
             self.min_eligible = seq
+        if seq > self.max_seq:
+            self.max_seq = seq
         if seq == self.total - 1:
             self.last_seen = True
         if seq == self.cum:
@@ -72,7 +76,7 @@ class Reassembly:
 
     def needed(self, loss_bound: float | None = None, n: int | None = None) -> np.ndarray:
         """Seqs to request: missing below the first eligible seq, plus eligible ones to meet the receiver's bound."""
-        head = np.flatnonzero(~self.arrived[: self.min_eligible])
+        head = np.flatnonzero(~self.arrived[: min(self.min_eligible, self.max_seq + 1)])
         if loss_bound is None or n is None:
             return head
         deficit = self._deficit(loss_bound, n)
