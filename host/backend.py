@@ -172,10 +172,6 @@ def _path_mtu(addr: str) -> int:
         s.close()
 
 
-def _store_get(store, key: str) -> bytes:
-    return store.get(key)
-
-
 # --- work objects ---------------------------------------------------------------------------------------------
 
 class DlcpWork(dist._Work):
@@ -284,10 +280,10 @@ class DlcpProcessGroup(dist.ProcessGroup):
             store.set(f"dlcp/addr/{rank}", f"{addr}:{o.port}")
             if rank == 0:
                 store.set("dlcp/nonce", str(random.SystemRandom().randrange(1, 1 << 16)))
-            nonce = int(_store_get(store, "dlcp/nonce"))
+            nonce = int(store.get("dlcp/nonce"))
             addrs = {}
             for r in range(size):
-                host, port = _store_get(store, f"dlcp/addr/{r}").decode().rsplit(":", 1)
+                host, port = store.get(f"dlcp/addr/{r}").decode().rsplit(":", 1)
                 addrs[r] = (host, int(port))
             job_id = o.job_id if o.job_id is not None else zlib.crc32(
                 f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}:"
@@ -314,8 +310,8 @@ class DlcpProcessGroup(dist.ProcessGroup):
         if rank == 0:
             tag = int(_Process.global_store.add("dlcp/group_tags", 1)) % 63 + 1
             store.set("dlcp/group_tag", str(tag))
-        ranks = [int(_store_get(store, f"dlcp/grank/{r}")) for r in range(size)]
-        return ranks, int(_store_get(store, "dlcp/group_tag"))
+        ranks = [int(store.get(f"dlcp/grank/{r}")) for r in range(size)]
+        return ranks, int(store.get("dlcp/group_tag"))
 
     # execution ------------------------------------------------------------------------------------------------
     def _run(self) -> None:

@@ -192,19 +192,8 @@ class TrafficManager:
         return best[0], bp, best[1]
 
     def dequeue(self, port: int, prio: int, now_ns: int) -> tuple[Queued, int]:
-        q = self.queues[(port, prio)]
-        e = q.fifo.popleft()
-        self.backlog -= 1
-        self._dirty.add(port)
-        p = self.ports[port]
-        if self.shaped:
-            if q.rate_pps > 0:
-                q.next_ok_ns = now_ns + int(round(1e9 / q.rate_pps))
-            tx = int(round(e[3] * 8 * 1e9 / p.rate_bps)) if p.rate_bps > 0 else 0
-            p.busy_until_ns = now_ns + tx
-        else:
-            p.busy_until_ns = now_ns
-        return Queued(*e), len(q.fifo)
+        e, depth = self.dequeue_raw(port, prio, now_ns)
+        return Queued(*e), depth
 
     def dequeue_raw(self, port: int, prio: int, now_ns: int) -> tuple[tuple, int]:
         """:meth:`dequeue` returning the raw tuple ``(item, enq_ns, enq_depth, size)``."""
