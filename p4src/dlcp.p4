@@ -23,6 +23,8 @@ const bit<8>  PROTO_TCP = 6;
 const bit<8>  PROTO_UDP = 17;
 const bit<2>  ECN_NOT_ECT = 0;
 const bit<2>  ECN_CE = 3;
+const bit<8>  LB_SPRAY = 0;
+const bit<8>  LB_PER_FLOW = 1;
 
 /* Queues per port (BMv2 --priority-queues 8); index of a (port, priority) pair is port * 8 + priority. */
 #define NUM_PRIOS 8
@@ -131,6 +133,9 @@ register<bit<19>>(PORT_PRIO_SLOTS) drop_threshold;
 register<bit<19>>(PORT_PRIO_SLOTS) mark_threshold;
 /* Eligible DLCP packets dropped, per (port, priority), early in ingress or in egress. */
 counter(PORT_PRIO_SLOTS, CounterType.packets) eligible_drops;
+/* Load-balancing mode over equal-cost groups, index 0, written by the controller:
+ * 0 (default) = spray DLCP packets per packet, hash other traffic per flow; 1 = hash everything per flow. */
+register<bit<8>>(1) lb_mode;
 /* Written by egress (depth of the packet's queue as it left), read by ingress for early drops. */
 register<bit<19>>(PORT_PRIO_SLOTS) queue_depth;
 
@@ -315,7 +320,9 @@ control DlcpIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
 
         ipv4_lpm.apply();
         if (meta.ecmp_size != 0) {
-            if (hdr.dlcp.isValid()) {
+            bit<8> mode;
+            lb_mode.read(mode, 0);
+            if (hdr.dlcp.isValid() && mode == LB_SPRAY) {
                 /* Per-packet spraying: the receiver places payloads by offset, so reordering is harmless. */
                 bit<32> position;
                 spray_position.read(position, (bit<32>)meta.ecmp_group);
