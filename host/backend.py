@@ -50,7 +50,7 @@ from host.transport.chunking import payload_capacity
 from host.transport.endpoint import Endpoint, Options, TransportError
 
 __all__ = ["DlcpOptions", "DlcpProcessGroup", "DlcpWork", "create_dlcp_process_group", "loss_bound_scope",
-           "BACKEND_NAME"]
+           "BACKEND_NAME", "transport_stats"]
 
 log = logging.getLogger("host.backend")
 BACKEND_NAME = "dlcp"
@@ -547,8 +547,14 @@ class DlcpProcessGroup(dist.ProcessGroup):
 
     def transport_stats(self) -> dict[str, Any]:
         """The process's transport counters (bytes, packets, retransmissions, zero-filled elements, ...)."""
-        ep = _Process.endpoint
-        return ep.stats() if ep is not None else {}
+        return transport_stats()
+
+
+def transport_stats() -> dict[str, Any]:
+    """This process's dlcp transport counters; empty when no dlcp group is open. Every group of the process shares
+    one endpoint, so these cover all of them (call before ``destroy_process_group``)."""
+    ep = _Process.endpoint
+    return ep.stats() if ep is not None else {}
 
 
 def create_dlcp_process_group(store, rank: int, size: int, timeout: timedelta | None = None):

@@ -1,0 +1,152 @@
+"""Training data for testbed runs: real but bundled or generated here; nothing is downloaded.
+
+* ``digits``: scikit-learn's handwritten digits (1,797 8x8 images, 10 classes), shipped inside the wheel.
+* ``synthetic-cifar``: CIFAR-shaped (3x32x32, 10 classes) images generated from a seed: each class is a smooth
+  random template, samples are the template under random shifts, brightness and noise. Learnable, not trivial.
+* ``text``: a small generated corpus (a seeded grammar of subject/verb/object sentences) for next-character
+  prediction from a fixed context window.
+* ``cifar10``: the real CIFAR-10 from a local directory holding the python pickles (``data_batch_1..5``,
+  ``test_batch``), for users who have it; ``path`` is required.
+
+Every dataset is a :class:`Split` of float32 inputs and int64 labels, the same on every worker for a given seed
+(each worker then takes its shard with :func:`shard`).
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = ["Split", "DataError", "load", "shard", "DATASETS"]
+
+DATASETS = ("digits", "synthetic-cifar", "text", "cifar10")
+
+
+class DataError(ValueError):
+    """A dataset could not be loaded; the message says which and why."""
+
+
+@dataclass
+class Split:
+    """Train and test tensors plus what a model needs to know about them."""
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    input_shape: tuple[int, ...]
+    vocab: int = 0  # text: number of distinct tokens (inputs are token ids)
+
+
+def load(name: str, *, seed: int = 0, path: str | None = None, size: int | None = None) -> Split:
+    """Load dataset ``name`` (one of :data:`DATASETS`); ``size`` caps the number of generated samples."""
+    if name == "digits":
+        return _digits(seed)
+    if name == "synthetic-cifar":
+        return _synthetic_cifar(seed, size or 4000)
+    if name == "text":
+        return _text(seed, size or 20000)
+    if name == "cifar10":
+        if not path:
+            raise DataError("dataset cifar10 needs `path:` (a directory with data_batch_1..5 and test_batch)")
+        return _cifar10(Path(path))
+    raise DataError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
+
+
+def shard(x: torch.Tensor, y: torch.Tensor, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank ``rank``'s contiguous equal share (the remainder is dropped so every rank runs the same steps)."""
+    n = len(x) // world
+    return x[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n]
+
+
+def _split(name: str, x: np.ndarray, y: np.ndarray, seed: int, test_fraction: float, num_classes: int,
+           vocab: int = 0) -> Split:
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(x))
+    x, y = x[order], y[order]
+    n_test = int(len(x) * test_fraction)
+    xt = torch.from_numpy(np.ascontiguousarray(x))
+    yt = torch.from_numpy(np.ascontiguousarray(y)).long()
+    return Split(name, xt[n_test:], yt[n_test:], xt[:n_test], yt[:n_test], num_classes, tuple(x.shape[1:]), vocab)
+
+
+def _digits(seed: int) -> Split:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = (d.data.astype(np.float32) / 16.0 - 0.5) / 0.5
+    return _split("digits", x, d.target.astype(np.int64), seed, 0.2, 10)
+
+
+def _synthetic_cifar(seed: int, n: int) -> Split:
+    rng = np.random.default_rng(1000 + seed)
+    classes = 10
+    # Smooth templates: low-frequency noise upsampled to 32x32.
+    coarse = rng.normal(size=(classes, 3, 8, 8)).astype(np.float32)
+    templates = coarse.repeat(4, axis=2).repeat(4, axis=3)
+    y = rng.integers(0, classes, size=n)
+    shifts = rng.integers(-3, 4, size=(n, 2))
+    x = np.empty((n, 3, 32, 32), np.float32)
+    for i in range(n):
+        x[i] = np.roll(templates[y[i]], tuple(shifts[i]), axis=(1, 2))
+    x *= rng.uniform(0.6, 1.4, size=(n, 1, 1, 1)).astype(np.float32)
+    x += rng.normal(scale=1.2, size=x.shape).astype(np.float32)
+    return _split("synthetic-cifar", x, y.astype(np.int64), seed, 0.2, classes)
+
+
+_SUBJECTS = ["the switch", "a worker", "the gradient", "every packet", "the ring", "a queue", "the model", "one host"]
+_VERBS = ["sends", "drops", "marks", "reduces", "gathers", "forwards", "averages", "sprays"]
+_OBJECTS = ["the tensor", "a layer", "each chunk", "the loss", "its peers", "the bytes", "a priority", "the step"]
+_ENDS = [" quickly.", " again.", " in order.", " at once.", ".", " under load."]
+TEXT_CONTEXT = 8
+
+
+def _text(seed: int, n_chars: int) -> Split:
+    rng = np.random.default_rng(2000 + seed)
+    parts = []
+    total = 0
+    while total < n_chars + TEXT_CONTEXT:
+        s = (f"{_SUBJECTS[rng.integers(len(_SUBJECTS))]} {_VERBS[rng.integers(len(_VERBS))]} "
+             f"{_OBJECTS[rng.integers(len(_OBJECTS))]}{_ENDS[rng.integers(len(_ENDS))]} ")
+        parts.append(s)
+        total += len(s)
+    corpus = "".join(parts)
+    alphabet = sorted(set(corpus))
+    ids = np.array([alphabet.index(c) for c in corpus], np.int64)
+    windows = np.lib.stride_tricks.sliding_window_view(ids, TEXT_CONTEXT + 1)[:n_chars]
+    x = windows[:, :TEXT_CONTEXT].astype(np.float32)  # token ids as floats: one tensor type for every dataset
+    y = windows[:, TEXT_CONTEXT].copy()
+    return _split("text", x, y, seed, 0.2, len(alphabet), vocab=len(alphabet))
+
+
+def _cifar10(path: Path) -> Split:
+    if not path.is_dir():
+        raise DataError(f"cifar10: {path} is not a directory")
+
+    def read(name: str) -> tuple[np.ndarray, np.ndarray]:
+        f = path / name
+        if not f.exists():
+            raise DataError(f"cifar10: {f} is missing (expected the python version of CIFAR-10)")
+        with open(f, "rb") as fh:
+            d = pickle.load(fh, encoding="bytes")
+        try:
+            return np.asarray(d[b"data"], np.uint8).reshape(-1, 3, 32, 32), np.asarray(d[b"labels"], np.int64)
+        except (KeyError, ValueError) as e:
+            raise DataError(f"cifar10: {f} is not a CIFAR-10 batch ({e})") from None
+
+    xs, ys = zip(*(read(f"data_batch_{i}") for i in range(1, 6)))
+    xt, yt = read("test_batch")
+    mean = np.array([0.49, 0.48, 0.45], np.float32).reshape(1, 3, 1, 1)
+    std = np.array([0.25, 0.24, 0.26], np.float32).reshape(1, 3, 1, 1)
+
+    def norm(a: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(((a.astype(np.float32) / 255.0) - mean) / std)
+
+    return Split("cifar10", norm(np.concatenate(xs)), torch.from_numpy(np.concatenate(ys)), norm(xt),
+                 torch.from_numpy(yt), 10, (3, 32, 32))

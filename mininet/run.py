@@ -1,0 +1,282 @@
+"""Run one testbed job: build the network, program the switches, start background traffic and the workers,
+collect results, tear everything down.
+
+:func:`run_spec` is what ``dlcp-testbed run SPEC`` calls. Stages, each visible on the console:
+
+1. plan the topology (:mod:`testbed.topos`) and build it in Mininet with one switch process per switch
+   (:mod:`testbed.nodes`); hosts get static ARP entries;
+2. program the switches with the controller library (:mod:`controller`, no shelling out): pipeline, routes with
+   every equal-cost next hop, priority maps, thresholds, and per-link rate/delay/loss/queue depth in the traffic
+   manager (the kernel here has no netem);
+3. start background flows (iperf3 TCP, or UDP at a rate) between the ``b*`` hosts;
+4. start one worker per ``h*`` host with torchrun's environment and wait, with a progress bar fed by rank 0;
+5. read switch counters (drops and ECN marks per priority) and write ``results.json`` plus PNG plots.
+
+Teardown always runs (success, failure, Ctrl-C, SIGTERM): workers and iperf3 are killed, switch processes stopped,
+Mininet's namespaces and interfaces removed, and a final sweep deletes any ``<switch>-eth*`` interface a crashed
+earlier run left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterator
+
+from .spec import RunSpec
+from .topos import Plan, plan as make_plan
+from .worker import spec_to_json
+
+__all__ = ["run_spec", "Testbed", "RunError", "summarise", "leftovers"]
+
+MASTER_PORT = 29500
+
+
+class RunError(RuntimeError):
+    """A run failed; the message says at which stage and why (worker logs are quoted)."""
+
+
+def _ip_links() -> list[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ":" in line]
+
+
+def leftovers(p: Plan) -> list[str]:
+    """Interfaces of this plan's switches still present in the root namespace (should be none after teardown)."""
+    prefixes = tuple(f"{s.name}-eth" for s in p.switches)
+    return [n for n in _ip_links() if n.startswith(prefixes)]
+
+
+def _sweep(p: Plan) -> None:
+    for name in leftovers(p):
+        subprocess.run(["ip", "link", "del", name], capture_output=True)
+
+
+class Testbed:
+    """A built, programmed network for one run. Use as a context manager; exit always tears down."""
+
+    def __init__(self, spec: RunSpec, out_dir: Path, console=None):
+        self.spec = spec
+        self.out_dir = out_dir
+        self.plan = make_plan(spec.topology)
+        self.net = None
+        self.procs: list[subprocess.Popen] = []
+        self.console = console
+        self.network = None  # controller.Network once programmed
+
+    def say(self, msg: str) -> None:
+        if self.console is not None:
+            self.console.print(msg)
+
+    # -- build and teardown ---------------------------------------------------------------------------
+    def __enter__(self) -> "Testbed":
+        from mininet.net import Mininet
+        from mininet.log import setLogLevel
+
+        from .nodes import Bmv2Switch, DlcpHost, DlcpSwitch
+
+        setLogLevel("warning")
+        _sweep(self.plan)
+        cls = DlcpSwitch if self.spec.switch == "embedded" else Bmv2Switch
+        topo = self.plan.topo(cls, {"log_dir": str(self.out_dir / "switches"),
+                                    "priority_queues": self.spec.priority_queues})
+        self.say(f"[bold]network[/]: {self.plan.kind}, {len(self.plan.switches)} switch(es) ({self.spec.switch}), "
+                 f"{len(self.plan.hosts)} hosts")
+        try:
+            self.net = Mininet(topo, host=DlcpHost, controller=None, autoSetMacs=False, autoStaticArp=False)
+            self.net.start()
+            self._static_arp()
+            self.say("[bold]controller[/]: programming switches")
+            from .netfile import program
+
+            self.network = program(self.plan, self.spec, self.out_dir)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _static_arp(self) -> None:
+        for h in self.net.hosts:
+            for other in self.plan.hosts:
+                if other.name != h.name:
+                    h.cmd(f"ip neigh replace {other.ip} lladdr {other.mac} dev {h.defaultIntf().name} nud permanent")
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    p.kill()
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        self.procs.clear()
+        if self.network is not None:
+            try:
+                self.network.close()
+            except Exception:  # noqa: BLE001  (teardown must go on)
+                pass
+            self.network = None
+        if self.net is not None:
+            try:
+                self.net.stop()
+            finally:
+                self.net = None
+        _sweep(self.plan)
+
+    # -- traffic -------------------------------------------------------------------------------------
+    def popen(self, host: str, cmd: list[str], env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
+        h = self.net.get(host)
+        p = h.popen(cmd, env={**os.environ, **(env or {})}, start_new_session=True, **kw)
+        self.procs.append(p)
+        return p
+
+    def start_background(self) -> None:
+        for i, f in enumerate(self.spec.background):
+            dst = self.plan.host(f.dst)
+            port = 5201 + i
+            log = open(self.out_dir / f"background-{i}.log", "w")
+            self.popen(f.dst, ["iperf3", "-s", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
+            time.sleep(0.3)
+            cmd = ["iperf3", "-c", dst.ip, "-p", str(port), "-t", "86400", "-P", str(f.flows), "-i", "0"]
+            if f.kind == "udp":
+                rate = f.rate or self.spec.topology.link.rate
+                cmd += ["-u", "-b", str(int(rate)), "-l", "1400"]
+            self.popen(f.src, cmd, stdout=log, stderr=subprocess.STDOUT)
+            self.say(f"[bold]background[/]: {f.kind} x{f.flows} {f.src} -> {f.dst}")
+
+    def run_workers(self, progress=None) -> list[dict[str, Any]]:
+        spec = self.spec
+        spec_file = self.out_dir / "spec.json"
+        spec_file.write_text(spec_to_json(spec))
+        master = self.plan.host("h1").ip
+        workers = []
+        for r in range(spec.workers):
+            host = f"h{r + 1}"
+            env = {"MASTER_ADDR": master, "MASTER_PORT": str(MASTER_PORT), "RANK": str(r),
+                   "WORLD_SIZE": str(spec.workers), "LOCAL_RANK": "0", "OMP_NUM_THREADS": "1",
+                   "PYTHONUNBUFFERED": "1", "DLCP_ADDR": self.plan.host(host).ip}
+            log = open(self.out_dir / f"worker-{r}.log", "w")
+            stdout = subprocess.PIPE if r == 0 else log
+            p = self.popen(host, [sys.executable, "-m", "testbed.worker", str(spec_file),
+                                  str(self.out_dir / f"worker-{r}.json")], env=env, stdout=stdout,
+                           stderr=log if r else subprocess.STDOUT, text=True, cwd=str(_project_root()))
+            workers.append((p, log))
+        deadline = time.monotonic() + spec.timeout_s
+        rank0 = workers[0][0]
+        with open(self.out_dir / "worker-0.log", "a") as log0:
+            for line in rank0.stdout:
+                log0.write(line)
+                if progress is not None and line.startswith("step "):
+                    progress(int(line.split()[1].split("/")[0]))
+                if time.monotonic() > deadline:
+                    break
+        results = []
+        for r, (p, log) in enumerate(workers):
+            try:
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise RunError(f"worker {r} did not finish within timeout_s={spec.timeout_s:.0f} s; "
+                               f"log: {self.out_dir / f'worker-{r}.log'}") from None
+            log.close()
+            if p.returncode != 0:
+                tail = "\n".join((self.out_dir / f"worker-{r}.log").read_text(errors="replace").splitlines()[-15:])
+                raise RunError(f"worker {r} (host h{r + 1}) failed with status {p.returncode}:\n{tail}")
+            results.append(json.loads((self.out_dir / f"worker-{r}.json").read_text()))
+        return results
+
+    def switch_stats(self) -> dict[str, Any]:
+        return self.network.stats() if self.network is not None else {}
+
+
+def _project_root() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def summarise(spec: RunSpec, workers: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """The numbers the comparison table shows. Iteration time per step is the slowest rank's (a synchronous step
+    is as slow as its slowest worker); time to target is rank 0's first evaluation at or above the target."""
+    steps = min(len(w["iterations"]) for w in workers)
+    per_step = [max(w["iterations"][i]["dt"] for w in workers) for i in range(steps)]
+    r0 = workers[0]
+    ttt = None
+    if spec.target_accuracy is not None:
+        for e in r0["evals"]:
+            if e["accuracy"] >= spec.target_accuracy:
+                ttt = e["t"]
+                break
+    zero_filled = sum(w.get("transport", {}).get("zero_filled_elements", 0) or 0 for w in workers)
+    retrans = sum(w.get("transport", {}).get("retransmissions", 0) or 0 for w in workers)
+    return {"algorithm": spec.algorithm, "steps": steps, "iter_p50_s": _percentile(per_step, 0.5),
+            "iter_p99_s": _percentile(per_step, 0.99), "iter_mean_s": sum(per_step) / max(1, steps),
+            "train_time_s": r0["iterations"][-1]["start"] + r0["iterations"][-1]["dt"] if steps else 0.0,
+            "time_to_target_s": ttt, "target_accuracy": spec.target_accuracy,
+            "final_accuracy": r0["final_accuracy"], "wall_s": wall_s, "zero_filled_elements": zero_filled,
+            "retransmissions": retrans}
+
+
+@contextmanager
+def _signals_as_exceptions() -> Iterator[None]:
+    """SIGTERM (and SIGHUP) raise SystemExit so the teardown in ``finally`` runs, as Ctrl-C does."""
+    def handler(signum, frame):  # noqa: ARG001
+        raise SystemExit(128 + signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def run_spec(spec: RunSpec, out_dir: str | Path | None = None, *, console=None, plots: bool = True) -> Path:
+    """Run ``spec``; returns the path of its results JSON (plots beside it)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix=f"dlcp-{spec.name}-"))
+    out.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        raise RunError("the testbed creates network namespaces and needs root")
+    t0 = time.monotonic()
+    with _signals_as_exceptions(), Testbed(spec, out, console) as tb:
+        tb.start_background()
+        with Progress(TextColumn(f"[bold]{spec.name}[/] ({spec.algorithm})"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=False,
+                      disable=console is None) as bar:
+            task = bar.add_task("train", total=spec.steps)
+            workers = tb.run_workers(lambda step: bar.update(task, completed=step))
+        switches = tb.switch_stats()
+    result = {"spec": asdict(spec), "summary": summarise(spec, workers, time.monotonic() - t0),
+              "workers": workers, "switches": switches, "out_dir": str(out)}
+    path = out / "results.json"
+    path.write_text(json.dumps(result, indent=1, default=str))
+    if plots:
+        from .plots import plot_runs
+
+        result["plots"] = [str(p) for p in plot_runs([result], out)]
+        path.write_text(json.dumps(result, indent=1, default=str))
+    return path

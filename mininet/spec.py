@@ -1,0 +1,267 @@
+"""Run specs: one YAML file describes one testbed run (network, workers, training job, background traffic).
+
+Example (see ``examples/testbed/*.yaml``)::
+
+    name: demo-dlcp
+    topology: {kind: leaf-spine, hosts: 4, link: {rate: 50mbit, queue: 64}}
+    background: [{kind: tcp, src: b1, dst: b2, flows: 2}]
+    workers: 4
+    model: mlp
+    dataset: digits
+    algorithm: dear
+    loss_bound: 0.01
+    steps: 150
+    target_accuracy: 0.9
+
+Validation is strict: an unknown key, a wrong type or an out-of-range value raises :class:`SpecError` naming the
+key path and the file line (``spec.yaml:7: topology.link.rate: ...``), so a typo never silently falls back to a
+default.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["SpecError", "LinkSpec", "TopologySpec", "BackgroundFlow", "RunSpec", "load_spec", "parse_rate",
+           "ALGORITHMS", "TOPOLOGIES"]
+
+ALGORITHMS = ("ddp-gloo", "dlcp-allreduce", "dear", "spardl", "acid")
+TOPOLOGIES = ("star", "dumbbell", "leaf-spine")
+SWITCH_TARGETS = ("embedded", "bmv2")
+
+
+class SpecError(ValueError):
+    """An invalid run spec: ``where`` is ``file:line``, ``key`` the dotted key path."""
+
+    def __init__(self, where: str, key: str, message: str):
+        super().__init__(f"{where}: {key}: {message}" if key else f"{where}: {message}")
+        self.where, self.key = where, key
+
+
+_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmg]?)(bit|bps)?\s*$", re.I)
+
+
+def parse_rate(v: Any) -> float:
+    """'100mbit', '1gbit', '500kbit' or a number of bits/s -> bits/s."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    m = _RATE.match(str(v))
+    if not m:
+        raise ValueError(f"not a rate: {v!r} (use e.g. 100mbit, 1gbit or bits/s as a number)")
+    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2).lower()]
+
+
+@dataclass
+class LinkSpec:
+    """A link as the switches' traffic manager emulates it (the kernel here has no netem)."""
+
+    rate: float = 100e6       # bits/s, both directions
+    delay_us: int = 0         # one-way propagation delay
+    loss: float = 0.0         # random loss probability per packet
+    queue: int = 64           # queue capacity per (port, priority), packets
+
+
+@dataclass
+class TopologySpec:
+    kind: str = "star"
+    hosts: int = 2                      # worker hosts h1..hN
+    background_hosts: int = 0           # extra hosts b1..bM for competing traffic (placed across the network)
+    link: LinkSpec = field(default_factory=LinkSpec)
+    core: LinkSpec | None = None        # switch-to-switch links (dumbbell bottleneck, leaf-spine uplinks)
+
+
+@dataclass
+class BackgroundFlow:
+    """Competing traffic between two hosts for the whole run: iperf3 TCP, or UDP at ``rate``."""
+
+    kind: str = "tcp"
+    src: str = "b1"
+    dst: str = "b2"
+    flows: int = 1
+    rate: float = 0.0   # UDP only: bits/s per flow (0 = the link rate)
+
+
+@dataclass
+class RunSpec:
+    name: str = "run"
+    topology: TopologySpec = field(default_factory=TopologySpec)
+    switch: str = "embedded"
+    workers: int = 2
+    model: str = "mlp"
+    dataset: str = "digits"
+    dataset_path: str | None = None
+    algorithm: str = "dlcp-allreduce"
+    loss_bound: float = 0.0
+    density: float = 0.01               # spardl: fraction of gradient elements sent
+    teams: int = 1                      # spardl: d
+    optimizer: str = "sgd"
+    lr: float = 0.05
+    momentum: float = 0.9
+    batch_size: int = 32
+    steps: int = 100
+    target_accuracy: float | None = None
+    eval_every: int = 10
+    hidden: int = 256
+    seed: int = 0
+    background: list[BackgroundFlow] = field(default_factory=list)
+    priority_queues: int = 8
+    timeout_s: float = 300.0            # the whole run (workers included) must end within this
+    source: str = "<spec>"              # the file it came from (not a YAML key)
+
+
+def _line_of(node: yaml.Node | None) -> int:
+    return node.start_mark.line + 1 if node is not None else 0
+
+
+class _Reader:
+    def __init__(self, path: str):
+        self.path = path
+
+    def where(self, node: yaml.Node | None) -> str:
+        return f"{self.path}:{_line_of(node)}"
+
+    def scalar(self, node: yaml.Node, key: str) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            raise SpecError(self.where(node), key, "expected a single value")
+        return yaml.safe_load(yaml.serialize(node))
+
+    def mapping(self, node: yaml.Node, key: str) -> list[tuple[str, yaml.Node, yaml.Node]]:
+        if not isinstance(node, yaml.MappingNode):
+            raise SpecError(self.where(node), key, "expected a mapping (key: value lines)")
+        out = []
+        seen = set()
+        for k, v in node.value:
+            name = self.scalar(k, key)
+            if not isinstance(name, str):
+                raise SpecError(self.where(k), key, f"keys must be names, got {name!r}")
+            if name in seen:
+                raise SpecError(self.where(k), f"{key}.{name}" if key else name, "duplicate key")
+            seen.add(name)
+            out.append((name, k, v))
+        return out
+
+    def dataclass(self, cls: type, node: yaml.Node, key: str) -> Any:
+        obj = cls()
+        known = {f.name: f for f in fields(cls) if f.name != "source"}
+        for name, knode, vnode in self.mapping(node, key):
+            path = f"{key}.{name}" if key else name
+            if name not in known:
+                raise SpecError(self.where(knode), path, f"unknown key (known: {', '.join(sorted(known))})")
+            setattr(obj, name, self.value(cls, name, vnode, path))
+        return obj
+
+    def value(self, cls: type, name: str, node: yaml.Node, path: str) -> Any:
+        where = self.where(node)
+        if (cls, name) in ((TopologySpec, "link"), (TopologySpec, "core")):
+            return self.dataclass(LinkSpec, node, path)
+        if (cls, name) == (RunSpec, "topology"):
+            return self.dataclass(TopologySpec, node, path)
+        if (cls, name) == (RunSpec, "background"):
+            if not isinstance(node, yaml.SequenceNode):
+                raise SpecError(where, path, "expected a list of flows")
+            return [self.dataclass(BackgroundFlow, n, f"{path}[{i}]") for i, n in enumerate(node.value)]
+        v = self.scalar(node, path)
+        try:
+            return _convert(cls, name, v)
+        except (TypeError, ValueError) as e:
+            raise SpecError(where, path, str(e)) from None
+
+
+_INTS = {"hosts", "background_hosts", "delay_us", "queue", "flows", "workers", "teams", "batch_size", "steps",
+         "eval_every", "hidden", "seed", "priority_queues"}
+_FLOATS = {"loss", "loss_bound", "density", "lr", "momentum", "target_accuracy", "timeout_s"}
+
+
+def _convert(cls: type, name: str, v: Any) -> Any:
+    if name == "rate":
+        return parse_rate(v)
+    if name in _INTS:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"expected an integer, got {v!r}")
+        return v
+    if name in _FLOATS:
+        if v is None and name == "target_accuracy":
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"expected a number, got {v!r}")
+        return float(v)
+    if v is not None and not isinstance(v, str):
+        raise TypeError(f"expected text, got {v!r}")
+    return v
+
+
+def _check(spec: RunSpec) -> None:
+    """Semantic checks; raise SpecError(key) with the file but no line (the value was well-formed)."""
+    def bad(key: str, msg: str) -> SpecError:
+        return SpecError(spec.source, key, msg)
+
+    t = spec.topology
+    if t.kind not in TOPOLOGIES:
+        raise bad("topology.kind", f"{t.kind!r} is not one of {', '.join(TOPOLOGIES)}")
+    if spec.algorithm not in ALGORITHMS:
+        raise bad("algorithm", f"{spec.algorithm!r} is not one of {', '.join(ALGORITHMS)}")
+    if spec.switch not in SWITCH_TARGETS:
+        raise bad("switch", f"{spec.switch!r} is not one of {', '.join(SWITCH_TARGETS)}")
+    if spec.workers < 1 or spec.workers > t.hosts:
+        raise bad("workers", f"{spec.workers} workers need 1..topology.hosts ({t.hosts}) hosts")
+    if t.kind != "star" and t.hosts < 2:
+        raise bad("topology.hosts", f"{t.kind} needs at least 2 hosts")
+    for key, lk in (("topology.link", t.link), ("topology.core", t.core)):
+        if lk is None:
+            continue
+        if lk.rate <= 0:
+            raise bad(f"{key}.rate", "must be positive")
+        if not 0.0 <= lk.loss < 1.0:
+            raise bad(f"{key}.loss", "must be in [0, 1)")
+        if lk.queue < 1 or lk.delay_us < 0:
+            raise bad(f"{key}", "queue must be >= 1 packet and delay_us >= 0")
+    if not 0.0 <= spec.loss_bound < 1.0:
+        raise bad("loss_bound", "must be in [0, 1)")
+    if not 0.0 < spec.density <= 1.0:
+        raise bad("density", "must be in (0, 1]")
+    if spec.steps < 1 or spec.batch_size < 1 or spec.eval_every < 1:
+        raise bad("steps", "steps, batch_size and eval_every must be >= 1")
+    if spec.optimizer not in ("sgd", "adam", "adamw"):
+        raise bad("optimizer", f"{spec.optimizer!r} is not one of sgd, adam, adamw")
+    if not 1 <= spec.priority_queues <= 8:
+        raise bad("priority_queues", "must be 1..8")
+    hosts = {f"h{i + 1}" for i in range(t.hosts)} | {f"b{i + 1}" for i in range(t.background_hosts)}
+    for i, f in enumerate(spec.background):
+        if f.kind not in ("tcp", "udp"):
+            raise bad(f"background[{i}].kind", f"{f.kind!r} is not tcp or udp")
+        for side in ("src", "dst"):
+            h = getattr(f, side)
+            if h not in hosts:
+                raise bad(f"background[{i}].{side}", f"no host {h!r} (hosts: {', '.join(sorted(hosts))})")
+        if f.src == f.dst or f.flows < 1:
+            raise bad(f"background[{i}]", "src and dst must differ and flows must be >= 1")
+
+
+def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> RunSpec:
+    """Read and validate a run spec. ``overrides`` replaces top-level keys after reading (command-line options)."""
+    p = str(path)
+    try:
+        text = Path(p).read_text()
+    except OSError as e:
+        raise SpecError(p, "", f"cannot read: {e.strerror}") from None
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise SpecError(f"{p}:{mark.line + 1 if mark else 0}", "", f"not valid YAML: {getattr(e, 'problem', e)}") \
+            from None
+    if node is None:
+        raise SpecError(f"{p}:1", "", "empty spec")
+    spec = _Reader(p).dataclass(RunSpec, node, "")
+    spec.source = p
+    for k, v in (overrides or {}).items():
+        if k not in {f.name for f in fields(RunSpec)} or k == "source":
+            raise SpecError(p, k, "unknown key in override")
+        setattr(spec, k, v)
+    _check(spec)
+    return spec

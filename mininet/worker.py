@@ -1,0 +1,231 @@
+"""One training worker of a testbed run: ``python -m testbed.worker SPEC_JSON OUT_JSON``.
+
+Started by :mod:`testbed.run` inside a host's network namespace with torchrun's environment (``MASTER_ADDR``,
+``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``). Trains ``spec.model`` on its shard of ``spec.dataset`` with the
+spec's algorithm and writes a results JSON: per-iteration start time and duration, loss, test accuracy at every
+evaluation, and the dlcp transport counters. Progress goes to stdout, one line per step (``step I/N loss L``), so
+the orchestrator can drive a progress bar.
+
+Algorithms:
+
+* ``ddp-gloo``: ``DistributedDataParallel`` over the gloo backend (TCP), the baseline.
+* ``dlcp-allreduce``: DDP over the dlcp backend with :func:`host.hooks.dlcp_allreduce_hook` (layer priorities,
+  the spec's loss bound).
+* ``dear``: :class:`host.dear.DeAR` over the dlcp backend (reduce-scatter in backward, all-gather in the next
+  forward) with the loss bound on the gradient reduce-scatters.
+* ``spardl``: DDP over dlcp with the SparDL comm hook at ``spec.density``.
+* ``acid``: A²CiD² asynchronous gossip (:mod:`host.acid`); no global step, so iteration times are per worker.
+
+Stopping: after ``spec.steps`` steps, or at the first evaluation reaching ``spec.target_accuracy`` (rank 0
+decides and broadcasts the decision, so every rank stops at the same step).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .data import load, shard
+from .models import build
+from .spec import BackgroundFlow, LinkSpec, RunSpec, TopologySpec
+
+__all__ = ["main", "spec_from_json", "spec_to_json"]
+
+
+def spec_to_json(spec: RunSpec) -> str:
+    return json.dumps(asdict(spec))
+
+
+def spec_from_json(text: str) -> RunSpec:
+    d = json.loads(text)
+    t = d.pop("topology")
+    t["link"] = LinkSpec(**t["link"])
+    t["core"] = LinkSpec(**t["core"]) if t.get("core") else None
+    d["background"] = [BackgroundFlow(**b) for b in d.pop("background")]
+    return RunSpec(topology=TopologySpec(**t), **d)
+
+
+def _optimizer(spec: RunSpec, params) -> torch.optim.Optimizer:
+    if spec.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum)
+    if spec.optimizer == "adam":
+        return torch.optim.Adam(params, lr=spec.lr)
+    return torch.optim.AdamW(params, lr=spec.lr)
+
+
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    model.eval()
+    with torch.no_grad():
+        correct = (model(x).argmax(1) == y).sum().item()
+    model.train()
+    return correct / max(1, len(y))
+
+
+class Trainer:
+    """A training algorithm: ``step(x, y) -> loss`` and ``eval_model()`` (the model as it should be evaluated)."""
+
+    def __init__(self, spec: RunSpec, model: nn.Module):
+        self.spec = spec
+        self.model = model
+        self.loss_fn = nn.CrossEntropyLoss()
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        raise NotImplementedError
+
+    def eval_model(self) -> nn.Module:
+        return self.model
+
+    def close(self) -> None:
+        pass
+
+
+class DDPTrainer(Trainer):
+    """DDP (gloo or dlcp), optionally with a comm hook."""
+
+    def __init__(self, spec: RunSpec, model: nn.Module, hook: tuple[Any, Callable] | None = None):
+        super().__init__(spec, model)
+        self.ddp = nn.parallel.DistributedDataParallel(model)
+        if hook is not None:
+            self.ddp.register_comm_hook(*hook)
+        self.opt = _optimizer(spec, self.ddp.parameters())
+
+    def step(self, x, y) -> float:
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.ddp(x), y)
+        loss.backward()
+        self.opt.step()
+        return loss.item()
+
+
+class DeARTrainer(Trainer):
+    def __init__(self, spec: RunSpec, model: nn.Module):
+        super().__init__(spec, model)
+        from host.dear import DeAR
+
+        self.opt = _optimizer(spec, model.parameters())
+        self.dear = DeAR(model, self.opt)
+
+    def step(self, x, y) -> float:
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.model(x), y)
+        loss.backward()
+        self.dear.step()
+        return loss.item()
+
+    def eval_model(self) -> nn.Module:
+        self.dear.flush()
+        return self.model
+
+    def close(self) -> None:
+        self.dear.flush()
+
+
+def make_trainer(spec: RunSpec, model: nn.Module) -> Trainer:
+    if spec.algorithm in ("ddp-gloo",):
+        return DDPTrainer(spec, model)
+    if spec.algorithm == "dlcp-allreduce":
+        from host.hooks import DlcpHookState, dlcp_allreduce_hook
+
+        return DDPTrainer(spec, model, (DlcpHookState.for_model(model, loss_bound=spec.loss_bound),
+                                        dlcp_allreduce_hook))
+    if spec.algorithm == "dear":
+        return DeARTrainer(spec, model)
+    if spec.algorithm == "spardl":
+        from host.spardl import spardl_hook_state, spardl_comm_hook
+
+        return DDPTrainer(spec, model, (spardl_hook_state(model, density=spec.density, teams=spec.teams),
+                                        spardl_comm_hook))
+    raise ValueError(f"algorithm {spec.algorithm!r} has no synchronous trainer")
+
+
+def backend_for(spec: RunSpec) -> str:
+    return "gloo" if spec.algorithm == "ddp-gloo" else "dlcp"
+
+
+def train(spec: RunSpec, out: Path) -> dict[str, Any]:
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    data = load(spec.dataset, seed=spec.seed, path=spec.dataset_path)
+    x, y = shard(data.x_train, data.y_train, rank, world)
+    model = build(spec.model, data, hidden=spec.hidden, seed=spec.seed)
+    if spec.loss_bound:
+        os.environ.setdefault("DLCP_LOSS_BOUND", str(spec.loss_bound))
+    dist.init_process_group(backend_for(spec), rank=rank, world_size=world)
+    trainer = make_trainer(spec, model)
+    g = torch.Generator().manual_seed(spec.seed * 1000 + rank)
+    iters: list[dict[str, float]] = []
+    evals: list[dict[str, float]] = []
+    t0 = time.monotonic()
+    per_epoch = max(1, len(x) // spec.batch_size)
+    order = torch.randperm(len(x), generator=g)
+    stop = torch.zeros(1)
+    for step in range(spec.steps):
+        if step % per_epoch == 0 and step:
+            order = torch.randperm(len(x), generator=g)
+        idx = order[(step % per_epoch) * spec.batch_size:(step % per_epoch + 1) * spec.batch_size]
+        start = time.monotonic()
+        loss = trainer.step(x[idx], y[idx])
+        end = time.monotonic()
+        iters.append({"step": step, "start": start - t0, "dt": end - start, "loss": loss})
+        if (step + 1) % spec.eval_every == 0 or step + 1 == spec.steps:
+            acc = accuracy(trainer.eval_model(), data.x_test, data.y_test)
+            evals.append({"step": step + 1, "t": time.monotonic() - t0, "accuracy": acc})
+            print(f"eval {step + 1} accuracy {acc:.4f}", flush=True)
+            if spec.target_accuracy is not None:
+                stop[0] = 1.0 if (rank == 0 and acc >= spec.target_accuracy) else 0.0
+                dist.broadcast(stop, 0)
+                if stop[0]:
+                    print(f"step {step + 1}/{spec.steps} loss {loss:.4f}", flush=True)
+                    break
+        print(f"step {step + 1}/{spec.steps} loss {loss:.4f}", flush=True)
+    trainer.close()
+    final = accuracy(trainer.eval_model(), data.x_test, data.y_test)
+    stats: dict[str, Any] = {}
+    if backend_for(spec) == "dlcp":
+        from host.backend import transport_stats
+
+        stats = transport_stats()
+    dist.barrier()
+    dist.destroy_process_group()
+    result = {"rank": rank, "world": world, "algorithm": spec.algorithm, "iterations": iters, "evals": evals,
+              "final_accuracy": final, "wall_s": time.monotonic() - t0, "transport": _jsonable(stats)}
+    out.write_text(json.dumps(result))
+    return result
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (int, float, str, bool)) or v is None:
+        return v
+    return str(v)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m testbed.worker SPEC_JSON OUT_JSON", file=sys.stderr)
+        return 2
+    spec = spec_from_json(Path(args[0]).read_text())
+    if spec.algorithm == "acid":
+        from host.acid.testbed import run_worker  # A²CiD² has its own asynchronous loop
+
+        run_worker(spec, Path(args[1]))
+        return 0
+    train(spec, Path(args[1]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Pure parts of the testbed: datasets, models, topology plans, summaries and the comparison table."""
+
+import pytest
+import torch
+
+from testbed.compare import comparison_rows
+from testbed.data import DataError, load, shard
+from testbed.models import build
+from testbed.run import summarise
+from testbed.spec import LinkSpec, RunSpec, TopologySpec
+from testbed.topos import plan
+
+
+@pytest.mark.parametrize("name,model", [("digits", "mlp"), ("synthetic-cifar", "cnn"), ("text", "char-mlp")])
+def test_datasets_and_models_fit(name, model):
+    d = load(name, seed=0, size=600)
+    assert len(d.x_train) > len(d.x_test) > 0 and d.num_classes >= 2
+    m = build(model, d, hidden=32)
+    out = m(d.x_train[:5])
+    assert out.shape == (5, d.num_classes)
+    # Deterministic: the same seed gives the same data and the same initial weights on every worker.
+    d2 = load(name, seed=0, size=600)
+    assert torch.equal(d.x_train, d2.x_train) and torch.equal(d.y_test, d2.y_test)
+    assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(),
+                                                  build(model, d2, hidden=32).state_dict().values()))
+
+
+def test_digits_is_learnable_quickly():
+    d = load("digits")
+    m = build("mlp", d, hidden=64)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(3):
+        for i in range(0, len(d.x_train), 64):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(m(d.x_train[i:i + 64]), d.y_train[i:i + 64]).backward()
+            opt.step()
+    acc = (m(d.x_test).argmax(1) == d.y_test).float().mean().item()
+    assert acc > 0.85
+
+
+def test_cifar10_needs_a_real_directory(tmp_path):
+    with pytest.raises(DataError, match="path"):
+        load("cifar10")
+    with pytest.raises(DataError, match="data_batch_1"):
+        load("cifar10", path=str(tmp_path))
+
+
+def test_shards_are_disjoint_and_equal():
+    x = torch.arange(10)
+    parts = [shard(x, x, r, 3)[0] for r in range(3)]
+    assert [len(p) for p in parts] == [3, 3, 3]
+    assert len(set(torch.cat(parts).tolist())) == 9
+
+
+def test_leaf_spine_plan():
+    p = plan(TopologySpec(kind="leaf-spine", hosts=4, background_hosts=2, link=LinkSpec(rate=1e7),
+                          core=LinkSpec(rate=2e7)))
+    assert [s.name for s in p.switches] == ["leaf1", "leaf2", "spine1", "spine2"]
+    assert len({s.grpc_port for s in p.switches}) == 4
+    leaves = {h.name: h.switch for h in p.hosts}
+    assert leaves["h1"] != leaves["h2"] and leaves["b1"] != leaves["b2"]
+    core = [ln for ln in p.links if ln.a.startswith("leaf")]
+    assert len(core) == 4 and all(ln.props.rate == 2e7 for ln in core)
+    # Ports are unique per switch.
+    used = [(ln.b, ln.b_port) for ln in p.links] + [(ln.a, ln.a_port) for ln in p.links if ln.a_port]
+    assert len(used) == len(set(used))
+
+
+def fake_worker(dts, accs):
+    return {"iterations": [{"step": i, "start": sum(dts[:i]), "dt": d, "loss": 1.0} for i, d in enumerate(dts)],
+            "evals": [{"step": i, "t": float(i), "accuracy": a} for i, a in enumerate(accs, 1)],
+            "final_accuracy": accs[-1], "transport": {"zero_filled_elements": 3}}
+
+
+def test_summary_uses_slowest_worker_and_first_target_hit():
+    spec = RunSpec(target_accuracy=0.8)
+    s = summarise(spec, [fake_worker([0.1, 0.2, 0.1], [0.5, 0.85, 0.9]),
+                         fake_worker([0.3, 0.1, 0.1], [0.5, 0.85, 0.9])], 5.0)
+    assert s["steps"] == 3 and s["iter_p50_s"] == pytest.approx(0.2)
+    assert s["time_to_target_s"] == 2.0 and s["zero_filled_elements"] == 6
+    run = {"spec": {"name": "a", "algorithm": "x"}, "summary": s, "workers": [], "switches": {
+        "drops_by_priority": {"0": 5, "3": 0}, "marks_by_priority": {}}}
+    rows = dict(comparison_rows([run, run]))
+    assert rows["drops by priority"] == ["p0:5", "p0:5"] and rows["p50 speed-up vs first"][1] == "1.00x"
