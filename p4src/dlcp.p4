@@ -7,10 +7,18 @@
  * - Chooses the queue (standard_metadata.priority, 0 lowest) from the DLCP fields, or from DSCP for other traffic.
  * - Bounded loss: per (port, priority) drop and mark thresholds (registers the controller writes, 0 = off). A
  *   drop-eligible DLCP data packet is dropped when the queue depth is at or above the drop threshold: early in
- *   ingress, from the depth egress last published, and again in egress from its own enq_qdepth. An ECN-capable
- *   packet at or above the mark threshold gets CE instead.
+ *   ingress, before it takes queue space, from an estimate of the depth (the exact depth egress last published
+ *   plus what ingress sent to the queue since), and again in egress from its own enq_qdepth. Any other
+ *   ECN-capable packet at or above the mark threshold gets CE.
+ * - Never sends a packet back out of the port it came in on.
  * - Counts forwarded packets/bytes, eligible drops and ECN marks per (port, priority), packets per next hop, and
  *   ingress drops per reason.
+ * - Malformed input is dropped in ingress and counted (ingress_drops[DROP_PARSER_ERROR]): as in BMv2, a parser
+ *   error does not drop the packet by itself; ingress runs with standard_metadata.parser_error set. That covers a
+ *   frame shorter than Ethernet, a truncated IPv4 header or options, IHL < 5, IP version != 4, and a UDP datagram
+ *   to DLCP_UDP_PORT whose payload is shorter than the 36-byte DLCP header (PacketTooShort while extracting
+ *   hdr.dlcp): such a datagram is not DLCP and no DLCP receiver would accept it, so it is not forwarded as plain
+ *   UDP either.
  * docs/p4-program.md describes every table, action, register and counter for controllers.
  */
 #include <core.p4>
@@ -38,6 +46,7 @@ const bit<32> DROP_BAD_CHECKSUM = 1;
 const bit<32> DROP_TTL_EXPIRED  = 2;
 const bit<32> DROP_NO_ROUTE     = 3;
 const bit<32> DROP_EARLY_ELIGIBLE = 4;
+const bit<32> DROP_HAIRPIN      = 5;
 
 typedef bit<48> mac_t;
 typedef bit<32> ip4_t;
@@ -126,7 +135,7 @@ struct metadata_t {
     bit<1>  routed;
 }
 
-error { IPv4HeaderTooShort }
+error { IPv4HeaderTooShort, IPv4BadVersion }
 
 /* Shared by ingress (early drop) and egress (drop/mark): written by the controller, 0 disables. */
 register<bit<19>>(PORT_PRIO_SLOTS) drop_threshold;
@@ -136,7 +145,9 @@ counter(PORT_PRIO_SLOTS, CounterType.packets) eligible_drops;
 /* Load-balancing mode over equal-cost groups, index 0, written by the controller:
  * 0 (default) = spray DLCP packets per packet, hash other traffic per flow; 1 = hash everything per flow. */
 register<bit<8>>(1) lb_mode;
-/* Written by egress (depth of the packet's queue as it left), read by ingress for early drops. */
+/* Estimated depth of each (port, priority) queue, in packets, for early drops in ingress: egress writes the
+ * exact depth it sees as a packet leaves (deq_qdepth); ingress adds one for every packet it sends to the queue
+ * in between. Exact while nothing else changes the queue; one too high per tail drop until the next dequeue. */
 register<bit<19>>(PORT_PRIO_SLOTS) queue_depth;
 
 parser DlcpParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
@@ -158,6 +169,7 @@ parser DlcpParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
 
     state parse_ipv4 {
         packet.extract(hdr.ipv4);
+        verify(hdr.ipv4.version == 4, error.IPv4BadVersion);
         verify(hdr.ipv4.ihl >= 5, error.IPv4HeaderTooShort);
         meta.dst_addr = hdr.ipv4.dstAddr;
         transition select(hdr.ipv4.ihl) {
@@ -198,18 +210,25 @@ parser DlcpParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
     }
 
     state parse_dlcp {
+        /* A payload shorter than the header: error.PacketTooShort, dropped in ingress (see the top comment). */
         packet.extract(hdr.dlcp);
         transition accept;
     }
 }
 
+/* The IPv4 header checksum covers the options: two calculations, without and with the options header (BMv2
+ * computes field lists with varbit fields; only the one whose condition holds runs). */
 control DlcpVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
     apply {
-        /* Headers with options are not verified here (their checksum is updated incrementally in ingress). */
         verify_checksum(hdr.ipv4.isValid() && hdr.ipv4.ihl == 5,
             { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn, hdr.ipv4.totalLen,
               hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset, hdr.ipv4.ttl, hdr.ipv4.protocol,
               hdr.ipv4.srcAddr, hdr.ipv4.dstAddr },
+            hdr.ipv4.hdrChecksum, HashAlgorithm.csum16);
+        verify_checksum(hdr.ipv4.isValid() && hdr.ipv4_options.isValid(),
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn, hdr.ipv4.totalLen,
+              hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset, hdr.ipv4.ttl, hdr.ipv4.protocol,
+              hdr.ipv4.srcAddr, hdr.ipv4.dstAddr, hdr.ipv4_options.options },
             hdr.ipv4.hdrChecksum, HashAlgorithm.csum16);
     }
 }
@@ -290,15 +309,6 @@ control DlcpIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
         size = 64;
     }
 
-    /* RFC 1624 incremental update of the IPv4 header checksum for one changed 16-bit word (used for headers
-     * with options, which computeChecksum does not cover). */
-    action ipv4_csum_adjust(in bit<16> old_word, in bit<16> new_word) {
-        bit<32> s = (bit<32>)(~hdr.ipv4.hdrChecksum) + (bit<32>)(~old_word) + (bit<32>)new_word;
-        s = (s & 0xffff) + (s >> 16);
-        s = (s & 0xffff) + (s >> 16);
-        hdr.ipv4.hdrChecksum = ~(s[15:0]);
-    }
-
     apply {
         mark_to_drop(standard_metadata);  /* nothing leaves unless a route says where */
         if (standard_metadata.parser_error != error.NoError) {
@@ -329,15 +339,25 @@ control DlcpIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                 spray_position.write((bit<32>)meta.ecmp_group, position + 1);
                 hash(meta.ecmp_index, HashAlgorithm.identity, (bit<16>)0, { position }, meta.ecmp_size);
             } else {
-                /* Per-flow: a TCP flow stays on one path. */
-                hash(meta.ecmp_index, HashAlgorithm.crc16, (bit<16>)0,
+                /* Per-flow: a TCP flow stays on one path. CRC-32 of the 5-tuple, then its upper 16 bits modulo the
+                 * group size: a CRC is linear, and its low bits alone (what hash(..., size) keeps) leave members
+                 * unused when flows differ only in a few low bits, e.g. consecutive source ports under crc16. */
+                bit<32> flow_hash;
+                hash(flow_hash, HashAlgorithm.crc32, (bit<32>)0,
                      { meta.dst_addr, hdr.ipv4.srcAddr, hdr.ipv4.protocol, meta.l4_sport, meta.l4_dport },
-                     meta.ecmp_size);
+                     (bit<33>)0x100000000);
+                hash(meta.ecmp_index, HashAlgorithm.identity, (bit<16>)0, { flow_hash[31:16] }, meta.ecmp_size);
             }
             ecmp_nhop.apply();
         }
         if (meta.routed == 0) {
             drop_with(DROP_NO_ROUTE);
+            return;
+        }
+        /* Never back out of the port it came in on (hosts hang off one port each; this also keeps passed-through
+         * ARP from being reflected). */
+        if (standard_metadata.egress_spec == standard_metadata.ingress_port) {
+            drop_with(DROP_HAIRPIN);
             return;
         }
         nhop_packets.count((bit<32>)meta.nhop_id);
@@ -351,24 +371,28 @@ control DlcpIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
         if (hdr.ipv4.isValid()) {
             hdr.ethernet.dstAddr = meta.nhop_dmac;
             hdr.ethernet.srcAddr = meta.nhop_smac;
-            if (hdr.ipv4.ihl != 5) {
-                ipv4_csum_adjust(hdr.ipv4.ttl ++ hdr.ipv4.protocol, (hdr.ipv4.ttl - 1) ++ hdr.ipv4.protocol);
-            }
             hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
         }
 
-        /* Early drop of eligible packets from the depth egress last saw on this queue. */
+        /* Early drop of eligible packets, before they take queue space, from the queue's estimated depth. */
+        bit<32> slot = ((bit<32>)standard_metadata.egress_spec << 3) | (bit<32>)meta.prio;
+        bit<19> depth;
+        queue_depth.read(depth, slot);
         if (hdr.dlcp.isValid() && hdr.dlcp.msg_type == DLCP_MSG_DATA
                 && (hdr.dlcp.flags & DLCP_FLAG_DROP_ELIGIBLE) != 0) {
-            bit<32> slot = ((bit<32>)standard_metadata.egress_spec << 3) | (bit<32>)meta.prio;
-            bit<19> depth;
             bit<19> threshold;
-            queue_depth.read(depth, slot);
             drop_threshold.read(threshold, slot);
             if (threshold != 0 && depth >= threshold) {
                 eligible_drops.count(slot);
                 drop_with(DROP_EARLY_ELIGIBLE);
+                return;
             }
+        }
+        /* The packet goes to the queue: count it in the estimate until egress next publishes the exact depth.
+         * Without this, a queue that strict priority starves (never dequeued, so never published) would look
+         * empty to ingress and fill up with eligible packets. */
+        if (depth != 0x7ffff) {
+            queue_depth.write(slot, depth + 1);
         }
     }
 }
@@ -377,19 +401,7 @@ control DlcpEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
     counter(PORT_PRIO_SLOTS, CounterType.packets_and_bytes) port_forwarded;
     counter(PORT_PRIO_SLOTS, CounterType.packets) ecn_marks;
 
-    action ipv4_csum_adjust(in bit<16> old_word, in bit<16> new_word) {
-        bit<32> s = (bit<32>)(~hdr.ipv4.hdrChecksum) + (bit<32>)(~old_word) + (bit<32>)new_word;
-        s = (s & 0xffff) + (s >> 16);
-        s = (s & 0xffff) + (s >> 16);
-        hdr.ipv4.hdrChecksum = ~(s[15:0]);
-    }
-
     apply {
-        /* Multicast copies never go back out of the port they came in on. */
-        if (standard_metadata.egress_port == standard_metadata.ingress_port) {
-            mark_to_drop(standard_metadata);
-            return;
-        }
         bit<32> slot = ((bit<32>)standard_metadata.egress_port << 3) | (bit<32>)meta.prio;
         queue_depth.write(slot, standard_metadata.deq_qdepth);
         bit<19> drop_at;
@@ -406,10 +418,6 @@ control DlcpEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
             }
         } else if (hdr.ipv4.isValid() && hdr.ipv4.ecn != ECN_NOT_ECT && hdr.ipv4.ecn != ECN_CE
                    && mark_at != 0 && standard_metadata.enq_qdepth >= mark_at) {
-            if (hdr.ipv4.ihl != 5) {
-                ipv4_csum_adjust(hdr.ipv4.version ++ hdr.ipv4.ihl ++ hdr.ipv4.dscp ++ hdr.ipv4.ecn,
-                                 hdr.ipv4.version ++ hdr.ipv4.ihl ++ hdr.ipv4.dscp ++ ECN_CE);
-            }
             hdr.ipv4.ecn = ECN_CE;
             ecn_marks.count(slot);
         }
@@ -423,6 +431,11 @@ control DlcpComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
             { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn, hdr.ipv4.totalLen,
               hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset, hdr.ipv4.ttl, hdr.ipv4.protocol,
               hdr.ipv4.srcAddr, hdr.ipv4.dstAddr },
+            hdr.ipv4.hdrChecksum, HashAlgorithm.csum16);
+        update_checksum(hdr.ipv4.isValid() && hdr.ipv4_options.isValid(),
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn, hdr.ipv4.totalLen,
+              hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset, hdr.ipv4.ttl, hdr.ipv4.protocol,
+              hdr.ipv4.srcAddr, hdr.ipv4.dstAddr, hdr.ipv4_options.options },
             hdr.ipv4.hdrChecksum, HashAlgorithm.csum16);
     }
 }
