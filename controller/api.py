@@ -1,0 +1,631 @@
+"""The controller as a library: ``Network.from_file(path)``, ``.apply()``, ``.stats()`` and the imperative
+operations the CLI exposes (thresholds, priority maps, queues, links, routes, packets).
+
+Every method has an ``async`` form (``*_async``) for callers that run an event loop; the plain form runs it with
+``asyncio.run``. Operations on several switches run concurrently, one P4Runtime session per switch, opened for
+the operation and closed after it. Errors are :mod:`controller.errors` exceptions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Iterable, TypeVar
+
+import finsy as fy
+from finsy.proto import p4d, p4r
+
+from . import netfile, state, tm as tmmod
+from .client import READER_ELECTION_ID, Program, SwitchClient, load_program, send_packets, writer_election_id
+from .errors import ControllerError, ProgramError, UsageError
+from .netfile import format_mac
+from .topology import NextHop, Route, compute_routes, router_mac
+
+__all__ = ["Network", "ApplyResult", "SwitchApplyResult", "SwitchStats", "PrioCounters", "INGRESS_DROP_REASONS"]
+
+#: Reasons of dlcp.p4's ``ingress_drops`` counter, by index.
+INGRESS_DROP_REASONS = ("parser_error", "bad_checksum", "ttl_expired", "no_route", "early_eligible")
+
+T = TypeVar("T")
+
+
+@dataclass
+class SwitchApplyResult:
+    switch: str
+    pipeline_pushed: bool = False
+    inserts: int = 0
+    modifies: int = 0
+    deletes: int = 0
+    updates: list[str] = field(default_factory=list)  # each update, described
+    tm_changes: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+    @property
+    def writes(self) -> int:
+        return self.inserts + self.modifies + self.deletes
+
+
+@dataclass
+class ApplyResult:
+    switches: dict[str, SwitchApplyResult] = field(default_factory=dict)
+    errors: dict[str, ControllerError] = field(default_factory=dict)
+
+    @property
+    def writes(self) -> int:
+        return sum(r.writes for r in self.switches.values())
+
+    def raise_for_errors(self) -> None:
+        for e in self.errors.values():
+            raise e
+
+
+@dataclass
+class PrioCounters:
+    forwarded_packets: int = 0
+    forwarded_bytes: int = 0
+    eligible_drops: int = 0
+    ecn_marks: int = 0
+
+
+@dataclass
+class SwitchStats:
+    """Counters of one switch: the P4 program's (per port and priority, per next hop, ingress drops by reason)
+    and, on the embedded target, the traffic manager's (queues, drops by reason, P4Runtime write counts)."""
+
+    switch: str
+    time: float
+    ports: dict[int, dict[int, PrioCounters]] = field(default_factory=dict)
+    nhop_packets: dict[int, tuple[int, int]] = field(default_factory=dict)  # nhop_id (= port) -> (packets, bytes)
+    ingress_drops: dict[str, int] = field(default_factory=dict)
+    tm: Any = None  # switch.mgmt.SwitchStats (embedded) or None (BMv2)
+
+    def to_dict(self) -> dict:
+        out: dict[str, Any] = {
+            "switch": self.switch, "time": self.time,
+            "ports": {str(p): {str(q): asdict(c) for q, c in prios.items()} for p, prios in self.ports.items()},
+            "nhop_packets": {str(k): {"packets": v[0], "bytes": v[1]} for k, v in self.nhop_packets.items()},
+            "ingress_drops": dict(self.ingress_drops),
+        }
+        if self.tm is not None:
+            out["tm"] = {
+                "writes": self.tm.writes, "write_updates": self.tm.write_updates,
+                "packet_errors": self.tm.packet_errors,
+                "ports": {str(p): {"rx_packets": ps.rx_packets, "tx_packets": ps.tx_packets,
+                                   "queues": {str(q): asdict(qs) for q, qs in ps.queues.items()}}
+                          for p, ps in self.tm.ports.items()},
+                "drops": [{"port": p, "priority": q, "reason": r, "count": n}
+                          for (p, q, r), n in sorted(self.tm.drops.items())],
+            }
+        return out
+
+
+def _row_key(row: dict) -> tuple:
+    """Order of ``show tables`` rows: entry priority (high first), then match values (numbers numerically)."""
+    vals = []
+    for v in row["match"].values():
+        parts = str(v).replace("/", ".").replace(":", ".").split(".")
+        vals.append(tuple(int(p) if p.isdigit() else 0 for p in parts))
+    return (-row.get("priority", 0), tuple(vals))
+
+
+class Network:
+    """A network file bound to its switches."""
+
+    def __init__(self, spec: netfile.Network):
+        self.spec = spec
+        self._programs: dict[Path | None, Program] = {}
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "Network":
+        """Load and validate a network file (:class:`~controller.netfile.NetFileError` names key and line)."""
+        return cls(netfile.load(path))
+
+    @classmethod
+    def from_text(cls, text: str, base: Path | None = None) -> "Network":
+        return cls(netfile.loads(text, None, base))
+
+    # -- pure views ----------------------------------------------------------------------------------------------
+    @property
+    def switches(self) -> list[str]:
+        return list(self.spec.switches)
+
+    def router_mac(self, switch: str, port: int) -> str:
+        """The MAC of a switch port (hosts can use their port's as a gateway MAC)."""
+        return format_mac(router_mac(self.spec, switch, port))
+
+    def routes(self) -> dict[str, list[Route]]:
+        return compute_routes(self.spec)
+
+    def program(self, switch: str | None = None) -> Program:
+        """The compiled program for a switch (BMv2 switches push their ``bmv2_json`` as device config)."""
+        key = self.spec.switches[switch].bmv2_json if switch else None
+        if key not in self._programs:
+            self._programs[key] = load_program(self.spec.program, self.spec.include_dirs, key)
+        return self._programs[key]
+
+    def _select(self, switches: Iterable[str] | None) -> list[str]:
+        if switches is None:
+            return list(self.spec.switches)
+        out = list(switches)
+        for s in out:
+            if s not in self.spec.switches:
+                raise UsageError(f"unknown switch {s!r}; the network has: {', '.join(self.spec.switches)}")
+        return out
+
+    def _client(self, switch: str, *, writer: bool, p4info=None) -> SwitchClient:
+        return SwitchClient(self.spec.switches[switch], p4info=p4info,
+                            election_id=writer_election_id() if writer else READER_ELECTION_ID,
+                            timeout=self.spec.connect_timeout)
+
+    async def _each(self, switches: list[str], fn: Callable[[str], Awaitable[T]]) -> tuple[dict[str, T],
+                                                                                         dict[str, ControllerError]]:
+        results = await asyncio.gather(*(fn(s) for s in switches), return_exceptions=True)
+        ok: dict[str, T] = {}
+        errors: dict[str, ControllerError] = {}
+        for s, r in zip(switches, results):
+            if isinstance(r, ControllerError):
+                errors[s] = r
+            elif isinstance(r, BaseException):
+                raise r
+            else:
+                ok[s] = r
+        return ok, errors
+
+    @staticmethod
+    def _run(coro: Awaitable[T]) -> T:
+        return asyncio.run(coro)  # type: ignore[arg-type]
+
+    # -- apply ---------------------------------------------------------------------------------------------------
+    def _check_program(self, program: Program) -> None:
+        names = state.Names(program.p4info)
+        missing = [f"table {t}" for t in state.MANAGED_TABLES if t not in names.table_ids]
+        missing += [f"register {r}" for r in state.MANAGED_REGISTERS if r not in names.register_ids]
+        if missing:
+            raise ProgramError(f"{program.path} lacks what dlcpctl programs: {', '.join(missing)} "
+                               f"(see docs/p4-program.md)")
+
+    def desired(self, switch: str) -> list[p4r.Entity]:
+        """The desired P4Runtime entities of one switch (encoded with its program's P4Info)."""
+        program = self.program(switch)
+        self._check_program(program)
+        schema = fy.P4Schema(program.p4info)
+        try:
+            return [e.encode(schema) for e in state.desired_entities(self.spec, switch)]
+        except (ValueError, KeyError) as e:
+            raise ProgramError(f"{program.path}: cannot encode the desired state of {switch}: {e}") from None
+
+    async def read_managed(self, c: SwitchClient) -> list[p4r.Entity]:
+        """Everything ``apply`` manages, as the switch has it."""
+        names = c.names
+        filters = [p4r.Entity(table_entry=p4r.TableEntry(table_id=names.table_ids[t])) for t in state.MANAGED_TABLES]
+        filters += [p4r.Entity(register_entry=p4r.RegisterEntry(register_id=names.register_ids[r]))
+                    for r in state.MANAGED_REGISTERS]
+        return await c.read(filters)
+
+    async def _apply_switch(self, switch: str, dry_run: bool, tm: bool) -> SwitchApplyResult:
+        program = self.program(switch)
+        desired = self.desired(switch)
+        res = SwitchApplyResult(switch, dry_run=dry_run)
+        async with self._client(switch, writer=True, p4info=program.p4info) as c:
+            if dry_run:
+                res.pipeline_pushed = await c.pipeline_cookie() != program.cookie
+            else:
+                res.pipeline_pushed = await c.ensure_pipeline(program)
+            actual = [] if res.pipeline_pushed and dry_run else await self.read_managed(c)
+            names = c.names
+            plan = state.diff(desired, actual, managed_tables=[names.table_ids[t] for t in state.MANAGED_TABLES],
+                              managed_registers=[names.register_ids[r] for r in state.MANAGED_REGISTERS],
+                              ecmp_table=names.table_ids["ecmp_nhop"])
+            res.inserts, res.modifies, res.deletes = plan.inserts, plan.modifies, plan.deletes
+            kinds = {p4r.Update.INSERT: "+", p4r.Update.MODIFY: "~", p4r.Update.DELETE: "-"}
+            res.updates = [f"{kinds[u.type]} {state.describe_entity(u.entity, names)}" for u in plan.updates]
+            if not dry_run:
+                await c.write(plan.updates)
+        if tm:
+            plan_tm = tmmod.desired_tm(self.spec, switch)
+            if plan_tm.links or plan_tm.queues:
+                if dry_run:
+                    res.tm_changes = tmmod.describe_plan(plan_tm)
+                else:
+                    res.tm_changes = await asyncio.to_thread(self._apply_tm_sync, switch, plan_tm)
+        return res
+
+    def _apply_tm_sync(self, switch: str, plan_tm: tmmod.TmPlan) -> list[str]:
+        t = tmmod.open_tm(self.spec.switches[switch], self.spec.connect_timeout)
+        try:
+            return tmmod.apply_tm(plan_tm, t)
+        finally:
+            t.close()
+
+    async def apply_async(self, switches: Iterable[str] | None = None, *, dry_run: bool = False, tm: bool = True,
+                          check: bool = True) -> ApplyResult:
+        """Make the switches match the file: pipeline (when its cookie differs), routes with all equal-cost next
+        hops, priority maps, thresholds, load-balancing mode, traffic-manager settings; stale entries removed.
+
+        With ``check`` (default) the first error is raised after every switch has been tried; otherwise errors
+        are returned in ``ApplyResult.errors``."""
+        sel = self._select(switches)
+        for s in sel:  # compile once, before any session: a program error is not a per-switch error
+            self._check_program(self.program(s))
+        ok, errors = await self._each(sel, lambda s: self._apply_switch(s, dry_run, tm))
+        result = ApplyResult(ok, errors)
+        if check:
+            result.raise_for_errors()
+        return result
+
+    def apply(self, switches: Iterable[str] | None = None, *, dry_run: bool = False, tm: bool = True,
+              check: bool = True) -> ApplyResult:
+        return self._run(self.apply_async(switches, dry_run=dry_run, tm=tm, check=check))
+
+    # -- reading -------------------------------------------------------------------------------------------------
+    def _slots(self, switch: str) -> list[int]:
+        ports = set(self.spec.ports_of(switch))
+        cpu = self.spec.switches[switch].cpu_port
+        if cpu is not None:
+            ports.add(cpu)
+        return sorted(ports)
+
+    async def _stats_switch(self, switch: str, tm: bool) -> SwitchStats:
+        ports = self._slots(switch)
+        st = SwitchStats(switch, time.time())
+        async with self._client(switch, writer=False) as c:
+            n = c.names
+            ents: list[p4r.Entity] = []
+
+            def counter(name: str, idx: int) -> None:
+                if name in n.counter_ids:
+                    ents.append(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=n.counter_ids[name],
+                                                                          index=p4r.Index(index=idx))))
+            for p in ports:
+                for q in range(state.NUM_PRIOS):
+                    for name in ("port_forwarded", "eligible_drops", "ecn_marks"):
+                        counter(name, state.slot(p, q))
+                counter("nhop_packets", p)
+            if "ingress_drops" in n.counter_ids:
+                ents.append(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=n.counter_ids["ingress_drops"])))
+            for e in await c.read(ents):
+                ce = e.counter_entry
+                name = n.counters.get(ce.counter_id, ("?",))[0]
+                idx, pk, by = ce.index.index, ce.data.packet_count, ce.data.byte_count
+                if name == "ingress_drops":
+                    reason = INGRESS_DROP_REASONS[idx] if idx < len(INGRESS_DROP_REASONS) else str(idx)
+                    if idx < len(INGRESS_DROP_REASONS) or pk:
+                        st.ingress_drops[reason] = pk
+                elif name == "nhop_packets":
+                    st.nhop_packets[idx] = (pk, by)
+                else:
+                    pc = st.ports.setdefault(idx // state.NUM_PRIOS, {}).setdefault(idx % state.NUM_PRIOS,
+                                                                                    PrioCounters())
+                    if name == "port_forwarded":
+                        pc.forwarded_packets, pc.forwarded_bytes = pk, by
+                    elif name == "eligible_drops":
+                        pc.eligible_drops = pk
+                    elif name == "ecn_marks":
+                        pc.ecn_marks = pk
+        if tm and self.spec.switches[switch].target == "embedded":
+            st.tm = await asyncio.to_thread(self._tm_stats_sync, switch)
+        return st
+
+    def _tm_stats_sync(self, switch: str):
+        t = tmmod.open_tm(self.spec.switches[switch], self.spec.connect_timeout)
+        try:
+            return t.stats()
+        finally:
+            t.close()
+
+    async def stats_async(self, switches: Iterable[str] | None = None, *, tm: bool = True) -> dict[str, SwitchStats]:
+        ok, errors = await self._each(self._select(switches), lambda s: self._stats_switch(s, tm))
+        for e in errors.values():
+            raise e
+        return ok
+
+    def stats(self, switches: Iterable[str] | None = None, *, tm: bool = True) -> dict[str, SwitchStats]:
+        """Counters of every (or the given) switch; see :class:`SwitchStats`."""
+        return self._run(self.stats_async(switches, tm=tm))
+
+    async def _tables_switch(self, switch: str) -> dict:
+        async with self._client(switch, writer=False) as c:
+            n = c.names
+            filters = [p4r.Entity(table_entry=p4r.TableEntry(table_id=tid)) for tid in sorted(n.tables)]
+            filters += [p4r.Entity(register_entry=p4r.RegisterEntry(register_id=n.register_ids[r]))
+                        for r in state.MANAGED_REGISTERS if r in n.register_ids]
+            ents = await c.read(filters)
+            out: dict[str, Any] = {"tables": {n.tables[t][0]: [] for t in sorted(n.tables)}, "registers": {}}
+            for e in ents:
+                d = state.entity_to_dict(state.canonical(e), n)
+                if "table" in d:
+                    out["tables"].setdefault(d.pop("table"), []).append(d)
+                elif "register" in d and d["value"]:
+                    out["registers"].setdefault(d["register"], {})[str(d["index"])] = d["value"]
+            for rows in out["tables"].values():
+                rows.sort(key=_row_key)
+            return out
+
+    async def tables_async(self, switches: Iterable[str] | None = None) -> dict[str, dict]:
+        ok, errors = await self._each(self._select(switches), self._tables_switch)
+        for e in errors.values():
+            raise e
+        return ok
+
+    def tables(self, switches: Iterable[str] | None = None) -> dict[str, dict]:
+        """Table entries and non-zero managed registers of each switch, as plain data (``show tables``)."""
+        return self._run(self.tables_async(switches))
+
+    # -- imperative changes (until the next apply, which restores the file's state) ------------------------------
+    async def _write_switch(self, switch: str,
+                            build: Callable[[SwitchClient], Awaitable[list[p4r.Update]]]) -> list[str]:
+        async with self._client(switch, writer=True) as c:
+            updates = await build(c)
+            await c.write(updates)
+            kinds = {p4r.Update.INSERT: "+", p4r.Update.MODIFY: "~", p4r.Update.DELETE: "-"}
+            return [f"{kinds[u.type]} {state.describe_entity(u.entity, c.names)}" for u in updates]
+
+    async def _write_many(self, switches: list[str], build) -> dict[str, list[str]]:
+        ok, errors = await self._each(switches, lambda s: self._write_switch(s, build(s)))
+        for e in errors.values():
+            raise e
+        return ok
+
+    async def set_threshold_async(self, switches: Iterable[str] | None = None, ports: Iterable[int] | None = None,
+                                  priorities: Iterable[int] | None = None, *, drop: int | None = None,
+                                  mark: int | None = None) -> dict[str, list[str]]:
+        """Write drop/mark thresholds (packets, 0 = off) of (port, priority) slots; ports default to every
+        connected port of each switch, priorities to all 8. Only slots whose value differs are written."""
+        if drop is None and mark is None:
+            raise UsageError("set threshold needs --drop and/or --mark")
+        for v in (drop, mark):
+            if v is not None and not 0 <= v <= netfile.THRESHOLD_MAX:
+                raise UsageError(f"threshold {v} out of range 0..{netfile.THRESHOLD_MAX}")
+        prios = list(priorities) if priorities is not None else list(range(state.NUM_PRIOS))
+        ports_l = list(ports) if ports is not None else None
+
+        def build(switch: str):
+            async def b(c: SwitchClient) -> list[p4r.Update]:
+                n = c.names
+                want: dict[tuple[int, int], int] = {}
+                for p in (ports_l if ports_l is not None else list(self.spec.ports_of(switch))):
+                    for q in prios:
+                        for reg, v in (("drop_threshold", drop), ("mark_threshold", mark)):
+                            if v is not None:
+                                want[(n.register_ids[reg], state.slot(p, q))] = v
+                have = {}
+                filters = [p4r.Entity(register_entry=p4r.RegisterEntry(register_id=rid, index=p4r.Index(index=i)))
+                           for rid, i in want]
+                for e in await c.read(filters):
+                    r = e.register_entry
+                    have[(r.register_id, r.index.index)] = int.from_bytes(r.data.bitstring, "big")
+                ups = []
+                for (rid, i), v in sorted(want.items()):
+                    if have.get((rid, i)) != v:
+                        ent = p4r.Entity(register_entry=p4r.RegisterEntry(
+                            register_id=rid, index=p4r.Index(index=i),
+                            data=p4d.P4Data(bitstring=v.to_bytes(3, "big").lstrip(b"\0") or b"\0")))
+                        ups.append(p4r.Update(type=p4r.Update.MODIFY, entity=ent))
+                return ups
+            return b
+
+        return await self._write_many(self._select(switches), build)
+
+    def set_threshold(self, *a, **kw) -> dict[str, list[str]]:
+        return self._run(self.set_threshold_async(*a, **kw))
+
+    async def set_priority_map_async(self, switches: Iterable[str] | None, kind: str, *, dscp: int | None = None,
+                                     queue: int | None = None, trust: bool = False, msg_type: int | None = None,
+                                     priority: int | None = None, mag_class: int | None = None,
+                                     layer: tuple[int, int] | None = None, entry_priority: int | None = None,
+                                     delete: bool = False) -> dict[str, list[str]]:
+        """Insert, replace (same match) or delete one row of the DSCP or the DLCP priority map."""
+        if kind == "dscp":
+            if dscp is None or not 0 <= dscp <= 63:
+                raise UsageError("set priority-map dscp needs a DSCP value 0..63")
+            match = fy.P4TableMatch(dscp=dscp)
+            table, prio = "dscp_priority", 0
+        elif kind == "dlcp":
+            match = fy.P4TableMatch()
+            for k, v in (("msg_type", msg_type), ("priority", priority), ("mag_class", mag_class)):
+                if v is not None:
+                    match[k] = v
+            if layer is not None and layer != (0, 0xFFFF):
+                match["layer"] = f"{layer[0]}...{layer[1]}"
+            table, prio = "dlcp_priority", entry_priority or 0
+        else:
+            raise UsageError(f"unknown priority map {kind!r} (dscp or dlcp)")
+        if not delete:
+            if trust == (queue is not None) or (trust and kind == "dscp"):
+                raise UsageError("give exactly one of a queue or --trust (dlcp only)")
+            if queue is not None and not 0 <= queue <= 7:
+                raise UsageError(f"queue {queue} out of range 0..7")
+            action = fy.P4TableAction("trust_dlcp_priority") if trust else fy.P4TableAction("set_priority",
+                                                                                           prio=queue)
+
+        def build(switch: str):
+            async def b(c: SwitchClient) -> list[p4r.Update]:
+                n = c.names
+                tid = n.table_ids[table]
+                existing = await c.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=tid))])
+                p = prio
+                if kind == "dlcp" and not p:
+                    p = max((e.table_entry.priority for e in existing), default=0) + 1
+                ent = fy.P4TableEntry(table, match=match, priority=p, action=None if delete else action)
+                enc = state.canonical(ent.encode(c.schema))
+                key = state.entity_key(enc)
+                found = any(state.entity_key(state.canonical(e)) == key for e in existing)
+                if delete:
+                    if not found:
+                        # still send it: the switch's NOT_FOUND names the entry
+                        pass
+                    return [p4r.Update(type=p4r.Update.DELETE, entity=enc)]
+                return [p4r.Update(type=p4r.Update.MODIFY if found else p4r.Update.INSERT, entity=enc)]
+            return b
+
+        return await self._write_many(self._select(switches), build)
+
+    def set_priority_map(self, *a, **kw) -> dict[str, list[str]]:
+        return self._run(self.set_priority_map_async(*a, **kw))
+
+    def set_queue(self, switches: Iterable[str] | None, port: int, priority: int | None = None, *,
+                  depth: int | None = None, rate_pps: float | None = None) -> list[str]:
+        """Queue capacity (packets) / rate (packets/s) through the target's traffic manager."""
+        if depth is None and rate_pps is None:
+            raise UsageError("set queue needs --depth and/or --rate-pps")
+        out = []
+        for s in self._select(switches):
+            t = tmmod.open_tm(self.spec.switches[s], self.spec.connect_timeout)
+            try:
+                t.set_queue(port, priority, depth=depth, rate_pps=rate_pps)
+            finally:
+                t.close()
+            out.append(f"{s}: queue {port}/{'all' if priority is None else priority}"
+                       + (f" depth={depth}" if depth is not None else "")
+                       + (f" rate_pps={rate_pps:g}" if rate_pps is not None else ""))
+        return out
+
+    def set_link(self, switches: Iterable[str] | None, port: int, *, rate_bps: float | None = None,
+                 delay_us: int | None = None, loss: float | None = None) -> list[str]:
+        """Link rate (bits/s), delay (us) and loss (0..1) of a port through the target's traffic manager."""
+        if rate_bps is None and delay_us is None and loss is None:
+            raise UsageError("set link needs --rate, --delay and/or --loss")
+        out = []
+        for s in self._select(switches):
+            t = tmmod.open_tm(self.spec.switches[s], self.spec.connect_timeout)
+            try:
+                t.set_link(port, rate_bps=rate_bps, delay_us=delay_us, loss=loss)
+            finally:
+                t.close()
+            out.append(f"{s}: link {port}" + (f" rate={rate_bps:g}bps" if rate_bps is not None else "")
+                       + (f" delay={delay_us}us" if delay_us is not None else "")
+                       + (f" loss={loss:g}" if loss is not None else ""))
+        return out
+
+    async def route_add_async(self, switch: str, prefix: str, via: list[tuple[int, int | None]]) -> list[str]:
+        """Add a route: ``via`` is a list of (port, next-hop MAC or None for the device the file puts on that
+        port). Several next hops form a new equal-cost group."""
+        net = self._prefix(prefix)
+        self._select([switch])
+        connected = self.spec.ports_of(switch)
+        nhs = []
+        for port, mac in via:
+            if mac is None:
+                if port not in connected:
+                    raise UsageError(f"port {port} of {switch} connects to nothing in the network file; "
+                                          f"give the next-hop MAC as PORT@MAC")
+                from .topology import peer_mac
+                mac = peer_mac(self.spec, connected[port])
+            nhs.append(NextHop(port, mac))
+        nhs = sorted(set(nhs))
+        if not nhs:
+            raise UsageError("route add needs at least one --via PORT[@MAC]")
+
+        async def b(c: SwitchClient) -> list[p4r.Update]:
+            groups: dict[tuple[NextHop, ...], int] = {}
+            if len(nhs) > 1:
+                n = c.names
+                members = await c.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=n.table_ids["ecmp_nhop"]))])
+                used = [int.from_bytes(e.table_entry.match[0].exact.value, "big") for e in members
+                        if e.table_entry.match]
+                groups[tuple(nhs)] = max(used, default=0) + 1
+            ents = state.route_entities(self.spec, switch, [Route(net, tuple(nhs), "cli")], groups)
+            return [p4r.Update(type=p4r.Update.INSERT, entity=state.canonical(e.encode(c.schema))) for e in ents]
+
+        return await self._write_switch(switch, b)
+
+    def route_add(self, switch: str, prefix: str, via: list[tuple[int, int | None]]) -> list[str]:
+        return self._run(self.route_add_async(switch, prefix, via))
+
+    async def route_del_async(self, switch: str, prefix: str) -> list[str]:
+        """Delete the route for ``prefix``, and its equal-cost group's members when no other route uses them."""
+        net = self._prefix(prefix)
+        self._select([switch])
+
+        async def b(c: SwitchClient) -> list[p4r.Update]:
+            n = c.names
+            lpm, ecmp = n.table_ids["ipv4_lpm"], n.table_ids["ecmp_nhop"]
+            key_ent = state.canonical(fy.P4TableEntry("ipv4_lpm", match=fy.P4TableMatch(
+                dst_addr=f"{net.network_address}/{net.prefixlen}")).encode(c.schema))
+            key = state.entity_key(key_ent)
+            routes = await c.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=lpm))])
+            target = next((state.canonical(e) for e in routes if state.entity_key(state.canonical(e)) == key), None)
+            ups = [p4r.Update(type=p4r.Update.DELETE, entity=key_ent)]
+            if target is not None and n.actions[target.table_entry.action.action.action_id][0] == "set_ecmp":
+                group = target.table_entry.action.action.params[0].value
+                others = [e for e in routes if state.entity_key(state.canonical(e)) != key
+                          and e.table_entry.action.action.action_id == target.table_entry.action.action.action_id
+                          and state.canonical(e).table_entry.action.action.params[0].value == group]
+                if not others:
+                    members = await c.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=ecmp))])
+                    for m in members:
+                        m = state.canonical(m)
+                        if m.table_entry.match[0].exact.value == group:
+                            d = p4r.Entity()
+                            d.table_entry.table_id = ecmp
+                            d.table_entry.match.extend(m.table_entry.match)
+                            ups.append(p4r.Update(type=p4r.Update.DELETE, entity=d))
+            return ups
+
+        return await self._write_switch(switch, b)
+
+    def route_del(self, switch: str, prefix: str) -> list[str]:
+        return self._run(self.route_del_async(switch, prefix))
+
+    @staticmethod
+    def _prefix(prefix: str) -> ipaddress.IPv4Network:
+        try:
+            return ipaddress.IPv4Network(prefix if "/" in prefix else prefix + "/32", strict=True)
+        except ValueError as e:
+            raise UsageError(f"invalid IPv4 prefix {prefix!r}: {e}") from None
+
+    # -- packets -------------------------------------------------------------------------------------------------
+    async def packet_out_async(self, switch: str, payloads: bytes | list[bytes],
+                               metadata: dict[str, int] | None = None) -> None:
+        self._select([switch])
+        if isinstance(payloads, (bytes, bytearray)):
+            payloads = [bytes(payloads)]
+        await send_packets(self.spec.switches[switch], list(payloads), metadata, timeout=self.spec.connect_timeout)
+
+    def packet_out(self, switch: str, payloads: bytes | list[bytes], metadata: dict[str, int] | None = None) -> None:
+        """Send PacketOut messages (the switch injects each as if received on its CPU port); returns once the
+        switch has taken them."""
+        self._run(self.packet_out_async(switch, payloads, metadata))
+
+    async def packet_in_async(self, switch: str, count: int, timeout: float,
+                              on_packet: Callable[[fy.P4PacketIn], None] | None = None,
+                              ready: Callable[[], None] | None = None) -> list[fy.P4PacketIn]:
+        """Collect ``count`` PacketIns (0 = until ``timeout``); :class:`~controller.errors.PacketTimeout` when
+        fewer arrive in ``timeout`` seconds. ``ready`` is called once the session listens."""
+        from .errors import PacketTimeout
+
+        self._select([switch])
+        got: list[fy.P4PacketIn] = []
+        async with self._client(switch, writer=True) as c:
+            c.require_primary("PacketIn")
+
+            async def collect() -> None:
+                it = c.packet_in()
+                first = asyncio.ensure_future(it.__anext__())
+                await asyncio.sleep(0)  # the iterator has registered its queue once it waits
+                if ready is not None:
+                    ready()
+                pkt = await first
+                while True:
+                    got.append(pkt)
+                    if on_packet is not None:
+                        on_packet(pkt)
+                    if count and len(got) >= count:
+                        return
+                    pkt = await it.__anext__()
+
+            try:
+                await asyncio.wait_for(collect(), timeout)
+            except asyncio.TimeoutError:
+                if count:
+                    raise PacketTimeout(f"switch {switch}: {len(got)} of {count} PacketIn messages arrived within "
+                                        f"{timeout:g} s") from None
+        return got
+
+    def packet_in(self, switch: str, count: int = 1, timeout: float = 10.0,
+                  on_packet: Callable[[fy.P4PacketIn], None] | None = None) -> list[fy.P4PacketIn]:
+        return self._run(self.packet_in_async(switch, count, timeout, on_packet))
+

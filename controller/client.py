@@ -1,0 +1,351 @@
+"""P4Runtime I/O with finsy: connect (with a deadline), push the pipeline when its cookie differs, read, write.
+
+One :class:`SwitchClient` is one ``finsy.Switch`` session to one switch. Everything that can fail on the wire
+becomes a :mod:`controller.errors` exception naming the switch and its address:
+
+* no answer within ``timeout`` (or the channel drops): :class:`SwitchUnreachable` with the time waited;
+* a Write with rejected updates: :class:`WriteRejected` listing each rejected entry and its P4Runtime status;
+* another request failing (pipeline, read, not primary): :class:`SwitchRequestFailed`.
+
+finsy 0.30 has no public call that reports whether it pushed a pipeline, so the client opens the session
+*without* a device config (finsy then only fetches the P4Info) and does the cookie check and the
+SetForwardingPipelineConfig itself through ``Switch._get_pipeline_config_request`` /
+``_set_pipeline_config_request``; reads go through the session's ``P4Client`` to get the raw entities back
+(canonical bytes, no finsy decoding) for diffing. finsy is pinned in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import AsyncIterator, Iterable
+
+import finsy as fy
+from finsy.p4client import P4ClientError
+from finsy.proto import p4i, p4r
+
+from .errors import ProgramError, RejectedUpdate, SwitchRequestFailed, SwitchUnreachable, WriteRejected
+from .netfile import SwitchSpec
+from .state import Names, describe_entity
+
+__all__ = ["Program", "load_program", "SwitchClient", "writer_election_id", "READER_ELECTION_ID", "WRITE_BATCH",
+           "send_packets"]
+
+#: Updates per WriteRequest (a failed batch reports every rejected update; the others in it are applied).
+WRITE_BATCH = 512
+#: Election id of read-only sessions (show, watch): low, so they never take the primary role from a writer.
+READER_ELECTION_ID = 1
+
+_UPDATE_NAMES = {p4r.Update.INSERT: "INSERT", p4r.Update.MODIFY: "MODIFY", p4r.Update.DELETE: "DELETE"}
+_UNREACHABLE_CODES = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"}
+
+
+def writer_election_id() -> int:
+    """Election id of sessions that write: milliseconds since the epoch, so the latest writer becomes primary."""
+    return int(time.time() * 1000)
+
+
+# ---- the P4 program ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Program:
+    """What ``apply`` pushes: the P4Info (from this project's front end, p4c's id scheme) and the device config
+    (self-contained P4 source for the embedded target, p4c-bm2-ss JSON for BMv2)."""
+
+    path: Path
+    p4info: p4i.P4Info
+    device_config: bytes
+
+    @property
+    def schema(self) -> fy.P4Schema:
+        return fy.P4Schema(self.p4info, self.device_config)
+
+    @property
+    def cookie(self) -> int:
+        return self.schema.p4cookie
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
+
+
+def inline_includes(path: Path, include_dirs: Iterable[Path] = (), _stack: tuple[Path, ...] = ()) -> str:
+    """The source of ``path`` with every ``#include "file"`` replaced by that file's (recursively inlined) text,
+    so the device config compiles on a switch that has none of our include directories. ``<...>`` includes
+    (core.p4, v1model.p4) stay: every target has its own."""
+    if path in _stack:
+        raise ProgramError(f"{path}: recursive #include")
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        m = _INCLUDE.match(line)
+        if not m:
+            out.append(line)
+            continue
+        name = m.group(1)
+        cands = [path.parent / name] + [Path(d) / name for d in include_dirs]
+        found = next((c for c in cands if c.is_file()), None)
+        if found is None:
+            raise ProgramError(f"{path}:{n}: cannot find include file {name!r}")
+        out.append(f"/* ---- {name} (inlined by dlcpctl) ---- */")
+        out.append(inline_includes(found.resolve(), include_dirs, _stack + (path,)))
+        out.append(f"/* ---- end of {name} ---- */")
+    return "\n".join(out) + "\n"
+
+
+def load_program(path: Path, include_dirs: Iterable[Path] = (), bmv2_json: Path | None = None) -> Program:
+    """Compile ``path`` with the embedded front end for its P4Info; raise :class:`ProgramError` on any error."""
+    from switch.check import load_ir
+    from switch.errors import P4Error
+    from switch.p4info import P4InfoBuilder
+
+    include_dirs = tuple(include_dirs)
+    if not path.is_file():
+        raise ProgramError(f"P4 program not found: {path}")
+    try:
+        info = P4InfoBuilder(load_ir(str(path), [str(d) for d in include_dirs], {})).build()
+    except P4Error as e:
+        raise ProgramError(f"the P4 program does not compile: {e}") from None
+    if bmv2_json is not None:
+        config = bmv2_json.read_bytes()
+    else:
+        config = inline_includes(path, include_dirs).encode()
+    return Program(path, info, config)
+
+
+# ---- one switch session ------------------------------------------------------------------------------------------
+
+
+def _code(ex: P4ClientError) -> str:
+    return ex.code.name if hasattr(ex.code, "name") else str(ex.code)
+
+
+class SwitchClient:
+    """An open P4Runtime session to one switch (use ``async with``)."""
+
+    def __init__(self, spec: SwitchSpec, *, p4info: p4i.P4Info | None = None, election_id: int = READER_ELECTION_ID,
+                 timeout: float = 5.0):
+        self.spec = spec
+        self.timeout = timeout
+        creds = None
+        if spec.tls is not None:
+            creds = fy.GRPCCredentialsTLS(cacert=spec.tls.ca, cert=spec.tls.cert, private_key=spec.tls.key,
+                                          target_name_override=spec.tls.server_name)
+        opts = fy.SwitchOptions(p4info=p4info, device_id=spec.device_id, initial_election_id=election_id,
+                                channel_credentials=creds)
+        self.sw = fy.Switch(spec.name, spec.address, opts)
+        self._names: Names | None = None
+        self._open = False
+
+    # -- session -------------------------------------------------------------------------------------------------
+    async def __aenter__(self) -> "SwitchClient":
+        t0 = time.monotonic()
+        try:
+            await asyncio.wait_for(self.sw.__aenter__(), self.timeout)
+        except asyncio.TimeoutError:
+            raise SwitchUnreachable(self.spec.name, self.spec.address, time.monotonic() - t0,
+                                    f"no P4Runtime answer within {self.timeout:g} s") from None
+        except P4ClientError as ex:
+            waited = time.monotonic() - t0
+            if _code(ex) in _UNREACHABLE_CODES:
+                raise SwitchUnreachable(self.spec.name, self.spec.address, waited,
+                                        f"{_code(ex)}: {ex.message}") from None
+            raise SwitchRequestFailed(self.spec.name, self.spec.address, "connect (arbitration)", _code(ex),
+                                      ex.message) from None
+        except (OSError, RuntimeError) as ex:
+            raise SwitchUnreachable(self.spec.name, self.spec.address, time.monotonic() - t0, str(ex)) from None
+        self._open = True
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self._open:
+            self._open = False
+            await self.sw.__aexit__(None, None, None)
+
+    def _fail(self, ex: P4ClientError, operation: str) -> Exception:
+        if _code(ex) in _UNREACHABLE_CODES:
+            return SwitchUnreachable(self.spec.name, self.spec.address, 0.0,
+                                     f"{operation}: {_code(ex)}: {ex.message}")
+        return SwitchRequestFailed(self.spec.name, self.spec.address, operation, _code(ex), ex.message)
+
+    @property
+    def is_primary(self) -> bool:
+        return self.sw.is_primary
+
+    @property
+    def p4info(self) -> p4i.P4Info:
+        """The P4Info of this session: the one given, or the switch's (fetched at connect)."""
+        if not self.sw.p4info.exists:
+            raise SwitchRequestFailed(self.spec.name, self.spec.address, "read P4Info", "FAILED_PRECONDITION",
+                                      "the switch has no forwarding pipeline yet (run `dlcpctl apply` first)")
+        return self.sw.p4info.p4info
+
+    @property
+    def schema(self) -> fy.P4Schema:
+        self.p4info  # noqa: B018 - raises a clear error when there is none
+        return self.sw.p4info
+
+    @property
+    def names(self) -> Names:
+        if self._names is None:
+            self._names = Names(self.p4info)
+        return self._names
+
+    def require_primary(self, what: str) -> None:
+        if not self.sw.is_primary:
+            raise SwitchRequestFailed(self.spec.name, self.spec.address, what, "PERMISSION_DENIED",
+                                      f"another controller is primary (election id {self.sw.primary_id}, ours "
+                                      f"{self.sw.election_id})")
+
+    # -- pipeline ------------------------------------------------------------------------------------------------
+    async def pipeline_cookie(self) -> int | None:
+        """The cookie of the switch's pipeline; None when it has none."""
+        try:
+            reply = await self.sw._get_pipeline_config_request()  # noqa: SLF001 - see module docstring
+        except P4ClientError as ex:
+            if ex.is_pipeline_missing:
+                return None
+            raise self._fail(ex, "GetForwardingPipelineConfig") from None
+        return reply.config.cookie.cookie if reply.config.HasField("cookie") else None
+
+    async def ensure_pipeline(self, program: Program) -> bool:
+        """Push ``program`` unless the switch already runs it (same cookie). True when it pushed."""
+        if await self.pipeline_cookie() == program.cookie:
+            return False
+        self.require_primary("SetForwardingPipelineConfig")
+        try:
+            await self.sw._set_pipeline_config_request(config=program.schema.get_pipeline_config())  # noqa: SLF001
+        except P4ClientError as ex:
+            raise self._fail(ex, f"SetForwardingPipelineConfig ({program.path.name})") from None
+        return True
+
+    # -- read / write --------------------------------------------------------------------------------------------
+    async def read(self, entities: Iterable[p4r.Entity | fy.P4Entity]) -> list[p4r.Entity]:
+        """Raw entities matching the given filters (one ReadRequest)."""
+        ents = [e if isinstance(e, p4r.Entity) else e.encode(self.schema) for e in entities]
+        if not ents:
+            return []
+        req = p4r.ReadRequest(device_id=self.spec.device_id, entities=ents)
+        out: list[p4r.Entity] = []
+        try:
+            async for reply in self.sw._p4client.request_iter(req):  # noqa: SLF001 - raw entities, see docstring
+                out.extend(reply.entities)
+        except P4ClientError as ex:
+            raise self._fail(ex, "Read") from None
+        return out
+
+    async def write(self, updates: list[p4r.Update]) -> int:
+        """Write updates in batches; raise :class:`WriteRejected` naming every rejected entry. Returns the count."""
+        if not updates:
+            return 0
+        self.require_primary("Write")
+        rejected: list[RejectedUpdate] = []
+        applied = 0
+        for i in range(0, len(updates), WRITE_BATCH):
+            batch = updates[i:i + WRITE_BATCH]
+            try:
+                await self.sw.write(batch)
+                applied += len(batch)
+            except P4ClientError as ex:
+                if not ex.details:
+                    raise self._fail(ex, "Write") from None
+                for j, err in sorted(ex.details.items()):
+                    u = batch[j]
+                    rejected.append(RejectedUpdate(_UPDATE_NAMES.get(u.type, str(u.type)),
+                                                   describe_entity(u.entity, self.names),
+                                                   err.canonical_code.name, err.message))
+                applied += len(batch) - len(ex.details)
+        if rejected:
+            raise WriteRejected(self.spec.name, self.spec.address, rejected, len(updates), applied)
+        return applied
+
+    # -- packets -------------------------------------------------------------------------------------------------
+    async def packet_in(self) -> AsyncIterator[fy.P4PacketIn]:
+        """PacketIn messages as they arrive (only the primary receives them)."""
+        self.require_primary("PacketIn")
+        async for pkt in self.sw.read_packets():
+            yield pkt
+
+
+async def send_packets(spec: SwitchSpec, payloads: list[bytes], metadata: dict[str, int] | None = None, *,
+                       timeout: float = 5.0) -> None:
+    """Send PacketOut messages on a StreamChannel of their own and return once the switch has processed them.
+
+    P4Runtime does not acknowledge PacketOut, and a stream closed right after a write may lose what the server
+    had not read yet. So the session becomes primary (MasterArbitrationUpdate), sends the packets, then sends
+    the same arbitration update again and waits for its answer: the server handles a stream's messages in
+    order, so by then every PacketOut was taken (or refused with a StreamError, which is raised here)."""
+    from finsy.proto import U128
+
+    creds = None
+    if spec.tls is not None:
+        creds = fy.GRPCCredentialsTLS(cacert=spec.tls.ca, cert=spec.tls.cert, private_key=spec.tls.key,
+                                      target_name_override=spec.tls.server_name)
+    client = fy.P4Client(spec.address, creds, wait_for_ready=False)
+    await client.open()
+    arb = p4r.StreamMessageRequest(arbitration=p4r.MasterArbitrationUpdate(
+        device_id=spec.device_id, election_id=U128.encode(writer_election_id())))
+    t0 = time.monotonic()
+
+    async def answer() -> p4r.MasterArbitrationUpdate:
+        while True:
+            msg = await client.receive()
+            kind = msg.WhichOneof("update")
+            if kind == "arbitration":
+                return msg.arbitration
+            if kind == "error":
+                raise SwitchRequestFailed(spec.name, spec.address, "PacketOut",
+                                          _code_name(msg.error.canonical_code), msg.error.message)
+
+    try:
+        try:
+            await client.send(arb)
+            first = await asyncio.wait_for(answer(), timeout)
+        except asyncio.TimeoutError:
+            raise SwitchUnreachable(spec.name, spec.address, time.monotonic() - t0,
+                                    f"no P4Runtime answer within {timeout:g} s") from None
+        except P4ClientError as ex:
+            if _code(ex) in _UNREACHABLE_CODES:
+                raise SwitchUnreachable(spec.name, spec.address, time.monotonic() - t0,
+                                        f"{_code(ex)}: {ex.message}") from None
+            raise SwitchRequestFailed(spec.name, spec.address, "arbitration", _code(ex), ex.message) from None
+        if first.status.code != 0:
+            raise SwitchRequestFailed(spec.name, spec.address, "PacketOut", "PERMISSION_DENIED",
+                                      f"not primary: {first.status.message}")
+        md: list[p4r.PacketMetadata] = []
+        if metadata:
+            reply = await client.request(p4r.GetForwardingPipelineConfigRequest(
+                device_id=spec.device_id,
+                response_type=p4r.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE))
+            schema = fy.P4Schema(reply.config.p4info)
+            cpm = schema.controller_packet_metadata.get("packet_out")
+            if cpm is None:
+                raise ProgramError("the program has no @controller_header(\"packet_out\"): PacketOut takes no "
+                                   "metadata")
+            md = list(cpm.encode(metadata))
+        for payload in payloads:
+            await client.send(p4r.StreamMessageRequest(packet=p4r.PacketOut(payload=payload, metadata=md)))
+        await client.send(arb)
+        try:
+            await asyncio.wait_for(answer(), timeout)
+        except asyncio.TimeoutError:
+            raise SwitchUnreachable(spec.name, spec.address, timeout, "no answer after PacketOut") from None
+    except P4ClientError as ex:
+        raise SwitchRequestFailed(spec.name, spec.address, "PacketOut", _code(ex), ex.message) from None
+    finally:
+        await client.close()
+
+
+def _code_name(code: int) -> str:
+    from finsy.proto import rpc_code
+
+    try:
+        return rpc_code.Code.Name(code)
+    except ValueError:
+        return str(code)
+
+
+logging.getLogger("finsy").addHandler(logging.NullHandler())

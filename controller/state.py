@@ -1,0 +1,384 @@
+"""Desired switch state as P4Runtime entities, and the minimal updates that turn read-back state into it.
+
+:func:`desired_entities` turns one switch of a :class:`~controller.netfile.Network` into finsy entities for the
+tables and registers of ``p4src/dlcp.p4`` (names as in ``docs/p4-program.md``):
+
+* ``ipv4_lpm``: a /32 per host (and each static route) -> ``set_nhop(dmac, smac, port, nhop_id)`` for one next
+  hop, ``set_ecmp(group, size)`` for several; ``ecmp_nhop`` (group, index 0..size-1) -> ``set_nhop``.
+  ``nhop_id`` is the egress port, so the ``nhop_packets`` counter counts packets per next-hop port.
+* ``dlcp_priority``: one ternary/range entry per rule of the DLCP priority map (first rule = highest entry
+  priority); ``dscp_priority``: one exact entry per DSCP.
+* registers ``drop_threshold``/``mark_threshold`` at index ``port * 8 + priority`` and ``lb_mode[0]``.
+
+:func:`diff` compares canonical forms (P4Runtime's shortest byte strings, match fields by id) of the desired
+entities and of what the switch returned, and yields INSERT/MODIFY/DELETE updates only for what differs, so a
+second apply of the same file writes nothing. Register indexes the file does not set are wanted at 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import finsy as fy
+from finsy.proto import p4r
+
+from .netfile import LB_MODES, Network, ThresholdRule
+from .topology import NextHop, Route, compute_routes, ecmp_groups, router_mac
+
+__all__ = ["MANAGED_TABLES", "MANAGED_REGISTERS", "NUM_PRIOS", "slot", "desired_entities", "threshold_values",
+           "canonical", "entity_key", "diff", "Plan", "describe_entity", "route_entities", "Names",
+           "entity_to_dict", "format_value"]
+
+MANAGED_TABLES = ("ipv4_lpm", "ecmp_nhop", "dlcp_priority", "dscp_priority")
+MANAGED_REGISTERS = ("drop_threshold", "mark_threshold", "lb_mode")
+NUM_PRIOS = 8  # the program's (port, priority) index is port * 8 + priority
+
+
+def slot(port: int, prio: int) -> int:
+    """Register/counter index of a (port, priority) pair in dlcp.p4."""
+    return port * NUM_PRIOS + prio
+
+
+# ---- desired state ----------------------------------------------------------------------------------------------
+
+
+def _nhop_action(net: Network, switch: str, nh: NextHop) -> fy.P4TableAction:
+    return fy.P4TableAction("set_nhop", dmac=nh.dmac, smac=router_mac(net, switch, nh.port), port=nh.port,
+                            nhop_id=nh.port)
+
+
+def route_entities(net: Network, switch: str, routes: list[Route],
+                   groups: dict[tuple[NextHop, ...], int]) -> list[fy.P4TableEntry]:
+    """``ipv4_lpm`` entries for ``routes`` and ``ecmp_nhop`` members for ``groups``."""
+    out = []
+    for nhs, gid in sorted(groups.items(), key=lambda kv: kv[1]):
+        for i, nh in enumerate(nhs):
+            out.append(fy.P4TableEntry("ecmp_nhop", match=fy.P4TableMatch(ecmp_group=gid, ecmp_index=i),
+                                       action=_nhop_action(net, switch, nh)))
+    for r in routes:
+        match = fy.P4TableMatch(dst_addr=f"{r.prefix.network_address}/{r.prefix.prefixlen}")
+        if len(r.nexthops) == 1:
+            action = _nhop_action(net, switch, r.nexthops[0])
+        else:
+            action = fy.P4TableAction("set_ecmp", group=groups[r.nexthops], size=len(r.nexthops))
+        out.append(fy.P4TableEntry("ipv4_lpm", match=match, action=action))
+    return out
+
+
+def threshold_values(net: Network, switch: str) -> dict[tuple[str, int], int]:
+    """Non-zero register values {(register, index): value} of the drop/mark thresholds of one switch.
+
+    Slots covered: every priority of every connected port, plus any (port, priority) a rule names explicitly.
+    Rules apply in file order, later ones overriding earlier ones, field by field."""
+    ports = set(net.ports_of(switch))
+    for r in net.thresholds:
+        if r.ports and _selects(r.switches, switch):
+            ports.update(r.ports)
+    values: dict[tuple[str, int], int] = {}
+    for port in sorted(ports):
+        for prio in range(NUM_PRIOS):
+            drop = mark = 0
+            for r in net.thresholds:
+                if _rule_matches(r, switch, port, prio):
+                    drop = r.drop if r.drop is not None else drop
+                    mark = r.mark if r.mark is not None else mark
+            if drop:
+                values[("drop_threshold", slot(port, prio))] = drop
+            if mark:
+                values[("mark_threshold", slot(port, prio))] = mark
+    return values
+
+
+def _selects(sel: tuple | None, v: object) -> bool:
+    return sel is None or v in sel
+
+
+def _rule_matches(r: ThresholdRule, switch: str, port: int, prio: int) -> bool:
+    return _selects(r.switches, switch) and _selects(r.ports, port) and _selects(r.priorities, prio)
+
+
+def desired_entities(net: Network, switch: str) -> list[fy.P4Entity]:
+    """Everything ``apply`` wants on one switch (tables and non-zero registers), as finsy entities."""
+    routes = compute_routes(net)[switch]
+    groups = ecmp_groups(routes)
+    out: list[fy.P4Entity] = list(route_entities(net, switch, routes, groups))
+    nranks = max((r.rank for r in net.dlcp_rules), default=-1) + 1
+    for r in net.dlcp_rules:
+        m = fy.P4TableMatch()
+        if r.msg_type is not None:
+            m["msg_type"] = r.msg_type
+        if r.priority is not None:
+            m["priority"] = r.priority
+        if r.mag_class is not None:
+            m["mag_class"] = r.mag_class
+        if r.layer is not None and r.layer != (0, 0xFFFF):  # the full range is "don't care" (omitted on read)
+            m["layer"] = f"{r.layer[0]}...{r.layer[1]}"
+        action = (fy.P4TableAction("trust_dlcp_priority") if r.queue is None
+                  else fy.P4TableAction("set_priority", prio=r.queue))
+        out.append(fy.P4TableEntry("dlcp_priority", match=m, action=action, priority=nranks - r.rank))
+    for dscp, q in sorted(net.dscp_map.items()):
+        out.append(fy.P4TableEntry("dscp_priority", match=fy.P4TableMatch(dscp=dscp),
+                                   action=fy.P4TableAction("set_priority", prio=q)))
+    for (reg, idx), v in sorted(threshold_values(net, switch).items()):
+        out.append(fy.P4RegisterEntry(reg, index=idx, data=v))
+    lb = LB_MODES[net.switches[switch].lb_mode]
+    if lb:
+        out.append(fy.P4RegisterEntry("lb_mode", index=0, data=lb))
+    return out
+
+
+# ---- canonical forms and diffing ---------------------------------------------------------------------------------
+
+
+def _strip(b: bytes) -> bytes:
+    """P4Runtime's canonical byte string: no leading zero bytes, at least one byte."""
+    s = b.lstrip(b"\0")
+    return s if s else b"\0"
+
+
+def canonical(e: p4r.Entity) -> p4r.Entity:
+    """A copy of ``e`` with byte strings in canonical form and match fields ordered by field id."""
+    c = p4r.Entity()
+    c.CopyFrom(e)
+    kind = c.WhichOneof("entity")
+    if kind == "table_entry":
+        te = c.table_entry
+        fields = sorted(te.match, key=lambda f: f.field_id)
+        for f in fields:
+            ft = f.WhichOneof("field_match_type")
+            if ft == "exact":
+                f.exact.value = _strip(f.exact.value)
+            elif ft == "lpm":
+                f.lpm.value = _strip(f.lpm.value)
+            elif ft == "ternary":
+                f.ternary.value = _strip(f.ternary.value)
+                f.ternary.mask = _strip(f.ternary.mask)
+            elif ft == "range":
+                f.range.low = _strip(f.range.low)
+                f.range.high = _strip(f.range.high)
+            elif ft == "optional":
+                f.optional.value = _strip(f.optional.value)
+        del te.match[:]
+        te.match.extend(fields)
+        if te.action.HasField("action"):
+            for p in te.action.action.params:
+                p.value = _strip(p.value)
+            params = sorted(te.action.action.params, key=lambda p: p.param_id)
+            del te.action.action.params[:]
+            te.action.action.params.extend(params)
+        te.ClearField("counter_data")
+        te.ClearField("meter_counter_data")
+        te.ClearField("time_since_last_hit")
+    elif kind == "register_entry":
+        d = c.register_entry.data
+        if d.WhichOneof("data") == "bitstring":
+            d.bitstring = _strip(d.bitstring)
+    return c
+
+
+def entity_key(e: p4r.Entity) -> tuple:
+    """Identity of an entity (what INSERT/DELETE address): table + match + priority, or register + index."""
+    kind = e.WhichOneof("entity")
+    if kind == "table_entry":
+        te = e.table_entry
+        return ("table", te.table_id, tuple(f.SerializeToString(deterministic=True) for f in te.match), te.priority)
+    if kind == "register_entry":
+        return ("register", e.register_entry.register_id, e.register_entry.index.index)
+    raise ValueError(f"unmanaged entity kind {kind!r}")
+
+
+def _value(e: p4r.Entity) -> bytes:
+    kind = e.WhichOneof("entity")
+    if kind == "table_entry":
+        return e.table_entry.action.SerializeToString(deterministic=True)
+    return e.register_entry.data.SerializeToString(deterministic=True)
+
+
+@dataclass
+class Plan:
+    """Updates for one switch, in a safe order (ECMP members before the routes that use them, routes deleted
+    before their members), with counts per type."""
+
+    updates: list[p4r.Update] = field(default_factory=list)
+
+    def count(self, kind: int) -> int:
+        return sum(1 for u in self.updates if u.type == kind)
+
+    @property
+    def inserts(self) -> int:
+        return self.count(p4r.Update.INSERT)
+
+    @property
+    def modifies(self) -> int:
+        return self.count(p4r.Update.MODIFY)
+
+    @property
+    def deletes(self) -> int:
+        return self.count(p4r.Update.DELETE)
+
+    def __len__(self) -> int:
+        return len(self.updates)
+
+
+def diff(desired: Iterable[p4r.Entity], actual: Iterable[p4r.Entity], *, managed_tables: Iterable[int],
+         managed_registers: Iterable[int], ecmp_table: int | None = None) -> Plan:
+    """Minimal updates that make ``actual`` (read back from a switch) equal ``desired``.
+
+    Table entries of ``managed_tables`` that are not desired are deleted; register indexes of
+    ``managed_registers`` that are not desired are reset to 0 (only if they are not 0 already)."""
+    managed_tables = set(managed_tables)
+    managed_registers = set(managed_registers)
+    want = {}
+    for e in desired:
+        c = canonical(e)
+        k = entity_key(c)
+        if k in want:
+            raise ValueError(f"desired state holds the same entity twice: {k}")
+        want[k] = c
+    have: dict[tuple, p4r.Entity] = {}
+    for e in actual:
+        kind = e.WhichOneof("entity")
+        if kind == "register_entry":
+            # fast path (thousands per switch): compare a zero value without building a canonical copy
+            r = e.register_entry
+            if r.register_id not in managed_registers:
+                continue
+            k = ("register", r.register_id, r.index.index)
+            if k not in want and not r.data.bitstring.strip(b"\0"):
+                continue  # not wanted and already 0: nothing to do, nothing to keep
+            have[k] = canonical(e)
+        elif kind == "table_entry":
+            if e.table_entry.table_id not in managed_tables or e.table_entry.is_default_action:
+                continue
+            c = canonical(e)
+            have[entity_key(c)] = c
+
+    ins: list[p4r.Update] = []
+    mod: list[p4r.Update] = []
+    dele: list[p4r.Update] = []
+    for k, w in want.items():
+        h = have.get(k)
+        if h is None:
+            if k[0] == "register":
+                mod.append(p4r.Update(type=p4r.Update.MODIFY, entity=w))
+            else:
+                ins.append(p4r.Update(type=p4r.Update.INSERT, entity=w))
+        elif _value(h) != _value(w):
+            mod.append(p4r.Update(type=p4r.Update.MODIFY, entity=w))
+    for k, h in have.items():
+        if k in want:
+            continue
+        if k[0] == "register":
+            if h.register_entry.data.bitstring.strip(b"\0"):
+                z = p4r.Entity()
+                z.register_entry.register_id = h.register_entry.register_id
+                z.register_entry.index.index = h.register_entry.index.index
+                z.register_entry.data.bitstring = b"\0"
+                mod.append(p4r.Update(type=p4r.Update.MODIFY, entity=z))
+        else:
+            d = p4r.Entity()
+            d.table_entry.table_id = h.table_entry.table_id
+            d.table_entry.match.extend(h.table_entry.match)
+            d.table_entry.priority = h.table_entry.priority
+            dele.append(p4r.Update(type=p4r.Update.DELETE, entity=d))
+
+    def is_ecmp(u: p4r.Update) -> bool:
+        return ecmp_table is not None and u.entity.WhichOneof("entity") == "table_entry" \
+            and u.entity.table_entry.table_id == ecmp_table
+
+    first = [u for u in ins + mod if is_ecmp(u)]
+    middle = [u for u in ins + mod if not is_ecmp(u)] + [u for u in dele if not is_ecmp(u)]
+    last = [u for u in dele if is_ecmp(u)]
+    return Plan(first + middle + last)
+
+
+class Names:
+    """Names, widths and match kinds by id, from a P4Info (for reading entities back as operators write them)."""
+
+    def __init__(self, p4info) -> None:
+        self.tables: dict[int, tuple[str, dict[int, tuple[str, int, int]]]] = {}
+        self.table_ids: dict[str, int] = {}
+        for t in p4info.tables:
+            fields = {f.id: (f.name.split(".")[-1], f.bitwidth, f.match_type) for f in t.match_fields}
+            self.tables[t.preamble.id] = (t.preamble.alias, fields)
+            self.table_ids[t.preamble.alias] = t.preamble.id
+        self.actions = {a.preamble.id: (a.preamble.alias, {p.id: (p.name, p.bitwidth) for p in a.params})
+                        for a in p4info.actions}
+        self.registers = {r.preamble.id: (r.preamble.alias, r.type_spec.bitstring.bit.bitwidth, r.size)
+                          for r in p4info.registers}
+        self.register_ids = {v[0]: k for k, v in self.registers.items()}
+        self.counters = {c.preamble.id: (c.preamble.alias, c.spec.unit, c.size) for c in p4info.counters}
+        self.counter_ids = {v[0]: k for k, v in self.counters.items()}
+
+
+def format_value(name: str, width: int, data: bytes) -> str | int:
+    """A field or parameter value for people: MACs for 48-bit values, dotted quads for 32-bit ``*addr``."""
+    v = int.from_bytes(data, "big")
+    if width == 48:
+        return ":".join(f"{b:02x}" for b in v.to_bytes(6, "big"))
+    if width == 32 and name.lower().endswith("addr"):
+        return ".".join(str(b) for b in v.to_bytes(4, "big"))
+    return v
+
+
+def entity_to_dict(e: p4r.Entity, names: Names) -> dict:
+    """A table or register entry as plain JSON-able data (``show --json``)."""
+    kind = e.WhichOneof("entity")
+    if kind == "table_entry":
+        te = e.table_entry
+        tname, fields = names.tables.get(te.table_id, (str(te.table_id), {}))
+        match: dict[str, object] = {}
+        for f in sorted(te.match, key=lambda f: f.field_id):
+            fname, width, _ = fields.get(f.field_id, (str(f.field_id), 0, 0))
+            ft = f.WhichOneof("field_match_type")
+            if ft == "exact":
+                match[fname] = format_value(fname, width, f.exact.value)
+            elif ft == "lpm":
+                match[fname] = f"{format_value(fname, width, f.lpm.value)}/{f.lpm.prefix_len}"
+            elif ft == "ternary":
+                val, mask = format_value(fname, width, f.ternary.value), int.from_bytes(f.ternary.mask, "big")
+                match[fname] = val if mask == (1 << width) - 1 else f"{val}&&&{mask:#x}"
+            elif ft == "range":
+                match[fname] = f"{int.from_bytes(f.range.low, 'big')}..{int.from_bytes(f.range.high, 'big')}"
+            elif ft == "optional":
+                match[fname] = format_value(fname, width, f.optional.value)
+        out: dict[str, object] = {"table": tname, "match": match}
+        if te.priority:
+            out["priority"] = te.priority
+        if te.is_default_action:
+            out["default"] = True
+        if te.action.HasField("action"):
+            aname, params = names.actions.get(te.action.action.action_id, (str(te.action.action.action_id), {}))
+            out["action"] = aname
+            out["params"] = {params.get(p.param_id, (str(p.param_id), 0))[0]:
+                             format_value(*params.get(p.param_id, (str(p.param_id), 0)), p.value)
+                             for p in te.action.action.params}
+        return out
+    if kind == "register_entry":
+        r = e.register_entry
+        rname = names.registers.get(r.register_id, (str(r.register_id),))[0]
+        return {"register": rname, "index": r.index.index, "value": int.from_bytes(r.data.bitstring, "big")}
+    if kind == "counter_entry":
+        c = e.counter_entry
+        cname = names.counters.get(c.counter_id, (str(c.counter_id),))[0]
+        return {"counter": cname, "index": c.index.index, "packets": c.data.packet_count, "bytes": c.data.byte_count}
+    return {"entity": kind}
+
+
+def describe_entity(e: p4r.Entity, names: Names) -> str:
+    """One line naming an entity the way an operator reads it, e.g. ``ipv4_lpm dst_addr=10.0.0.1/32 ->
+    set_nhop(dmac=..., port=1, ...)`` or ``drop_threshold[17] = 32``."""
+    d = entity_to_dict(e, names)
+    if "table" in d:
+        s = d["table"] + " " + (" ".join(f"{k}={v}" for k, v in d["match"].items()) or "(any)")
+        if d.get("priority"):
+            s += f" entry_priority={d['priority']}"
+        if "action" in d:
+            s += f" -> {d['action']}(" + ", ".join(f"{k}={v}" for k, v in d["params"].items()) + ")"
+        return s
+    if "register" in d:
+        return f"{d['register']}[{d['index']}] = {d['value']}"
+    if "counter" in d:
+        return f"{d['counter']}[{d['index']}]"
+    return str(d)

@@ -1,0 +1,164 @@
+"""Desired state and diffing: the entities a file asks for, and minimal updates against read-back state."""
+
+from __future__ import annotations
+
+import textwrap
+
+import finsy as fy
+import pytest
+from finsy.proto import p4r
+
+from controller import netfile, state
+from controller.client import load_program
+
+from .test_topology import LEAFSPINE
+
+
+@pytest.fixture(scope="module")
+def program():
+    return load_program(netfile.DEFAULT_PROGRAM)
+
+
+@pytest.fixture(scope="module")
+def schema(program):
+    return fy.P4Schema(program.p4info)
+
+
+@pytest.fixture(scope="module")
+def names(program):
+    return state.Names(program.p4info)
+
+
+def net_of(extra: str = "") -> netfile.Network:
+    return netfile.loads(textwrap.dedent(LEAFSPINE) + textwrap.dedent(extra))
+
+
+def encoded(net, switch, schema):
+    return [e.encode(schema) for e in state.desired_entities(net, switch)]
+
+
+def plan(desired, actual, names) -> state.Plan:
+    return state.diff(desired, actual, managed_tables=[names.table_ids[t] for t in state.MANAGED_TABLES],
+                      managed_registers=[names.register_ids[r] for r in state.MANAGED_REGISTERS],
+                      ecmp_table=names.table_ids["ecmp_nhop"])
+
+
+def dicts(ents, names, table):
+    return [d for d in (state.entity_to_dict(state.canonical(e), names) for e in ents) if d.get("table") == table]
+
+
+def test_routes_become_nhop_and_ecmp_entries(schema, names) -> None:
+    net = net_of()
+    ents = encoded(net, "leaf1", schema)
+    lpm = {d["match"]["dst_addr"]: d for d in dicts(ents, names, "ipv4_lpm")}
+    assert lpm["10.0.1.1/32"]["action"] == "set_nhop"
+    assert lpm["10.0.1.1/32"]["params"] == {"dmac": "00:00:00:00:01:01", "smac": net_mac(net, "leaf1", 1),
+                                            "port": 1, "nhop_id": 1}
+    assert lpm["10.0.2.1/32"] == {"table": "ipv4_lpm", "match": {"dst_addr": "10.0.2.1/32"}, "action": "set_ecmp",
+                                  "params": {"group": 1, "size": 2}}
+    members = dicts(ents, names, "ecmp_nhop")
+    assert [(m["match"], m["params"]["port"], m["params"]["dmac"]) for m in members] == [
+        ({"ecmp_group": 1, "ecmp_index": 0}, 3, net_mac(net, "spine1", 1)),
+        ({"ecmp_group": 1, "ecmp_index": 1}, 4, net_mac(net, "spine2", 1))]
+    # the spines have one next hop per host: no groups
+    assert dicts(encoded(net, "spine1", schema), names, "ecmp_nhop") == []
+
+
+def net_mac(net, s, p) -> str:
+    return netfile.format_mac(net.switches[s].mac_base | p)
+
+
+def test_priority_maps_and_defaults(schema, names) -> None:
+    default = dicts(encoded(net_of(), "leaf1", schema), names, "dlcp_priority")
+    assert [(d["match"], d["priority"], d["action"]) for d in default] == [
+        ({"msg_type": 1}, 2, "set_priority"), ({"msg_type": 2}, 2, "set_priority"),
+        ({"msg_type": 3}, 2, "set_priority"), ({}, 1, "trust_dlcp_priority")]
+    dscp = dicts(encoded(net_of(), "leaf1", schema), names, "dscp_priority")
+    assert {d["match"]["dscp"]: d["params"]["prio"] for d in dscp} == {p << 3: p for p in range(8)}
+    custom = dicts(encoded(net_of("""\
+priorities:
+  dlcp:
+    - {msg_type: data, mag_class: [0, 1], layer: 0-9, queue: 1}
+    - {priority: 5, queue: 5}
+"""), "leaf1", schema), names, "dlcp_priority")
+    assert [(d["match"], d["priority"], d["params"]) for d in custom] == [
+        ({"msg_type": 0, "mag_class": 0, "layer": "0..9"}, 2, {"prio": 1}),
+        ({"msg_type": 0, "mag_class": 1, "layer": "0..9"}, 2, {"prio": 1}),
+        ({"priority": 5}, 1, {"prio": 5})]
+
+
+def test_thresholds_later_rules_override(schema) -> None:
+    net = net_of("""\
+thresholds:
+  - {drop: 40, mark: 20}
+  - {priority: 7, drop: 0}
+  - {switch: leaf1, port: 3, priority: 0, mark: 5}
+  - {switch: spine1, port: 9, priority: 2, drop: 3}
+""")
+    v = state.threshold_values(net, "leaf1")
+    assert v[("drop_threshold", state.slot(1, 0))] == 40 and v[("mark_threshold", state.slot(1, 0))] == 20
+    assert ("drop_threshold", state.slot(1, 7)) not in v and v[("mark_threshold", state.slot(1, 7))] == 20
+    assert v[("mark_threshold", state.slot(3, 0))] == 5 and v[("drop_threshold", state.slot(3, 0))] == 40
+    assert {i // 8 for (_, i) in v} == {1, 2, 3, 4}  # connected ports only
+    assert state.threshold_values(net, "spine1")[("drop_threshold", state.slot(9, 2))] == 3  # named port
+
+
+def test_lb_mode_register(schema, names) -> None:
+    regs = lambda n, s: [state.entity_to_dict(e, names) for e in encoded(n, s, schema)  # noqa: E731
+                         if e.WhichOneof("entity") == "register_entry" and e.register_entry.register_id ==
+                         names.register_ids["lb_mode"]]
+    assert regs(net_of(), "leaf1") == []  # spray = 0 = the register's reset value
+    assert regs(net_of("load_balancing: per-flow\n"), "leaf1") == [{"register": "lb_mode", "index": 0, "value": 1}]
+
+
+def test_diff_idempotent_and_minimal(schema, names) -> None:
+    net = net_of("thresholds:\n  - {drop: 40}\n")
+    want = encoded(net, "leaf1", schema)
+    first = plan(want, [], names)
+    assert first.inserts == sum(1 for e in want if e.WhichOneof("entity") == "table_entry")
+    assert first.modifies == sum(1 for e in want if e.WhichOneof("entity") == "register_entry")
+    # the switch returns what was written, with registers for every index (0 where unset)
+    have = [u.entity for u in first.updates]
+    zero = p4r.Entity(register_entry=p4r.RegisterEntry(register_id=names.register_ids["drop_threshold"],
+                                                       index=p4r.Index(index=4000), data={"bitstring": b"\0"}))
+    assert len(plan(want, have + [zero], names)) == 0
+    # one threshold changed -> one MODIFY
+    net2 = net_of("thresholds:\n  - {drop: 40}\n  - {switch: leaf1, port: 2, priority: 3, drop: 7}\n")
+    p = plan(encoded(net2, "leaf1", schema), have, names)
+    assert [(u.type, state.describe_entity(u.entity, names)) for u in p.updates] == [
+        (p4r.Update.MODIFY, f"drop_threshold[{state.slot(2, 3)}] = 7")]
+
+
+def test_diff_deletes_stale_and_resets_registers(schema, names) -> None:
+    want = encoded(net_of(), "leaf1", schema)
+    stale = fy.P4TableEntry("ipv4_lpm", match=fy.P4TableMatch(dst_addr="10.9.0.0/16"),
+                            action=fy.P4TableAction("no_route")).encode(schema)
+    reg = fy.P4RegisterEntry("mark_threshold", index=17, data=9).encode(schema)
+    p = plan(want, want + [stale, reg], names)
+    assert [(u.type, state.describe_entity(u.entity, names)) for u in p.updates] == [
+        (p4r.Update.MODIFY, "mark_threshold[17] = 0"), (p4r.Update.DELETE, "ipv4_lpm dst_addr=10.9.0.0/16")]
+    # unmanaged tables and registers are left alone
+    other = fy.P4RegisterEntry("spray_position", index=3, data=5).encode(schema)
+    assert len(plan(want, want + [other], names)) == 0
+
+
+def test_diff_orders_groups_around_routes(schema, names) -> None:
+    spine_only = net_of()
+    want = encoded(spine_only, "leaf1", schema)
+    p = plan(want, [], names)
+    tables = [names.tables[u.entity.table_entry.table_id][0] for u in p.updates if u.entity.HasField("table_entry")]
+    assert tables.index("ecmp_nhop") < tables.index("ipv4_lpm")  # members exist before routes point at them
+    back = plan([], want, names)
+    tables = [names.tables[u.entity.table_entry.table_id][0] for u in back.updates]
+    assert tables[-2:] == ["ecmp_nhop", "ecmp_nhop"]  # and go only after the routes are gone
+
+
+def test_canonical_bytes_compare_equal(schema, names) -> None:
+    e = fy.P4TableEntry("dscp_priority", match=fy.P4TableMatch(dscp=5),
+                        action=fy.P4TableAction("set_priority", prio=1)).encode(schema)
+    padded = p4r.Entity()
+    padded.CopyFrom(e)
+    padded.table_entry.match[0].exact.value = b"\0\x05"
+    padded.table_entry.action.action.params[0].value = b"\0\0\x01"
+    assert state.entity_key(state.canonical(padded)) == state.entity_key(state.canonical(e))
+    assert len(plan([e], [padded], names)) == 0
