@@ -63,7 +63,8 @@ class _P4Switch(Switch):
     package_hint = ""
 
     def __init__(self, name: str, grpc_port: int = 9559, device_id: int = 0, log_dir: str = "/tmp/dlcp-testbed",
-                 priority_queues: int = 8, pcap_dir: str | None = None, start_timeout: float = 20.0, **params):
+                 priority_queues: int = 8, pcap_dir: str | None = None, start_timeout: float = 20.0,
+                 mtu: int = 1500, **params):
         super().__init__(name, **params)
         self.grpc_port = grpc_port
         self.device_id = device_id
@@ -71,6 +72,7 @@ class _P4Switch(Switch):
         self.priority_queues = priority_queues
         self.pcap_dir = pcap_dir
         self.start_timeout = start_timeout
+        self.mtu = mtu
         self.proc: subprocess.Popen | None = None
         self.log_path = self.log_dir / f"{name}.log"
 
@@ -78,7 +80,7 @@ class _P4Switch(Switch):
     def grpc_address(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
-    def ports(self) -> dict[int, str]:
+    def port_map(self) -> dict[int, str]:
         """Switch port number -> interface name, as Mininet numbered them (``sX-ethN`` is port N)."""
         return {port: intf.name for port, intf in self.intfs.items() if intf.name != "lo"}
 
@@ -88,9 +90,11 @@ class _P4Switch(Switch):
     def start(self, controllers) -> None:  # noqa: ARG002  (P4 switches have no OpenFlow controller)
         for intf in self.intfs.values():
             if intf.name != "lo":
-                # Same reason as DlcpHost: the switch sees frames as the wire would carry them.
+                # Same reason as DlcpHost: the switch sees frames as the wire would carry them. The MTU is set
+                # before the switch opens its sockets (changing it later resets them).
                 subprocess.run(["ethtool", "-K", intf.name, "rx", "off", "tx", "off", "sg", "off", "tso", "off",
                                 "gso", "off", "gro", "off"], capture_output=True)
+                subprocess.run(["ip", "link", "set", "dev", intf.name, "mtu", str(self.mtu)], check=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         cmd = self.command()
         with open(self.log_path, "wb") as log:
@@ -117,7 +121,7 @@ class DlcpSwitch(_P4Switch):
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "switch.daemon"]
-        for port, intf in sorted(self.ports().items()):
+        for port, intf in sorted(self.port_map().items()):
             cmd += ["-i", f"{port}@{intf}"]
         cmd += ["--device-id", str(self.device_id), "--grpc-server-addr", self.grpc_address,
                 "--priority-queues", str(self.priority_queues), "--log-level", "warning"]
@@ -142,7 +146,7 @@ class Bmv2Switch(_P4Switch):
     def command(self) -> list[str]:
         cmd = [self.binary, "--device-id", str(self.device_id), "--thrift-port", str(self.thrift_port),
                "--log-file", str(self.log_dir / f"{self.name}-bmv2")]
-        for port, intf in sorted(self.ports().items()):
+        for port, intf in sorted(self.port_map().items()):
             cmd += ["-i", f"{port}@{intf}"]
         if self.pcap_dir:
             cmd += ["--pcap", self.pcap_dir]
@@ -153,13 +157,14 @@ class Bmv2Switch(_P4Switch):
 
 
 class DlcpHost(Host):
-    """A host with offloads and IPv6 off."""
+    """A host with offloads and IPv6 off, and the run's MTU."""
 
-    def config(self, **params):
+    def config(self, mtu: int = 1500, **params):
         r = super().config(**params)
         for intf in self.intfList():
             if intf.name != "lo":
                 self.cmd(f"ethtool -K {intf.name} rx off tx off sg off tso off gso off gro off")
+                self.cmd(f"ip link set dev {intf.name} mtu {mtu}")
         self.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 "
                  "net.ipv6.conf.lo.disable_ipv6=1")
         return r

@@ -84,10 +84,14 @@ class Testbed:
         from .nodes import Bmv2Switch, DlcpHost, DlcpSwitch
 
         setLogLevel("warning")
+        import logging
+
+        logging.getLogger("finsy").setLevel(logging.ERROR)  # its gNMI/pipeline notices are not for this console
         _sweep(self.plan)
         cls = DlcpSwitch if self.spec.switch == "embedded" else Bmv2Switch
         topo = self.plan.topo(cls, {"log_dir": str(self.out_dir / "switches"),
-                                    "priority_queues": self.spec.priority_queues})
+                                    "priority_queues": self.spec.priority_queues},
+                              mtu=self.spec.topology.mtu)
         self.say(f"[bold]network[/]: {self.plan.kind}, {len(self.plan.switches)} switch(es) ({self.spec.switch}), "
                  f"{len(self.plan.hosts)} hosts")
         try:
@@ -125,12 +129,7 @@ class Testbed:
             except subprocess.TimeoutExpired:
                 pass
         self.procs.clear()
-        if self.network is not None:
-            try:
-                self.network.close()
-            except Exception:  # noqa: BLE001  (teardown must go on)
-                pass
-            self.network = None
+        self.network = None  # the controller opens a session per operation: nothing to close
         if self.net is not None:
             try:
                 self.net.stop()
@@ -141,7 +140,10 @@ class Testbed:
     # -- traffic -------------------------------------------------------------------------------------
     def popen(self, host: str, cmd: list[str], env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
         h = self.net.get(host)
-        p = h.popen(cmd, env={**os.environ, **(env or {})}, start_new_session=True, **kw)
+        # Mininet runs it through `mnexec -d`, which calls setsid(): the process leads its own group, so the
+        # teardown's killpg reaches it and its children. (start_new_session would make mnexec fork to setsid,
+        # and the pid we hold would not be the worker's.)
+        p = h.popen(cmd, env={**os.environ, **(env or {})}, **kw)
         self.procs.append(p)
         return p
 
@@ -169,7 +171,9 @@ class Testbed:
             host = f"h{r + 1}"
             env = {"MASTER_ADDR": master, "MASTER_PORT": str(MASTER_PORT), "RANK": str(r),
                    "WORLD_SIZE": str(spec.workers), "LOCAL_RANK": "0", "OMP_NUM_THREADS": "1",
-                   "PYTHONUNBUFFERED": "1", "DLCP_ADDR": self.plan.host(host).ip}
+                   "PYTHONUNBUFFERED": "1", "DLCP_ADDR": self.plan.host(host).ip,
+                   # gloo picks its interface from the hostname, which resolves in the root namespace
+                   "GLOO_SOCKET_IFNAME": self.net.get(host).defaultIntf().name}
             log = open(self.out_dir / f"worker-{r}.log", "w")
             stdout = subprocess.PIPE if r == 0 else log
             p = self.popen(host, [sys.executable, "-m", "testbed.worker", str(spec_file),
@@ -200,7 +204,9 @@ class Testbed:
         return results
 
     def switch_stats(self) -> dict[str, Any]:
-        return self.network.stats() if self.network is not None else {}
+        from .netfile import switch_summary
+
+        return switch_summary(self.network.stats()) if self.network is not None else {}
 
 
 def _project_root() -> Path:

@@ -73,6 +73,7 @@ class TopologySpec:
     background_hosts: int = 0           # extra hosts b1..bM for competing traffic (placed across the network)
     link: LinkSpec = field(default_factory=LinkSpec)
     core: LinkSpec | None = None        # switch-to-switch links (dumbbell bottleneck, leaf-spine uplinks)
+    mtu: int = 1500                     # every interface; 9000 (jumbo) cuts the switches' packet rate six-fold
 
 
 @dataclass
@@ -172,7 +173,7 @@ class _Reader:
             raise SpecError(where, path, str(e)) from None
 
 
-_INTS = {"hosts", "background_hosts", "delay_us", "queue", "flows", "workers", "teams", "batch_size", "steps",
+_INTS = {"mtu", "hosts", "background_hosts", "delay_us", "queue", "flows", "workers", "teams", "batch_size", "steps",
          "eval_every", "hidden", "seed", "priority_queues"}
 _FLOATS = {"loss", "loss_bound", "density", "lr", "momentum", "target_accuracy", "timeout_s"}
 
@@ -209,6 +210,8 @@ def _check(spec: RunSpec) -> None:
         raise bad("switch", f"{spec.switch!r} is not one of {', '.join(SWITCH_TARGETS)}")
     if spec.workers < 1 or spec.workers > t.hosts:
         raise bad("workers", f"{spec.workers} workers need 1..topology.hosts ({t.hosts}) hosts")
+    if not 576 <= t.mtu <= 9000:
+        raise bad("topology.mtu", f"{t.mtu} is outside 576..9000")
     if t.kind != "star" and t.hosts < 2:
         raise bad("topology.hosts", f"{t.kind} needs at least 2 hosts")
     for key, lk in (("topology.link", t.link), ("topology.core", t.core)):

@@ -58,7 +58,7 @@ class Plan:
                 return h
         raise KeyError(f"no host {name!r} in the {self.kind} plan")
 
-    def topo(self, switch_cls, switch_opts: dict | None = None):
+    def topo(self, switch_cls, switch_opts: dict | None = None, mtu: int = 1500):
         """The Mininet ``Topo`` of this plan (imported here so planning works without Mininet)."""
         from mininet.topo import Topo
 
@@ -68,9 +68,9 @@ class Plan:
             def build(self):
                 for s in plan.switches:
                     self.addSwitch(s.name, cls=switch_cls, grpc_port=s.grpc_port, device_id=s.device_id,
-                                   **(switch_opts or {}))
+                                   mtu=mtu, **(switch_opts or {}))
                 for h in plan.hosts:
-                    self.addHost(h.name, ip=f"{h.ip}/24", mac=h.mac)
+                    self.addHost(h.name, ip=f"{h.ip}/24", mac=h.mac, mtu=mtu)
                 for ln in plan.links:
                     kw = {}
                     if ln.a_port:
