@@ -61,7 +61,7 @@ class DlcpOptions:
     """Backend options. ``from_env()`` reads the ``DLCP_*`` variables; explicit fields win over them."""
 
     loss_bound: float = 0.0  # fraction of a gradient all-reduce that may be zero-filled (0 = exact)
-    mtu: int | None = None  # None: the path MTU towards MASTER_ADDR (65536 on loopback, 1500 on Ethernet)
+    mtu: int | None = None  # None: the smallest path MTU towards the peers (65535 on loopback, 1500 on Ethernet)
     policy: str = "layer-magnitude"  # the transport's priority policy (host.policy)
     congestion_control: bool = True  # DCTCP-style window; False = fixed large window (lossless fabrics)
     timeout: float = 60.0  # seconds an operation may take before wait() raises
@@ -158,18 +158,23 @@ def _auto_addr(rank: int) -> str:
         s.close()
 
 
-def _path_mtu(addr: str) -> int:
-    """The kernel's path MTU from our address towards the rendezvous host (IP_MTU on a connected UDP socket)."""
-    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        s.bind((addr, 0))
-        s.connect((socket.gethostbyname(master), 9))
-        return min(int(s.getsockopt(socket.IPPROTO_IP, 14)), 65535)  # 14 = IP_MTU
-    except OSError:
-        return 1500
-    finally:
-        s.close()
+def _path_mtu(addr: str, peers: list[str]) -> int:
+    """The smallest kernel path MTU from our address towards every peer (IP_MTU on a connected UDP socket).
+
+    Every peer, not just the rendezvous host: rank 0 *is* the rendezvous host, and the route to its own address
+    is the loopback (MTU 65536), which would make it send datagrams the real links must fragment."""
+    mtus = []
+    for peer in peers:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            s.bind((addr, 0))
+            s.connect((peer, 9))
+            mtus.append(min(int(s.getsockopt(socket.IPPROTO_IP, 14)), 65535))  # 14 = IP_MTU
+        except OSError:
+            mtus.append(1500)
+        finally:
+            s.close()
+    return min(mtus) if mtus else 65535
 
 
 # --- work objects ---------------------------------------------------------------------------------------------
@@ -275,8 +280,6 @@ class DlcpProcessGroup(dist.ProcessGroup):
         if first:
             # the default group: its ranks are the global ranks
             addr = o.addr or _auto_addr(rank)
-            if o.mtu is None:
-                o.mtu = _path_mtu(addr)
             store.set(f"dlcp/addr/{rank}", f"{addr}:{o.port}")
             if rank == 0:
                 store.set("dlcp/nonce", str(random.SystemRandom().randrange(1, 1 << 16)))
@@ -285,6 +288,8 @@ class DlcpProcessGroup(dist.ProcessGroup):
             for r in range(size):
                 host, port = store.get(f"dlcp/addr/{r}").decode().rsplit(":", 1)
                 addrs[r] = (host, int(port))
+            if o.mtu is None:
+                o.mtu = _path_mtu(addr, [h for r, (h, _) in addrs.items() if r != rank])
             job_id = o.job_id if o.job_id is not None else zlib.crc32(
                 f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}:"
                 f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}".encode())
