@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dlcp-setup
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup test test-fast bench demo p4 clean help
+.PHONY: setup test test-fast bench demo p4 proto clean help
 
 help:
 	@echo "make demo       run the main job (training over the emulated P4 network, compared with Gloo)"
@@ -14,6 +14,7 @@ help:
 	@echo "make bench      every benchmark, side by side with its baseline -> bench/results/"
 	@echo "make p4         compile the P4 programs in p4src/ (P4Info; p4c-bm2-ss too when installed)"
 	@echo "make setup      Debian packages + .venv (idempotent, seconds when done)"
+	@echo "make proto      regenerate switch/mgmt_pb2*.py from switch/mgmt.proto"
 
 # The stamp is rebuilt only when the dependency list or the set-up script changes.
 setup: $(STAMP)
@@ -30,9 +31,14 @@ test-fast: setup
 bench: setup
 	$(PY) bench/run_all.py
 
+# The main job: DDP over Gloo, then DLCP (DeAR + bounded loss + priorities + spraying), on the same emulated
+# leaf-spine network with competing TCP traffic (examples/testbed/demo.yaml); prints the comparison table.
 demo: setup
-	@echo "make demo: not built yet (arrives with the testbed issue: training over the P4 switches vs Gloo)" >&2
-	@exit 1
+	$(VENV)/bin/dlcp-testbed demo
+
+# Regenerate the committed gRPC stubs of the switch management service (switch/mgmt.proto).
+proto: setup
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. switch/mgmt.proto
 
 # P4Info (and the generated Python) for every program in p4src/ from the embedded target's front end; the BMv2
 # JSON too when p4c-bm2-ss is installed, so both targets are checked from the same source.

@@ -260,11 +260,13 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> RunS
             from None
     if node is None:
         raise SpecError(f"{p}:1", "", "empty spec")
+    if not isinstance(node, yaml.MappingNode):
+        raise SpecError(f"{p}:1", "", "a spec is a mapping of keys to values")
+    for k, v in (overrides or {}).items():
+        # An override goes through the same typed reader as the file (its line is the file's first).
+        pair = yaml.compose(yaml.safe_dump({k: v})).value[0]
+        node.value = [kv for kv in node.value if kv[0].value != k] + [pair]
     spec = _Reader(p).dataclass(RunSpec, node, "")
     spec.source = p
-    for k, v in (overrides or {}).items():
-        if k not in {f.name for f in fields(RunSpec)} or k == "source":
-            raise SpecError(p, k, "unknown key in override")
-        setattr(spec, k, v)
     _check(spec)
     return spec

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 SYSTEM_PYTHON=/usr/bin/python3
 # python3-venv: venv/ensurepip for the system interpreter; mininet: the testbed; ethtool: offloads off on hosts;
 # iproute2: ip netns/veth/tc; tcpdump: captures in debugging and tests; iperf3: TCP baseline in benchmarks.
-DEB_PACKAGES=(python3 python3-venv python3-dev mininet ethtool iproute2 tcpdump iperf3)
+DEB_PACKAGES=(python3 python3-venv python3-dev mininet ethtool iproute2 tcpdump iperf3 openssl)
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do

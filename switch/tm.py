@@ -39,6 +39,9 @@ class Queue:
     rate_pps: float = 0.0
     next_ok_ns: int = 0
     fifo: deque = field(default_factory=deque)
+    enq_packets: int = 0         # statistics for the switch daemon's management service
+    deq_packets: int = 0
+    peak_depth: int = 0
 
 
 @dataclass
@@ -55,11 +58,12 @@ class TrafficManager:
     ports an enqueue, dequeue or configuration change touched (``dirty``).  With no queue rate and
     no port line rate configured (the default), a dequeue does no timing arithmetic at all."""
 
-    def __init__(self, priority_queues: int = 1, capacity: int = 64, seed: int = 0):
+    def __init__(self, priority_queues: int = 1, capacity: int = 64, seed: int = 0, rate_pps: float = 0.0):
         if priority_queues < 1 or priority_queues > 8:
             raise ValueError("priority_queues must be 1..8 (standard_metadata.priority is bit<3>)")
         self.nprio = priority_queues
         self.default_capacity = capacity
+        self.default_rate_pps = float(rate_pps)     # rate of queues created from now on (0 = unlimited)
         self.queues: dict[tuple[int, int], Queue] = {}
         self.ports: dict[int, Port] = {}
         self.drops: Counter = Counter()
@@ -75,7 +79,9 @@ class TrafficManager:
     def queue(self, port: int, prio: int) -> Queue:
         q = self.queues.get((port, prio))
         if q is None:
-            q = self.queues[(port, prio)] = Queue(self.default_capacity)
+            q = self.queues[(port, prio)] = Queue(self.default_capacity, self.default_rate_pps)
+            if q.rate_pps > 0:
+                self.shaped = True
             self.port(port)
             lst = self._port_queues.setdefault(port, [])
             lst.append((prio, q))
@@ -141,6 +147,9 @@ class TrafficManager:
             self.drop(port, prio, "queue_full")
             return None
         fifo.append((item, now_ns, depth, size))
+        q.enq_packets += 1
+        if depth >= q.peak_depth:
+            q.peak_depth = depth + 1
         self.backlog += 1
         self._dirty.add(port)
         return depth
@@ -200,6 +209,7 @@ class TrafficManager:
         q = self.queues[(port, prio)]
         fifo = q.fifo
         e = fifo.popleft()
+        q.deq_packets += 1
         self.backlog -= 1
         self._dirty.add(port)
         p = self.ports[port]

@@ -62,3 +62,12 @@ def test_rates():
 def test_json_round_trip():
     spec = load_spec(EXAMPLES / "demo.yaml")
     assert spec_from_json(spec_to_json(spec)) == spec
+
+
+def test_overrides_are_validated_like_the_file(tmp_path):
+    p = write(tmp_path, "workers: 2\n")
+    spec = load_spec(p, {"topology": {"kind": "dumbbell", "hosts": 4, "mtu": 9000}, "steps": 7})
+    assert spec.topology.kind == "dumbbell" and spec.topology.mtu == 9000 and spec.steps == 7
+    with pytest.raises(SpecError) as e:
+        load_spec(p, {"topology": {"knd": "star"}})
+    assert e.value.key == "topology.knd"

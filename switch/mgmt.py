@@ -1,0 +1,140 @@
+"""Traffic-manager management of the switch daemon: the ``dlcp.switch.mgmt.v1.SwitchManagement`` gRPC service
+(switch/mgmt.proto; served next to P4Runtime on the same port) and its Python client.
+
+P4Runtime has no queue or link settings (BMv2 uses its Thrift CLI: ``set_queue_depth``, ``set_queue_rate``), so
+a controller sets them here::
+
+    with MgmtClient("127.0.0.1:9559") as m:
+        m.set_queue(3, 7, depth=128, rate_pps=10_000)      # port 3, priority 7
+        m.set_link(3, delay_us=200, loss=0.01)
+        st = m.stats()                                       # SwitchStats
+        st.ports[3].queues[7].peak_depth, st.drops, st.writes
+
+Errors raise :class:`MgmtError` carrying the gRPC status code and the server's message.  The service is open
+to whoever can reach the server (loopback by default, TLS when configured): it does not take part in P4Runtime
+arbitration.
+"""
+from __future__ import annotations
+
+import grpc
+
+from . import mgmt_pb2 as pb
+from . import mgmt_pb2_grpc as pb_grpc
+from .device import Device, PortStats, QueueStats, SwitchStats
+from .errors import SwitchError
+
+__all__ = ["MgmtClient", "MgmtError", "MgmtService", "SwitchStats", "PortStats", "QueueStats"]
+
+
+class MgmtService(pb_grpc.SwitchManagementServicer):
+    """Server side: translates requests to :class:`~switch.device.Device` calls."""
+
+    def __init__(self, device: Device):
+        self.device = device
+
+    def _dev(self, device_id: int, context) -> Device:
+        if device_id != self.device.device_id:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown device id {device_id} (this switch is device "
+                                                     f"{self.device.device_id})")
+        return self.device
+
+    def SetQueue(self, request, context):
+        dev = self._dev(request.device_id, context)
+        try:
+            dev.set_queue(request.port, request.priority if request.HasField("priority") else None,
+                          depth=request.depth if request.HasField("depth") else None,
+                          rate_pps=request.rate_pps if request.HasField("rate_pps") else None)
+        except SwitchError as e:
+            context.abort(getattr(grpc.StatusCode, e.code, grpc.StatusCode.UNKNOWN), e.message)
+        return pb.SetQueueResponse()
+
+    def SetLink(self, request, context):
+        dev = self._dev(request.device_id, context)
+        try:
+            dev.set_link(request.port, rate_bps=request.rate_bps if request.HasField("rate_bps") else None,
+                         delay_us=request.delay_us if request.HasField("delay_us") else None,
+                         loss=request.loss if request.HasField("loss") else None)
+        except SwitchError as e:
+            context.abort(getattr(grpc.StatusCode, e.code, grpc.StatusCode.UNKNOWN), e.message)
+        return pb.SetLinkResponse()
+
+    def GetStats(self, request, context):
+        st = self._dev(request.device_id, context).stats()
+        return stats_to_proto(st)
+
+
+def stats_to_proto(st: SwitchStats) -> pb.GetStatsResponse:
+    r = pb.GetStatsResponse(writes=st.writes, write_updates=st.write_updates, packet_errors=st.packet_errors)
+    for port, ps in sorted(st.ports.items()):
+        p = r.ports.add(port=port, rx_packets=ps.rx_packets, tx_packets=ps.tx_packets, rate_bps=ps.rate_bps,
+                        delay_us=ps.delay_us, loss=ps.loss)
+        for prio, q in sorted(ps.queues.items()):
+            p.queues.add(priority=prio, depth=q.depth, peak_depth=q.peak_depth, capacity=q.capacity,
+                         rate_pps=q.rate_pps, enq_packets=q.enq_packets, deq_packets=q.deq_packets)
+    for (port, prio, reason), n in sorted(st.drops.items()):
+        r.drops.add(port=port, priority=prio, reason=reason, count=n)
+    return r
+
+
+def stats_from_proto(r: pb.GetStatsResponse) -> SwitchStats:
+    st = SwitchStats(writes=r.writes, write_updates=r.write_updates, packet_errors=r.packet_errors)
+    for p in r.ports:
+        st.ports[p.port] = PortStats(p.rx_packets, p.tx_packets, {
+            q.priority: QueueStats(q.depth, q.peak_depth, q.capacity, q.rate_pps, q.enq_packets, q.deq_packets)
+            for q in p.queues},
+            p.rate_bps if p.HasField("rate_bps") else None, p.delay_us if p.HasField("delay_us") else None,
+            p.loss if p.HasField("loss") else None)
+    st.drops = {(d.port, d.priority, d.reason): d.count for d in r.drops}
+    return st
+
+
+class MgmtError(RuntimeError):
+    """A management call failed: ``code`` is the ``grpc.StatusCode``, ``details`` the server's message."""
+
+    def __init__(self, method: str, code: grpc.StatusCode, details: str):
+        self.method, self.code, self.details = method, code, details
+        super().__init__(f"{method}: {code.name}: {details}")
+
+
+class MgmtClient:
+    """Client of the management service of one switch (``address`` = the daemon's ``--grpc-server-addr``)."""
+
+    def __init__(self, address: str, *, device_id: int = 0, root_certificates: bytes | None = None,
+                 timeout: float = 5.0):
+        self.address, self.device_id, self.timeout = address, device_id, timeout
+        if root_certificates is not None:
+            self._channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates))
+        else:
+            self._channel = grpc.insecure_channel(address)
+        self._stub = pb_grpc.SwitchManagementStub(self._channel)
+
+    def _call(self, name: str, request):
+        try:
+            return getattr(self._stub, name)(request, timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise MgmtError(f"{name} on {self.address}", e.code(), e.details() or "") from None
+
+    def set_queue(self, port: int, priority: int | None = None, *, depth: int | None = None,
+                  rate_pps: float | None = None) -> None:
+        """Capacity (packets) and/or rate (packets/s, 0 = unlimited) of queue (port, priority); every priority
+        of the port when ``priority`` is None."""
+        self._call("SetQueue", pb.SetQueueRequest(device_id=self.device_id, port=port, priority=priority,
+                                                  depth=depth, rate_pps=rate_pps))
+
+    def set_link(self, port: int, *, rate_bps: float | None = None, delay_us: int | None = None,
+                 loss: float | None = None) -> None:
+        """Line rate (bits/s, 0 = unlimited), propagation delay (microseconds), random loss (0..1) of a port."""
+        self._call("SetLink", pb.SetLinkRequest(device_id=self.device_id, port=port, rate_bps=rate_bps,
+                                                delay_us=delay_us, loss=loss))
+
+    def stats(self) -> SwitchStats:
+        return stats_from_proto(self._call("GetStats", pb.GetStatsRequest(device_id=self.device_id)))
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "MgmtClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

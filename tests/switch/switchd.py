@@ -1,0 +1,206 @@
+"""Test helpers for the switch daemon: start ``dlcp-switch`` as a real subprocess and wait until it is ready,
+compile a program's P4Info, run finsy coroutines from synchronous tests, build raw P4Runtime stubs."""
+from __future__ import annotations
+
+import asyncio
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = Path(__file__).parent / "programs"
+ROUTER = PROGRAMS / "p4rt_router.p4"
+CPU_PORT = 255
+
+
+class Daemon:
+    """A running ``dlcp-switch`` (``python -m switch.daemon``); ``addr`` is where it listens."""
+
+    def __init__(self, *args: str, timeout: float = 30.0, env: dict | None = None):
+        self.stderr_file = tempfile.NamedTemporaryFile(prefix="dlcp-switch-", suffix=".log", delete=False)
+        cmd = [sys.executable, "-m", "switch.daemon", "--grpc-server-addr", "127.0.0.1:0", *args]
+        e = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+        e.update(env or {})
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self.stderr_file, text=True,
+                                     env=e)
+        self.stdout_tail = ""
+        self.addr = self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> str:
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if sel.select(max(0.0, deadline - time.monotonic())):
+                    line = self.proc.stdout.readline()
+                    if not line:
+                        break
+                    if line.startswith("dlcp-switch: listening on "):
+                        return line.split()[-1]
+            self.proc.kill()
+            self.proc.wait(10)
+            raise RuntimeError(f"dlcp-switch did not become ready (exit {self.proc.returncode}):\n{self.log()}")
+        finally:
+            sel.close()
+
+    def log(self) -> str:
+        return Path(self.stderr_file.name).read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        """Signal the daemon and wait; returns its exit status (kills it and fails loudly on a hang)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+                raise RuntimeError(f"dlcp-switch ignored signal {sig} for {timeout} s:\n{self.log()}")
+        if not self.proc.stdout.closed:
+            self.stdout_tail = self.proc.stdout.read()
+            self.proc.stdout.close()
+        return self.proc.returncode
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            os.unlink(self.stderr_file.name)
+
+    def __enter__(self) -> "Daemon":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def p4info_file(program: Path, out_dir: Path) -> Path:
+    """P4Info of ``program`` as ``python -m switch.compile`` writes it."""
+    out = out_dir / (program.stem + ".p4info.txtpb")
+    subprocess.run([sys.executable, "-m", "switch.compile", str(program), "--p4info", str(out)], cwd=ROOT,
+                   check=True, capture_output=True)
+    return out
+
+
+def run(coro, timeout: float = 60.0):
+    """Run a coroutine (finsy is asyncio) with a deadline, so a hang fails the test."""
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def p4rt_stub(addr: str):
+    """A raw P4Runtime stub (grpcio + finsy.proto) for checks finsy would do client-side."""
+    from finsy.proto import p4r_grpc
+    ch = grpc.insecure_channel(addr)
+    return ch, p4r_grpc.P4RuntimeStub(ch)
+
+
+# ---- network namespaces ------------------------------------------------------------------------------------------
+ROUTER_MAC = "02:00:00:00:00:fe"
+TOOL = Path(__file__).parent / "netns_tool.py"
+
+
+def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    cp = subprocess.run(list(args), capture_output=True, text=True, timeout=30)
+    if check and cp.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: {cp.stderr.strip() or cp.stdout.strip()} (exit {cp.returncode})")
+    return cp
+
+
+class Net:
+    """``n`` hosts, each a namespace with ``eth0`` (10.77.<i>.1/24, MAC 02:00:00:00:00:0<i>, default route via
+    10.77.<i>.254 = the switch's MAC, static neighbour), joined by a veth pair to ``<prefix>p<i>`` in the root
+    namespace, where the daemon attaches switch port i.  IPv6 off and offloads off everywhere (raw sockets then
+    see whole frames with real checksums).  Names carry the pid, so parallel runs do not collide; :meth:`close`
+    deletes the namespaces (which deletes the veth pairs)."""
+
+    def __init__(self, n: int):
+        self.prefix = f"dsw{os.getpid() % 100000}"
+        self.hosts = list(range(1, n + 1))
+        self.ns = {i: f"{self.prefix}h{i}" for i in self.hosts}
+        self.ifs = {i: f"{self.prefix}p{i}" for i in self.hosts}
+        self.close()                                  # leftovers of a killed earlier run with this pid
+        try:
+            for i in self.hosts:
+                ns, ifn = self.ns[i], self.ifs[i]
+                sh("ip", "netns", "add", ns)
+                sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
+                   "net.ipv6.conf.default.disable_ipv6=1")
+                sh("ip", "link", "add", ifn, "type", "veth", "peer", "name", "eth0", "netns", ns)
+                Path(f"/proc/sys/net/ipv6/conf/{ifn}/disable_ipv6").write_text("1")
+                sh("ethtool", "-K", ifn, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off")
+                sh("ip", "link", "set", ifn, "up")
+                x = ["ip", "netns", "exec", ns]
+                sh(*x, "ip", "link", "set", "eth0", "address", self.mac(i))
+                sh(*x, "ethtool", "-K", "eth0", "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off")
+                sh(*x, "ip", "addr", "add", f"{self.ip(i)}/24", "dev", "eth0")
+                sh(*x, "ip", "link", "set", "eth0", "up")
+                sh(*x, "ip", "link", "set", "lo", "up")
+                sh(*x, "ip", "route", "add", "default", "via", f"10.77.{i}.254")
+                sh(*x, "ip", "neigh", "replace", f"10.77.{i}.254", "lladdr", ROUTER_MAC, "dev", "eth0")
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def ip(i: int) -> str:
+        return f"10.77.{i}.1"
+
+    @staticmethod
+    def mac(i: int) -> str:
+        return f"02:00:00:00:00:{i:02x}"
+
+    def port_args(self) -> list[str]:
+        return [a for i in self.hosts for a in ("-i", f"{i}@{self.ifs[i]}")]
+
+    def tool(self, i: int, *args: str, **kw) -> subprocess.Popen:
+        """Start netns_tool.py in host i's namespace (stdout: its JSON result)."""
+        return subprocess.Popen(["ip", "netns", "exec", self.ns[i], sys.executable, str(TOOL), *map(str, args)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+    def run_tool(self, i: int, *args: str, timeout: float = 60.0):
+        import json
+        p = self.tool(i, *args)
+        out, err = p.communicate(timeout=timeout)
+        if p.returncode != 0:
+            raise RuntimeError(f"netns_tool {args} in h{i} failed: {err}")
+        return json.loads(out)
+
+    def leftovers(self) -> list[str]:
+        """Our namespaces and interfaces that still exist."""
+        names = sh("ip", "netns", "list", check=False).stdout.split()
+        links = sh("ip", "-o", "link", "show", check=False).stdout
+        return [n for n in names if n.startswith(self.prefix)] + \
+            [i for i in self.ifs.values() if f" {i}@" in links or f" {i}:" in links]
+
+    def close(self) -> None:
+        for i in self.hosts:
+            sh("ip", "netns", "del", self.ns[i], check=False)
+            sh("ip", "link", "del", self.ifs[i], check=False)
+
+    def __enter__(self) -> "Net":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def wait_ready(p: subprocess.Popen, timeout: float = 20.0) -> None:
+    """Wait for a netns_tool receiver's "ready" line on stderr."""
+    sel = selectors.DefaultSelector()
+    sel.register(p.stderr, selectors.EVENT_READ)
+    try:
+        if not sel.select(timeout):
+            raise RuntimeError("netns_tool receiver did not start")
+        line = p.stderr.readline()
+        if "ready" not in line:
+            raise RuntimeError(f"netns_tool receiver: {line}{p.stderr.read()}")
+    finally:
+        sel.close()
