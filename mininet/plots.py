@@ -14,9 +14,13 @@ def _label(r: dict[str, Any]) -> str:
 
 
 def _per_step(r: dict[str, Any]) -> list[float]:
+    """Slowest worker's time per step, without the warm-up steps (as the summary)."""
+    from .run import WARMUP_STEPS
+
     ws = r["workers"]
     steps = min(len(w["iterations"]) for w in ws)
-    return [max(w["iterations"][i]["dt"] for w in ws) for i in range(steps)]
+    skip = WARMUP_STEPS if steps > 2 * WARMUP_STEPS else 0
+    return [max(w["iterations"][i]["dt"] for w in ws) for i in range(skip, steps)]
 
 
 def plot_runs(runs: list[dict[str, Any]], out_dir: str | Path, prefix: str = "") -> list[Path]:
