@@ -63,7 +63,10 @@ class DlcpOptions:
     loss_bound: float = 0.0  # fraction of a gradient all-reduce that may be zero-filled (0 = exact)
     mtu: int | None = None  # None: the smallest path MTU towards the peers (65535 on loopback, 1500 on Ethernet)
     policy: str = "layer-magnitude"  # the transport's priority policy (host.policy)
-    congestion_control: bool = True  # DCTCP-style window; False = fixed large window (lossless fabrics)
+    # "on": DCTCP-style window on ECN marks and on queueing delay (paths whose queues only drop);
+    # "ecn": ECN marks only (every switch marks: the DLCP P4 program); "off": a fixed large window (lossless fabrics).
+    # True/False are accepted for "on"/"off".
+    congestion_control: str | bool = "on"
     timeout: float = 60.0  # seconds an operation may take before wait() raises
     peer_timeout: float = 10.0  # seconds without feedback from a peer before its transfers fail
     addr: str | None = None  # IPv4 address to bind; None = auto
@@ -77,7 +80,7 @@ class DlcpOptions:
         o = cls()
         conv: dict[str, tuple[str, Callable[[str], Any]]] = {
             "loss_bound": ("DLCP_LOSS_BOUND", float), "mtu": ("DLCP_MTU", int), "policy": ("DLCP_POLICY", str),
-            "congestion_control": ("DLCP_CC", lambda s: s.lower() not in ("0", "off", "none", "false")),
+            "congestion_control": ("DLCP_CC", _cc_mode),
             "timeout": ("DLCP_TIMEOUT", float), "peer_timeout": ("DLCP_PEER_TIMEOUT", float),
             "addr": ("DLCP_ADDR", str), "port": ("DLCP_PORT", int), "job_id": ("DLCP_JOB_ID", int),
         }
@@ -124,11 +127,16 @@ class _EndpointLink:
     def __init__(self, ep: Endpoint):
         self.ep = ep
 
+    # Integer and boolean tensors are control data (counts, indices, flags): always reliable, whatever loss bound
+    # the caller's scope carries. Both ends see the same dtype, so they agree.
+
     def isend(self, peer, data, transfer_id, *, layer=0, loss_bound=0.0):
-        return self.ep.send(peer, data, transfer_id=transfer_id, layer=min(layer, 0xFFFF), loss_bound=loss_bound)
+        p = loss_bound if data.is_floating_point() else 0.0
+        return self.ep.send(peer, data, transfer_id=transfer_id, layer=min(layer, 0xFFFF), loss_bound=p)
 
     def recv(self, peer, out, transfer_id, *, loss_bound=0.0, timeout=None):
-        res = self.ep.recv(peer, transfer_id, out, timeout=timeout, loss_bound=loss_bound)
+        p = loss_bound if out.is_floating_point() else 0.0
+        res = self.ep.recv(peer, transfer_id, out, timeout=timeout, loss_bound=p)
         return RecvReport(lost=list(res.report.lost_ranges))
 
 
@@ -140,6 +148,20 @@ class _Process:
     link: _EndpointLink | None = None
     global_store: Any = None
     groups: int = 0
+
+
+def _cc_mode(v: str | bool) -> str:
+    """Normalise a congestion-control setting to "on", "ecn" or "off"."""
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    s = str(v).strip().lower()
+    if s in ("0", "off", "none", "false", "no"):
+        return "off"
+    if s in ("1", "on", "true", "yes", "dctcp", ""):
+        return "on"
+    if s == "ecn":
+        return "ecn"
+    raise ValueError(f"congestion control {v!r}: expected on, ecn or off")
 
 
 def _auto_addr(rank: int) -> str:
@@ -297,9 +319,14 @@ class DlcpProcessGroup(dist.ProcessGroup):
             if o.policy not in ("layer-magnitude", "default"):
                 raise ValueError(f"unknown priority policy {o.policy!r} (known: layer-magnitude)")
             # congestion control off: a fixed window large enough for any one transfer, no delay signal
-            cc = None if o.congestion_control else CCParams(
-                mss=payload_capacity(o.mtu), init_cwnd_pkts=1 << 14, min_cwnd_pkts=1 << 14,
-                max_cwnd_bytes=1 << 30, delay_target=None)
+            mode = _cc_mode(o.congestion_control)
+            if mode == "off":
+                cc = CCParams(mss=payload_capacity(o.mtu), init_cwnd_pkts=1 << 14, min_cwnd_pkts=1 << 14,
+                              max_cwnd_bytes=1 << 30, delay_target=None)
+            elif mode == "ecn":
+                cc = CCParams(mss=payload_capacity(o.mtu), delay_target=None)
+            else:
+                cc = None
             ep = Endpoint(rank, addrs, job_id=job_id, nonce=nonce,
                           options=Options(mtu=o.mtu, policy=LayerMagnitudePolicy(), recv_timeout=o.timeout,
                                           peer_timeout=o.peer_timeout, cc=cc))

@@ -112,11 +112,12 @@ class DeARTrainer(Trainer):
         from host.dear import DeAR
 
         self.opt = _optimizer(spec, model.parameters())
-        self.dear = DeAR(model, self.opt)
+        # Bounded loss on the gradient reduce-scatters (all-gathers of parameters' gradients stay exact).
+        self.dear = DeAR(model, self.opt, loss_bound=spec.loss_bound if backend_for(spec) == "dlcp" else 0.0)
 
     def step(self, x, y) -> float:
         self.opt.zero_grad(set_to_none=True)
-        loss = self.loss_fn(self.model(x), y)
+        loss = self.loss_fn(self.dear(x), y)
         loss.backward()
         self.dear.step()
         return loss.item()
@@ -140,10 +141,9 @@ def make_trainer(spec: RunSpec, model: nn.Module) -> Trainer:
     if spec.algorithm == "dear":
         return DeARTrainer(spec, model)
     if spec.algorithm == "spardl":
-        from host.spardl import spardl_hook_state, spardl_comm_hook
+        from host.spardl.api import SparDLHookState, spardl_hook
 
-        return DDPTrainer(spec, model, (spardl_hook_state(model, density=spec.density, teams=spec.teams),
-                                        spardl_comm_hook))
+        return DDPTrainer(spec, model, (SparDLHookState(density=spec.density, teams=spec.teams), spardl_hook))
     raise ValueError(f"algorithm {spec.algorithm!r} has no synchronous trainer")
 
 
@@ -159,6 +159,7 @@ def train(spec: RunSpec, out: Path) -> dict[str, Any]:
     model = build(spec.model, data, hidden=spec.hidden, seed=spec.seed)
     if spec.loss_bound:
         os.environ.setdefault("DLCP_LOSS_BOUND", str(spec.loss_bound))
+    os.environ.setdefault("DLCP_CC", spec.congestion_control)
     dist.init_process_group(backend_for(spec), rank=rank, world_size=world)
     trainer = make_trainer(spec, model)
     g = torch.Generator().manual_seed(spec.seed * 1000 + rank)
