@@ -1,0 +1,288 @@
+"""The three ways to use SparDL: :func:`sparse_allreduce`, the DDP comm hook :func:`spardl_hook`, and
+:class:`SparDLCompressor` for DeAR (``host.dear``'s ``GroupCompressor`` contract).
+
+Error feedback: a :class:`SparDLState` keeps, per key (a tensor name, a DDP bucket, a DeAR group), this rank's
+residual (added to the next input of the same key) and the adaptive h of the block it holds.
+
+Asynchrony: the hook and the compressor run the multi-step send/recv schedule on one background thread each,
+over a **private process group** over the same ranks (``dist.new_group``, created in their constructors, which
+therefore must run on every rank of the default group in the same order). Jobs run in submission order, which is
+the same on every rank, so messages match; DDP's or DeAR's own collectives use their groups and never interleave
+with ours.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable
+
+import torch
+import torch.distributed as dist
+
+from host.spardl import algo
+from host.spardl.exchange import run_on_group
+from host.spardl.program import Plan, RSState, SparDLOutput, spar_all_gather, spar_reduce_scatter, spardl
+
+__all__ = ["SparDLState", "SparseAllreduceResult", "sparse_allreduce", "SparDLHookState", "spardl_hook",
+           "SparDLCompressor", "SparDLRSResult"]
+
+
+class SparDLState:
+    """Per-key residuals (error feedback) and adaptive h of one rank."""
+
+    def __init__(self, error_feedback: bool = True):
+        self.error_feedback = error_feedback
+        self.residuals: dict[Hashable, torch.Tensor] = {}
+        self.h: dict[Hashable, algo.AdaptiveH] = {}
+
+    def input_for(self, key: Hashable, flat: torch.Tensor) -> torch.Tensor:
+        """``flat`` plus the key's residual (a new tensor). A residual of another shape/dtype (the key now names
+        something else) is dropped."""
+        r = self.residuals.get(key)
+        if not self.error_feedback or r is None or r.shape != flat.shape or r.dtype != flat.dtype:
+            return flat.detach().clone()
+        return flat.detach() + r
+
+    def h_for(self, key: Hashable, plan: Plan, rank: int) -> algo.AdaptiveH:
+        j = rank % plan.m
+        h = self.h.get(key)
+        if h is None or (h.k, h.teams, h.block_len) != (plan.ks[j], plan.teams, plan.block_len(j)):
+            h = self.h[key] = plan.new_h(rank)
+        return h
+
+    def finish(self, key: Hashable, plan: Plan, rank: int, out: SparDLOutput) -> None:
+        if self.error_feedback:
+            self.residuals[key] = out.residual
+        self.h_for(key, plan, rank).update(out.union)
+
+
+@dataclass
+class SparseAllreduceResult:
+    tensor: torch.Tensor  # the caller's tensor, now holding the result
+    selected: torch.Tensor  # flat indices of the result's non-zero entries (the global selection)
+    residual: torch.Tensor  # this rank's new residual (flat)
+    bytes_sent: int  # bytes this rank sent
+    h: int  # the per-holder budget used (d > 1), or k
+
+
+def _group_info(group) -> tuple[int, int]:
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def sparse_allreduce(tensor: torch.Tensor, density: float, teams: int = 1, group: dist.ProcessGroup | None = None,
+                     *, state: SparDLState | None = None, key: Hashable = "default", average: bool = False,
+                     timeout: float = 60.0) -> SparseAllreduceResult:
+    """SparDL sparse all-reduce of ``tensor`` (CPU, floating point) in place, over ``group``'s send/recv.
+
+    Every rank ends with the same tensor: the sum (``average``: mean) over ranks of at most ``density`` of each
+    block's elements. With ``state`` the residual of ``key`` is added first and the new one kept (error
+    feedback); without, the residual is only returned. ``teams`` must divide the group size.
+    """
+    if tensor.device.type != "cpu":
+        raise ValueError(f"sparse_allreduce handles CPU tensors, got one on {tensor.device}")
+    rank, world = _group_info(group)
+    flat = tensor.reshape(-1)
+    plan = Plan.make(flat.numel(), world, teams, density, tensor.dtype)
+    st = state if state is not None else SparDLState(error_feedback=False)
+    original = st.input_for(key, flat)
+    h = st.h_for(key, plan, rank)
+    used = h.h
+    out = run_on_group(spardl(plan, rank, original, h.h, own_input=True), group, timeout)
+    st.finish(key, plan, rank, out)
+    res = out.result.div_(world) if average else out.result
+    tensor.copy_(res.view_as(tensor))
+    return SparseAllreduceResult(tensor, out.selected, out.residual, out.bytes_sent, used)
+
+
+# --- background execution -------------------------------------------------------------------------------------
+
+class _SerialWorker:
+    """One daemon thread running jobs in submission order; ``submit`` returns a concurrent Future."""
+
+    def __init__(self, name: str):
+        self._q: queue.Queue = queue.Queue()
+        self._t = threading.Thread(target=self._run, name=name, daemon=True)
+        self._t.start()
+        self._closed = False
+
+    def _run(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            fn, fut = item
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # noqa: BLE001 - handed to whoever waits
+                fut.set_exception(e)
+
+    def submit(self, fn: Callable[[], Any]) -> Future:
+        if self._closed:
+            raise RuntimeError("SparDL worker is closed")
+        fut: Future = Future()
+        self._q.put((fn, fut))
+        return fut
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._q.put(None)
+            self._t.join()
+
+
+def _private_group(process_group) -> tuple[dist.ProcessGroup, int, int]:
+    ranks = (list(range(dist.get_world_size())) if process_group is None
+             else dist.get_process_group_ranks(process_group))
+    g = dist.new_group(ranks=ranks)
+    return g, dist.get_rank(g), dist.get_world_size(g)
+
+
+# --- DDP comm hook ----------------------------------------------------------------------------------------------
+
+class SparDLHookState:
+    """State of :func:`spardl_hook`. Construct on every rank (it creates a private process group)::
+
+        state = SparDLHookState(density=0.01, teams=1)
+        ddp.register_comm_hook(state, spardl_hook)
+
+    The first ``dense_iterations`` iterations (default 2) all-reduce densely: DDP rebuilds its buckets after the
+    first iteration, and residuals are kept per bucket index, so they start once buckets are final.
+    """
+
+    def __init__(self, density: float, teams: int = 1, process_group: dist.ProcessGroup | None = None, *,
+                 dense_iterations: int = 2, timeout: float = 60.0):
+        algo.block_budget(1, density)  # validates density
+        self.density, self.teams, self.process_group = density, teams, process_group
+        self.dense_iterations, self.timeout = dense_iterations, timeout
+        self.group, self.rank, self.world = _private_group(process_group)
+        algo.team_size(self.world, teams)
+        self.state = SparDLState()
+        self.iteration = 0
+        self.bytes_sent = 0
+        self._worker = _SerialWorker(f"spardl-hook-r{self.rank}")
+
+    def close(self) -> None:
+        self._worker.close()
+
+    def _run(self, key: int, buf: torch.Tensor) -> torch.Tensor:
+        flat = buf.reshape(-1)
+        plan = Plan.make(flat.numel(), self.world, self.teams, self.density, flat.dtype)
+        original = self.state.input_for(key, flat)
+        h = self.state.h_for(key, plan, self.rank)
+        out = run_on_group(spardl(plan, self.rank, original, h.h, own_input=True), self.group, self.timeout)
+        self.state.finish(key, plan, self.rank, out)
+        self.bytes_sent += out.bytes_sent
+        flat.copy_(out.result.div_(self.world))
+        return buf
+
+
+def spardl_hook(state: SparDLHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP comm hook: the averaged bucket through SparDL (dense for the first ``dense_iterations``)."""
+    it = state.iteration
+    if bucket.is_last():
+        state.iteration += 1
+    if it < state.dense_iterations:
+        work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, group=state.process_group, async_op=True)
+        world = state.world
+        return work.get_future().then(lambda f: f.value()[0].div_(world))
+    fut: torch.futures.Future = torch.futures.Future()
+    buf, key = bucket.buffer(), bucket.index()
+
+    def done(cf: Future) -> None:
+        e = cf.exception()
+        if e is not None:
+            fut.set_exception(e)
+        else:
+            fut.set_result(cf.result())
+    state._worker.submit(lambda: state._run(key, buf)).add_done_callback(done)
+    return fut
+
+
+# DDP checks that a hook's annotations are the real classes (this module's annotations are strings)
+spardl_hook.__annotations__ = {"state": SparDLHookState, "bucket": dist.GradBucket,
+                               "return": torch.futures.Future[torch.Tensor]}
+
+
+# --- DeAR compressor ---------------------------------------------------------------------------------------------
+
+@dataclass
+class SparDLRSResult:
+    """What DeAR holds between the halves: the rank's Spar-Reduce-Scatter state and the group's shape."""
+
+    group_index: int
+    shape: torch.Size
+    rs: RSState
+
+
+class _Handle:
+    """A compressor job; ``wait()`` returns its value or raises its error. It cannot hang: every round of messages
+    inside the job has the compressor's timeout."""
+
+    def __init__(self, fut: Future):
+        self._fut = fut
+
+    def wait(self) -> object:
+        return self._fut.result()
+
+
+class SparDLCompressor:
+    """DeAR ``GroupCompressor``: Spar-Reduce-Scatter as the reduce-scatter half, Spar-All-Gather (with global
+    residual collection) as the all-gather half. Construct on every rank (it creates a private process group over
+    ``process_group``'s ranks, default: the world).
+
+    DeAR hands ``flat_grad`` already divided by the world size, so the all-gather returns the plain sum over
+    ranks (``average=False``, the default; ``average=True`` divides by the world size). Residuals and h are kept
+    per group index.
+    """
+
+    def __init__(self, density: float, teams: int = 1, process_group: dist.ProcessGroup | None = None, *,
+                 average: bool = False, timeout: float = 60.0):
+        algo.block_budget(1, density)
+        self.density, self.teams, self.average, self.timeout = density, teams, average, timeout
+        self.group, self.rank, self.world = _private_group(process_group)
+        algo.team_size(self.world, teams)
+        self.state = SparDLState()
+        self.bytes_sent = 0
+        self._worker = _SerialWorker(f"spardl-dear-r{self.rank}")
+
+    def _check(self, process_group) -> None:
+        if process_group is not None and dist.get_world_size(process_group) != self.world:
+            raise ValueError(f"SparDLCompressor was built for {self.world} ranks, called with a group of "
+                             f"{dist.get_world_size(process_group)}")
+
+    def start_reduce_scatter(self, group_index: int, flat_grad: torch.Tensor, process_group) -> _Handle:
+        self._check(process_group)
+        if flat_grad.dim() != 1:
+            raise ValueError(f"group {group_index}: flat_grad must be 1-D, got shape {tuple(flat_grad.shape)}")
+
+        def job() -> SparDLRSResult:
+            plan = Plan.make(flat_grad.numel(), self.world, self.teams, self.density, flat_grad.dtype)
+            original = self.state.input_for(group_index, flat_grad)
+            h = self.state.h_for(group_index, plan, self.rank)
+            rs = run_on_group(spar_reduce_scatter(plan, self.rank, original, h.h, own_input=True), self.group,
+                              self.timeout)
+            return SparDLRSResult(group_index, flat_grad.shape, rs)
+        return _Handle(self._worker.submit(job))
+
+    def start_all_gather(self, group_index: int, rs_result: object, process_group) -> _Handle:
+        self._check(process_group)
+        if not isinstance(rs_result, SparDLRSResult) or rs_result.group_index != group_index:
+            raise TypeError(f"group {group_index}: start_all_gather needs this compressor's reduce-scatter result "
+                            f"for the same group, got {type(rs_result).__name__}")
+
+        def job() -> torch.Tensor:
+            rs = rs_result.rs
+            out = run_on_group(spar_all_gather(rs), self.group, self.timeout)
+            self.state.finish(group_index, rs.plan, self.rank, out)
+            self.bytes_sent += out.bytes_sent
+            res = out.result.div_(self.world) if self.average else out.result
+            return res.view(rs_result.shape)
+        return _Handle(self._worker.submit(job))
+
+    def close(self) -> None:
+        self._worker.close()
