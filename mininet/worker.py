@@ -14,7 +14,7 @@ Algorithms:
 * ``dear``: :class:`host.dear.DeAR` over the dlcp backend (reduce-scatter in backward, all-gather in the next
   forward) with the loss bound on the gradient reduce-scatters.
 * ``spardl``: DDP over dlcp with the SparDL comm hook at ``spec.density``.
-* ``acid``: A²CiD² asynchronous gossip (:mod:`host.acid`); no global step, so iteration times are per worker.
+* ``acid`` is refused by the spec for now: A²CiD² runs on its own launcher (``python -m host.acid``).
 
 Stopping: after ``spec.steps`` steps, or at the first evaluation reaching ``spec.target_accuracy`` (rank 0
 decides and broadcasts the decision, so every rank stops at the same step).
@@ -219,11 +219,6 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m testbed.worker SPEC_JSON OUT_JSON", file=sys.stderr)
         return 2
     spec = spec_from_json(Path(args[0]).read_text())
-    if spec.algorithm == "acid":
-        from host.acid.testbed import run_worker  # A²CiD² has its own asynchronous loop
-
-        run_worker(spec, Path(args[1]))
-        return 0
     train(spec, Path(args[1]))
     return 0
 
