@@ -27,7 +27,7 @@ from .topology import NextHop, Route, compute_routes, router_mac
 __all__ = ["Network", "ApplyResult", "SwitchApplyResult", "SwitchStats", "PrioCounters", "INGRESS_DROP_REASONS"]
 
 #: Reasons of dlcp.p4's ``ingress_drops`` counter, by index.
-INGRESS_DROP_REASONS = ("parser_error", "bad_checksum", "ttl_expired", "no_route", "early_eligible")
+INGRESS_DROP_REASONS = ("parser_error", "bad_checksum", "ttl_expired", "no_route", "early_eligible", "hairpin")
 
 T = TypeVar("T")
 

@@ -44,7 +44,7 @@ import torch
 import torch.distributed as dist
 
 from host import wire
-from host.collectives import Collectives, Outcome, RecvReport, ReduceOp
+from host.collectives import Collectives, EndpointLink, Outcome, ReduceOp
 from host.transport.cc import CCParams
 from host.transport.chunking import payload_capacity
 from host.transport.endpoint import Endpoint, Options, TransportError
@@ -121,31 +121,12 @@ def _scoped(default_bound: float) -> tuple[float, int]:
 
 # --- the process-wide transport -------------------------------------------------------------------------------
 
-class _EndpointLink:
-    """Adapts the transport Endpoint to the collectives' Link protocol."""
-
-    def __init__(self, ep: Endpoint):
-        self.ep = ep
-
-    # Integer and boolean tensors are control data (counts, indices, flags): always reliable, whatever loss bound
-    # the caller's scope carries. Both ends see the same dtype, so they agree.
-
-    def isend(self, peer, data, transfer_id, *, layer=0, loss_bound=0.0):
-        p = loss_bound if data.is_floating_point() else 0.0
-        return self.ep.send(peer, data, transfer_id=transfer_id, layer=min(layer, 0xFFFF), loss_bound=p)
-
-    def recv(self, peer, out, transfer_id, *, loss_bound=0.0, timeout=None):
-        p = loss_bound if out.is_floating_point() else 0.0
-        res = self.ep.recv(peer, transfer_id, out, timeout=timeout, loss_bound=p)
-        return RecvReport(lost=list(res.report.lost_ranges))
-
-
 class _Process:
     """The one endpoint of this process, created by the first (default) group."""
 
     lock = threading.Lock()
     endpoint: Endpoint | None = None
-    link: _EndpointLink | None = None
+    link: EndpointLink | None = None
     global_store: Any = None
     groups: int = 0
 
@@ -331,7 +312,7 @@ class DlcpProcessGroup(dist.ProcessGroup):
                           options=Options(mtu=o.mtu, policy=LayerMagnitudePolicy(), recv_timeout=o.timeout,
                                           peer_timeout=o.peer_timeout, cc=cc))
             with _Process.lock:
-                _Process.endpoint, _Process.link = ep, _EndpointLink(ep)
+                _Process.endpoint, _Process.link = ep, EndpointLink(ep)
                 _Process.global_store = store
                 _Process.groups = 1
             store.set(f"dlcp/ready/{rank}", "1")

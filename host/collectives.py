@@ -36,7 +36,7 @@ from typing import Protocol, Sequence
 
 import torch
 
-__all__ = ["Link", "SendHandle", "RecvReport", "ReduceOp", "Outcome", "Collectives", "chunk_bounds",
+__all__ = ["Link", "EndpointLink", "SendHandle", "RecvReport", "ReduceOp", "Outcome", "Collectives", "chunk_bounds",
            "ring_reduce_scatter_schedule"]
 
 
@@ -59,6 +59,25 @@ class Link(Protocol):
 
     def recv(self, peer: int, out: torch.Tensor, transfer_id: int, *, loss_bound: float = 0.0,
              timeout: float | None = None) -> RecvReport: ...
+
+
+class EndpointLink:
+    """A transport :class:`~host.transport.Endpoint` as a :class:`Link` (the one adapter every user shares).
+
+    Integer and boolean tensors are control data (counts, indices, flags): always reliable, whatever loss bound
+    the caller passes. Both ends see the same dtype, so they agree."""
+
+    def __init__(self, ep):
+        self.ep = ep
+
+    def isend(self, peer, data, transfer_id, *, layer=0, loss_bound=0.0):
+        p = loss_bound if data.is_floating_point() else 0.0
+        return self.ep.send(peer, data, transfer_id=transfer_id, layer=min(layer, 0xFFFF), loss_bound=p)
+
+    def recv(self, peer, out, transfer_id, *, loss_bound=0.0, timeout=None) -> RecvReport:
+        p = loss_bound if out.is_floating_point() else 0.0
+        res = self.ep.recv(peer, transfer_id, out, timeout=timeout, loss_bound=p)
+        return RecvReport(lost=list(res.report.lost_ranges))
 
 
 class ReduceOp(enum.Enum):

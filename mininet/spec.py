@@ -20,7 +20,6 @@ default.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -43,17 +42,11 @@ class SpecError(ValueError):
         self.where, self.key = where, key
 
 
-_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmg]?)(bit|bps)?\s*$", re.I)
-
-
 def parse_rate(v: Any) -> float:
-    """'100mbit', '1gbit', '500kbit' or a number of bits/s -> bits/s."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v)
-    m = _RATE.match(str(v))
-    if not m:
-        raise ValueError(f"not a rate: {v!r} (use e.g. 100mbit, 1gbit or bits/s as a number)")
-    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2).lower()]
+    """'100mbit', '1gbit', '500k' or a number of bits/s -> bits/s (the controller's network files use the same)."""
+    from controller.netfile import parse_rate as controller_parse_rate
+
+    return controller_parse_rate(v)
 
 
 @dataclass

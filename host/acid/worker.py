@@ -43,10 +43,10 @@ from host.acid.constants import acid_constants
 from host.acid.mixing import communication_update_, gradient_update_, mix_, sgd_momentum_delta
 from host.acid.pairing import CoordinatorClient
 from host.acid.problem import FlatModel, build_model, make_shard
-from host.collectives import Collectives, RecvReport, ReduceOp
+from host.collectives import Collectives, EndpointLink, ReduceOp
 from host.transport import Endpoint, Options, TransportError
 
-__all__ = ["StepTimer", "AcidState", "EndpointLink", "exchange", "gossip_transfer_id", "Worker", "run_worker",
+__all__ = ["StepTimer", "AcidState", "exchange", "gossip_transfer_id", "Worker", "run_worker",
            "default_udp_addr", "path_mtu"]
 
 log = logging.getLogger("host.acid.worker")
@@ -112,20 +112,6 @@ class AcidState:
         with self.lock:
             self._mix_to_now()
             communication_update_(self.x, self.xt, x_sent, x_peer, self.alpha_tilde)
-
-
-class EndpointLink:
-    """The transport endpoint as a :class:`host.collectives.Link` (reliable transfers)."""
-
-    def __init__(self, ep: Endpoint):
-        self.ep = ep
-
-    def isend(self, peer, data, transfer_id, *, layer=0, loss_bound=0.0):
-        return self.ep.send(peer, data, transfer_id=transfer_id, layer=layer, loss_bound=loss_bound)
-
-    def recv(self, peer, out, transfer_id, *, loss_bound=0.0, timeout=None):
-        res = self.ep.recv(peer, transfer_id, out, timeout=timeout, loss_bound=loss_bound)
-        return RecvReport(lost=list(res.report.lost_ranges))
 
 
 def exchange(ep: Endpoint, state: AcidState, peer: int, transfer_id: int, timeout: float) -> None:

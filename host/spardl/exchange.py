@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from host.collectives import EndpointLink
 from host.spardl.program import Program, Round
 
 __all__ = ["run_simulated", "run_on_group", "LinkExchange", "ExchangeError"]
@@ -108,19 +109,6 @@ def run_on_group(program: Program, group: dist.ProcessGroup | None = None, timeo
         return stop.value
 
 
-class _EndpointAsLink:
-    """A transport Endpoint seen as a Link (sparse payloads are uint8: always reliable, loss bound 0)."""
-
-    def __init__(self, ep):
-        self.ep = ep
-
-    def isend(self, peer, data, transfer_id):
-        return self.ep.send(peer, data, transfer_id=transfer_id)
-
-    def recv(self, peer, out, transfer_id, *, timeout=None):
-        return self.ep.recv(peer, transfer_id, out, timeout=timeout)
-
-
 class LinkExchange:
     """Runs programs over a :class:`host.collectives.Link` (or a transport Endpoint) among the global ranks
     ``ranks`` (``ranks[i]`` is group rank i). Transfer ids: ``prefix | tag << 16 | n``, ``n`` counting messages
@@ -132,7 +120,7 @@ class LinkExchange:
             raise ValueError(f"rank {my_rank} is not among {list(ranks)}")
         if id_prefix & 0x00FFFFFF:
             raise ValueError("id_prefix must leave the low 24 bits free")
-        self.link = link if hasattr(link, "isend") else _EndpointAsLink(link)
+        self.link = link if hasattr(link, "isend") else EndpointLink(link)
         self.ranks, self.timeout, self.prefix = list(ranks), timeout, id_prefix
         self.rank = self.ranks.index(my_rank)
         self._counts: dict[tuple[int, str, int], int] = defaultdict(int)
