@@ -161,6 +161,63 @@ class Testbed:
             self.popen(f.src, cmd, stdout=log, stderr=subprocess.STDOUT)
             self.say(f"[bold]background[/]: {f.kind} x{f.flows} {f.src} -> {f.dst}")
 
+    def run_acid(self, progress=None) -> dict[str, Any]:
+        """A²CiD²: the pairing service in h1's namespace, one ``python -m host.acid worker`` per worker host
+        (exchanges over the DLCP transport through the switches). Returns the service's record of the run."""
+        import re
+
+        spec = self.spec
+        coord_ip = self.plan.host("h1").ip
+        record = self.out_dir / "acid.json"
+        deadline = time.monotonic() + spec.timeout_s
+        env = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        coord = self.popen("h1", [sys.executable, "-m", "host.acid", "coordinator", "--bind", f"{coord_ip}:7300",
+                                  "--workers", str(spec.workers), "--steps", str(spec.steps), "--lr", str(spec.lr),
+                                  "--momentum", str(spec.momentum), "--seed", str(spec.seed),
+                                  "--rate", str(spec.rate_com), "--step-seconds", str(spec.acid_step_seconds),
+                                  "--max-seconds", str(spec.timeout_s), "--out", str(record)],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           cwd=str(_project_root()))
+        clog = open(self.out_dir / "coordinator.log", "w")
+        for line in coord.stdout:  # workers connect once the service listens (they do not retry)
+            clog.write(line)
+            if "listening on" in line or time.monotonic() > deadline:
+                break
+        workers = []
+        for r in range(spec.workers):
+            host = f"h{r + 1}"
+            log = open(self.out_dir / f"worker-{r}.log", "w")
+            workers.append((self.popen(host, [sys.executable, "-m", "host.acid", "worker", "--coordinator",
+                                              f"{coord_ip}:7300", "--rank", str(r), "--addr",
+                                              self.plan.host(host).ip], env=env, stdout=log,
+                                       stderr=subprocess.STDOUT, cwd=str(_project_root())), log))
+        total = spec.steps * spec.workers
+        with clog:
+            for line in coord.stdout:
+                clog.write(line)
+                m = re.search(r" steps=(\d+) ", line)
+                if progress is not None and m:
+                    progress(min(spec.steps, int(m.group(1)) * spec.steps // max(1, total)))
+                if time.monotonic() > deadline:
+                    break
+        try:
+            coord.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise RunError(f"the A²CiD² pairing service did not finish within timeout_s={spec.timeout_s:.0f} s; "
+                           f"log: {self.out_dir / 'coordinator.log'}") from None
+        for p, log in workers:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            log.close()
+        if coord.returncode != 0 or not record.exists():
+            tail = "\n".join((self.out_dir / "coordinator.log").read_text(errors="replace").splitlines()[-15:])
+            raise RunError(f"A²CiD² run failed (pairing service status {coord.returncode}):\n{tail}")
+        if progress is not None:
+            progress(spec.steps)
+        return json.loads(record.read_text())
+
     def run_workers(self, progress=None) -> list[dict[str, Any]]:
         spec = self.spec
         spec_file = self.out_dir / "spec.json"
@@ -226,6 +283,28 @@ def _percentile(values: list[float], q: float) -> float:
 WARMUP_STEPS = 2
 
 
+def acid_workers(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """A²CiD²'s record in the testbed's per-worker form. Asynchronous workers have no common step, so each worker's
+    iterations are its steps spread evenly over its training time (its effective time per step, waiting for
+    exchanges included, comparable with a synchronous iteration), and rank 0 carries the evaluations of the averaged model
+    (the pairing service's consensus snapshots, on the whole training set of A²CiD²'s own problem) and the final
+    accuracy of the globally averaged model."""
+    evals = [{"step": s.get("steps", 0), "t": s["t"], "accuracy": s["acc"]} for s in record.get("series", [])
+             if s.get("acc") is not None]
+    final = (record.get("final") or {}).get("acc", 0.0)
+    out = []
+    for r, rep in sorted(record.get("reports", {}).items(), key=lambda kv: int(kv[0])):
+        n = int(rep.get("steps") or 0)
+        per = float(rep.get("train_seconds") or 0.0) / max(1, n)
+        out.append({"rank": int(r), "iterations": [{"step": i, "start": i * per, "dt": per, "loss": None}
+                                                   for i in range(n)],
+                    "evals": evals if int(r) == 0 else [], "final_accuracy": final,
+                    "transport": rep.get("transport", {}), "acid": rep})
+    if not out:
+        raise RunError(f"A²CiD² produced no worker reports (error: {record.get('error')})")
+    return out
+
+
 def summarise(spec: RunSpec, workers: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     """The numbers the comparison table shows. Iteration time per step is the slowest rank's (a synchronous step
     is as slow as its slowest worker), leaving out the first ``WARMUP_STEPS`` (connection set-up, first-touch
@@ -280,7 +359,11 @@ def run_spec(spec: RunSpec, out_dir: str | Path | None = None, *, console=None, 
                       TimeElapsedColumn(), console=console, transient=False,
                       disable=console is None) as bar:
             task = bar.add_task("train", total=spec.steps)
-            workers = tb.run_workers(lambda step: bar.update(task, completed=step))
+            if spec.algorithm == "acid":
+                acid = tb.run_acid(lambda step: bar.update(task, completed=step))
+                workers = acid_workers(acid)
+            else:
+                workers = tb.run_workers(lambda step: bar.update(task, completed=step))
         switches = tb.switch_stats()
     result = {"spec": asdict(spec), "summary": summarise(spec, workers, time.monotonic() - t0),
               "workers": workers, "switches": switches, "out_dir": str(out)}

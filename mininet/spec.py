@@ -94,6 +94,9 @@ class RunSpec:
     congestion_control: str = "ecn"     # dlcp transport: on (ECN + delay), ecn (the switches mark), off
     density: float = 0.01               # spardl: fraction of gradient elements sent
     teams: int = 1                      # spardl: d
+    acid_step_seconds: float = 0.02     # acid: each gradient step padded to this (an emulated accelerator step, so
+                                        # one exchange per step through the software switches is possible)
+    rate_com: float = 1.0               # acid: communications per gradient step
     optimizer: str = "sgd"
     lr: float = 0.05
     momentum: float = 0.9
@@ -169,7 +172,7 @@ class _Reader:
 
 _INTS = {"mtu", "hosts", "background_hosts", "delay_us", "queue", "flows", "workers", "teams", "batch_size", "steps",
          "eval_every", "hidden", "seed", "priority_queues"}
-_FLOATS = {"loss", "loss_bound", "density", "lr", "momentum", "target_accuracy", "timeout_s"}
+_FLOATS = {"acid_step_seconds", "rate_com", "loss", "loss_bound", "density", "lr", "momentum", "target_accuracy", "timeout_s"}
 
 
 def _convert(cls: type, name: str, v: Any) -> Any:
@@ -200,13 +203,10 @@ def _check(spec: RunSpec) -> None:
         raise bad("topology.kind", f"{t.kind!r} is not one of {', '.join(TOPOLOGIES)}")
     if spec.algorithm not in ALGORITHMS:
         raise bad("algorithm", f"{spec.algorithm!r} is not one of {', '.join(ALGORITHMS)}")
-    if spec.algorithm == "acid":
-        # A²CiD² has no global step and its own launcher (pairing service + workers over the DLCP transport);
-        # the testbed's worker and result format are for synchronous training and do not drive it yet.
-        raise bad("algorithm", "acid is not run by the testbed yet: use `python -m host.acid run ...` "
-                               "(docs/acid.md)")
     if spec.switch not in SWITCH_TARGETS:
         raise bad("switch", f"{spec.switch!r} is not one of {', '.join(SWITCH_TARGETS)}")
+    if spec.algorithm == "acid" and spec.workers < 2:
+        raise bad("workers", "acid needs at least 2 workers")
     if spec.workers < 1 or spec.workers > t.hosts:
         raise bad("workers", f"{spec.workers} workers need 1..topology.hosts ({t.hosts}) hosts")
     if not 576 <= t.mtu <= 9000:

@@ -14,7 +14,8 @@ Algorithms:
 * ``dear``: :class:`host.dear.DeAR` over the dlcp backend (reduce-scatter in backward, all-gather in the next
   forward) with the loss bound on the gradient reduce-scatters.
 * ``spardl``: DDP over dlcp with the SparDL comm hook at ``spec.density``.
-* ``acid`` is refused by the spec for now: A²CiD² runs on its own launcher (``python -m host.acid``).
+* ``acid`` does not come here: :meth:`testbed.run.Testbed.run_acid` starts A²CiD²'s own pairing service and
+  workers (``python -m host.acid``), which have no global step.
 
 Stopping: after ``spec.steps`` steps, or at the first evaluation reaching ``spec.target_accuracy`` (rank 0
 decides and broadcasts the decision, so every rank stops at the same step).

@@ -103,3 +103,16 @@ def test_cli_reports_unknown_spec_key(tmp_path):
     out = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(bad)], capture_output=True, text=True,
                          cwd=ROOT)
     assert out.returncode == 2 and "algoritm" in out.stderr and ":3" in out.stderr
+
+
+def test_acid_run_end_to_end(root_required, tmp_path):
+    import json
+
+    spec = load_spec(STAR2, {"algorithm": "acid", "steps": 40, "name": "t-acid"})
+    r = json.loads(run_spec(spec, tmp_path / "out", plots=False).read_text())
+    assert len(r["workers"]) == 2
+    # Every worker gossiped over the DLCP transport, through the switch's DLCP queues.
+    assert all(w["acid"]["comms"] > 0 and w["transport"]["transfers_sent"] > 0 for w in r["workers"])
+    assert any(int(p) > 0 for p in r["switches"]["forwarded_by_priority"])
+    assert r["summary"]["final_accuracy"] > 0.5
+    assert_clean(spec)

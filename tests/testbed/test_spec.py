@@ -71,8 +71,3 @@ def test_overrides_are_validated_like_the_file(tmp_path):
     with pytest.raises(SpecError) as e:
         load_spec(p, {"topology": {"knd": "star"}})
     assert e.value.key == "topology.knd"
-
-
-def test_acid_is_refused_with_a_pointer(tmp_path):
-    with pytest.raises(SpecError, match="host.acid"):
-        load_spec(write(tmp_path, "algorithm: acid\n"))
