@@ -364,6 +364,9 @@ def run_spec(spec: RunSpec, out_dir: str | Path | None = None, *, console=None, 
                 workers = acid_workers(acid)
             else:
                 workers = tb.run_workers(lambda step: bar.update(task, completed=step))
+            done = min(len(w["iterations"]) for w in workers)
+            if done < spec.steps:  # stopped at the target accuracy: the bar ends full at the step reached
+                bar.update(task, total=max(1, done), completed=done)
         switches = tb.switch_stats()
     result = {"spec": asdict(spec), "summary": summarise(spec, workers, time.monotonic() - t0),
               "workers": workers, "switches": switches, "out_dir": str(out)}
