@@ -12,7 +12,7 @@ compute-only iteration time F (the same loop with no communication) and the bloc
 whole gradient; the fraction of communication hidden is ``(F + C - T) / C`` clipped to [0, 1].
 
 Needs root (namespaces). ``DLCP_BENCH_QUICK=1``: 2 workers, gloo only, fewer iterations. ``DEAR_BENCH_RATE``
-(tc syntax, default 200mbit), ``DEAR_BENCH_BACKENDS`` (default ``gloo,dlcp``), ``DEAR_BENCH_WORLDS`` (``2,4``).
+(tc syntax, default 400mbit), ``DEAR_BENCH_BACKENDS`` (default ``gloo,dlcp``), ``DEAR_BENCH_WORLDS`` (``2,4``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from harness import Report
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = os.environ.get("DLCP_BENCH_QUICK") == "1"
-RATE = os.environ.get("DEAR_BENCH_RATE", "200mbit")
+RATE = os.environ.get("DEAR_BENCH_RATE", "400mbit")
 BACKENDS = os.environ.get("DEAR_BENCH_BACKENDS", "gloo" if QUICK else "gloo,dlcp").split(",")
 WORLDS = [int(w) for w in os.environ.get("DEAR_BENCH_WORLDS", "2" if QUICK else "2,4").split(",")]
 REPS = 3

@@ -135,7 +135,7 @@ def equivalence(backend: str, group) -> None:
     else:
         configs = [("sgd", mlp, 10 ** 9, {"accum": 2}), ("momentum", mlp, "layers", {"sched": True}),
                    ("adam", SmallCNN, "auto", {"clip": 0.3}),
-                   ("adamw", SmallCNN, 600, {"sched": True, "clip": 1.0, "accum": 3})]
+                   ("adamw", SmallCNN, 600, {"sched": True, "clip": 1.0, "accum": 3, "prefetch": 2})]
     tagged: list[tuple[float, int]] = []
     if backend == "dlcp":  # record what DeAR hands the backend per reduce-scatter (loss bound, layer position)
         import host.backend
@@ -151,7 +151,7 @@ def equivalence(backend: str, group) -> None:
                         group=group)
         tagged.clear()
         model, _, dear = train_dear(group, make, opt_name, batches, clip=kw.get("clip"),
-                                    sched=kw.get("sched", False), fusion=fusion)
+                                    sched=kw.get("sched", False), fusion=fusion, prefetch=kw.get("prefetch", 1))
         if backend == "dlcp":  # every reduce-scatter tagged, front groups with the smaller (higher-priority) layer
             G = len(dear.plan)
             positions = [dear._groups[g].position for g in range(G)]
