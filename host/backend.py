@@ -102,8 +102,9 @@ _scope = threading.local()
 
 @contextlib.contextmanager
 def loss_bound_scope(loss_bound: float, layer: int | None = None):
-    """Within this block, all-reduces issued by this thread use ``loss_bound`` (and ``layer`` as the priority
-    position). The DDP comm hook (``host.hooks``) uses it to tag each bucket."""
+    """Within this block, all-reduces and reduce-scatters issued by this thread use ``loss_bound`` and ``layer`` as
+    the priority position; all-gathers take only the ``layer`` (their data, e.g. DeAR's reduced gradients, must
+    arrive whole). The DDP comm hook (``host.hooks``) and DeAR use it to tag each bucket or fusion group."""
     old = getattr(_scope, "v", None)
     _scope.v = (loss_bound, layer)
     try:
@@ -402,7 +403,8 @@ class DlcpProcessGroup(dist.ProcessGroup):
         if len(input_tensors) != 1:
             raise ValueError("dlcp allgather takes one input tensor per process")
         outs, inp = list(output_tensors[0]), input_tensors[0]
-        return self._submit(lambda: self._coll.all_gather(outs, inp), [outs])
+        _, layer = _scoped(0.0)
+        return self._submit(lambda: self._coll.all_gather(outs, inp, layer=layer), [outs])
 
     def _allgather_base(self, output, input, opts=None):
         return self.all_gather_single(output, input, opts)
@@ -412,11 +414,13 @@ class DlcpProcessGroup(dist.ProcessGroup):
             raise ValueError(f"all_gather_into_tensor: output has {output.numel()} elements, expected "
                              f"{input.numel()} x {self._size}")
         pairs = _flat_views([output])
+        _, layer = _scoped(0.0)  # priority from the caller's scope; never a loss bound for gathers
 
         def run():
             flat = pairs[0][1]
             n = input.numel()
-            out = self._coll.all_gather([flat[i * n:(i + 1) * n] for i in range(self._size)], input.reshape(-1))
+            out = self._coll.all_gather([flat[i * n:(i + 1) * n] for i in range(self._size)], input.reshape(-1),
+                                        layer=layer)
             _copy_back(pairs)
             return out
         return self._submit(run, [output])

@@ -130,7 +130,8 @@ class DenseCompressor:
 
     ``ring``: a :class:`RingReduceScatter` to use instead of the backend's ``reduce_scatter_single`` (DeAR passes
     one on gloo). ``priority_scope(group_index)`` (optional) returns a context manager wrapped around the
-    reduce-scatter call; DeAR passes one that hands the dlcp backend the group's loss bound and layer position.
+    reduce-scatter and all-gather calls; DeAR passes one that hands the dlcp backend the group's loss bound (used
+    by the reduce-scatter only) and layer position (the priority of both).
     """
 
     def __init__(self, world: int, priority_scope=None, ring: RingReduceScatter | None = None):
@@ -162,7 +163,11 @@ class DenseCompressor:
     def start_all_gather(self, group_index: int, rs_result: object, process_group) -> _WorkHandle:
         assert isinstance(rs_result, torch.Tensor)
         flat = self._flat[group_index]
-        w = dist.all_gather_single(flat, rs_result, group=process_group, async_op=True)
+        if self._scope is not None:  # on dlcp: the group's layer as the priority (gathers are never lossy)
+            with self._scope(group_index):
+                w = dist.all_gather_single(flat, rs_result, group=process_group, async_op=True)
+        else:
+            w = dist.all_gather_single(flat, rs_result, group=process_group, async_op=True)
         return _WorkHandle(w, flat)
 
     def local_sq_norm(self, group_index: int, rs_result: object) -> float:

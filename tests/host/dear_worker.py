@@ -137,7 +137,7 @@ def equivalence(backend: str, group) -> None:
                    ("adam", SmallCNN, "auto", {"clip": 0.3}),
                    ("adamw", SmallCNN, 600, {"sched": True, "clip": 1.0, "accum": 3, "prefetch": 2})]
     tagged: list[tuple[float, int]] = []
-    if backend == "dlcp":  # record what DeAR hands the backend per reduce-scatter (loss bound, layer position)
+    if backend == "dlcp":  # record what DeAR hands the backend per collective (loss bound, layer position)
         import host.backend
         real = host.backend.loss_bound_scope
 
@@ -152,11 +152,18 @@ def equivalence(backend: str, group) -> None:
         tagged.clear()
         model, _, dear = train_dear(group, make, opt_name, batches, clip=kw.get("clip"),
                                     sched=kw.get("sched", False), fusion=fusion, prefetch=kw.get("prefetch", 1))
-        if backend == "dlcp":  # every reduce-scatter tagged, front groups with the smaller (higher-priority) layer
+        if backend == "dlcp":  # every collective tagged, front groups with the smaller (higher-priority) layer
             G = len(dear.plan)
             positions = [dear._groups[g].position for g in range(G)]
             assert positions == sorted(positions) and positions[0] == 0, positions
-            assert tagged[-G:] == [(0.0, positions[g]) for g in reversed(range(G))], (tagged, positions)
+            # One iteration: reduce-scatters last group first (backward), then all-gathers first group first
+            # (group 0's from step(), the others from the next forward), each tagged with its group's layer; the
+            # run ends with the last step's reduce-scatters and group 0's all-gather.
+            assert tagged[-(G + 1):] == [(0.0, positions[g]) for g in reversed(range(G))] + [(0.0, positions[0])], \
+                (tagged, positions)
+            layers = [la for _, la in tagged]
+            cycle = [positions[g] for g in reversed(range(G))] + positions
+            assert any(layers[i:i + 2 * G] == cycle for i in range(len(layers))), (tagged, positions)
             assert len(tagged) >= 5 and {b for b, _ in tagged} == {0.0}, tagged
         before = _flat(model)
         dear.flush()
