@@ -33,20 +33,26 @@ def plot_runs(runs: list[dict[str, Any]], out_dir: str | Path, prefix: str = "")
     out = Path(out_dir)
     paths = []
 
+    def finish(fig, ax, title: str, xlabel: str, ylabel: str, path: Path, grid: bool = True,
+               legend_size: float | None = None) -> Path:
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        if grid:
+            ax.grid(alpha=0.3)
+        ax.legend(fontsize=legend_size)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return path
+
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in runs:
         xs = sorted(t * 1000 for t in _per_step(r))
         if xs:
             ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", label=_label(r))
-    ax.set_xlabel("iteration time (ms, slowest worker)")
-    ax.set_ylabel("CDF")
-    ax.set_title("Iteration time")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    paths.append(out / f"{prefix}iteration_cdf.png")
-    fig.tight_layout()
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    paths.append(finish(fig, ax, "Iteration time", "iteration time (ms, slowest worker)", "CDF",
+                        out / f"{prefix}iteration_cdf.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in runs:
@@ -55,15 +61,7 @@ def plot_runs(runs: list[dict[str, Any]], out_dir: str | Path, prefix: str = "")
     target = runs[0]["spec"].get("target_accuracy") if runs else None
     if target:
         ax.axhline(target, color="grey", ls="--", lw=1, label="target")
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("test accuracy")
-    ax.set_title("Accuracy over time")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    paths.append(out / f"{prefix}accuracy.png")
-    fig.tight_layout()
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    paths.append(finish(fig, ax, "Accuracy over time", "time (s)", "test accuracy", out / f"{prefix}accuracy.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4))
     prios = list(range(8))
@@ -77,12 +75,6 @@ def plot_runs(runs: list[dict[str, Any]], out_dir: str | Path, prefix: str = "")
         ax.bar([p + base + width for p in prios], [marks.get(str(p), 0) for p in prios], width,
                label=f"ECN marks: {_label(r)}", hatch="//")
     ax.set_xticks([p + 0.4 - width for p in prios], [str(p) for p in prios])
-    ax.set_xlabel("priority (queue)")
-    ax.set_ylabel("packets")
-    ax.set_title("Drops and ECN marks per priority, all switches")
-    ax.legend(fontsize=7)
-    paths.append(out / f"{prefix}drops_marks.png")
-    fig.tight_layout()
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    paths.append(finish(fig, ax, "Drops and ECN marks per priority, all switches", "priority (queue)", "packets",
+                        out / f"{prefix}drops_marks.png", grid=False, legend_size=7))
     return paths
