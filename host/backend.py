@@ -47,7 +47,7 @@ from host import wire
 from host.collectives import Collectives, EndpointLink, Outcome, ReduceOp
 from host.transport.cc import CCParams
 from host.transport.chunking import payload_capacity
-from host.transport.endpoint import Endpoint, Options, TransportError
+from host.transport.endpoint import Endpoint, Options, TransportError, path_mtu
 
 __all__ = ["DlcpOptions", "DlcpProcessGroup", "DlcpWork", "create_dlcp_process_group", "loss_bound_scope",
            "BACKEND_NAME", "transport_stats"]
@@ -162,25 +162,6 @@ def _auto_addr(rank: int) -> str:
         s.close()
 
 
-def _path_mtu(addr: str, peers: list[str]) -> int:
-    """The smallest kernel path MTU from our address towards every peer (IP_MTU on a connected UDP socket).
-
-    Every peer, not just the rendezvous host: rank 0 *is* the rendezvous host, and the route to its own address
-    is the loopback (MTU 65536), which would make it send datagrams the real links must fragment."""
-    mtus = []
-    for peer in peers:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            s.bind((addr, 0))
-            s.connect((peer, 9))
-            mtus.append(min(int(s.getsockopt(socket.IPPROTO_IP, 14)), 65535))  # 14 = IP_MTU
-        except OSError:
-            mtus.append(1500)
-        finally:
-            s.close()
-    return min(mtus) if mtus else 65535
-
-
 # --- work objects ---------------------------------------------------------------------------------------------
 
 class DlcpWork(dist._Work):
@@ -293,7 +274,7 @@ class DlcpProcessGroup(dist.ProcessGroup):
                 host, port = store.get(f"dlcp/addr/{r}").decode().rsplit(":", 1)
                 addrs[r] = (host, int(port))
             if o.mtu is None:
-                o.mtu = _path_mtu(addr, [h for r, (h, _) in addrs.items() if r != rank])
+                o.mtu = path_mtu(addr, [h for r, (h, _) in addrs.items() if r != rank])
             job_id = o.job_id if o.job_id is not None else zlib.crc32(
                 f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}:"
                 f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}".encode())

@@ -331,20 +331,29 @@ class Parser:
         self.expect(";")
         return A.BlockTypeDecl(n.loc, n.text, annots, "package", tps, ps)
 
-    def parser_decl(self, annots):
-        self.expect("parser")
-        n = self.ident("parser name")
+    def _block_head(self, kind: str, annots):
+        """``parser``/``control`` NAME <type params> (params) then either ``;`` (a type declaration: returned as
+        ``(BlockTypeDecl, None, None, None)``) or optional constructor params and ``{`` (returns ``(None, name,
+        params, ctor)`` with the type-parameter scope pushed; the caller pops it after the body)."""
+        self.expect(kind)
+        n = self.ident(f"{kind} name")
         self.type_names.add(n.text)
         tps = self.type_params()
         self.type_scopes.append(set(tps))
         ps = self.params()
         if self.accept(";"):
             self.type_scopes.pop()
-            return A.BlockTypeDecl(n.loc, n.text, annots, "parser", tps, ps)
+            return A.BlockTypeDecl(n.loc, n.text, annots, kind, tps, ps), None, None, None
         if tps:
-            raise unsupported("generic parser", n.loc)
+            raise unsupported(f"generic {kind}", n.loc)
         ctor = self.params() if self.at("(") else []
         self.expect("{")
+        return None, n, ps, ctor
+
+    def parser_decl(self, annots):
+        decl, n, ps, ctor = self._block_head("parser", annots)
+        if decl is not None:
+            return decl
         locs, states = [], []
         while not self.at("}"):
             la = self.annotations()
@@ -434,19 +443,9 @@ class Parser:
         return e
 
     def control_decl(self, annots):
-        self.expect("control")
-        n = self.ident("control name")
-        self.type_names.add(n.text)
-        tps = self.type_params()
-        self.type_scopes.append(set(tps))
-        ps = self.params()
-        if self.accept(";"):
-            self.type_scopes.pop()
-            return A.BlockTypeDecl(n.loc, n.text, annots, "control", tps, ps)
-        if tps:
-            raise unsupported("generic control", n.loc)
-        ctor = self.params() if self.at("(") else []
-        self.expect("{")
+        decl, n, ps, ctor = self._block_head("control", annots)
+        if decl is not None:
+            return decl
         locs = []
         apply = None
         while not self.at("}"):

@@ -44,10 +44,10 @@ from host.acid.mixing import communication_update_, gradient_update_, mix_, sgd_
 from host.acid.pairing import CoordinatorClient
 from host.acid.problem import FlatModel, build_model, make_shard
 from host.collectives import Collectives, EndpointLink, ReduceOp
-from host.transport import Endpoint, Options, TransportError
+from host.transport import Endpoint, Options, TransportError, path_mtu
 
 __all__ = ["StepTimer", "AcidState", "exchange", "gossip_transfer_id", "Worker", "run_worker",
-           "default_udp_addr", "path_mtu"]
+           "default_udp_addr"]
 
 log = logging.getLogger("host.acid.worker")
 
@@ -168,7 +168,8 @@ class Worker:
         self._finished = threading.Event()
         self._t_train = time.monotonic()
         self.error: BaseException | None = None
-        self.mtu = cfg.mtu or path_mtu(self.addr_map[rank][0], [a for r, a in self.addr_map.items() if r != rank])
+        self.mtu = cfg.mtu or path_mtu(self.addr_map[rank][0],
+                                       [a[0] for r, a in self.addr_map.items() if r != rank])
         self.ep = Endpoint(rank, self.addr_map, self.job_id, self.nonce,
                            Options(mtu=self.mtu, peer_timeout=max(cfg.exchange_timeout, 1.0),
                                    recv_timeout=cfg.exchange_timeout))
@@ -342,23 +343,6 @@ class Worker:
             "transport": {k: st[k] for k in ("tx_bytes", "rx_bytes", "retransmissions", "transfers_sent",
                                              "transfers_received", "peer_timeouts", "recv_timeouts")},
         }
-
-
-def path_mtu(local: str, peers: list[tuple[str, int]]) -> int:
-    """The smallest path MTU from ``local`` to the peers (the kernel's IP_MTU of a connected UDP socket), at most
-    65535; 1500 if the kernel cannot tell."""
-    mtu = 65535
-    for host, port in peers:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            s.bind((local, 0))
-            s.connect((host, port))
-            mtu = min(mtu, int(s.getsockopt(socket.IPPROTO_IP, 14)))  # 14 = IP_MTU
-        except OSError:
-            mtu = min(mtu, 1500)
-        finally:
-            s.close()
-    return mtu
 
 
 def default_udp_addr(coordinator_host: str, port: int) -> tuple[str, int]:

@@ -44,7 +44,7 @@ from host.transport.reassembly import Reassembly
 from host.transport.tensors import TensorView, allocate, view_tensor
 from host.wire import DType, Flag, MsgType
 
-__all__ = ["Endpoint", "Options", "SendHandle", "RecvResult", "LossReport", "TransportError", "HDR", "decode_words",
+__all__ = ["Endpoint", "Options", "SendHandle", "RecvResult", "LossReport", "TransportError", "path_mtu", "HDR", "decode_words",
            "pack_control_header"]
 
 log = logging.getLogger("host.transport")
@@ -83,6 +83,25 @@ def pack_control_header(buf, msg_type: int, *, flags: int, rank: int, job_id: in
 
 
 # --- public types -----------------------------------------------------------------------------------------------
+
+def path_mtu(local: str, peers: list[str]) -> int:
+    """The smallest path MTU from address ``local`` to every peer address (the kernel's IP_MTU on a connected UDP
+    socket), at most 65535; 1500 for a peer the kernel cannot tell about. Every peer counts, not just one: the
+    route to one's own address is the loopback (MTU 65536), which would make a host send datagrams its real links
+    must fragment."""
+    mtu = 65535
+    for host in peers:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            s.bind((local, 0))
+            s.connect((host, 9))  # no packet is sent: connect only makes the kernel pick the route
+            mtu = min(mtu, int(s.getsockopt(socket.IPPROTO_IP, 14)))  # 14 = IP_MTU
+        except OSError:
+            mtu = min(mtu, 1500)
+        finally:
+            s.close()
+    return mtu
+
 
 class TransportError(RuntimeError):
     """A transfer failed: a peer stopped answering, a receive timed out, the endpoint closed. ``peer`` is the rank."""
