@@ -165,6 +165,7 @@ def main() -> None:
     ap.add_argument("--all-to-all", action="store_true")
     ap.add_argument("--repetitions", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="smaller tensors, 2 repetitions")
+    ap.add_argument("--only", default="", help="run only the cases whose name contains this text")
     args = ap.parse_args()
     if args.worker:
         _worker(args)
@@ -182,6 +183,8 @@ def main() -> None:
                                       "candidate": "DLCP endpoint, loss_bound=0"})
 
     def case(name: str, n_hosts: int, mtu: int, nbytes: int, all_to_all: bool, shaped: bool) -> None:
+        if args.only not in name:
+            return
         if shaped:
             net = Star(n_hosts, rate=rate, mtu=mtu)
             addrs = [h.ip for h in net.hosts]

@@ -3,11 +3,15 @@
 The state machine sees only events (ACKed bytes with or without congestion marks, RTT samples, timeouts) and the
 clock passed in, never sockets, so it is tested alone (``tests/host/test_cc.py``).
 
-* **Marks.** A byte counts as marked when the ACK that covers it carries ECN-Echo (a switch set CE on the data) or,
-  when ``delay_target`` is set, when the ACK's RTT sample exceeds ``min_rtt + delay_target``. The delay mark is
-  the fallback for paths without ECN-marking queues (Linux tbf/pfifo only drop): a queue that builds raises the
-  RTT long before it overflows. Random loss raises neither, so it never shrinks the window (MLT's point: loss of
-  drop-eligible packets is expected and must not collapse the rate).
+* **Marks.** A byte counts as marked when the ACK that covers it carries ECN-Echo (a switch set CE on the data).
+  When ``delay_target`` is set, an ACK's bytes also count as marked when the *smallest* RTT sample of the current
+  observation window so far (two samples at least) exceeds ``min_rtt + delay_target``: a standing queue (CoDel's
+  criterion, at the scale of one window). The delay mark is the fallback for
+  paths without ECN-marking queues (Linux tbf/pfifo only drop): a queue that builds raises every RTT long before
+  it overflows, while a stall of a Python receiver or sender (GIL, scheduling, a garbage collection) raises only
+  the samples taken during it and, judged one sample at a time, cut the window on an idle path. Random loss
+  raises neither, so it never shrinks the window (MLT's point: loss of drop-eligible packets is expected and must
+  not collapse the rate).
 * **DCTCP.** Once per observation window (about one cwnd of ACKed bytes) ``alpha <- (1-g) alpha + g F`` with F the
   marked fraction; if anything was marked the window shrinks to ``cwnd (1 - alpha/2)`` and slow start ends.
 * **Slow start** doubles the window per RTT (cwnd += ACKed bytes) until the first mark or ``ssthresh``; then
@@ -31,7 +35,7 @@ class CCParams:
     min_cwnd_pkts: int = 2
     max_cwnd_bytes: int = 4 << 20
     g: float = 1.0 / 16  # DCTCP gain
-    delay_target: float | None = 0.004  # seconds over min RTT that count as a mark; None = ECN marks only
+    delay_target: float | None = 0.010  # standing queue over min RTT that marks; None = ECN marks only (see above)
     rto_min: float = 0.02  # Python scheduling stalls of several ms must not look like loss
     rto_max: float = 0.5
     rto_init: float = 0.05
@@ -56,6 +60,8 @@ class DctcpWindow:
     _win_acked: float = 0.0
     _win_marked: float = 0.0
     _win_target: float = 0.0
+    _win_min_rtt: float = float("inf")  # smallest RTT sample in the current observation window
+    _win_samples: int = 0
     marks_seen: int = 0  # ACK events that carried a mark (ECN or delay)
     ecn_marks: int = 0
     delay_marks: int = 0
@@ -101,11 +107,13 @@ class DctcpWindow:
     def on_ack(self, acked: int, *, ecn: bool = False, rtt: float | None = None) -> None:
         """``acked`` bytes newly delivered; ``ecn``: the ACK echoed CE; ``rtt``: a sample (Karn-filtered)."""
         self.backoff = 0
+        delay = False
         if rtt is not None:
-            delay = self.is_delay_mark(rtt)  # judged against the min RTT before this sample
+            if self.min_rtt is not None:  # judged against the min RTT before this sample
+                self._win_min_rtt = min(self._win_min_rtt, max(rtt, self.p.min_rtt_floor))
+                self._win_samples += 1
+                delay = self._win_samples >= 2 and self.is_delay_mark(self._win_min_rtt)
             self.on_rtt(rtt)
-        else:
-            delay = False
         if acked <= 0:
             return
         marked = ecn or delay
@@ -126,6 +134,7 @@ class DctcpWindow:
         self._clamp()
 
     def _end_window(self) -> None:
+        self._win_min_rtt, self._win_samples = float("inf"), 0
         frac = self._win_marked / self._win_acked if self._win_acked else 0.0
         self.alpha = (1 - self.p.g) * self.alpha + self.p.g * frac
         if self._win_marked:
@@ -144,6 +153,7 @@ class DctcpWindow:
         self.backoff += 1
         self.rto = min(self.p.rto_max, self.rto * 2)
         self._win_acked = self._win_marked = 0.0
+        self._win_min_rtt, self._win_samples = float("inf"), 0
         self._win_target = self.cwnd
         self._clamp()
 

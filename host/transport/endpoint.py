@@ -28,6 +28,7 @@ import os
 import select
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import deque
@@ -68,6 +69,23 @@ CTL_DONE = 1  # CONTROL payload: opcode byte, then u32 packets received
 _CTL = struct.Struct("!BI")
 _REORDER_PKTS = 3  # a packet is lost when 3 packets sent after it have been ACKed (as TCP's dupthresh)
 _TOS_CONTROL = tos_byte(CONTROL_PRIORITY, False)
+_F_ELIGIBLE, _F_ECN_ECHO = int(Flag.DROP_ELIGIBLE), int(Flag.ECN_ECHO)
+_ITEMSIZE_NP = np.array(_ITEMSIZE, np.int64)
+_HDR_IDX = np.arange(wire.HEADER_LEN, dtype=np.int64)
+
+# --- segmentation offload (Linux UDP GSO/GRO, as QUIC stacks use them) -------------------------------------------
+#: A send of up to ``_GSO_MAX_SEGS`` equal-size datagrams is one ``sendmsg`` whose UDP_SEGMENT control message
+#: tells the kernel where to cut; the receive side asks for UDP_GRO so the kernel may hand back runs of same-size
+#: datagrams of one flow as one buffer (the control message gives the segment size). The wire is unchanged: every
+#: datagram on the link is an ordinary DLCP packet. A kernel or interface that refuses (no checksum offload, as on
+#: the testbed's offload-free veths) makes the endpoint fall back to one datagram per sendmsg for good.
+_SOL_UDP, _UDP_SEGMENT, _UDP_GRO = 17, 103, 104
+_IP_TOS_CMSG = socket.IP_TOS
+_GSO_MAX_SEGS = 64
+_GSO_MAX_BYTES = 65000
+_MAX_DGRAM = 1 << 16  # a receive slot: the largest UDP payload, or a GRO buffer
+_RX_BATCH = 256  # datagrams / GRO buffers drained per lock acquisition
+_RX_BUF = 2 << 20
 
 
 def decode_words(buf) -> tuple[int, ...]:
@@ -132,6 +150,7 @@ class Options:
     max_staged_bytes: int = 1 << 30  # data buffered for transfers nobody has called recv() for yet
     tombstones: int = 1 << 16  # completed transfers remembered (late packets get DONE again)
     socket_wrapper: Callable[[socket.socket], Any] | None = None  # fault injection on the send path
+    offload: bool = True  # UDP GSO/GRO when the kernel accepts them (off with a socket_wrapper)
 
 
 @dataclass(frozen=True)
@@ -310,6 +329,12 @@ class Endpoint:
             sock.close()
             raise TransportError(f"rank {self.rank}: cannot bind {self.local_addr}: {e}", self.rank) from e
         sock.setblocking(False)
+        self._gso = opts.offload and opts.socket_wrapper is None
+        if opts.offload:
+            try:
+                sock.setsockopt(_SOL_UDP, _UDP_GRO, 1)
+            except OSError:  # pragma: no cover - kernels before 5.0
+                pass
         self._tx = opts.socket_wrapper(sock) if opts.socket_wrapper else sock
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -332,10 +357,12 @@ class Endpoint:
             "rx_bytes", "duplicates", "late", "foreign", "stray", "malformed", "inconsistent", "unclaimed_dropped",
             "acks_sent", "nacks_sent", "dones_sent", "acks_rx", "nacks_rx", "dones_rx", "stale_feedback",
             "ecn_ce_rx", "ecn_echo_rx", "zero_filled_elements", "transfers_sent", "transfers_received",
-            "send_errors", "recv_timeouts", "peer_timeouts", "rto_timeouts", "internal_errors"), 0)
+            "send_errors", "recv_timeouts", "peer_timeouts", "rto_timeouts", "internal_errors", "tx_gso_sends",
+            "rx_gro_buffers"), 0)
         self._malformed_by_field: dict[str, int] = {}
-        self._rxbuf = bytearray(1 << 16)
+        self._rxbuf = bytearray(_RX_BUF)
         self._rxmv = memoryview(self._rxbuf)
+        self._rxnp = np.frombuffer(self._rxbuf, np.uint8)
         self._rx_thread = threading.Thread(target=self._rx_loop, name=f"dlcp-rx-{rank}", daemon=True)
         self._tx_thread = threading.Thread(target=self._tx_loop, name=f"dlcp-tx-{rank}", daemon=True)
         self._rx_thread.start()
@@ -516,75 +543,111 @@ class Endpoint:
             self._staged_bytes -= n
             inc.stage = None
 
-    def _on_data(self, w: tuple, nbytes: int, tos: int, now: float) -> None:
+    def _on_data(self, rank: int, tid: int, h: np.ndarray, starts: np.ndarray, lens: np.ndarray, tos: np.ndarray,
+                 now: float) -> None:
+        """Data packets of one transfer from one batch (in arrival order): the vector form of one-at-a-time."""
         c = self._c
-        rank, tid, seq, total, dtype = w[W_RANK], w[W_TID], w[W_SEQ], w[W_TOTAL], w[W_DTYPE]
         key = (rank, tid)
+        n = len(h)
         inc = self._incoming.get(key)
         if inc is None:
             tomb = self._tomb.get(key)
             if tomb is not None or key in self._ready:
-                c["late"] += 1
+                c["late"] += n
                 if tomb is None or (tomb[0] == "done" and now - tomb[1] > 0.001):
                     if tomb is not None:
                         tomb[1] = now
-                    self._send_done(rank, tid, w[W_STEP], total, -1)
+                    self._send_done(rank, tid, int(h["w8"][0]), int(h["w10"][0]), -1)
                 return
             if self._staged_bytes >= self.opts.max_staged_bytes:
-                c["unclaimed_dropped"] += 1
+                c["unclaimed_dropped"] += n
                 return
             inc = self._incoming[key] = _In(rank, tid, now)
+        total, dtype = h["w10"], h["w3"]
         st = inc.st
         if st is None:
-            st = inc.st = Reassembly(total)
-            inc.dtype, inc.step, inc.layer = dtype, w[W_STEP], w[W_LAYER]
+            st = inc.st = Reassembly(int(total[0]))
+            inc.dtype, inc.step, inc.layer = int(dtype[0]), int(h["w8"][0]), int(h["w4"][0])
             inc.first_arrival = now
             inc.nack_interval = self.opts.nack_interval
-            if inc.tv is not None and int(inc.tv.dtype) != dtype:
-                self._fail_in(inc, f"carries {DType(dtype).name}, recv() was given {inc.tv.dtype.name}")
+            if inc.tv is not None and int(inc.tv.dtype) != inc.dtype:
+                self._fail_in(inc, f"carries {DType(inc.dtype).name}, recv() was given {inc.tv.dtype.name}")
                 return
-        elif total != st.total or dtype != inc.dtype:
-            c["inconsistent"] += 1
-            return
-        plen = nbytes - wire.HEADER_LEN
-        offset = w[W_OFFSET]
-        end = offset + plen
-        if st.arrived[seq]:
-            inc.dups += 1
-            c["duplicates"] += 1
-            inc.since_ack += 1
+        ok = (total == st.total) & (dtype == inc.dtype)
+        seq = h["w9"].astype(np.int64)
+        # duplicates: arrived before, or repeated within this batch (the first copy counts)
+        fresh = ok & ~st.arrived[np.where(ok, seq, 0)]
+        if n > 1 and fresh.sum() > 1:
+            sub = np.flatnonzero(fresh)
+            _, first = np.unique(seq[sub], return_index=True)
+            if len(first) < len(sub):
+                keep = np.zeros(n, bool)
+                keep[sub[first]] = True
+                fresh &= keep
+        nbad = n - int(ok.sum())
+        ndup = n - nbad - int(fresh.sum())
+        if nbad:
+            c["inconsistent"] += nbad
+        if ndup:
+            inc.dups += ndup
+            c["duplicates"] += ndup
+            inc.since_ack += ndup
             self._ack_pending.add(key)
+        if ndup + nbad == n:
             return
+        if ndup + nbad:
+            seq, h, starts, lens, tos = seq[fresh], h[fresh], starts[fresh], lens[fresh], tos[fresh]
+        hl = wire.HEADER_LEN
+        offset = h["w11"].astype(np.int64)
+        plen = lens - hl
+        end = offset + plen
+        top = int(end.max())
         if inc.dst is not None:
-            if end > len(inc.dst):
-                self._fail_in(inc, f"packet {seq} ends at byte {end}, the out buffer has {len(inc.dst)}")
+            dst = inc.dst
+            if top > len(dst):
+                j = int(np.argmax(end > len(dst)))
+                self._fail_in(inc, f"packet {int(seq[j])} ends at byte {int(end[j])}, the out buffer has {len(dst)}")
                 return
-            inc.dst[offset:end] = self._rxmv[wire.HEADER_LEN:nbytes]
         else:
             stage = inc.stage
-            if end > len(stage):
-                grow = max(end, 2 * len(stage)) - len(stage)
+            if top > len(stage):
+                grow = max(top, 2 * len(stage)) - len(stage)
                 stage.extend(bytes(grow))
                 self._staged_bytes += grow
-            stage[offset:end] = self._rxmv[wire.HEADER_LEN:nbytes]
-        st.add(seq, offset, w[W_COUNT], plen, bool(w[W_FLAGS] & Flag.DROP_ELIGIBLE))
-        inc.last_arrival = now
-        inc.bytes += plen
-        inc.nack_interval = self.opts.nack_interval
-        c["rx_data_packets"] += 1
-        c["rx_bytes"] += plen
+            dst = memoryview(stage)
+        src = self._rxmv
+        for o, e, s, ln in zip(offset.tolist(), end.tolist(), starts.tolist(), lens.tolist()):
+            dst[o:e] = src[s + hl: s + ln]
+        counts = h["w12"].astype(np.int64)
+        elig = (h["w1"] & _F_ELIGIBLE) != 0
         ce = (tos & 3) == wire.ECN_CE
-        if ce:
-            inc.ce_marks += 1
-            c["ecn_ce_rx"] += 1
-        if ce != inc.ce_state:
-            if inc.since_ack:
-                self._send_ack(inc)  # the packets before this one had the other CE state (DCTCP receiver)
-            inc.ce_state = ce
-        inc.since_ack += 1
+        nce = int(ce.sum())
+        if nce:
+            inc.ce_marks += nce
+            c["ecn_ce_rx"] += nce
+        # DCTCP receiver: an ACK goes out before the first packet whose CE state differs from the previous one
+        if nce == 0 and not inc.ce_state or nce == len(ce) and inc.ce_state:
+            cuts = [0, len(seq)]
+        else:
+            change = np.flatnonzero(ce[1:] != ce[:-1]) + 1
+            cuts = [0, *change.tolist(), len(seq)]
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            run_ce = bool(ce[a])
+            if run_ce != inc.ce_state:
+                if inc.since_ack:
+                    self._send_ack(inc)
+                inc.ce_state = run_ce
+            st.add_batch(seq[a:b], offset[a:b], counts[a:b], plen[a:b], elig[a:b])
+            inc.since_ack += b - a
+        inc.last_arrival = now
+        got = int(plen.sum())
+        inc.bytes += got
+        inc.nack_interval = self.opts.nack_interval
+        c["rx_data_packets"] += len(seq)
+        c["rx_bytes"] += got
         if st.complete:
             self._complete_in(inc, now)
-        elif inc.since_ack >= self.opts.ack_every or seq == total - 1:
+        elif inc.since_ack >= self.opts.ack_every or st.total - 1 in seq:
             self._send_ack(inc)
         else:
             self._ack_pending.add(key)
@@ -762,7 +825,7 @@ class Endpoint:
         if base + count > o.total:
             self._malformed("count")
             return
-        ecn = bool(w[W_FLAGS] & Flag.ECN_ECHO)
+        ecn = bool(w[W_FLAGS] & _F_ECN_ECHO)
         if mt == MsgType.ACK:
             c["acks_rx"] += 1
             o.acks += 1
@@ -913,34 +976,65 @@ class Endpoint:
         return None, wait
 
     def _transmit(self, job) -> None:
+        """Send a burst outside the lock: runs of consecutive, equal-size, same-TOS packets as one GSO send."""
         o, addr, seqs = job
         hdr, pay, offs, lens, anc = o.hdr, o.payload, o.offs, o.lens, o.anc
-        send = self._tx.sendmsg
         hl = wire.HEADER_LEN
-        sent = nbytes = 0
-        for s in seqs:
-            off = offs[s]
-            h0 = s * hl
-            bufs = [hdr[h0: h0 + hl], pay[off: off + lens[s]]]
-            while True:
-                try:
-                    send(bufs, anc[s], 0, addr)
-                    break
-                except BlockingIOError:
-                    select.select([], [self._sock], [], 0.01)
-                    if self._closed:
-                        return
-                except OSError:
-                    with self._lock:
-                        self._c["send_errors"] += 1
-                    break
-            sent += 1
-            nbytes += hl + lens[s]
-        with self._lock:
+        with self._lock:  # counted before they leave, so the stats never lag a completion the peer reports
             c = self._c
-            c["tx_datagrams"] += sent
-            c["tx_data_packets"] += sent
-            c["tx_bytes"] += nbytes
+            c["tx_datagrams"] += len(seqs)
+            c["tx_data_packets"] += len(seqs)
+            c["tx_bytes"] += sum(lens[t] for t in seqs) + hl * len(seqs)
+        gso_sends = 0
+        i, n = 0, len(seqs)
+        while i < n:
+            s = seqs[i]
+            size = lens[s]
+            j = i + 1
+            if self._gso:
+                a0 = anc[s]
+                lim = min(n, i + _GSO_MAX_SEGS, i + _GSO_MAX_BYTES // (hl + size))
+                while j < lim and seqs[j] == seqs[j - 1] + 1 and lens[seqs[j - 1]] == size \
+                        and lens[seqs[j]] <= size and anc[seqs[j]] is a0:
+                    j += 1
+            bufs = []
+            for t in seqs[i:j]:
+                off = offs[t]
+                bufs.append(hdr[t * hl: t * hl + hl])
+                bufs.append(pay[off: off + lens[t]])
+            ancdata = anc[s] if j == i + 1 else anc[s] + [(_SOL_UDP, _UDP_SEGMENT, struct.pack("=H", hl + size))]
+            if not self._sendmsg(bufs, ancdata, addr):
+                if self._closed:
+                    return
+                if j > i + 1 and self._gso is False:
+                    continue  # GSO was refused: send this run again one datagram at a time
+            elif j > i + 1:
+                gso_sends += 1
+            i = j
+        if gso_sends:
+            with self._lock:
+                self._c["tx_gso_sends"] += gso_sends
+
+    def _sendmsg(self, bufs: list, ancdata: list, addr: tuple[str, int]) -> bool:
+        """One sendmsg, waiting while the socket buffer is full. False when it failed (counted) or the endpoint
+        closed; a refused segmentation offload turns GSO off for good (the caller resends one by one)."""
+        while True:
+            try:
+                self._tx.sendmsg(bufs, ancdata, 0, addr)
+                return True
+            except BlockingIOError:
+                select.select([], [self._sock], [], 0.01)
+                if self._closed:
+                    return False
+            except OSError as e:
+                if len(ancdata) > 1 and ancdata[-1][1] == _UDP_SEGMENT and self._gso:
+                    self._gso = False
+                    log.info("dlcp rank %d: UDP segmentation offload refused (%s); sending datagrams one by one",
+                             self.rank, e)
+                    return False
+                with self._lock:
+                    self._c["send_errors"] += 1
+                return False
 
     def _tx_timers(self, now: float) -> None:
         for p in list(self._peers.values()):
@@ -1005,29 +1099,38 @@ class Endpoint:
             self._transmit(job)
 
     def _rx_loop(self) -> None:
-        sock, mv, unpack = self._sock, self._rxmv, HDR.unpack_from
-        ancsize = socket.CMSG_SPACE(4)
-        wake = self._wake_r
+        """Drain the socket into one buffer (a batch of datagrams, or of GRO super-datagrams), then handle the
+        batch under one lock acquisition."""
+        sock, mv, wake = self._sock, self._rxmv, self._wake_r
+        recv = sock.recvmsg_into
+        ancsize = 2 * socket.CMSG_SPACE(4)
+        limit = len(mv) - _MAX_DGRAM
         while not self._closed:
+            pos = 0
+            recs: list[tuple] = []
             try:
-                nbytes, anc, _fl, addr = sock.recvmsg_into([mv], ancsize)
+                while pos <= limit and len(recs) < _RX_BATCH:
+                    nbytes, anc, _fl, addr = recv([mv[pos: pos + _MAX_DGRAM]], ancsize)
+                    recs.append((pos, nbytes, anc, addr))
+                    pos += nbytes
             except BlockingIOError:
-                self._flush_acks()
-                try:
-                    select.select([sock, wake], [], [], 0.2)
-                except (OSError, ValueError):
-                    return
-                continue
+                if not recs:
+                    self._flush_acks()
+                    try:
+                        select.select([sock, wake], [], [], 0.2)
+                    except (OSError, ValueError):
+                        return
+                    continue
             except OSError:
                 if self._closed:
                     return
                 with self._lock:
                     self._c["internal_errors"] += 1
-                continue
-            tos = anc[0][2][0] if anc else 0
+                if not recs:
+                    continue
             with self._lock:
                 try:
-                    self._handle(nbytes, tos, addr, unpack)
+                    self._handle(recs)
                 except Exception:
                     self._c["internal_errors"] += 1
                     log.exception("dlcp receive")
@@ -1036,43 +1139,91 @@ class Endpoint:
         self._c["malformed"] += 1
         self._malformed_by_field[fld] = self._malformed_by_field.get(fld, 0) + 1
 
-    def _handle(self, nbytes: int, tos: int, addr, unpack) -> None:
+    def _handle(self, recs: list[tuple]) -> None:
+        """One batch of received buffers ``(position, bytes, ancillary data, source)``: split GRO buffers into
+        datagrams, check every header at once, then hand data to :meth:`_on_data` per transfer and feedback to
+        :meth:`_on_feedback` one message at a time. Anything failing the cheap checks is re-parsed by
+        ``wire.parse_datagram`` to name the bad field."""
         c = self._c
-        c["rx_datagrams"] += 1
-        if nbytes < wire.HEADER_LEN:
-            self._slow_parse(nbytes)
-            return
-        w = unpack(self._rxbuf)
-        vt = w[W_VT]
+        hl = wire.HEADER_LEN
+        starts: list[int] = []
+        lens: list[int] = []
+        tos_l: list[int] = []
+        src: list[int] = []
+        rank_of = self._rank_of
+        for pos, nbytes, anc, addr in recs:
+            tos, seg = 0, 0
+            for lvl, typ, data in anc:
+                if typ == _IP_TOS_CMSG and lvl == socket.IPPROTO_IP:
+                    tos = data[0]
+                elif typ == _UDP_GRO and lvl == _SOL_UDP:
+                    seg = int.from_bytes(data[:4], sys.byteorder)
+            r = rank_of.get(addr, -1)
+            if seg and nbytes > seg:
+                k = -(-nbytes // seg)
+                c["rx_gro_buffers"] += 1
+                starts.extend(range(pos, pos + nbytes, seg))
+                lens.extend([seg] * (k - 1))
+                lens.append(nbytes - (k - 1) * seg)
+                tos_l.extend([tos] * k)
+                src.extend([r] * k)
+            else:
+                starts.append(pos)
+                lens.append(nbytes)
+                tos_l.append(tos)
+                src.append(r)
+        n = len(starts)
+        c["rx_datagrams"] += n
+        st = np.array(starts, np.int64)
+        ln = np.array(lens, np.int64)
+        short = ln < hl
+        st_h = np.where(short, 0, st)
+        h = self._rxnp[st_h[:, None] + _HDR_IDX].view(wire.WIRE_DTYPE).reshape(n)
+        vt, fl, dt, cnt = h["w0"], h["w1"], h["w3"], h["w12"].astype(np.int64)
         mt = vt & 0x0F
-        dt = w[W_DTYPE]
-        ok = (vt >> 4) == wire.VERSION and mt <= 3 and not (w[W_FLAGS] & 0xF0) and not (w[W_PMR] & 3) \
-            and dt < _NDTYPES
-        if ok:
-            plen = nbytes - wire.HEADER_LEN
-            if mt == MsgType.DATA:
-                isz = _ITEMSIZE[dt]
-                ok = 0 <= w[W_SEQ] < w[W_TOTAL] and not w[W_OFFSET] % isz and plen == w[W_COUNT] * isz
-            elif mt != MsgType.CONTROL:
-                ok = plen == (w[W_COUNT] + 7) >> 3
-        if not ok:
-            self._slow_parse(nbytes)
-            return
-        if w[W_JOB] != self.job_id or w[W_NONCE] != self.nonce:
-            c["foreign"] += 1
-            return
-        if self._rank_of.get(addr) != w[W_RANK]:
-            c["stray"] += 1
-            return
+        plen = ln - hl
+        isz = _ITEMSIZE_NP[dt]
+        is_data = mt == MsgType.DATA
+        ok = ~short & ((vt >> 4) == wire.VERSION) & (mt <= 3) & ((fl & 0xF0) == 0) & ((h["w2"] & 3) == 0) \
+            & (dt < _NDTYPES)
+        seq, total, off = h["w9"], h["w10"], h["w11"]
+        ok &= np.where(is_data, (seq < total) & (off % np.maximum(isz, 1) == 0) & (plen == cnt * isz),
+                       (mt == MsgType.CONTROL) | (plen == (cnt + 7) >> 3))
+        if not ok.all():
+            for i in np.flatnonzero(~ok).tolist():
+                self._slow_parse(starts[i], lens[i])
+        mine = ok & (h["w6"] == self.job_id) & (h["w13"] == self.nonce)
+        nforeign = int((ok & ~mine).sum())
+        if nforeign:
+            c["foreign"] += nforeign
+        srcv = np.array(src, np.int64)
+        good = mine & (srcv == h["w5"])
+        nstray = int((mine & ~good).sum())
+        if nstray:
+            c["stray"] += nstray
         now = time.monotonic()
-        if mt == MsgType.DATA:
-            self._on_data(w, nbytes, tos, now)
-        else:
-            self._on_feedback(w, mt, self._rxmv[wire.HEADER_LEN:nbytes], now)
+        data = good & is_data
+        if data.any():
+            di = np.flatnonzero(data)
+            rk, tid = h["w5"][di], h["w7"][di]
+            if (rk == rk[0]).all() and (tid == tid[0]).all():
+                groups = [di]
+            else:
+                key = rk.astype(np.int64) << 32 | tid.astype(np.int64)
+                groups = [di[key == k] for k in dict.fromkeys(key.tolist())]
+            tosv = np.array(tos_l, np.int64)
+            for g in groups:
+                self._on_data(int(h["w5"][g[0]]), int(h["w7"][g[0]]), h[g], st[g], ln[g], tosv[g], now)
+        fb = good & ~is_data
+        if fb.any():
+            unpack, mv = HDR.unpack_from, self._rxmv
+            for i in np.flatnonzero(fb).tolist():
+                s = starts[i]
+                self._on_feedback(unpack(mv, s), int(mt[i]), mv[s + hl: s + lens[i]], now)
 
-    def _slow_parse(self, nbytes: int) -> None:
+    def _slow_parse(self, start: int, nbytes: int) -> None:
         try:
-            wire.parse_datagram(self._rxmv, nbytes)
+            wire.parse_datagram(self._rxmv[start: start + nbytes], nbytes)
         except wire.WireError as e:
             self._malformed(e.field)
         else:

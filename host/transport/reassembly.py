@@ -46,28 +46,39 @@ class Reassembly:
         """Record an arrival; False if it is a duplicate (nothing changes)."""
         if self.arrived[seq]:
             return False
-        self.arrived[seq] = True
-        self.offsets[seq] = offset
-        self.counts[seq] = count
-        self.npackets += 1
-        self.nelems += count
-        if count > self.max_count:
-            self.max_count = count
-        end = offset + nbytes
-        if end > self.max_end:
-            self.max_end = end
-        if eligible and seq < self.min_eligible:
-            self.min_eligible = seq
-        if seq > self.max_seq:
-            self.max_seq = seq
-        if seq == self.total - 1:
-            self.last_seen = True
-        if seq == self.cum:
-            arrived, cum, total = self.arrived, self.cum + 1, self.total
-            while cum < total and arrived[cum]:
-                cum += 1
-            self.cum = cum
+        self.add_batch(np.array([seq], np.int64), np.array([offset], np.int64), np.array([count], np.int64),
+                       np.array([nbytes], np.int64), np.array([eligible], bool))
         return True
+
+    def add_batch(self, seqs: np.ndarray, offsets: np.ndarray, counts: np.ndarray, nbytes: np.ndarray,
+                  eligible: np.ndarray) -> None:
+        """Record arrivals of distinct seqs none of which has arrived yet (the caller filters duplicates)."""
+        if len(seqs) == 0:
+            return
+        self.arrived[seqs] = True
+        self.offsets[seqs] = offsets
+        self.counts[seqs] = counts
+        self.npackets += len(seqs)
+        self.nelems += int(counts.sum())
+        self.max_count = max(self.max_count, int(counts.max()))
+        self.max_end = max(self.max_end, int((offsets + nbytes).max()))
+        if eligible.any():
+            self.min_eligible = min(self.min_eligible, int(seqs[eligible].min()))
+        top = int(seqs.max())
+        if top > self.max_seq:
+            self.max_seq = top
+        if top == self.total - 1:
+            self.last_seen = True
+        arrived, cum, total = self.arrived, self.cum, self.total
+        while cum < total and arrived[cum]:  # advance over the run that now starts at cum, a window at a time
+            win = arrived[cum: cum + 4096]
+            k = int(np.argmin(win))
+            if win[k]:
+                cum += len(win)
+            else:
+                cum += k
+                break
+        self.cum = cum
 
     @property
     def complete(self) -> bool:

@@ -58,6 +58,22 @@ def test_delay_marks_when_rtt_grows():
     assert cc.delay_marks > 0 and cc.window() < w
 
 
+def test_a_stall_is_not_a_standing_queue():
+    """A few late ACKs (a stalled Python receiver) in otherwise fast windows never mark; a queue that holds every
+    sample of a window up does."""
+    cc = DctcpWindow(params(delay_target=0.002))
+    run_rtts(cc, 4, rtt=0.0005)
+    for _ in range(20):
+        pkts = int(cc.window() // MSS)
+        for i in range(pkts):
+            cc.on_ack(MSS, rtt=0.02 if i % 7 == 0 else 0.0005)
+    assert cc.delay_marks == 0 and cc.cuts == 0 and cc.in_slow_start
+    w = cc.window()
+    run_rtts(cc, 1, rtt=0.01)
+    run_rtts(cc, 1, rtt=0.01)
+    assert cc.delay_marks >= 1 and cc.cuts >= 1 and cc.window() < 2 * w
+
+
 def test_timeout_backs_off_and_ack_resets():
     cc = DctcpWindow(params())
     run_rtts(cc, 5)
