@@ -321,7 +321,10 @@ class Worker:
                 return
             if not self._training.is_set():
                 return
-            x = self.state.snapshot(mix=False)
+            # x at the tick time: mixing is a flow, so advancing the state now changes nothing later, while an
+            # unmixed x is x as of this worker's last event (up to a step old; over one step with eta = 0.29 the
+            # mixing moves x a fifth of the way to x~), so workers' snapshots would not be at the same time
+            x = self.state.snapshot(mix=True)
             loss = self._loss_sum / self._loss_n if self._loss_n else None
             self._loss_sum, self._loss_n = 0.0, 0
             self.client.send({"op": "progress", "steps": self.steps, "tick": tick,
