@@ -84,8 +84,9 @@ _IP_TOS_CMSG = socket.IP_TOS
 _GSO_MAX_SEGS = 64
 _GSO_MAX_BYTES = 65000
 _MAX_DGRAM = 1 << 16  # a receive slot: the largest UDP payload, or a GRO buffer
-_RX_BATCH = 256  # datagrams / GRO buffers drained per lock acquisition
-_RX_BUF = 2 << 20
+_RX_BATCH = 64  # receives drained per lock acquisition (more only delays the ACKs of the first ones)
+_RX_BATCH_BYTES = 192 << 10  # ... or this many bytes
+_RX_BUF = _RX_BATCH_BYTES + _MAX_DGRAM
 
 
 def decode_words(buf) -> tuple[int, ...]:
@@ -1104,12 +1105,12 @@ class Endpoint:
         sock, mv, wake = self._sock, self._rxmv, self._wake_r
         recv = sock.recvmsg_into
         ancsize = 2 * socket.CMSG_SPACE(4)
-        limit = len(mv) - _MAX_DGRAM
+        limit = _RX_BATCH_BYTES
         while not self._closed:
             pos = 0
             recs: list[tuple] = []
             try:
-                while pos <= limit and len(recs) < _RX_BATCH:
+                while pos < limit and len(recs) < _RX_BATCH:
                     nbytes, anc, _fl, addr = recv([mv[pos: pos + _MAX_DGRAM]], ancsize)
                     recs.append((pos, nbytes, anc, addr))
                     pos += nbytes
