@@ -77,8 +77,8 @@ _HDR_IDX = np.arange(wire.HEADER_LEN, dtype=np.int64)
 #: A send of up to ``_GSO_MAX_SEGS`` equal-size datagrams is one ``sendmsg`` whose UDP_SEGMENT control message
 #: tells the kernel where to cut; the receive side asks for UDP_GRO so the kernel may hand back runs of same-size
 #: datagrams of one flow as one buffer (the control message gives the segment size). The wire is unchanged: every
-#: datagram on the link is an ordinary DLCP packet. A kernel or interface that refuses (no checksum offload, as on
-#: the testbed's offload-free veths) makes the endpoint fall back to one datagram per sendmsg for good.
+#: datagram on the link is an ordinary DLCP packet (on an interface with offloads off the kernel cuts the buffer
+#: before the link). A kernel that refuses UDP_SEGMENT makes the endpoint fall back to one datagram per sendmsg.
 _SOL_UDP, _UDP_SEGMENT, _UDP_GRO = 17, 103, 104
 _IP_TOS_CMSG = socket.IP_TOS
 _GSO_MAX_SEGS = 64
