@@ -70,8 +70,6 @@ _CTL = struct.Struct("!BI")
 _REORDER_PKTS = 3  # a packet is lost when 3 packets sent after it have been ACKed (as TCP's dupthresh)
 _TOS_CONTROL = tos_byte(CONTROL_PRIORITY, False)
 _F_ELIGIBLE, _F_ECN_ECHO = int(Flag.DROP_ELIGIBLE), int(Flag.ECN_ECHO)
-_ITEMSIZE_NP = np.array(_ITEMSIZE, np.int64)
-_HDR_IDX = np.arange(wire.HEADER_LEN, dtype=np.int64)
 
 # --- segmentation offload (Linux UDP GSO/GRO, as QUIC stacks use them) -------------------------------------------
 #: A send of up to ``_GSO_MAX_SEGS`` equal-size datagrams is one ``sendmsg`` whose UDP_SEGMENT control message
@@ -87,6 +85,7 @@ _MAX_DGRAM = 1 << 16  # a receive slot: the largest UDP payload, or a GRO buffer
 _RX_BATCH = 64  # receives drained per lock acquisition (more only delays the ACKs of the first ones)
 _RX_BATCH_BYTES = 192 << 10  # ... or this many bytes
 _RX_BUF = _RX_BATCH_BYTES + _MAX_DGRAM
+_BATCH_MIN = 16  # packets of one transfer in one batch from which Reassembly takes arrays
 
 
 def decode_words(buf) -> tuple[int, ...]:
@@ -363,7 +362,6 @@ class Endpoint:
         self._malformed_by_field: dict[str, int] = {}
         self._rxbuf = bytearray(_RX_BUF)
         self._rxmv = memoryview(self._rxbuf)
-        self._rxnp = np.frombuffer(self._rxbuf, np.uint8)
         self._rx_thread = threading.Thread(target=self._rx_loop, name=f"dlcp-rx-{rank}", daemon=True)
         self._tx_thread = threading.Thread(target=self._tx_loop, name=f"dlcp-tx-{rank}", daemon=True)
         self._rx_thread.start()
@@ -544,12 +542,15 @@ class Endpoint:
             self._staged_bytes -= n
             inc.stage = None
 
-    def _on_data(self, rank: int, tid: int, h: np.ndarray, starts: np.ndarray, lens: np.ndarray, tos: np.ndarray,
-                 now: float) -> None:
-        """Data packets of one transfer from one batch (in arrival order): the vector form of one-at-a-time."""
+    def _on_data(self, key: tuple[int, int], items: list[tuple], now: float) -> None:
+        """The data packets of one transfer from one receive batch, in arrival order: ``(words, start, length,
+        tos)`` each. Payloads are copied one slice each; the bookkeeping goes to ``Reassembly`` one packet at a time
+        for a few packets and as arrays for many (numpy's per-call cost beats Python's per-packet cost only
+        then)."""
         c = self._c
-        key = (rank, tid)
-        n = len(h)
+        rank, tid = key
+        n = len(items)
+        w0 = items[0][0]
         inc = self._incoming.get(key)
         if inc is None:
             tomb = self._tomb.get(key)
@@ -558,100 +559,108 @@ class Endpoint:
                 if tomb is None or (tomb[0] == "done" and now - tomb[1] > 0.001):
                     if tomb is not None:
                         tomb[1] = now
-                    self._send_done(rank, tid, int(h["w8"][0]), int(h["w10"][0]), -1)
+                    self._send_done(rank, tid, w0[W_STEP], w0[W_TOTAL], -1)
                 return
             if self._staged_bytes >= self.opts.max_staged_bytes:
                 c["unclaimed_dropped"] += n
                 return
             inc = self._incoming[key] = _In(rank, tid, now)
-        total, dtype = h["w10"], h["w3"]
         st = inc.st
         if st is None:
-            st = inc.st = Reassembly(int(total[0]))
-            inc.dtype, inc.step, inc.layer = int(dtype[0]), int(h["w8"][0]), int(h["w4"][0])
+            st = inc.st = Reassembly(w0[W_TOTAL])
+            inc.dtype, inc.step, inc.layer = w0[W_DTYPE], w0[W_STEP], w0[W_LAYER]
             inc.first_arrival = now
             inc.nack_interval = self.opts.nack_interval
             if inc.tv is not None and int(inc.tv.dtype) != inc.dtype:
                 self._fail_in(inc, f"carries {DType(inc.dtype).name}, recv() was given {inc.tv.dtype.name}")
                 return
-        ok = (total == st.total) & (dtype == inc.dtype)
-        seq = h["w9"].astype(np.int64)
-        # duplicates: arrived before, or repeated within this batch (the first copy counts)
-        fresh = ok & ~st.arrived[np.where(ok, seq, 0)]
-        if n > 1 and fresh.sum() > 1:
-            sub = np.flatnonzero(fresh)
-            _, first = np.unique(seq[sub], return_index=True)
-            if len(first) < len(sub):
-                keep = np.zeros(n, bool)
-                keep[sub[first]] = True
-                fresh &= keep
-        nbad = n - int(ok.sum())
-        ndup = n - nbad - int(fresh.sum())
-        if nbad:
-            c["inconsistent"] += nbad
-        if ndup:
-            inc.dups += ndup
-            c["duplicates"] += ndup
-            inc.since_ack += ndup
-            self._ack_pending.add(key)
-        if ndup + nbad == n:
-            return
-        if ndup + nbad:
-            seq, h, starts, lens, tos = seq[fresh], h[fresh], starts[fresh], lens[fresh], tos[fresh]
+        total, dtype, arrived = st.total, inc.dtype, st.arrived
         hl = wire.HEADER_LEN
-        offset = h["w11"].astype(np.int64)
-        plen = lens - hl
-        end = offset + plen
-        top = int(end.max())
+        src = self._rxmv
         if inc.dst is not None:
             dst = inc.dst
-            if top > len(dst):
-                j = int(np.argmax(end > len(dst)))
-                self._fail_in(inc, f"packet {int(seq[j])} ends at byte {int(end[j])}, the out buffer has {len(dst)}")
-                return
         else:
+            top = max(w[W_OFFSET] + ln - hl for w, _s, ln, _t in items)
             stage = inc.stage
             if top > len(stage):
                 grow = max(top, 2 * len(stage)) - len(stage)
                 stage.extend(bytes(grow))
                 self._staged_bytes += grow
             dst = memoryview(stage)
-        src = self._rxmv
-        for o, e, s, ln in zip(offset.tolist(), end.tolist(), starts.tolist(), lens.tolist()):
-            dst[o:e] = src[s + hl: s + ln]
-        counts = h["w12"].astype(np.int64)
-        elig = (h["w1"] & _F_ELIGIBLE) != 0
-        ce = (tos & 3) == wire.ECN_CE
-        nce = int(ce.sum())
-        if nce:
-            inc.ce_marks += nce
-            c["ecn_ce_rx"] += nce
-        # DCTCP receiver: an ACK goes out before the first packet whose CE state differs from the previous one
-        if nce == 0 and not inc.ce_state or nce == len(ce) and inc.ce_state:
-            cuts = [0, len(seq)]
-        else:
-            change = np.flatnonzero(ce[1:] != ce[:-1]) + 1
-            cuts = [0, *change.tolist(), len(seq)]
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            run_ce = bool(ce[a])
-            if run_ce != inc.ce_state:
+        cap = len(dst)
+        batch = n >= _BATCH_MIN
+        seen: set[int] = set()
+        seqs: list[int] = []
+        offs: list[int] = []
+        cnts: list[int] = []
+        plens: list[int] = []
+        eligs: list[bool] = []
+        got = fresh = 0
+        for w, s, ln, tos in items:
+            seq = w[W_SEQ]
+            if w[W_TOTAL] != total or w[W_DTYPE] != dtype:
+                c["inconsistent"] += 1
+                continue
+            if arrived[seq] or seq in seen:
+                inc.dups += 1
+                c["duplicates"] += 1
+                inc.since_ack += 1
+                self._ack_pending.add(key)
+                continue
+            off = w[W_OFFSET]
+            plen = ln - hl
+            if off + plen > cap:
+                self._fail_in(inc, f"packet {seq} ends at byte {off + plen}, the out buffer has {cap}")
+                return
+            dst[off: off + plen] = src[s + hl: s + ln]
+            ce = (tos & 3) == wire.ECN_CE
+            if ce:
+                inc.ce_marks += 1
+                c["ecn_ce_rx"] += 1
+            if ce != inc.ce_state:  # DCTCP receiver: ACK the packets before the first with the other CE state
+                if seqs:
+                    Endpoint._add_arrivals(st, seqs, offs, cnts, plens, eligs)
+                    seqs, offs, cnts, plens, eligs = [], [], [], [], []
                 if inc.since_ack:
                     self._send_ack(inc)
-                inc.ce_state = run_ce
-            st.add_batch(seq[a:b], offset[a:b], counts[a:b], plen[a:b], elig[a:b])
-            inc.since_ack += b - a
+                inc.ce_state = ce
+            elig = bool(w[W_FLAGS] & _F_ELIGIBLE)
+            if batch:
+                seen.add(seq)
+                seqs.append(seq)
+                offs.append(off)
+                cnts.append(w[W_COUNT])
+                plens.append(plen)
+                eligs.append(elig)
+            else:
+                st.add(seq, off, w[W_COUNT], plen, elig)
+            inc.since_ack += 1
+            got += plen
+            fresh += 1
+        if seqs:
+            Endpoint._add_arrivals(st, seqs, offs, cnts, plens, eligs)
+        if not fresh:
+            return
         inc.last_arrival = now
-        got = int(plen.sum())
         inc.bytes += got
         inc.nack_interval = self.opts.nack_interval
-        c["rx_data_packets"] += len(seq)
         c["rx_bytes"] += got
+        c["rx_data_packets"] += fresh
         if st.complete:
             self._complete_in(inc, now)
-        elif inc.since_ack >= self.opts.ack_every or st.total - 1 in seq:
+        elif inc.since_ack >= self.opts.ack_every or st.last_seen and inc.since_ack:
             self._send_ack(inc)
         else:
             self._ack_pending.add(key)
+
+    @staticmethod
+    def _add_arrivals(st: Reassembly, seqs, offs, cnts, plens, eligs) -> None:
+        if len(seqs) < _BATCH_MIN:
+            for a in zip(seqs, offs, cnts, plens, eligs):
+                st.add(*a)
+        else:
+            st.add_batch(np.array(seqs, np.int64), np.array(offs, np.int64), np.array(cnts, np.int64),
+                         np.array(plens, np.int64), np.array(eligs, bool))
 
     def _fail_in(self, inc: _In, why: str) -> None:
         self._c["inconsistent"] += 1
@@ -1142,85 +1151,67 @@ class Endpoint:
 
     def _handle(self, recs: list[tuple]) -> None:
         """One batch of received buffers ``(position, bytes, ancillary data, source)``: split GRO buffers into
-        datagrams, check every header at once, then hand data to :meth:`_on_data` per transfer and feedback to
-        :meth:`_on_feedback` one message at a time. Anything failing the cheap checks is re-parsed by
-        ``wire.parse_datagram`` to name the bad field."""
+        datagrams, check each header (one ``struct`` unpack and a few integer tests; anything failing them is
+        re-parsed by ``wire.parse_datagram`` to name the bad field), group data packets per transfer for
+        :meth:`_on_data`, and hand feedback to :meth:`_on_feedback` one message at a time."""
         c = self._c
         hl = wire.HEADER_LEN
-        starts: list[int] = []
-        lens: list[int] = []
-        tos_l: list[int] = []
-        src: list[int] = []
-        rank_of = self._rank_of
+        mv, unpack, rank_of = self._rxmv, HDR.unpack_from, self._rank_of
+        job, nonce = self.job_id, self.nonce
+        groups: dict[tuple[int, int], list[tuple]] = {}
+        feedback: list[tuple] = []
+        ndgrams = 0
         for pos, nbytes, anc, addr in recs:
-            tos, seg = 0, 0
+            tos = seg = 0
             for lvl, typ, data in anc:
                 if typ == _IP_TOS_CMSG and lvl == socket.IPPROTO_IP:
                     tos = data[0]
                 elif typ == _UDP_GRO and lvl == _SOL_UDP:
                     seg = int.from_bytes(data[:4], sys.byteorder)
-            r = rank_of.get(addr, -1)
             if seg and nbytes > seg:
-                k = -(-nbytes // seg)
                 c["rx_gro_buffers"] += 1
-                starts.extend(range(pos, pos + nbytes, seg))
-                lens.extend([seg] * (k - 1))
-                lens.append(nbytes - (k - 1) * seg)
-                tos_l.extend([tos] * k)
-                src.extend([r] * k)
+                segs = [(s, min(seg, pos + nbytes - s)) for s in range(pos, pos + nbytes, seg)]
             else:
-                starts.append(pos)
-                lens.append(nbytes)
-                tos_l.append(tos)
-                src.append(r)
-        n = len(starts)
-        c["rx_datagrams"] += n
-        st = np.array(starts, np.int64)
-        ln = np.array(lens, np.int64)
-        short = ln < hl
-        st_h = np.where(short, 0, st)
-        h = self._rxnp[st_h[:, None] + _HDR_IDX].view(wire.WIRE_DTYPE).reshape(n)
-        vt, fl, dt, cnt = h["w0"], h["w1"], h["w3"], h["w12"].astype(np.int64)
-        mt = vt & 0x0F
-        plen = ln - hl
-        isz = _ITEMSIZE_NP[dt]
-        is_data = mt == MsgType.DATA
-        ok = ~short & ((vt >> 4) == wire.VERSION) & (mt <= 3) & ((fl & 0xF0) == 0) & ((h["w2"] & 3) == 0) \
-            & (dt < _NDTYPES)
-        seq, total, off = h["w9"], h["w10"], h["w11"]
-        ok &= np.where(is_data, (seq < total) & (off % np.maximum(isz, 1) == 0) & (plen == cnt * isz),
-                       (mt == MsgType.CONTROL) | (plen == (cnt + 7) >> 3))
-        if not ok.all():
-            for i in np.flatnonzero(~ok).tolist():
-                self._slow_parse(starts[i], lens[i])
-        mine = ok & (h["w6"] == self.job_id) & (h["w13"] == self.nonce)
-        nforeign = int((ok & ~mine).sum())
-        if nforeign:
-            c["foreign"] += nforeign
-        srcv = np.array(src, np.int64)
-        good = mine & (srcv == h["w5"])
-        nstray = int((mine & ~good).sum())
-        if nstray:
-            c["stray"] += nstray
+                segs = [(pos, nbytes)]
+            src = rank_of.get(addr)
+            for s, ln in segs:
+                ndgrams += 1
+                if ln < hl:
+                    self._slow_parse(s, ln)
+                    continue
+                w = unpack(mv, s)
+                vt = w[W_VT]
+                mt = vt & 0x0F
+                dt = w[W_DTYPE]
+                ok = (vt >> 4) == wire.VERSION and mt <= 3 and not (w[W_FLAGS] & 0xF0) and not (w[W_PMR] & 3) \
+                    and dt < _NDTYPES
+                if ok:
+                    plen = ln - hl
+                    if mt == MsgType.DATA:
+                        isz = _ITEMSIZE[dt]
+                        ok = 0 <= w[W_SEQ] < w[W_TOTAL] and not w[W_OFFSET] % isz and plen == w[W_COUNT] * isz
+                    elif mt != MsgType.CONTROL:
+                        ok = plen == (w[W_COUNT] + 7) >> 3
+                if not ok:
+                    self._slow_parse(s, ln)
+                elif w[W_JOB] != job or w[W_NONCE] != nonce:
+                    c["foreign"] += 1
+                elif src != w[W_RANK]:
+                    c["stray"] += 1
+                elif mt == MsgType.DATA:
+                    key = (w[W_RANK], w[W_TID])
+                    g = groups.get(key)
+                    if g is None:
+                        g = groups[key] = []
+                    g.append((w, s, ln, tos))
+                else:
+                    feedback.append((w, mt, s, ln))
+        c["rx_datagrams"] += ndgrams
         now = time.monotonic()
-        data = good & is_data
-        if data.any():
-            di = np.flatnonzero(data)
-            rk, tid = h["w5"][di], h["w7"][di]
-            if (rk == rk[0]).all() and (tid == tid[0]).all():
-                groups = [di]
-            else:
-                key = rk.astype(np.int64) << 32 | tid.astype(np.int64)
-                groups = [di[key == k] for k in dict.fromkeys(key.tolist())]
-            tosv = np.array(tos_l, np.int64)
-            for g in groups:
-                self._on_data(int(h["w5"][g[0]]), int(h["w7"][g[0]]), h[g], st[g], ln[g], tosv[g], now)
-        fb = good & ~is_data
-        if fb.any():
-            unpack, mv = HDR.unpack_from, self._rxmv
-            for i in np.flatnonzero(fb).tolist():
-                s = starts[i]
-                self._on_feedback(unpack(mv, s), int(mt[i]), mv[s + hl: s + lens[i]], now)
+        for key, items in groups.items():
+            self._on_data(key, items, now)
+        for w, mt, s, ln in feedback:
+            self._on_feedback(w, mt, mv[s + hl: s + ln], now)
 
     def _slow_parse(self, start: int, nbytes: int) -> None:
         try:

@@ -43,11 +43,28 @@ class Reassembly:
         self.max_seq = -1  # highest seq arrived: beyond it packets may simply not have been sent yet
 
     def add(self, seq: int, offset: int, count: int, nbytes: int, eligible: bool) -> bool:
-        """Record an arrival; False if it is a duplicate (nothing changes)."""
+        """Record an arrival; False if it is a duplicate (nothing changes). The scalar form of :meth:`add_batch`
+        (numpy per call costs more than Python for a handful of packets)."""
         if self.arrived[seq]:
             return False
-        self.add_batch(np.array([seq], np.int64), np.array([offset], np.int64), np.array([count], np.int64),
-                       np.array([nbytes], np.int64), np.array([eligible], bool))
+        self.arrived[seq] = True
+        self.offsets[seq] = offset
+        self.counts[seq] = count
+        self.npackets += 1
+        self.nelems += count
+        if count > self.max_count:
+            self.max_count = count
+        end = offset + nbytes
+        if end > self.max_end:
+            self.max_end = end
+        if eligible and seq < self.min_eligible:
+            self.min_eligible = seq
+        if seq > self.max_seq:
+            self.max_seq = seq
+        if seq == self.total - 1:
+            self.last_seen = True
+        if seq == self.cum:
+            self._advance_cum()
         return True
 
     def add_batch(self, seqs: np.ndarray, offsets: np.ndarray, counts: np.ndarray, nbytes: np.ndarray,
@@ -69,8 +86,14 @@ class Reassembly:
             self.max_seq = top
         if top == self.total - 1:
             self.last_seen = True
+        if self.arrived[self.cum] if self.cum < self.total else False:
+            self._advance_cum()
+
+    def _advance_cum(self) -> None:
+        """Move ``cum`` over the run of arrived seqs that starts at it (a numpy window at a time: filling a hole
+        can join a long run)."""
         arrived, cum, total = self.arrived, self.cum, self.total
-        while cum < total and arrived[cum]:  # advance over the run that now starts at cum, a window at a time
+        while cum < total and arrived[cum]:
             win = arrived[cum: cum + 4096]
             k = int(np.argmin(win))
             if win[k]:

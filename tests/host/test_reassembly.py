@@ -81,3 +81,27 @@ def test_bounded_loss_rule(n, mtu, p, dt, loss, seed):
     assert lost == [tuple(x) for x in expect.tolist()]
     assert np.all(plan.eligible[dropped])
     assert sum(b - a for a, b in lost) <= p * n + 1e-9
+
+
+@settings(max_examples=60, deadline=None)
+@given(total=st.integers(1, 300), data=st.data())
+def test_add_batch_is_the_same_as_adding_one_at_a_time(total, data):
+    """The receive path records a few packets with add() and many with add_batch(): both must leave the same state."""
+    order = data.draw(st.permutations(range(total)))
+    cut = data.draw(st.integers(0, total))
+    elig = data.draw(st.lists(st.booleans(), min_size=total, max_size=total))
+    one, many = Reassembly(total), Reassembly(total)
+    for s in order[:cut]:
+        one.add(s, s * 40, 10, 40, elig[s])
+    sizes = data.draw(st.lists(st.integers(1, 40), min_size=1, max_size=20))
+    i = 0
+    for k in sizes:  # a prefix of order[:cut] in batches, the rest one at a time
+        part = np.array(order[i:min(i + k, cut)], np.int64)
+        many.add_batch(part, part * 40, np.full(len(part), 10), np.full(len(part), 40), np.array(elig, bool)[part])
+        i += len(part)
+    for s in order[i:cut]:
+        many.add(s, s * 40, 10, 40, elig[s])
+    for f in ("cum", "min_eligible", "npackets", "nelems", "max_count", "last_seen", "max_end", "max_seq"):
+        assert getattr(one, f) == getattr(many, f), f
+    assert np.array_equal(one.arrived, many.arrived) and np.array_equal(one.offsets, many.offsets)
+    assert np.array_equal(one.counts, many.counts)
