@@ -15,7 +15,9 @@ clock passed in, never sockets, so it is tested alone (``tests/host/test_cc.py``
 * **DCTCP.** Once per observation window (about one cwnd of ACKed bytes) ``alpha <- (1-g) alpha + g F`` with F the
   marked fraction; if anything was marked the window shrinks to ``cwnd (1 - alpha/2)`` and slow start ends.
 * **Slow start** doubles the window per RTT (cwnd += ACKed bytes) until the first mark or ``ssthresh``; then
-  additive increase of one MSS per RTT.
+  additive increase of one MSS per RTT. As Linux's HyStart, slow start also ends (without a cut) once the
+  window's smallest RTT sample exceeds ``min_rtt + hystart_delay``: doubling into a drop-tail queue (tbf) would
+  otherwise overshoot it by a whole window and lose hundreds of packets before the delay mark fires.
 * **Pacing**: the sender spreads a window over the smoothed RTT at ``pacing_gain`` (2 in slow start, 1.25 after).
 * **Timeouts** (no feedback at all for ``rto``): ssthresh = cwnd/2, cwnd back to the initial window, rto doubles
   (up to ``rto_max``); the next ACK resets the backoff.
@@ -36,6 +38,7 @@ class CCParams:
     max_cwnd_bytes: int = 4 << 20
     g: float = 1.0 / 16  # DCTCP gain
     delay_target: float | None = 0.010  # standing queue over min RTT that marks; None = ECN marks only (see above)
+    hystart_delay: float | None = 0.004  # slow start ends when the window's min RTT rises this much
     rto_min: float = 0.02  # Python scheduling stalls of several ms must not look like loss
     rto_max: float = 0.5
     rto_init: float = 0.05
@@ -67,6 +70,7 @@ class DctcpWindow:
     delay_marks: int = 0
     cuts: int = 0
     timeouts: int = 0
+    hystart_exits: int = 0
 
     def __post_init__(self) -> None:
         if self.cwnd <= 0:
@@ -113,6 +117,10 @@ class DctcpWindow:
                 self._win_min_rtt = min(self._win_min_rtt, max(rtt, self.p.min_rtt_floor))
                 self._win_samples += 1
                 delay = self._win_samples >= 2 and self.is_delay_mark(self._win_min_rtt)
+                if (self.in_slow_start and self._win_samples >= 2 and self.p.hystart_delay is not None
+                        and self._win_min_rtt > self.min_rtt + self.p.hystart_delay):
+                    self.ssthresh = self.cwnd
+                    self.hystart_exits += 1
             self.on_rtt(rtt)
         if acked <= 0:
             return
@@ -166,4 +174,4 @@ class DctcpWindow:
                 "min_rtt_us": None if self.min_rtt is None else round(self.min_rtt * 1e6, 1),
                 "rto_ms": round(self.rto * 1e3, 3), "pacing_gbps": round(self.pacing_rate() * 8e-9, 3)
                 if self.srtt else None, "ecn_marks": self.ecn_marks, "delay_marks": self.delay_marks,
-                "cuts": self.cuts, "timeouts": self.timeouts}
+                "cuts": self.cuts, "timeouts": self.timeouts, "hystart_exits": self.hystart_exits}

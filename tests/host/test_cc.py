@@ -74,6 +74,22 @@ def test_a_stall_is_not_a_standing_queue():
     assert cc.delay_marks >= 1 and cc.cuts >= 1 and cc.window() < 2 * w
 
 
+def test_hystart_ends_slow_start_on_rising_rtt_without_a_cut():
+    cc = DctcpWindow(params(delay_target=0.010, hystart_delay=0.004))
+    run_rtts(cc, 3, rtt=0.001)
+    assert cc.in_slow_start
+    w = cc.window()
+    run_rtts(cc, 1, rtt=0.006)  # a queue of 5 ms: above the HyStart threshold, below the delay mark
+    assert not cc.in_slow_start and cc.hystart_exits == 1 and cc.cuts == 0 and cc.window() >= w
+    w = cc.window()
+    run_rtts(cc, 5, rtt=0.006)
+    assert cc.window() < 1.2 * w  # additive increase now, not doubling
+    off = DctcpWindow(params(delay_target=0.010, hystart_delay=None))
+    run_rtts(off, 3, rtt=0.001)
+    run_rtts(off, 1, rtt=0.006)
+    assert off.in_slow_start
+
+
 def test_timeout_backs_off_and_ack_resets():
     cc = DctcpWindow(params())
     run_rtts(cc, 5)
