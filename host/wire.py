@@ -24,7 +24,7 @@ import numpy as np
 
 __all__ = [
     "UDP_PORT", "VERSION", "HEADER_LEN", "FIELDS", "Field", "MsgType", "Flag", "DType", "Header", "WireError",
-    "WIRE_DTYPE", "FIELDS_DTYPE", "pack_batch", "unpack_batch", "headers_to_batch", "batch_row", "parse_datagram", "pack_bitmap", "unpack_bitmap",
+    "WIRE_DTYPE", "FIELDS_DTYPE", "field_word", "pack_batch", "unpack_batch", "headers_to_batch", "batch_row", "parse_datagram", "pack_bitmap", "unpack_bitmap",
     "ECN_NOT_ECT", "ECN_ECT0", "ECN_CE", "dscp_for_priority",
 ]
 
@@ -181,6 +181,16 @@ def _layout(fields: tuple[Field, ...]) -> tuple[_Word, ...]:
 
 _WORDS = _layout(FIELDS)
 HEADER_LEN: int = sum(w.size for w in _WORDS)
+
+
+def field_word(name: str) -> tuple[str, int]:
+    """The :data:`WIRE_DTYPE` column (``"w<i>"``) holding field ``name``, and the field's shift inside that word."""
+    for i, w in enumerate(_WORDS):
+        for member, shift, _bits in w.members:
+            if member == name:
+                return f"w{i}", shift
+    raise KeyError(f"no DLCP header field {name!r}")
+
 _STRUCT = struct.Struct("!" + "".join({1: "B", 2: "H", 4: "I"}[w.size] for w in _WORDS))
 assert _STRUCT.size == HEADER_LEN == 36
 

@@ -33,6 +33,11 @@ IPV4_UDP_OVERHEAD = 28
 MAX_UDP_PAYLOAD = 65507
 
 
+_W_FLAGS, _W_SEQ, _W_OFFSET, _W_COUNT = (wire.field_word(f)[0] for f in ("flags", "seq", "offset", "count"))
+_W_MAG, _MAG_SHIFT = wire.field_word("mag_class")
+assert all(wire.field_word(f)[1] == 0 for f in ("flags", "seq", "offset", "count")), "per-packet fields fill their words"
+
+
 def payload_capacity(mtu: int) -> int:
     """Bytes of tensor data one packet carries at this path MTU."""
     cap = min(mtu - IPV4_UDP_OVERHEAD, MAX_UDP_PAYLOAD) - wire.HEADER_LEN
@@ -87,29 +92,24 @@ def plan_packets(*, nelems: int, dtype: DType, mtu: int,
         if elig_pos.shape != (npk,):
             raise ValueError(f"policy classified {elig_pos.shape} packets, the plan has {npk}")
     # seq order: protected positions first, then eligible ones, each in position order (stable)
-    order = np.argsort(elig_pos, kind="stable")
-    h = np.zeros(npk, dtype=wire.FIELDS_DTYPE)
-    h["version"] = wire.VERSION
-    h["msg_type"] = MsgType.DATA
+    order = np.argsort(elig_pos, kind="stable") if elig_pos.any() else np.arange(npk, dtype=np.int64)
     eligible = elig_pos[order]
-    flags = np.where(eligible, int(Flag.DROP_ELIGIBLE), 0).astype(np.uint8)
+    mag = mag_pos[order]
+    cnt = counts[order]
+    offsets = order * (chunk * itemsize)
+    # every header is the transfer's template (one Header.pack, checked there) with its per-packet words set:
+    # numpy's per-call cost, not the packet count, is what a small transfer pays, so this stays a handful of calls
+    template = wire.Header(msg_type=MsgType.DATA, priority=priority, dtype=DType(dtype), layer=layer, rank=rank,
+                           job_id=job_id, transfer_id=transfer_id, step=step, total=npk, nonce=nonce).pack()
+    h = np.repeat(np.frombuffer(template, wire.WIRE_DTYPE), npk)
+    flags = np.where(eligible, np.uint8(int(Flag.DROP_ELIGIBLE)), np.uint8(0))
     flags[-1] |= int(Flag.LAST)
-    h["flags"] = flags
-    h["priority"] = priority
-    h["mag_class"] = mag_pos[order]
-    h["dtype"] = int(dtype)
-    h["layer"] = layer
-    h["rank"] = rank
-    h["job_id"] = job_id
-    h["transfer_id"] = transfer_id
-    h["step"] = step
-    h["seq"] = np.arange(npk, dtype=np.uint32)
-    h["total"] = npk
-    offsets = order * chunk * itemsize
-    h["offset"] = offsets
-    h["count"] = counts[order]
-    h["nonce"] = nonce
+    h[_W_FLAGS] = flags
+    if mag.any():
+        h[_W_MAG] = h[_W_MAG] | (mag.astype(h[_W_MAG].dtype) << _MAG_SHIFT)
+    h[_W_SEQ] = np.arange(npk, dtype=np.uint32)
+    h[_W_OFFSET] = offsets
+    h[_W_COUNT] = cnt
     tos = np.where(eligible, tos_byte(priority, True), tos_byte(priority, False)).astype(np.uint8)
-    return Plan(total=npk, chunk=chunk, offsets=offsets.astype(np.int64),
-                lengths=(counts[order] * itemsize).astype(np.int64), eligible=eligible,
-                headers=wire.pack_batch(h), tos=tos)
+    return Plan(total=npk, chunk=chunk, offsets=offsets.astype(np.int64), lengths=(cnt * itemsize).astype(np.int64),
+                eligible=eligible, headers=h, tos=tos)

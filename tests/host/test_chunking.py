@@ -56,6 +56,15 @@ def test_plan_covers_tensor_protected_first(n, mtu, dt, p):
     assert np.all((plan.tos & 3) == np.where(el, wire.ECN_NOT_ECT, wire.ECN_ECT0))
     assert np.all(plan.tos >> 2 == wire.dscp_for_priority(int(h["priority"][0])))
     assert (plan.lengths[el].sum() // isz) <= np.floor(p * n + 1e-9)
+    # every header field: the transfer's constants, and each packet's own offset, count and magnitude class
+    order_pos = plan.offsets // (chunk * isz)
+    assert np.array_equal(h["mag_class"], np.asarray(cls.mag_class)[order_pos])
+    assert np.array_equal(h["offset"], plan.offsets) and np.array_equal(h["count"].astype(np.int64) * isz,
+                                                                         plan.lengths)
+    for name, want in (("total", npk), ("rank", 3), ("job_id", 9), ("transfer_id", 5), ("nonce", 7),
+                       ("layer", 0), ("dtype", int(dt)), ("priority", cls.priority), ("msg_type", 0),
+                       ("version", wire.VERSION), ("reserved", 0), ("step", 0)):
+        assert np.all(h[name] == want), name
 
 
 def test_fast_decode_matches_wire_header():

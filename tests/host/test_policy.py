@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from host.policy import (DATA_PRIORITY_MAX, DATA_PRIORITY_MIN, LayerMagnitudePolicy, as_float_view,
-                         eligible_smallest, magnitude_classes, packet_mean_abs)
+                         eligible_smallest, magnitude_classes, octile_edges, packet_mean_abs)
 
 
 def test_layer_priority_front_layers_higher():
@@ -74,3 +74,10 @@ def test_eligible_elements_never_exceed_bound(n, chunk, p, seed):
         if prot.any():
             assert means[cls.eligible].max() <= means[prot].min()
     assert cls.mag_class.shape == (npk,) and cls.mag_class.max(initial=0) <= 7
+
+
+@settings(max_examples=200, deadline=None)
+@given(vals=st.lists(st.floats(0, 1e30, allow_nan=False), min_size=1, max_size=80))
+def test_octile_edges_equal_numpy_quantile(vals):
+    a = np.array(vals, np.float64)
+    assert np.array_equal(octile_edges(a), np.quantile(a, np.arange(1, 8) / 8.0))
