@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import torch
 
 __all__ = ["SparseWireError", "SegmentSpec", "Segment", "index_dtype", "index_width", "segment_bytes",
@@ -91,12 +92,16 @@ def message_bytes(specs: Sequence[SegmentSpec], value_size: int) -> int:
     return sum(segment_bytes(s, value_size) for s in specs)
 
 
+_NP_INDEX = {torch.uint8: np.uint8, torch.uint16: np.uint16, torch.uint32: np.uint32}
+
+
 def encode(specs: Sequence[SegmentSpec], segments: Sequence[Segment], value_dtype: torch.dtype) -> torch.Tensor:
     """One ``uint8`` message holding ``segments`` (in ``specs`` order, one each)."""
     if len(specs) != len(segments):
         raise ValueError(f"{len(segments)} segments for {len(specs)} segment specs")
     vsize = torch.empty(0, dtype=value_dtype).element_size()
     buf = torch.zeros(message_bytes(specs, vsize), dtype=torch.uint8)
+    bn = buf.numpy()
     off = 0
     for i, (spec, seg) in enumerate(zip(specs, segments)):
         n = int(seg.indices.numel())
@@ -106,17 +111,17 @@ def encode(specs: Sequence[SegmentSpec], segments: Sequence[Segment], value_dtyp
             raise ValueError(f"segment {i} (tag {spec.tag}): {n} entries exceed its capacity {spec.capacity}")
         if seg.tag != spec.tag:
             raise ValueError(f"segment {i}: tag {seg.tag}, expected {spec.tag}")
-        if n and (int(seg.indices.min()) < 0 or int(seg.indices.max()) >= spec.block_len):
+        idx = seg.indices.detach().reshape(-1).numpy()
+        if n and (int(idx.min()) < 0 or int(idx.max()) >= spec.block_len):
             raise ValueError(f"segment {i} (tag {spec.tag}): index outside block of {spec.block_len} elements")
         if seg.values.dtype != value_dtype:
             raise ValueError(f"segment {i}: values are {seg.values.dtype}, message carries {value_dtype}")
-        buf[off:off + HEADER_BYTES].view(torch.int32).copy_(
-            torch.tensor([n, spec.tag, spec.block_len, spec.capacity, vsize, 0], dtype=torch.int32))
+        bn[off:off + HEADER_BYTES].view(np.int32)[:] = (n, spec.tag, spec.block_len, spec.capacity, vsize, 0)
         p = off + HEADER_BYTES
         idt = index_dtype(spec.block_len)
         iw = index_width(spec.block_len)
         if n:
-            buf[p:p + n * iw].view(idt).copy_(seg.indices.to(idt))
+            bn[p:p + n * iw].view(_NP_INDEX[idt])[:] = idx
         p += _pad8(spec.capacity * iw)
         if n:
             buf[p:p + n * vsize].view(value_dtype).copy_(seg.values.reshape(-1))
@@ -134,12 +139,13 @@ def decode(buf: torch.Tensor, specs: Sequence[SegmentSpec], value_dtype: torch.d
     if buf.numel() != want:
         raise SparseWireError(f"sparse message has {buf.numel()} bytes, expected {want} for {len(specs)} "
                               f"segment(s) of {value_dtype} values")
-    if buf.storage_offset() % 8:
+    if buf.storage_offset() % 8 or not buf.is_contiguous():
         buf = buf.clone()
+    bn = buf.numpy()
     out = []
     off = 0
     for i, spec in enumerate(specs):
-        count, tag, block_len, cap, vs, _ = (int(v) for v in buf[off:off + HEADER_BYTES].view(torch.int32))
+        count, tag, block_len, cap, vs, _ = bn[off:off + HEADER_BYTES].view(np.int32).tolist()
         where = f"segment {i} (tag {spec.tag})"
         if cap != spec.capacity:
             raise SparseWireError(f"{where}: capacity {cap}, expected {spec.capacity}")
@@ -153,13 +159,13 @@ def decode(buf: torch.Tensor, specs: Sequence[SegmentSpec], value_dtype: torch.d
             raise SparseWireError(f"{where}: count {count} outside 0..{spec.capacity}")
         p = off + HEADER_BYTES
         idt, iw = index_dtype(block_len), index_width(block_len)
-        idx = buf[p:p + count * iw].view(idt).to(torch.int64)
+        idx = bn[p:p + count * iw].view(_NP_INDEX[idt]).astype(np.int64)
         p += _pad8(spec.capacity * iw)
         vals = buf[p:p + count * vsize].view(value_dtype).clone()
         off = p + _pad8(spec.capacity * vsize)
         if count and int(idx.max()) >= block_len:
             raise SparseWireError(f"{where}: index {int(idx.max())} outside block of {block_len} elements")
-        out.append(Segment(tag, idx, vals))
+        out.append(Segment(tag, torch.from_numpy(idx), vals))
     return out
 
 

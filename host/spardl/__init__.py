@@ -7,6 +7,10 @@
   DLCP transport Link.
 * :mod:`host.spardl.api` - ``sparse_allreduce``, the DDP comm hook, the DeAR compressor.
 * :mod:`host.spardl.baselines` - gTop-k tree and top-k all-gather on the same drivers.
+* :mod:`host.spardl.select` - exact top-k by magnitude from threshold candidates (one dense pass, fused with
+  error feedback), shared by SparDL and the baselines.
+* :mod:`host.spardl.sparse_ops` - gather/put/fill/add at a few thousand positions of a dense buffer.
+* :mod:`host.spardl.clock` - optional per-phase wall/CPU timing (profiling).
 
 Wire format of the sparse payloads: :mod:`host.sparse_wire`. Design and numbers: ``docs/spardl.md``.
 """

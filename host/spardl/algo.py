@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 import torch
 
 from host.collectives import chunk_bounds
+from host.spardl import select, sparse_ops
 
 __all__ = ["team_size", "block_bounds", "block_budget", "topk_indices", "Hop", "srs_schedule", "BruckStep",
-           "bruck_schedule", "merge_pieces", "cut_to_budget", "collect_residual", "AdaptiveH"]
+           "bruck_schedule", "merge_pieces", "cut_to_budget", "collect_residual", "UndoLog",
+           "collect_residual_in_place", "AdaptiveH"]
 
 
 def team_size(world: int, teams: int) -> int:
@@ -42,33 +44,12 @@ def block_budget(block_len: int, density: float) -> int:
     return min(block_len, max(1, int(round(density * block_len))))
 
 
-_SAMPLE = 4096  # elements sampled to guess a top-k threshold on large blocks
-
-
 def topk_indices(x: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices (ascending, int64) of ``k`` largest-magnitude elements of the flat tensor ``x``; exact.
-
-    Deterministic: equal inputs give equal outputs, which the cross-team merge relies on (every holder of a block
-    computes the same selection). Large blocks take a fast path: a threshold guessed from a strided sample keeps
-    a candidate set of roughly 1.5k elements; if at least ``k`` elements pass it, the k largest are all among
-    them, so top-k of the candidates is exactly top-k of ``x``; otherwise it falls back to a full top-k.
-    """
-    n = x.numel()
-    if k >= n:
-        return torch.arange(n, dtype=torch.int64)
-    if k <= 0:
-        return torch.empty(0, dtype=torch.int64)
-    a = x.abs()
-    if n >= 1 << 15 and k * 8 <= n:
-        s = a[::max(1, n // _SAMPLE)]
-        q = int(s.numel() * k / n * 1.5) + 8
-        if q < s.numel():
-            t = torch.topk(s, q, sorted=True).values[-1]
-            cand = torch.nonzero(a >= t).squeeze(1)
-            if cand.numel() >= k:
-                sel = cand[torch.topk(a[cand], k, sorted=False).indices]
-                return torch.sort(sel).values
-    return torch.sort(torch.topk(a, k, sorted=False).indices).values
+    """Indices (ascending, int64) of ``k`` largest-magnitude elements of the flat tensor ``x``; exact and
+    deterministic (equal inputs give equal outputs, which the cross-team merge relies on: every holder of a block
+    computes the same selection). The threshold method of :mod:`host.spardl.select` (one pass over ``x``, then
+    ``torch.topk`` over a small candidate set; ``torch.topk`` over all of ``x`` when the guess falls short)."""
+    return select.topk_magnitude(x, k)
 
 
 # --- schedules ----------------------------------------------------------------------------------------------------
@@ -160,14 +141,18 @@ def bruck_schedule(q: int, n: int) -> list[BruckStep]:
 def merge_pieces(pieces: list[tuple[torch.Tensor, torch.Tensor]], block_len: int,
                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Sum sparse pieces ``(indices, values)`` of one block, in list order (so every rank merging the same list
-    gets the same bits). Returns the union of the indices (ascending) and the sums there."""
-    acc = torch.zeros(block_len, dtype=dtype)
-    for idx, vals in pieces:
-        acc.index_add_(0, idx, vals)
+    gets the same bits: each sum is ``0 + v_1 + v_2 + ...`` over the pieces holding the index). Returns the union
+    of the indices (ascending) and the sums there. Sparse throughout: the work follows the pieces' sizes, not
+    ``block_len`` (which only bounds the indices)."""
     if not pieces:
-        return torch.empty(0, dtype=torch.int64), acc[:0]
-    union = torch.unique(torch.cat([p[0] for p in pieces]))
-    return union, acc[union]
+        return torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=dtype)
+    idx = torch.cat([p[0] for p in pieces])
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= block_len):
+        raise ValueError(f"piece index outside a block of {block_len} elements")
+    union, where = torch.unique(idx, return_inverse=True)
+    acc = torch.zeros(union.numel(), dtype=dtype)
+    acc.index_add_(0, where, torch.cat([p[1] for p in pieces]).to(dtype))
+    return union, acc
 
 
 def cut_to_budget(indices: torch.Tensor, values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -188,6 +173,41 @@ def collect_residual(original: torch.Tensor, live: torch.Tensor, selected: torch
     residual = original if in_place else original.clone()
     residual[selected] = live[selected]
     return residual
+
+
+class UndoLog:
+    """What a dense buffer held before sparse changes, so that exactly its earlier contents can be restored.
+
+    SparDL works on one dense buffer per rank (the input plus old residual, which becomes its live buffer, which
+    becomes its new residual) instead of a copy: every change is sparse (a sent top-k zeroed, a received piece
+    added), so recording the old values at the changed positions costs a few ``k`` elements, where a copy of the
+    buffer costs a pass over the gradient."""
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def record(self, view: torch.Tensor, positions: torch.Tensor, old: torch.Tensor | None = None) -> None:
+        """Remember ``view[positions]`` before they change; ``old`` if the caller has them."""
+        self._entries.append((view, positions, sparse_ops.gather(view, positions) if old is None else old))
+
+    def restore(self) -> None:
+        """Write every recorded value back, newest first: the buffer holds what it held before the first change
+        (a position recorded twice in one entry gets its one old value twice)."""
+        for view, positions, old in reversed(self._entries):
+            sparse_ops.put(view, positions, old)
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def collect_residual_in_place(live: torch.Tensor, undo: UndoLog, selected: torch.Tensor) -> torch.Tensor:
+    """:func:`collect_residual` built in the live buffer itself: ``undo`` holds everything the live buffer
+    changed since it was the original; the result is the original with ``live``'s values at ``selected``."""
+    keep = sparse_ops.gather(live, selected)
+    undo.restore()
+    sparse_ops.put(live, selected, keep)
+    return live
 
 
 @dataclass

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from host.spardl import algo
+from host.spardl.clock import PhaseClock, phase
 from host.spardl.exchange import run_on_group
 from host.spardl.program import Plan, RSState, SparDLOutput, spar_all_gather, spar_reduce_scatter, spardl
 
@@ -39,12 +40,20 @@ class SparDLState:
         self.h: dict[Hashable, algo.AdaptiveH] = {}
 
     def input_for(self, key: Hashable, flat: torch.Tensor) -> torch.Tensor:
-        """``flat`` plus the key's residual (a new tensor). A residual of another shape/dtype (the key now names
-        something else) is dropped."""
-        r = self.residuals.get(key)
+        """``flat`` plus the key's residual, built **in the residual's buffer** (no new gradient-sized tensor:
+        the program then uses it as its live buffer and leaves the new residual in it). So a residual returned by
+        an earlier call for ``key`` changes with this one. Without a residual (first call, no error feedback, or
+        one of another shape/dtype: the key now names something else) a copy of ``flat``."""
+        buf, addend = self.buffers_for(key, flat)
+        return buf if addend is None else buf.add_(addend)
+
+    def buffers_for(self, key: Hashable, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What :meth:`input_for` adds, unadded: ``(residual, flat)``, for a program to add fused with its first
+        pass over the buffer (``addend=``), or ``(copy of flat, None)`` without a usable residual."""
+        r = self.residuals.pop(key, None)
         if not self.error_feedback or r is None or r.shape != flat.shape or r.dtype != flat.dtype:
-            return flat.detach().clone()
-        return flat.detach() + r
+            return flat.detach().clone(), None
+        return r, flat.detach()
 
     def h_for(self, key: Hashable, plan: Plan, rank: int) -> algo.AdaptiveH:
         j = rank % plan.m
@@ -74,12 +83,13 @@ def _group_info(group) -> tuple[int, int]:
 
 def sparse_allreduce(tensor: torch.Tensor, density: float, teams: int = 1, group: dist.ProcessGroup | None = None,
                      *, state: SparDLState | None = None, key: Hashable = "default", average: bool = False,
-                     timeout: float = 60.0) -> SparseAllreduceResult:
+                     timeout: float = 60.0, clock: PhaseClock | None = None) -> SparseAllreduceResult:
     """SparDL sparse all-reduce of ``tensor`` (CPU, floating point) in place, over ``group``'s send/recv.
 
     Every rank ends with the same tensor: the sum (``average``: mean) over ranks of at most ``density`` of each
     block's elements. With ``state`` the residual of ``key`` is added first and the new one kept (error
-    feedback); without, the residual is only returned. ``teams`` must divide the group size.
+    feedback; the residual is updated in place, see :meth:`SparDLState.input_for`); without, the residual is
+    only returned. ``teams`` must divide the group size. ``clock`` collects per-phase times (profiling).
     """
     if tensor.device.type != "cpu":
         raise ValueError(f"sparse_allreduce handles CPU tensors, got one on {tensor.device}")
@@ -87,13 +97,17 @@ def sparse_allreduce(tensor: torch.Tensor, density: float, teams: int = 1, group
     flat = tensor.reshape(-1)
     plan = Plan.make(flat.numel(), world, teams, density, tensor.dtype)
     st = state if state is not None else SparDLState(error_feedback=False)
-    original = st.input_for(key, flat)
+    with phase(clock, "ef"):
+        original, addend = st.buffers_for(key, flat)  # added in SparDL's first pass over the buffer
     h = st.h_for(key, plan, rank)
     used = h.h
-    out = run_on_group(spardl(plan, rank, original, h.h, own_input=True), group, timeout)
+    direct = tensor.is_contiguous()  # then the result goes straight into the caller's tensor
+    out = run_on_group(spardl(plan, rank, original, h.h, own_input=True, addend=addend,
+                              out=flat if direct else None, divisor=world if average else 1, clock=clock),
+                       group, timeout, clock)
     st.finish(key, plan, rank, out)
-    res = out.result.div_(world) if average else out.result
-    tensor.copy_(res.view_as(tensor))
+    if not direct:
+        tensor.copy_(out.result.view_as(tensor))
     return SparseAllreduceResult(tensor, out.selected, out.residual, out.bytes_sent, used)
 
 
@@ -172,12 +186,15 @@ class SparDLHookState:
     def _run(self, key: int, buf: torch.Tensor) -> torch.Tensor:
         flat = buf.reshape(-1)
         plan = Plan.make(flat.numel(), self.world, self.teams, self.density, flat.dtype)
-        original = self.state.input_for(key, flat)
+        original, addend = self.state.buffers_for(key, flat)
         h = self.state.h_for(key, plan, self.rank)
-        out = run_on_group(spardl(plan, self.rank, original, h.h, own_input=True), self.group, self.timeout)
+        direct = buf.is_contiguous()
+        out = run_on_group(spardl(plan, self.rank, original, h.h, own_input=True, addend=addend,
+                                  out=flat if direct else None, divisor=self.world), self.group, self.timeout)
         self.state.finish(key, plan, self.rank, out)
         self.bytes_sent += out.bytes_sent
-        flat.copy_(out.result.div_(self.world))
+        if not direct:
+            buf.copy_(out.result.view_as(buf))
         return buf
 
 
@@ -262,10 +279,10 @@ class SparDLCompressor:
 
         def job() -> SparDLRSResult:
             plan = Plan.make(flat_grad.numel(), self.world, self.teams, self.density, flat_grad.dtype)
-            original = self.state.input_for(group_index, flat_grad)
+            original, addend = self.state.buffers_for(group_index, flat_grad)
             h = self.state.h_for(group_index, plan, self.rank)
-            rs = run_on_group(spar_reduce_scatter(plan, self.rank, original, h.h, own_input=True), self.group,
-                              self.timeout)
+            rs = run_on_group(spar_reduce_scatter(plan, self.rank, original, h.h, own_input=True, addend=addend),
+                              self.group, self.timeout)
             return SparDLRSResult(group_index, flat_grad.shape, rs)
         return _Handle(self._worker.submit(job))
 
@@ -277,11 +294,11 @@ class SparDLCompressor:
 
         def job() -> torch.Tensor:
             rs = rs_result.rs
-            out = run_on_group(spar_all_gather(rs), self.group, self.timeout)
+            out = run_on_group(spar_all_gather(rs, divisor=self.world if self.average else 1), self.group,
+                               self.timeout)
             self.state.finish(group_index, rs.plan, self.rank, out)
             self.bytes_sent += out.bytes_sent
-            res = out.result.div_(self.world) if self.average else out.result
-            return res.view(rs_result.shape)
+            return out.result.view(rs_result.shape)
         return _Handle(self._worker.submit(job))
 
     def close(self) -> None:

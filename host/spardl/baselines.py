@@ -7,8 +7,9 @@
   ``(P-1) k`` entries received) and summed: the union grows up to ``P k`` (the sparse-gradient accumulation
   dilemma SparDL avoids).
 
-Both use the same error feedback bookkeeping as SparDL (live buffer plus global residual collection), so the
-conservation invariant holds for them too.
+Both use the same error feedback bookkeeping as SparDL (live buffer plus global residual collection, the live
+buffer changed in place and restored from an undo log) and the same selection (:mod:`host.spardl.select`), so
+the conservation invariant holds for them too and a faster selection helps all three alike.
 """
 
 from __future__ import annotations
@@ -16,53 +17,91 @@ from __future__ import annotations
 import torch
 
 from host import sparse_wire as sw
-from host.spardl import algo
-from host.spardl.program import HopRecord, Program, Recv, Round, Send, SparDLOutput, _bruck
+from host.spardl import algo, select, sparse_ops
+from host.spardl.clock import PhaseClock, phase
+from host.spardl.program import HopRecord, Program, Recv, Round, Send, SparDLOutput, _bruck, same_memory
 
 __all__ = ["gtopk", "topk_allgather", "TAG_GTOPK_UP", "TAG_GTOPK_DOWN", "TAG_TOPK_AG"]
 
 TAG_GTOPK_UP, TAG_GTOPK_DOWN, TAG_TOPK_AG = 4, 5, 6
 
 
-def _check(original: torch.Tensor, density: float) -> tuple[torch.Tensor, int, int]:
+def _check(original: torch.Tensor, density: float, own_input: bool) -> tuple[torch.Tensor, int, int]:
     if not original.dtype.is_floating_point:
         raise TypeError(f"sparse all-reduce of floating-point tensors, got {original.dtype}")
     flat = original.detach().reshape(-1)
     n = flat.numel()
-    return flat, n, algo.block_budget(n, density)
+    return flat if own_input else flat.clone(), n, algo.block_budget(n, density)
 
 
-def gtopk(rank: int, world: int, original: torch.Tensor, density: float) -> Program[SparDLOutput]:
-    """gTop-k sparse all-reduce on ``rank``; ``original`` is the input plus old residual."""
-    flat, n, k = _check(original, density)
-    live = flat.clone()
+def _addend(addend: torch.Tensor | None, live: torch.Tensor) -> torch.Tensor | None:
+    if addend is None:
+        return None
+    if addend.numel() != live.numel() or addend.dtype != live.dtype:
+        raise ValueError(f"addend of {addend.numel()} {addend.dtype} elements for {live.numel()} {live.dtype}")
+    return addend.detach().reshape(-1)
+
+
+def _output(out: torch.Tensor | None, clear: bool, n: int, dtype: torch.dtype, idx: torch.Tensor,
+            vals: torch.Tensor) -> torch.Tensor:
+    if out is not None and (out.numel() != n or out.dtype != dtype or not out.is_contiguous()):
+        raise ValueError(f"out must be a contiguous tensor of {n} {dtype} elements")
+    if out is None:
+        result = torch.zeros(n, dtype=dtype)
+    else:
+        result = out.view(-1) if clear else out.view(-1).zero_()
+    sparse_ops.put(result, idx, vals)
+    return result
+
+
+def gtopk(rank: int, world: int, original: torch.Tensor, density: float, *, own_input: bool = False,
+          addend: torch.Tensor | None = None, out: torch.Tensor | None = None,
+          clock: PhaseClock | None = None) -> Program[SparDLOutput]:
+    """gTop-k sparse all-reduce on ``rank``; ``original`` is the input plus old residual (``own_input``: it
+    becomes the live buffer and the new residual; ``addend``: added to it first, fused with the selection pass,
+    as in SparDL); the dense result goes into ``out`` (default: a new tensor)."""
+    live, n, k = _check(original, density, own_input)
+    undo = algo.UndoLog()
     spec = sw.SegmentSpec(0, n, k)
     vsize = live.element_size()
     trace: list[HopRecord] = []
     sent = 0
-    idx = algo.topk_indices(live, k)
-    vals = live[idx].clone()
-    live[idx] = 0
+    clear = same_memory(out, addend)
+    with phase(clock, "pass"):
+        cand = select.Candidates.take(live, k, addend=_addend(addend, live), clear_addend=clear,
+                                      scratch=select.new_scratch(live))
+    with phase(clock, "select"):
+        idx = select.select_topk(live, k, cand)
+    with phase(clock, "pack"):
+        vals = live[idx]
+        undo.record(live, idx, vals)
+        live[idx] = 0
     gap, step = 1, 0
     gaps = []
     while gap < world:  # reduction up the binomial tree
         gaps.append(gap)
         if rank % (2 * gap) == gap:
-            msg = sw.encode([spec], [sw.Segment(0, idx, vals)], live.dtype)
+            with phase(clock, "pack"):
+                msg = sw.encode([spec], [sw.Segment(0, idx, vals)], live.dtype)
             sent += msg.numel()
             trace.append(HopRecord("up", step, "send", rank - gap, ((0, idx.numel()),)))
             yield Round((Send(rank - gap, msg, TAG_GTOPK_UP * 32 + step),), ())
             break
         if rank % (2 * gap) == 0 and rank + gap < world:
             (buf,) = yield Round((), (Recv(rank + gap, sw.message_bytes([spec], vsize), TAG_GTOPK_UP * 32 + step),))
-            (seg,) = sw.decode(buf, [spec], live.dtype)
-            trace.append(HopRecord("up", step, "recv", rank + gap, ((0, seg.indices.numel()),)))
-            u_idx, u_vals = algo.merge_pieces([(idx, vals), (seg.indices, seg.values)], n, live.dtype)
-            keep = algo.topk_indices(u_vals, k)
-            dropped = torch.ones(u_idx.numel(), dtype=torch.bool)
-            dropped[keep] = False
-            live.index_add_(0, u_idx[dropped], u_vals[dropped])  # partial sums this rank drops stay with it
-            idx, vals = u_idx[keep], u_vals[keep]
+            with phase(clock, "merge"):
+                (seg,) = sw.decode(buf, [spec], live.dtype)
+                trace.append(HopRecord("up", step, "recv", rank + gap, ((0, seg.indices.numel()),)))
+                u_idx, u_vals = algo.merge_pieces([(idx, vals), (seg.indices, seg.values)], n, live.dtype)
+            with phase(clock, "select"):
+                keep = select.topk_magnitude(u_vals, k)
+            with phase(clock, "merge"):
+                dropped = torch.ones(u_idx.numel(), dtype=torch.bool)
+                dropped[keep] = False
+                d_idx = u_idx[dropped]
+                undo.record(live, d_idx)
+                live.index_add_(0, d_idx, u_vals[dropped])  # partial sums this rank drops stay with it
+                idx, vals = u_idx[keep], u_vals[keep]
         gap <<= 1
         step += 1
     # broadcast the global top-k back down the same tree
@@ -71,34 +110,49 @@ def gtopk(rank: int, world: int, original: torch.Tensor, density: float) -> Prog
         gap = gaps[s]
         tag = TAG_GTOPK_DOWN * 32 + s
         if have and rank % (2 * gap) == 0 and rank + gap < world:
-            msg = sw.encode([spec], [sw.Segment(0, idx, vals)], live.dtype)
+            with phase(clock, "pack"):
+                msg = sw.encode([spec], [sw.Segment(0, idx, vals)], live.dtype)
             sent += msg.numel()
             trace.append(HopRecord("down", s, "send", rank + gap, ((0, idx.numel()),)))
             yield Round((Send(rank + gap, msg, tag),), ())
         elif not have and rank % (2 * gap) == gap:
             (buf,) = yield Round((), (Recv(rank - gap, sw.message_bytes([spec], vsize), tag),))
-            (seg,) = sw.decode(buf, [spec], live.dtype)
+            with phase(clock, "merge"):
+                (seg,) = sw.decode(buf, [spec], live.dtype)
             trace.append(HopRecord("down", s, "recv", rank - gap, ((0, seg.indices.numel()),)))
             idx, vals, have = seg.indices, seg.values, True
-    result = torch.zeros(n, dtype=live.dtype)
-    result[idx] = vals
-    residual = algo.collect_residual(flat, live, idx)
+    with phase(clock, "output"):
+        result = _output(out, clear, n, live.dtype, idx, vals)
+    with phase(clock, "residual"):
+        residual = algo.collect_residual_in_place(live, undo, idx)
     return SparDLOutput(result, residual, idx, idx.numel(), trace, sent)
 
 
-def topk_allgather(rank: int, world: int, original: torch.Tensor, density: float) -> Program[SparDLOutput]:
-    """Top-k all-gather on ``rank``: every rank's top-k reaches every rank, summed in rank order."""
-    flat, n, k = _check(original, density)
-    live = flat.clone()
-    idx = algo.topk_indices(live, k)
-    vals = live[idx].clone()
-    live[idx] = 0
+def topk_allgather(rank: int, world: int, original: torch.Tensor, density: float, *, own_input: bool = False,
+                   addend: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                   clock: PhaseClock | None = None) -> Program[SparDLOutput]:
+    """Top-k all-gather on ``rank``: every rank's top-k reaches every rank, summed in rank order (arguments as
+    :func:`gtopk`)."""
+    live, n, k = _check(original, density, own_input)
+    undo = algo.UndoLog()
+    clear = same_memory(out, addend)
+    with phase(clock, "pass"):
+        cand = select.Candidates.take(live, k, addend=_addend(addend, live), clear_addend=clear,
+                                      scratch=select.new_scratch(live))
+    with phase(clock, "select"):
+        idx = select.select_topk(live, k, cand)
+    with phase(clock, "pack"):
+        vals = live[idx]
+        undo.record(live, idx, vals)
+        live[idx] = 0
     trace: list[HopRecord] = []
     pieces, sent = yield from _bruck(list(range(world)), rank, [(idx, vals)],
                                      lambda origin: sw.SegmentSpec(origin, n, k), live.dtype, TAG_TOPK_AG,
-                                     "allgather", trace)
-    u_idx, u_vals = algo.merge_pieces(pieces, n, live.dtype)
-    result = torch.zeros(n, dtype=live.dtype)
-    result[u_idx] = u_vals
-    residual = algo.collect_residual(flat, live, u_idx)
+                                     "allgather", trace, clock)
+    with phase(clock, "merge"):
+        u_idx, u_vals = algo.merge_pieces(pieces, n, live.dtype)
+    with phase(clock, "output"):
+        result = _output(out, clear, n, live.dtype, u_idx, u_vals)
+    with phase(clock, "residual"):
+        residual = algo.collect_residual_in_place(live, undo, u_idx)
     return SparDLOutput(result, residual, u_idx, u_idx.numel(), trace, sent)

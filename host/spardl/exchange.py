@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from host.collectives import EndpointLink
+from host.spardl.clock import PhaseClock, phase
 from host.spardl.program import Program, Round
 
 __all__ = ["run_simulated", "run_on_group", "LinkExchange", "ExchangeError"]
@@ -88,9 +89,11 @@ def run_simulated(programs: Sequence[Program], inspect: Inspector | None = None)
     return results
 
 
-def run_on_group(program: Program, group: dist.ProcessGroup | None = None, timeout: float = 60.0):
+def run_on_group(program: Program, group: dist.ProcessGroup | None = None, timeout: float = 60.0,
+                 clock: PhaseClock | None = None):
     """Run this rank's program over ``group``'s isend/irecv; each round's operations must all finish within
-    ``timeout`` seconds or the call raises (the failing backend's error, or a timeout)."""
+    ``timeout`` seconds or the call raises (the failing backend's error, or a timeout). ``clock`` times the
+    exchange (posting and waiting) as phase ``exchange``."""
     def glob(r: int) -> int:
         return r if group is None else dist.get_global_rank(group, r)
 
@@ -98,12 +101,14 @@ def run_on_group(program: Program, group: dist.ProcessGroup | None = None, timeo
     try:
         rnd = next(program)
         while True:
-            bufs = [torch.empty(v.nbytes, dtype=torch.uint8) for v in rnd.recvs]
-            works = [dist.irecv(b, src=glob(v.peer), group=group, tag=v.tag) for b, v in zip(bufs, rnd.recvs)]
-            works += [dist.isend(s.data, dst=glob(s.peer), group=group, tag=s.tag) for s in rnd.sends]
-            for w in works:
-                if not w.wait(wait_for):
-                    raise ExchangeError(f"SparDL exchange not complete after {timeout}s")
+            with phase(clock, "exchange"):
+                bufs = [torch.empty(v.nbytes, dtype=torch.uint8) for v in rnd.recvs]
+                works = [dist.irecv(b, src=glob(v.peer), group=group, tag=v.tag)
+                         for b, v in zip(bufs, rnd.recvs)]
+                works += [dist.isend(s.data, dst=glob(s.peer), group=group, tag=s.tag) for s in rnd.sends]
+                for w in works:
+                    if not w.wait(wait_for):
+                        raise ExchangeError(f"SparDL exchange not complete after {timeout}s")
             rnd = program.send(bufs)
     except StopIteration as stop:
         return stop.value

@@ -27,7 +27,8 @@ from typing import Generator, TypeVar
 import torch
 
 from host import sparse_wire as sw
-from host.spardl import algo
+from host.spardl import algo, select, sparse_ops
+from host.spardl.clock import PhaseClock, phase
 
 __all__ = ["Send", "Recv", "Round", "Program", "Plan", "HopRecord", "RSState", "SparDLOutput",
            "spar_reduce_scatter", "spar_all_gather", "spardl", "TAG_SRS", "TAG_TEAMS", "TAG_AG"]
@@ -113,13 +114,13 @@ class RSState:
 
     plan: Plan
     rank: int
-    original: torch.Tensor  # input plus old residual (flat)
-    live: torch.Tensor  # what this rank still holds and has not passed on
+    live: torch.Tensor  # the working buffer: what this rank still holds and has not passed on (flat)
+    undo: algo.UndoLog  # everything ``live`` changed since it held the input plus old residual
     piece: tuple[torch.Tensor, torch.Tensor]  # (block-local indices, values) of its own block
     h: int
     trace: list[HopRecord] = field(default_factory=list)
     bytes_sent: int = 0
-    own_input: bool = False  # ``original`` may be overwritten with the residual
+    clock: PhaseClock | None = None
 
 
 @dataclass
@@ -132,25 +133,52 @@ class SparDLOutput:
     bytes_sent: int
 
 
+def same_memory(out: torch.Tensor | None, addend: torch.Tensor | None) -> bool:
+    """``out`` and ``addend`` are the same contiguous memory (so a pass reading ``addend`` may clear it for
+    ``out``)."""
+    return (out is not None and addend is not None and out.numel() == addend.numel() and out.dtype == addend.dtype
+            and out.is_contiguous() and addend.is_contiguous() and out.data_ptr() == addend.data_ptr())
+
+
 def _block(x: torch.Tensor, plan: Plan, b: int) -> torch.Tensor:
     return x[plan.bounds[b]:plan.bounds[b + 1]]
 
 
-def spar_reduce_scatter(plan: Plan, rank: int, original: torch.Tensor, h: int, *,
-                        own_input: bool = False) -> Program[RSState]:
+def spar_reduce_scatter(plan: Plan, rank: int, original: torch.Tensor, h: int, *, own_input: bool = False,
+                        addend: torch.Tensor | None = None, clear_addend: bool = False,
+                        clock: PhaseClock | None = None) -> Program[RSState]:
     """Phase 1 on ``rank``: ``original`` is the flat input plus the old residual. It is not modified unless
-    ``own_input`` (the caller hands it over: global residual collection then builds the residual in it, saving a
-    copy of the gradient)."""
-    if original.numel() != plan.n or original.dtype != plan.dtype:
-        raise ValueError(f"rank {rank}: tensor of {original.numel()} {original.dtype} elements, the plan is for "
-                         f"{plan.n} {plan.dtype}")
+    ``own_input``: the caller hands it over, and it becomes the live buffer and then the new residual, saving a
+    copy of the gradient. ``addend``: the input is ``original + addend`` (error feedback: ``original`` the old
+    residual, ``addend`` the gradient), added in the first pass over the buffer, fused with selection;
+    ``clear_addend`` zeroes the addend in that pass (it is the buffer the dense result goes into).
+
+    The live buffer changes only sparsely (sent top-k zeroed, received pieces added), recorded in an
+    :class:`~host.spardl.algo.UndoLog` for global residual collection. Selection: one pass over the buffer takes
+    threshold candidates of every block (:class:`~host.spardl.select.Candidates`); received positions are
+    touched into them, so each re-selection before a send looks at a few ``k`` positions, not at the block, and
+    is still the exact top-k."""
+    for what, t in (("tensor", original), ("addend", addend)):
+        if t is not None and (t.numel() != plan.n or t.dtype != plan.dtype):
+            raise ValueError(f"rank {rank}: {what} of {t.numel()} {t.dtype} elements, the plan is for "
+                             f"{plan.n} {plan.dtype}")
     team, pos = plan.team_of(rank)
     base = team * plan.m
-    live = original.detach().clone().reshape(-1)
+    flat = original.detach().reshape(-1)
+    live = flat if own_input else flat.clone()
     vsize = live.element_size()
+    undo = algo.UndoLog()
+    hops = algo.srs_schedule(pos, plan.m)
+    add = None if addend is None else addend.detach().reshape(-1)
+    with phase(clock, "pass"):  # one dense pass (adding addend): threshold candidates of every block
+        scratch = select.new_scratch(live)
+        cands = {b: select.Candidates.take(_block(live, plan, b), plan.ks[b], scratch=scratch,
+                                           addend=None if add is None else _block(add, plan, b),
+                                           clear_addend=clear_addend)
+                 for b in range(plan.m)}
     trace: list[HopRecord] = []
     sent = 0
-    for hop in algo.srs_schedule(pos, plan.m):
+    for hop in hops:
         step = hop.step
         tag = TAG_SRS * 32 + step
         sends: tuple[Send, ...] = ()
@@ -159,10 +187,15 @@ def spar_reduce_scatter(plan: Plan, rank: int, original: torch.Tensor, h: int, *
             segs = []
             for b in hop.send_blocks:
                 blk = _block(live, plan, b)
-                sel = algo.topk_indices(blk, plan.ks[b])
-                segs.append(sw.Segment(b, sel, blk[sel].clone()))
-                blk[sel] = 0
-            msg = sw.encode(specs, segs, plan.dtype)
+                with phase(clock, "select"):
+                    sel = select.select_topk(blk, plan.ks[b], cands.pop(b, None))
+                with phase(clock, "pack"):
+                    vals = sparse_ops.gather(blk, sel)
+                    undo.record(blk, sel, vals)
+                    sparse_ops.fill(blk, sel, 0)
+                segs.append(sw.Segment(b, sel, vals))
+            with phase(clock, "pack"):
+                msg = sw.encode(specs, segs, plan.dtype)
             sent += msg.numel()
             trace.append(HopRecord(hop.phase, step, "send", base + hop.send_to,
                                    tuple((s.tag, s.indices.numel()) for s in segs)))
@@ -171,22 +204,31 @@ def spar_reduce_scatter(plan: Plan, rank: int, original: torch.Tensor, h: int, *
         recvs = ((Recv(base + hop.recv_from, sw.message_bytes(recv_specs, vsize), tag),)
                  if hop.recv_from is not None else ())
         got = yield Round(sends, recvs)
-        for buf in got:
-            segs = sw.decode(buf, recv_specs, plan.dtype)
-            trace.append(HopRecord(hop.phase, step, "recv", base + hop.recv_from,
-                                   tuple((s.tag, s.indices.numel()) for s in segs)))
-            for s in segs:
-                _block(live, plan, s.tag).index_add_(0, s.indices, s.values)
+        with phase(clock, "merge"):
+            for buf in got:
+                segs = sw.decode(buf, recv_specs, plan.dtype)
+                trace.append(HopRecord(hop.phase, step, "recv", base + hop.recv_from,
+                                       tuple((s.tag, s.indices.numel()) for s in segs)))
+                for s in segs:
+                    blk = _block(live, plan, s.tag)
+                    undo.record(blk, s.indices, sparse_ops.add(blk, s.indices, s.values))
+                    c = cands.get(s.tag)
+                    if c is not None:
+                        c.touch(s.indices)
     own = _block(live, plan, pos)
     budget = plan.ks[pos] if plan.teams == 1 else min(h, plan.ks[pos])
-    sel = algo.topk_indices(own, budget)
-    piece = (sel, own[sel].clone())
-    own[sel] = 0
-    return RSState(plan, rank, original, live, piece, budget, trace, sent, own_input)
+    with phase(clock, "select"):
+        sel = select.select_topk(own, budget, cands.pop(pos, None))
+    with phase(clock, "pack"):
+        piece = (sel, sparse_ops.gather(own, sel))
+        undo.record(own, sel, piece[1])
+        sparse_ops.fill(own, sel, 0)
+    return RSState(plan, rank, live, undo, piece, budget, trace, sent, clock)
 
 
 def _bruck(participants: list[int], me: int, items: list[tuple[torch.Tensor, torch.Tensor]], spec_of,
-           dtype: torch.dtype, phase: int, name: str, trace: list[HopRecord]) -> Program[tuple[list, int]]:
+           dtype: torch.dtype, tag_phase: int, name: str, trace: list[HopRecord],
+           clock: PhaseClock | None = None) -> Program[tuple[list, int]]:
     """Bruck all-gather of sparse items among ``participants`` (ranks); ``me`` is this rank's index there and
     ``items == [own item]``. ``spec_of(origin)`` is the segment spec of origin's item. Returns the items by
     origin index and the bytes sent."""
@@ -194,17 +236,19 @@ def _bruck(participants: list[int], me: int, items: list[tuple[torch.Tensor, tor
     vsize = torch.empty(0, dtype=dtype).element_size()
     sent = 0
     for step, st in enumerate(algo.bruck_schedule(me, n)):
-        tag = phase * 32 + step
+        tag = tag_phase * 32 + step
         out_specs = [spec_of((me + i) % n) for i in range(st.count)]
         in_specs = [spec_of((me + st.gap + i) % n) for i in range(st.count)]
         segs = [sw.Segment(spec.tag, idx, vals) for spec, (idx, vals) in zip(out_specs, items[:st.count])]
-        msg = sw.encode(out_specs, segs, dtype)
+        with phase(clock, "pack"):
+            msg = sw.encode(out_specs, segs, dtype)
         sent += msg.numel()
         trace.append(HopRecord(name, step, "send", participants[st.send_to],
                                tuple((s.tag, s.indices.numel()) for s in segs)))
         (buf,) = yield Round((Send(participants[st.send_to], msg, tag),),
                              (Recv(participants[st.recv_from], sw.message_bytes(in_specs, vsize), tag),))
-        got = sw.decode(buf, in_specs, dtype)
+        with phase(clock, "merge"):
+            got = sw.decode(buf, in_specs, dtype)
         trace.append(HopRecord(name, step, "recv", participants[st.recv_from],
                                tuple((s.tag, s.indices.numel()) for s in got)))
         items.extend((s.indices, s.values) for s in got)
@@ -212,9 +256,14 @@ def _bruck(participants: list[int], me: int, items: list[tuple[torch.Tensor, tor
     return by_origin, sent
 
 
-def spar_all_gather(rs: RSState) -> Program[SparDLOutput]:
-    """Phase 2 and global residual collection on ``rs.rank``."""
-    plan, rank = rs.plan, rs.rank
+def spar_all_gather(rs: RSState, *, out: torch.Tensor | None = None, out_is_clear: bool = False,
+                    divisor: int = 1) -> Program[SparDLOutput]:
+    """Phase 2 and global residual collection on ``rs.rank``. The dense result is written into ``out`` (flat,
+    contiguous, the plan's size and dtype; default: a new tensor; ``out_is_clear``: it holds zeros already);
+    ``divisor`` divides the result's entries (an average without a pass over the dense result)."""
+    plan, rank, clock = rs.plan, rs.rank, rs.clock
+    if out is not None and (out.numel() != plan.n or out.dtype != plan.dtype or not out.is_contiguous()):
+        raise ValueError(f"rank {rank}: out must be a contiguous tensor of {plan.n} {plan.dtype} elements")
     team, pos = plan.team_of(rank)
     trace = list(rs.trace)
     sent = rs.bytes_sent
@@ -223,31 +272,45 @@ def spar_all_gather(rs: RSState) -> Program[SparDLOutput]:
         holders = [t * plan.m + pos for t in range(plan.teams)]
         pieces, s = yield from _bruck(holders, team, [rs.piece],
                                       lambda origin: sw.SegmentSpec(origin, blen, rs.h),
-                                      plan.dtype, TAG_TEAMS, "teams", trace)
+                                      plan.dtype, TAG_TEAMS, "teams", trace, clock)
         sent += s
-        union_idx, union_vals = algo.merge_pieces(pieces, blen, plan.dtype)
+        with phase(clock, "merge"):
+            union_idx, union_vals = algo.merge_pieces(pieces, blen, plan.dtype)
         union = union_idx.numel()
-        final = algo.cut_to_budget(union_idx, union_vals, k)
+        with phase(clock, "select"):
+            final = algo.cut_to_budget(union_idx, union_vals, k)
     else:
         final = rs.piece
         union = final[0].numel()
     members = [team * plan.m + j for j in range(plan.m)]
     blocks, s = yield from _bruck(members, pos, [final],
                                   lambda b: sw.SegmentSpec(b, plan.block_len(b), plan.ks[b]),
-                                  plan.dtype, TAG_AG, "gather", trace)
+                                  plan.dtype, TAG_AG, "gather", trace, clock)
     sent += s
-    result = torch.zeros(plan.n, dtype=plan.dtype)
-    selected = torch.cat([idx + plan.bounds[b] for b, (idx, _) in enumerate(blocks)]) if blocks else \
-        torch.empty(0, dtype=torch.int64)
-    for b, (idx, vals) in enumerate(blocks):
-        _block(result, plan, b)[idx] = vals
-    residual = algo.collect_residual(rs.original.reshape(-1), rs.live, selected, in_place=rs.own_input)
+    with phase(clock, "output"):
+        if out is None:
+            result = torch.zeros(plan.n, dtype=plan.dtype)
+        else:
+            result = out.view(-1) if out_is_clear else out.view(-1).zero_()
+        selected = torch.cat([idx + plan.bounds[b] for b, (idx, _) in enumerate(blocks)]) if blocks else \
+            torch.empty(0, dtype=torch.int64)
+        for b, (idx, vals) in enumerate(blocks):
+            sparse_ops.put(_block(result, plan, b), idx, vals if divisor == 1 else vals / divisor)
+    with phase(clock, "residual"):
+        residual = algo.collect_residual_in_place(rs.live, rs.undo, selected)
     return SparDLOutput(result, residual, selected, union, trace, sent)
 
 
-def spardl(plan: Plan, rank: int, original: torch.Tensor, h: int, *,
-           own_input: bool = False) -> Program[SparDLOutput]:
-    """The whole sparse all-reduce on ``rank`` (both phases)."""
-    rs = yield from spar_reduce_scatter(plan, rank, original, h, own_input=own_input)
-    out = yield from spar_all_gather(rs)
-    return out
+def spardl(plan: Plan, rank: int, original: torch.Tensor, h: int, *, own_input: bool = False,
+           addend: torch.Tensor | None = None, out: torch.Tensor | None = None, divisor: int = 1,
+           clock: PhaseClock | None = None) -> Program[SparDLOutput]:
+    """The whole sparse all-reduce on ``rank`` (both phases). ``own_input``: ``original`` becomes the live
+    buffer and the new residual; ``addend``: added to ``original`` first (fused with the first pass); ``out``:
+    where the dense result goes (it may be ``addend``'s memory: the first pass then clears it as it reads it,
+    so the gradient is gone from the moment the program starts);
+    ``divisor``: divide the result by it."""
+    reuse = same_memory(out, addend)  # the result goes into the addend: the first pass clears it as it reads it
+    rs = yield from spar_reduce_scatter(plan, rank, original, h, own_input=own_input, addend=addend,
+                                        clear_addend=reuse, clock=clock)
+    result = yield from spar_all_gather(rs, out=out, out_is_clear=reuse, divisor=divisor)
+    return result

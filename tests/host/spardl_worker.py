@@ -63,6 +63,9 @@ def allreduce() -> None:
     x = torch.arange(12, dtype=torch.float64).reshape(3, 4) * (r + 1)
     sparse_allreduce(x, 1.0, average=True)
     torch.testing.assert_close(x, torch.arange(12, dtype=torch.float64).reshape(3, 4) * (P + 1) / 2)
+    y = torch.arange(24, dtype=torch.float64).reshape(4, 6).t() * (r + 1)  # non-contiguous: copied back
+    sparse_allreduce(y, 1.0, average=True)
+    torch.testing.assert_close(y, torch.arange(24, dtype=torch.float64).reshape(4, 6).t() * (P + 1) / 2)
     dist.barrier(group=gloo)
     print("ok", name_of(), r, flush=True)
 

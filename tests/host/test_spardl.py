@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from host import sparse_wire as sw
-from host.spardl import algo
+from host.spardl import algo, select, sparse_ops
 from host.spardl.baselines import gtopk, topk_allgather
 from host.spardl.exchange import ExchangeError, LinkExchange, run_simulated
 from host.spardl.program import TAG_AG, TAG_SRS, TAG_TEAMS, Plan, Recv, Round, Send, spardl
@@ -126,6 +126,160 @@ def test_topk_indices_exact_and_deterministic() -> None:
     x = torch.zeros(1 << 16)
     x[:5] = 1.0  # fast path finds too few candidates: falls back, still exact
     assert algo.topk_indices(x, 4096).numel() == 4096
+
+
+def _magnitudes_match_topk(x: torch.Tensor, got: torch.Tensor, k: int) -> None:
+    """``got`` is a valid top-k of ``x`` by magnitude: ascending, unique, ``min(k, n)`` positions, and their
+    magnitudes are exactly the k largest (any choice among ties)."""
+    k = min(k, x.numel())
+    assert got.dtype == torch.int64 and got.numel() == k
+    assert torch.equal(got, torch.unique(got))  # ascending and unique
+    want = torch.topk(x.abs().double(), k).values if k else torch.tensor([], dtype=torch.float64)
+    assert torch.equal(torch.sort(x.abs().double()[got], descending=True).values, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_threshold_selection_is_exact_and_never_exceeds_k(dtype) -> None:
+    """select.topk_magnitude (sampled threshold, one pass, top-k of the candidates) returns exactly the top-k on
+    random, heavy-tailed, constant-with-outliers and tiny inputs, for every dtype, never more than k."""
+    g = torch.Generator().manual_seed(11)
+    inputs = [torch.randn(1 << 17, generator=g), torch.randn(1 << 16, generator=g) ** 3,
+              torch.randn(40_000, generator=g) * (torch.arange(40_000) % 97 == 0), torch.randn(7, generator=g)]
+    const = torch.full((1 << 15,), 0.5)
+    const[::1000] = -3.0
+    inputs.append(const)
+    for x in inputs:
+        x = x.to(dtype)
+        for k in (1, 5, x.numel() // 100, x.numel() // 10, x.numel(), x.numel() + 3):
+            got = select.topk_magnitude(x, k)
+            _magnitudes_match_topk(x, got, k)
+            assert torch.equal(got, select.topk_magnitude(x.clone(), k))  # deterministic
+
+
+def test_candidates_take_is_one_pass_superset() -> None:
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(1 << 18, generator=g)
+    k = 2621
+    t = select.sample_threshold(x, k)
+    assert t is not None and t > 0
+    got = select.take_candidates(x, t)
+    assert torch.equal(got, torch.nonzero(x.abs() >= t).squeeze(1))
+    assert k <= got.numel() <= 3 * k  # about 1.5 k: small enough to pay, large enough to be exact
+    assert select.sample_threshold(x, x.numel() // 4) is None  # k a large fraction: exact selection instead
+    assert select.sample_threshold(torch.zeros(1 << 16), 10) is None  # a zero threshold would take everything
+
+
+def test_candidates_stay_exact_when_touched_positions_change() -> None:
+    """After changes at touched positions (received pieces added), selecting from the candidates is still the
+    exact top-k; when the candidates' values shrink below the threshold it falls back to a full selection."""
+    g = torch.Generator().manual_seed(13)
+    for trial in range(6):
+        x = torch.randn(1 << 17, generator=g)
+        k = 1311
+        cand = select.Candidates.take(x, k)
+        assert cand is not None
+        pos = torch.randperm(x.numel(), generator=g)[:k]
+        pos = torch.sort(pos).values
+        vals = torch.randn(k, generator=g) * (4 if trial % 2 else 0.5)
+        x.index_add_(0, pos, vals)
+        cand.touch(pos)
+        if trial >= 4:  # wipe most candidates out: too few stay above the threshold
+            keep = cand.positions()[:k // 3]
+            x[cand.positions()] = 0
+            x[keep] = 10.0
+        got = select.select_topk(x, k, cand)
+        _magnitudes_match_topk(x, got, k)
+
+
+def test_fused_addend_adds_in_place_and_selects_from_the_sum() -> None:
+    g = torch.Generator().manual_seed(14)
+    for n, k, dtype in ((1 << 17, 1311, torch.float32), (1 << 16, 655, torch.float64), (1000, 10, torch.float32),
+                        (1 << 16, 655, torch.bfloat16), (1 << 16, 1 << 14, torch.float32)):
+        res = torch.randn(n, generator=g).to(dtype)
+        grad = torch.randn(n, generator=g).to(dtype)
+        want = res + grad
+        got = select.topk_magnitude(res, k, addend=grad)
+        assert torch.equal(res, want)  # the residual buffer now holds the sum, bit for bit
+        _magnitudes_match_topk(want, got, k)
+    with pytest.raises(ValueError, match="addend"):
+        select.take_candidates(torch.zeros(10), 1.0, addend=torch.zeros(11))
+
+
+def test_sparse_ops_equal_torch_indexing() -> None:
+    g = torch.Generator().manual_seed(15)
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        x = torch.randn(5000, generator=g).to(dtype)
+        asc = torch.sort(torch.randperm(5000, generator=g)[:300]).values
+        dup = torch.randint(0, 5000, (400,), generator=g)  # unsorted, with repeats
+        for pos in (asc, dup):
+            v = torch.randn(pos.numel(), generator=g).to(dtype)
+            assert torch.equal(sparse_ops.gather(x, pos), x[pos])
+            before = x.clone()
+            want = x.clone().index_add_(0, pos, v)
+            old = sparse_ops.add(x, pos, v)
+            assert torch.equal(x, want) and torch.equal(old, before[pos])  # returns the values before the add
+            y = x.clone()
+            sparse_ops.put(y, asc, torch.zeros(asc.numel(), dtype=dtype))
+            sparse_ops.fill(x, asc, 0)
+            assert torch.equal(x, y) and not x[asc].any()
+
+
+def test_undo_log_residual_equals_collect_residual() -> None:
+    """Global residual collection built in the live buffer from the undo log equals the copy-based rule, bit for
+    bit: the original elsewhere, the live values at the selection."""
+    g = torch.Generator().manual_seed(16)
+    original = torch.randn(10_000, generator=g)
+    live = original.clone()
+    undo = algo.UndoLog()
+    for _ in range(5):
+        pos = torch.sort(torch.randperm(10_000, generator=g)[:500]).values
+        undo.record(live, pos, sparse_ops.add(live, pos, torch.randn(500, generator=g)))
+        z = torch.sort(torch.randperm(10_000, generator=g)[:200]).values
+        undo.record(live, z)
+        live[z] = 0
+    selected = torch.sort(torch.randperm(10_000, generator=g)[:700]).values
+    want = algo.collect_residual(original, live, selected)
+    got = algo.collect_residual_in_place(live, undo, selected)
+    assert got is live and torch.equal(got, want)
+
+
+def test_merge_pieces_sums_in_list_order() -> None:
+    """The sparse merge gives the bits of a dense accumulator summed piece by piece in list order."""
+    g = torch.Generator().manual_seed(17)
+    pieces = [(torch.sort(torch.randperm(3000, generator=g)[:400]).values, torch.randn(400, generator=g))
+              for _ in range(5)]
+    acc = torch.zeros(3000)
+    for idx, vals in pieces:
+        acc.index_add_(0, idx, vals)
+    union, sums = algo.merge_pieces(pieces, 3000, torch.float32)
+    assert torch.equal(union, torch.nonzero(acc.abs() + (torch.zeros(3000).index_fill_(
+        0, torch.cat([p[0] for p in pieces]), 1)) > 0).squeeze(1))
+    assert torch.equal(sums, acc[union])
+    with pytest.raises(ValueError, match="outside a block of 3000"):
+        algo.merge_pieces([(torch.tensor([3000]), torch.tensor([1.0]))], 3000, torch.float32)
+
+
+@pytest.mark.parametrize("P,d", [(3, 1), (4, 2), (8, 1), (8, 4)])
+def test_fused_error_feedback_equals_preadded_input(P: int, d: int) -> None:
+    """spardl(residual, addend=grad, own_input) (the form sparse_allreduce uses: the gradient added in the
+    first pass, the residual buffer reused, the result written into the gradient's buffer, divided there)
+    equals spardl(residual + grad) bit for bit; the new residual is the old residual's buffer."""
+    n = 70_001
+    g = torch.Generator().manual_seed(P + d)
+    grads = [torch.randn(n, generator=g) for _ in range(P)]
+    res = [torch.randn(n, generator=g) * 0.1 for _ in range(P)]
+    plan = Plan.make(n, P, d, 0.01, torch.float32)
+    want = run_simulated([spardl(plan, r, res[r] + grads[r], plan.new_h(r).h) for r in range(P)])
+    bufs = [r.clone() for r in res]
+    outs = [x.clone() for x in grads]
+    got = run_simulated([spardl(plan, r, bufs[r], plan.new_h(r).h, own_input=True, addend=outs[r], out=outs[r],
+                                divisor=P) for r in range(P)])
+    for r in range(P):
+        assert got[r].residual.data_ptr() == bufs[r].data_ptr()  # built in the old residual's memory
+        assert got[r].result.data_ptr() == outs[r].data_ptr()
+        assert torch.equal(got[r].residual, want[r].residual)
+        assert torch.equal(outs[r], want[r].result / P)
+        assert torch.equal(got[r].selected, want[r].selected)
 
 
 def test_adaptive_h_moves_towards_budget_and_clamps() -> None:
@@ -290,6 +444,22 @@ def test_baselines_conserve_and_agree(fn, P: int) -> None:
     assert torch.equal(sum(xs), outs[0].result + sum(o.residual for o in outs))
     if fn is gtopk:
         assert int((outs[0].result != 0).sum()) <= 30
+
+
+@pytest.mark.parametrize("fn", [gtopk, topk_allgather])
+def test_baselines_fused_error_feedback_equals_preadded_input(fn) -> None:
+    """The baselines take the gradient as SparDL does (added into the residual buffer in the selection pass,
+    the result written into the gradient's memory) with the same bits as on the pre-added input."""
+    P, n = 4, 70_001
+    g = torch.Generator().manual_seed(21)
+    grads = [torch.randn(n, generator=g) for _ in range(P)]
+    res = [torch.randn(n, generator=g) * 0.1 for _ in range(P)]
+    want = run_simulated([fn(r, P, res[r] + grads[r], 0.01) for r in range(P)])
+    outs = [x.clone() for x in grads]
+    got = run_simulated([fn(r, P, res[r], 0.01, own_input=True, addend=outs[r], out=outs[r]) for r in range(P)])
+    for r in range(P):
+        assert got[r].residual.data_ptr() == res[r].data_ptr() and got[r].result.data_ptr() == outs[r].data_ptr()
+        assert torch.equal(got[r].residual, want[r].residual) and torch.equal(outs[r], want[r].result)
 
 
 @pytest.fixture
