@@ -1,16 +1,23 @@
 """Code generator: typed IR -> Python source, compiled once with ``compile``/``exec``.
 
 Each parser/control becomes one Python function over ``s``, the per-packet slot list (see
-:mod:`switch.ir` for the layout); every action becomes a function whose parameters are the action
-data.  Exact P4 bit semantics are spelled out in the generated expressions (masks for wrap-around,
-two's complement re-wrapping for int<W>, shifts by >= width giving 0, saturating ops clamped), so
-no per-packet tree walking or type dispatch is left at run time.
+:mod:`switch.ir` for the layout); every action becomes a function ``A<i>(s, args)`` whose action
+data come as one tuple.  Exact P4 bit semantics are spelled out in the generated expressions (masks
+for wrap-around, two's complement re-wrapping for int<W>, shifts by >= width giving 0, saturating ops
+clamped), so no per-packet tree walking or type dispatch is left at run time.
+
+Fast paths (``Gen(prog, fast=True)``, the default; docs/switch-target.md): headers parsed and emitted
+with one ``struct`` call each (:mod:`switch.layout`), csum16 checksums folded over small integers,
+counters and registers indexed inline, a loop-free parser as one function, simple and
+direct-counted tables applied inline from a per-table cache.  ``fast=False`` generates the plain
+reference code; tests/switch/test_fastpath.py runs both and requires identical behaviour.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from . import ir
+from . import layout
 from . import p4ast as A
 from .errors import P4Error, unsupported
 from .ir import Bits, Sym
@@ -21,13 +28,18 @@ SM_FIELDS = ("ingress_port", "egress_spec", "egress_port", "instance_type", "pac
 
 
 class Gen:
-    def __init__(self, prog: ir.ProgramIR):
+    def __init__(self, prog: ir.ProgramIR, fast: bool = True):
         self.prog = prog
+        # fast=False generates the plain reference code (big-integer header parse/emit, checksum and
+        # extern calls through switch.runtime, one function per parser state, uncached table
+        # lookups); the tests run both and compare (tests/switch/test_fastpath.py)
+        self.fast = fast
         self.nslots = 0
         self.init: list[Any] = []
         self.lines: list[str] = []
         self.tmp = 0
         self.ns: dict[str, Any] = {}
+        self.structs: dict[str, str] = {}     # struct format -> name of its Struct in the generated code
         self.H = self.alloc(prog.headers_type)
         self.M = self.alloc(prog.meta_type)
         self.SM = self.alloc(prog.sm_type)
@@ -70,6 +82,14 @@ class Gen:
         sym.slot = base
 
     # ---- helpers ----------------------------------------------------------------------------------
+    def struct(self, fmt: str) -> str:
+        """Name of a module-level ``Struct(fmt)`` in the generated code (``U<name>`` unpacks from a
+        buffer at an offset, ``K<name>`` packs)."""
+        n = self.structs.get(fmt)
+        if n is None:
+            n = self.structs[fmt] = f"S{len(self.structs)}"
+        return n
+
     def fresh(self, p: str = "t") -> str:
         self.tmp += 1
         return f"{p}{self.tmp}"
@@ -336,11 +356,14 @@ class Gen:
         k = getattr(e, "kind", None)
         if k == "action":
             a: ir.ActionIR = e.target
-            args = ", ".join(["s"] + [self.ex(x) for x in e.args])
-            self.emit(ind, f"A{a.index}({args})")
+            args = "".join(self.ex(x) + ", " for x in e.args)
+            self.emit(ind, f"A{a.index}(s, ({args}))")
             return
         if k == "table":
-            self.emit(ind, f"T{e.target.index}(s)")
+            if self.simple_table(e.target) or self.counted_table(e.target):   # inline, no call
+                self.simple_apply(ind, e.target, self.fresh("k"), self.fresh("r"))
+            else:
+                self.emit(ind, f"T{e.target.index}(s)")
             return
         if k == "hdr":
             a = self.addr(e.func.expr)
@@ -406,11 +429,26 @@ class Gen:
             self.emit(ind, f"DIGESTS.append(({e.digest.index}, ({vals},)))")
         elif n in ("verify_checksum", "update_checksum", "verify_checksum_with_payload", "update_checksum_with_payload"):
             al = self.algo(a[3])
+            cond = self.ex(a[0])
+            items = self.fields_of(a[1])
+            if self.fast and al == "csum16" and not n.endswith("with_payload") and \
+                    all(isinstance(w, int) for _, w in items):
+                # RFC 1071 checksum folded over small integers (layout.csum16_terms), no call
+                self.emit(ind, f"if {cond}:")
+                t, r = self.fresh("ct"), self.fresh("cr")
+                self.emit(ind + 1, f"{t} = {' + '.join(layout.csum16_terms(items)) or '0'}")
+                self.emit(ind + 1, f"{r} = {t} % 65535")
+                h = f"((65535 - {r}) if {r} else (0 if {t} else 65535))"
+                if n.startswith("verify"):
+                    self.emit(ind + 1, f"if {h} != {self.uns(self.ex(a[2]), a[2].type)}:")
+                    self.emit(ind + 2, f"s[{self.sm['checksum_error']}] = 1")
+                else:
+                    self.out_assign(ind + 1, a[2], h)
+                return
             if n.endswith("with_payload"):
                 h = f"H_{al}({self.data_bytes(a[1])} + ENV.payload)"
             else:
                 h = self.hash_call(al, a[1])
-            cond = self.ex(a[0])
             if n.startswith("verify"):
                 self.emit(ind, f"if {cond} and {h} != {self.uns(self.ex(a[2]), a[2].type)}:")
                 self.emit(ind + 1, f"s[{self.sm['checksum_error']}] = 1")
@@ -443,8 +481,19 @@ class Gen:
         inst: ir.InstanceIR = f.expr.ref.decl
         o = f"X{inst.index}"
         plen = f"s[{self.sm['packet_length']}]"
-        if ext == "counter" and m == "count":
+        if ext == "counter" and m == "count" and not self.fast:
             self.emit(ind, f"{o}.count({self.ex(a[0])}, {plen})")
+        elif ext == "register" and m == "read" and not self.fast:
+            self.out_assign(ind, a[0], f"{o}.read({self.ex(a[1])})")
+        elif ext == "register" and m == "write" and not self.fast:
+            self.emit(ind, f"{o}.write({self.ex(a[0])}, {self.ex(a[1])})")
+        elif ext == "counter" and m == "count":
+            # inline runtime.Counter.count: XP/XB are the counter's packet and byte lists
+            i = self.fresh("i")
+            self.emit(ind, f"{i} = {self.ex(a[0])}")
+            self.emit(ind, f"if 0 <= {i} < {inst.args[0]}:")
+            self.emit(ind + 1, f"XP{inst.index}[{i}] += 1")
+            self.emit(ind + 1, f"XB{inst.index}[{i}] += {plen}")
         elif ext == "direct_counter":
             pass   # counted by the table on every hit, as BMv2 does
         elif ext == "meter" and m == "execute_meter":
@@ -452,9 +501,15 @@ class Gen:
         elif ext == "direct_meter" and m == "read":
             self.out_assign(ind, a[0], f"{o}.read({plen}, ENV.now_ns)")
         elif ext == "register" and m == "read":
-            self.out_assign(ind, a[0], f"{o}.read({self.ex(a[1])})")
+            # inline runtime.Register.read/write: XV is the register's value list
+            i = self.fresh("i")
+            self.emit(ind, f"{i} = {self.ex(a[1])}")
+            self.out_assign(ind, a[0], f"(XV{inst.index}[{i}] if 0 <= {i} < {inst.args[0]} else 0)")
         elif ext == "register" and m == "write":
-            self.emit(ind, f"{o}.write({self.ex(a[0])}, {self.ex(a[1])})")
+            i, v = self.fresh("i"), self.fresh("v")
+            self.emit(ind, f"{i} = {self.ex(a[0])}")
+            self.emit(ind, f"{v} = {self.ex(a[1])}")
+            self.emit(ind, f"if 0 <= {i} < {inst.args[0]}: XV{inst.index}[{i}] = {v}")
         else:
             raise unsupported(f"{ext}.{m}", e.loc)
 
@@ -485,6 +540,23 @@ class Gen:
             self.emit(ind, f"e = off + {nbytes} + ({sz} >> 3)")
             self.emit(ind, f"if e > n: raise _PErr({self.err['PacketTooShort']})")
             self.emit(ind, f"if {sz} > {t.fields[vb][1].max_width}: raise _PErr({self.err['HeaderTooShort']})")
+        plan = layout.struct_plan([ft.width for _, ft in t.fields]) if vb is None and self.fast else None
+        if plan is not None:
+            # one struct.unpack_from for the whole header; fields from small integers
+            names = [f"_c{j}" for j in range(len(plan.parts))]
+            self.emit(ind, f"{', '.join(names)}{',' if len(names) == 1 else ''} = U{self.struct(plan.fmt)}(pkt, off)")
+            self.emit(ind, f"s[{b}] = True")
+            if push is not None:
+                self.emit(ind, f"s[{push}] += 1")
+            for i, (fname, ft) in enumerate(t.fields):
+                code = layout.unpack_field(plan, i, names)
+                if isinstance(ft, ir.BoolT):
+                    code = f"({code} != 0)"
+                elif isinstance(ft, Bits) and ft.signed:
+                    code = self.wrapx(code, ft)
+                self.emit(ind, f"s[{self.add(b, 1 + i)}] = {code}")
+            self.emit(ind, "off = e")
+            return
         self.emit(ind, "v = int.from_bytes(pkt[off:e], 'big')")
         self.emit(ind, f"s[{b}] = True")
         if push is not None:
@@ -518,7 +590,14 @@ class Gen:
 
     def _emit_at(self, ind: int, base, t) -> None:
         if isinstance(t, ir.HeaderT):
-            code, w = self.concat(self._fields_at(base, t))
+            items = self._fields_at(base, t)
+            plan = layout.struct_plan([ft.width for _, ft in t.fields]) if t.varbit is None and self.fast else None
+            if plan is not None:
+                codes = [c for c, _ in items]
+                args = ", ".join(layout.pack_part(plan, j, codes) for j in range(len(plan.parts)))
+                self.emit(ind, f"if s[{base}]: out.append(K{self.struct(plan.fmt)}({args}))")
+                return
+            code, w = self.concat(items)
             nb = w // 8 if isinstance(w, int) else f"{w} >> 3"
             self.emit(ind, f"if s[{base}]: out.append({code}.to_bytes({nb}, 'big'))")
         elif isinstance(t, ir.StructT):
@@ -623,12 +702,19 @@ class Gen:
 
     def _reset(self, ind: int, base: int, t: ir.Type) -> None:
         vals = self.init[base:base + t.slots]
-        self.emit(ind, f"s[{base}:{base + t.slots}] = {vals!r}")
+        if len(vals) == 1:
+            self.emit(ind, f"s[{base}] = {vals[0]!r}")
+        else:
+            self.emit(ind, f"s[{base}:{base + t.slots}] = {vals!r}")
 
     # ---- blocks -------------------------------------------------------------------------------------
     def gen_action(self, a: ir.ActionIR) -> None:
-        params = ", ".join(["s"] + [f"p_{p.name}" for p in a.in_params + a.params])
-        self.emit(0, f"def A{a.index}({params}):")
+        """``A<i>(s, args)``: the action data come as one tuple (a table's cached result holds it),
+        so applying a table is a plain call, not a ``*args`` call."""
+        self.emit(0, f"def A{a.index}(s, args):")
+        params = [f"p_{p.name}" for p in a.in_params + a.params]
+        if params:
+            self.emit(1, f"{''.join(x + ', ' for x in params)}= args")
         self.stmt(1, a.decl.body, {"kind": "action"})
         self.emit(0, "")
 
@@ -641,16 +727,44 @@ class Gen:
             code, w = self.concat([(self.uns(self.ex(k.expr), k.expr.type), k.width) for k in t.selector_keys])
             sel = f"_ser({code}, {w})"
         plen = f"s[{self.sm['packet_length']}]"
-        if t.implementation is None and t.direct_counter is None and t.direct_meter is None:
-            # simple table: TCACHE{i} (the table's cache dict) maps a key to the result tuple
-            self.emit(1, f"k = {key}")
-            self.emit(1, f"r = TCACHE{t.index}.get(k)")
-            self.emit(1, f"if r is None: r = TBL{t.index}.lookup_simple(k)")
+        if self.simple_table(t) or self.counted_table(t):
+            self.simple_apply(1, t, "k", "r")
+            self.emit(1, "return r")
+            self.emit(0, "")
+            return
         else:
             self.emit(1, f"r = TBL{t.index}.lookup({key}, {plen}, {sel})")
-        self.emit(1, "ACTIONS[r[1]](s, *r[2])")
+        self.emit(1, "ACTIONS[r[1]](s, r[2])")
         self.emit(1, "return r")
         self.emit(0, "")
+
+    def simple_table(self, t: ir.TableIR) -> bool:
+        """No action profile, direct counter or direct meter: a hit only selects an action."""
+        return self.fast and t.implementation is None and t.direct_counter is None and t.direct_meter is None
+
+    def counted_table(self, t: ir.TableIR) -> bool:
+        """A direct counter and nothing else: the fast path caches (entry, result) and counts inline."""
+        return self.fast and t.implementation is None and t.direct_counter is not None and t.direct_meter is None
+
+    def simple_apply(self, ind: int, t: ir.TableIR, k: str, r: str) -> None:
+        """Apply a simple (or counted) table: TCACHE{i} (the table's cache dict) maps a key to the
+        result tuple (hit, action index, args, action function) -- for a counted table to (entry or
+        None, result) -- and a one-field key is cached bare (Table.fill, Table.fill_counted)."""
+        keys = [self.uns(self.ex(x.expr), x.expr.type) for x in t.keys]
+        self.emit(ind, f"{k} = {keys[0] if len(keys) == 1 else '(' + ''.join(x + ', ' for x in keys) + ')'}")
+        if self.counted_table(t):
+            c, e = self.fresh("c"), self.fresh("e")
+            self.emit(ind, f"{c} = TCACHE{t.index}.get({k})")
+            self.emit(ind, f"if {c} is None: {c} = TBL{t.index}.fill_counted({k})")
+            self.emit(ind, f"{e} = {c}[0]")
+            self.emit(ind, f"if {e} is not None:")
+            self.emit(ind + 1, f"{e}.packets += 1")
+            self.emit(ind + 1, f"{e}.bytes += s[{self.sm['packet_length']}]")
+            self.emit(ind, f"{r} = {c}[1]")
+        else:
+            self.emit(ind, f"{r} = TCACHE{t.index}.get({k})")
+            self.emit(ind, f"if {r} is None: {r} = TBL{t.index}.fill({k})")
+        self.emit(ind, f"{r}[3](s, {r}[2])")
 
     def bind_params(self, b: ir.BlockIR, role: str) -> None:
         ps = b.params
@@ -700,7 +814,8 @@ class Gen:
             return ACC if name == "accept" else REJ if name == "reject" else states[name]
 
         if self._parser_is_dag(d):
-            self.gen_parser_dag(d, states, target)
+            if not (self.fast and self.gen_parser_flat(d)):
+                self.gen_parser_dag(d, states, target)
             return
 
         self.emit(0, "def C_parser(s, pkt):")
@@ -764,6 +879,50 @@ class Gen:
             colour[n] = 2
             return ok
         return visit("start")
+
+    FLAT_PARSER_STATES = 48      # most state copies a parser is inlined into (a DAG with shared states)
+
+    def gen_parser_flat(self, d) -> bool:
+        """A loop-free parser as one function: every state inlined into its predecessors' branches
+        (a state reached from several places is copied), so a packet costs no calls and ``off`` is a
+        plain local.  Returns False, emitting nothing, when the copies would exceed
+        :attr:`FLAT_PARSER_STATES`."""
+        byname = {st.name: st for st in d.states}
+        memo: dict[str, int] = {}
+
+        def copies(name: str) -> int:
+            if name not in byname:
+                return 0
+            if name not in memo:
+                tr = byname[name].transition
+                succ = [tr.state] if tr.state is not None else [c.state for c in tr.cases]
+                memo[name] = 1 + sum(copies(m) for m in succ)
+            return memo[name]
+        if copies("start") > self.FLAT_PARSER_STATES:
+            return False
+        ctx = {"kind": "parser"}
+
+        def goto(ind: int, name: str) -> None:
+            if name == "accept":
+                self.emit(ind, "return off, 0, True")
+            elif name == "reject":
+                self.emit(ind, "return off, 0, False")
+            else:
+                st = byname[name]
+                for x in st.stmts:
+                    self.stmt(ind, x, ctx)
+                self._transition(ind, st.transition, goto)
+
+        self.emit(0, "def C_parser(s, pkt):")
+        self.emit(1, "n = len(pkt)")
+        self.emit(1, "off = 0")
+        self.emit(1, "try:")
+        self._parser_locals(2, d)
+        goto(2, "start")
+        self.emit(1, "except _PErr as x:")
+        self.emit(2, "return off, x.code, False")
+        self.emit(0, "")
+        return True
 
     def gen_parser_dag(self, d, states: dict, target) -> None:
         ctx = {"kind": "parser"}
@@ -847,7 +1006,10 @@ class Gen:
         self.gen_parser(p.blocks["parser"])
         for role in ("verify", "ingress", "egress", "compute", "deparser"):
             self.gen_control(role, p.blocks[role])
-        return "\n".join(self.lines) + "\n"
+        head = []
+        for fmt, n in self.structs.items():
+            head += [f"{n} = _Struct({fmt!r})", f"U{n} = {n}.unpack_from", f"K{n} = {n}.pack"]
+        return "\n".join(head + self.lines) + "\n"
 
 
 def _contains_exit(st) -> bool:
@@ -868,6 +1030,7 @@ def _named(decl, sym: Sym) -> A.Name:
 
 
 PRELUDE = '''
+from struct import Struct as _Struct
 class _PErr(Exception):
     __slots__ = ("code", "off")
     def __init__(self, code):

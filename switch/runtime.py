@@ -95,7 +95,10 @@ def serialise(value: int, width: int) -> bytes:
 
 # ---- stateful externs ---------------------------------------------------------------------------
 class Counter:
-    """Indexed counter (packets, bytes or both); indexes out of range are ignored like BMv2."""
+    """Indexed counter (packets, bytes or both); indexes out of range are ignored like BMv2.
+
+    The generated code updates ``packets`` and ``bytes`` in place (it holds the lists themselves):
+    change their items, never rebind them."""
 
     def __init__(self, name: str, size: int, kind: str):
         self.name, self.size, self.kind = name, size, kind
@@ -174,6 +177,9 @@ class DirectMeter:
 
 
 class Register:
+    """Indexed register; reads out of range give 0 and writes out of range are ignored, like BMv2.
+    The generated code holds ``values`` itself: change its items, never rebind it."""
+
     def __init__(self, name: str, size: int, width: int, signed: bool = False):
         self.name, self.size, self.width = name, size, width
         self.mask = (1 << width) - 1
@@ -243,7 +249,14 @@ _NOENT = object()
 
 
 class Table:
-    """Runtime state and lookup of one P4 table."""
+    """Runtime state and lookup of one P4 table.
+
+    ``cache`` memoises lookups per key and is cleared on every change (entries, default action,
+    action-profile members and groups).  What it holds depends on the code the switch generated:
+    with fast paths, for a :attr:`simple` table the result tuple (:meth:`fill`) and for a table
+    with only a direct counter (entry, result) (:meth:`fill_counted`), keyed by the bare value
+    when there is one key field; otherwise (reference code, action profiles, direct meters) the
+    entry or None per key tuple (:meth:`lookup`).  One switch uses one of these per table."""
 
     def __init__(self, tir, kinds: list[str], widths: list[int], default: tuple[int, tuple]):
         self.ir = tir
@@ -262,7 +275,21 @@ class Table:
         self.profile: ActionProfile | None = None
         self.dmeter: DirectMeter | None = None
         self.count_direct = False
-        self.miss = (False, default[0], default[1])
+        # ActionIR index -> generated action function; set by the switch once the code exists, so
+        # the result tuples of simple tables can carry the function to call (see lookup_simple)
+        self.action_fns: list = []
+        self.scalar_key = len(kinds) == 1     # simple tables cache a one-field key as the bare value
+        self.miss = self._result(False, default[0], default[1])
+
+    def _result(self, hit: bool, action: int, args: tuple) -> tuple:
+        fns = self.action_fns
+        return (hit, action, args, fns[action] if fns else None)
+
+    def bind_actions(self, fns: list) -> None:
+        """Attach the generated action functions (see :attr:`action_fns`)."""
+        self.action_fns = fns
+        self.miss = self._result(False, self.default[0], self.default[1])
+        self.cache.clear()
 
     # -- control plane ---------------------------------------------------------------------------
     def entry_key(self, match: tuple, priority: int) -> tuple:
@@ -334,7 +361,7 @@ class Table:
 
     def set_default(self, action: int, args: tuple) -> None:
         self.default = (action, tuple(args))
-        self.miss = (False, action, tuple(args))
+        self.miss = self._result(False, action, tuple(args))
         self.cache.clear()
 
     # -- data plane ------------------------------------------------------------------------------
@@ -360,22 +387,39 @@ class Table:
         return self.profile is None and not self.count_direct and self.dmeter is None
 
     def lookup_simple(self, key: tuple, plen: int = 0, sel: bytes | None = None) -> tuple:
-        """:meth:`lookup` for a :attr:`simple` table: ``cache`` holds result tuples (the generated
-        code reads it first and only calls this on a cache miss)."""
-        r = self.cache.get(key)
-        if r is None:
-            e = self.exact.get(key) if self.exact_only else self._find(key)
-            r = self.miss if e is None else (True, e.action, e.args)
-            c = self.cache
-            if len(c) > 65536:
-                c.clear()
-            c[key] = r
+        """:meth:`lookup` for a :attr:`simple` table: (hit, action index, args, action function)."""
+        e = self.exact.get(key) if self.exact_only else self._find(key)
+        return self.miss if e is None else self._result(True, e.action, e.args)
+
+    def fill(self, k) -> tuple:
+        """Cache miss of a :attr:`simple` table: look ``k`` up and remember the result.  ``k`` is the
+        key as the generated code caches it: the bare value when the table has one key field
+        (:attr:`scalar_key`), else the tuple of key values.  The generated code reads ``cache``
+        first and calls this only when ``k`` is not there."""
+        r = self.lookup_simple((k,) if self.scalar_key else k)
+        c = self.cache
+        if len(c) > 65536:
+            c.clear()
+        c[k] = r
         return r
+
+    def fill_counted(self, k) -> tuple:
+        """Cache miss of a table whose only extra is a direct counter, for the generated fast path:
+        remembers and returns (entry or None, result as :meth:`lookup_simple` gives it); the
+        generated code counts the entry itself.  ``k`` as in :meth:`fill`."""
+        key = (k,) if self.scalar_key else k
+        e = self.exact.get(key) if self.exact_only else self._find(key)
+        c = (e, self.miss if e is None else self._result(True, e.action, e.args))
+        cache = self.cache
+        if len(cache) > 65536:
+            cache.clear()
+        cache[k] = c
+        return c
 
     def lookup(self, key: tuple, plen: int, sel: bytes | None = None) -> tuple:
         """Returns (hit, action index, args)."""
         if self.profile is None and not self.count_direct and self.dmeter is None:
-            return self.lookup_simple(key)      # the cache holds results for these tables
+            return self.lookup_simple(key)
         if self.exact_only:
             e = self.exact.get(key)
         else:

@@ -28,7 +28,7 @@ INSTANCE_NORMAL = 0
 INSTANCE_REPLICATION = 5
 
 
-@dataclass
+@dataclass(slots=True)
 class Departure:
     """A packet that left the switch: egress port, bytes, time it left and time it arrives."""
 
@@ -72,7 +72,8 @@ class Switch:
     """One v1model switch running a P4 program."""
 
     def __init__(self, program: str | ir.ProgramIR, *, priority_queues: int = 1, queue_capacity: int = 64,
-                 seed: int = 0, include_dirs: list[str] | None = None, mcast_groups: dict | None = None):
+                 seed: int = 0, include_dirs: list[str] | None = None, mcast_groups: dict | None = None,
+                 fast_paths: bool = True):
         self.ir = program if isinstance(program, ir.ProgramIR) else load_ir(program, include_dirs)
         self.p4info = P4InfoBuilder(self.ir).build()
         self.ids = _Ids(self.p4info)
@@ -84,12 +85,13 @@ class Switch:
         self.digests: list[tuple[int, tuple]] = []
         self.parser_errors = 0
         self.mcast: dict[int, list[tuple[int, int]]] = {k: list(v) for k, v in (mcast_groups or {}).items()}
+        self.fast_paths = fast_paths      # False: the plain reference code, for differential tests
         self._build()
 
     # ---- construction ---------------------------------------------------------------------------
     def _build(self) -> None:
         p = self.ir
-        gen = Gen(p)
+        gen = Gen(p, self.fast_paths)
         src = gen.generate()
         self.source = src
         self.gen = gen
@@ -102,6 +104,11 @@ class Switch:
         self.instances: dict[str, Any] = {}
         for inst in p.instances:
             ns[f"X{inst.index}"] = obj = self._make_extern(inst)
+            # the generated code indexes these lists directly (they are updated in place, never rebound)
+            if isinstance(obj, runtime.Counter):
+                ns[f"XP{inst.index}"], ns[f"XB{inst.index}"] = obj.packets, obj.bytes
+            elif isinstance(obj, runtime.Register):
+                ns[f"XV{inst.index}"] = obj.values
             self.instances[inst.fqname] = obj
         self.tables: dict[str, runtime.Table] = {}
         for t in p.tables:
@@ -123,6 +130,8 @@ class Switch:
         exec(compile(PRELUDE, "<switch-prelude>", "exec"), ns)
         exec(compile(src, f"<p4:{p.path}>", "exec"), ns)
         ns["ACTIONS"] = [ns[f"A{a.index}"] for a in p.actions]
+        for tb in self.tables.values():
+            tb.bind_actions(ns["ACTIONS"])
         self.ns = ns
         self._parser = ns["C_parser"]
         self._verify = ns["C_verify"]
@@ -132,7 +141,11 @@ class Switch:
         self._deparser = ns["C_deparser"]
         sm = gen.sm
         self._sm = sm
-        self._init = gen.init
+        # two extra slots after the program's own: the received bytes and the offset where the parser
+        # stopped travel in the packet state through the traffic manager; the payload is sliced off
+        # in egress (queued packets then share the received bytes instead of holding copies)
+        self._payload_slot = len(gen.init)
+        self._init = gen.init + [b"", 0]
         self._make_packet_path()
 
     def _make_extern(self, inst: ir.InstanceIR):
@@ -167,7 +180,7 @@ class Switch:
         egress, compute, deparser = self._egress, self._compute, self._deparser
         env = self.env
         tm = self.tm
-        enqueue, dequeue, tm_drop = tm.enqueue, tm.dequeue_raw, tm.drop
+        enqueue, tm_drop = tm.enqueue, tm.drop
         ports = tm.ports
         outputs = self.outputs
         sw = self
@@ -176,6 +189,8 @@ class Switch:
         RID, ITYPE = sm["egress_rid"], sm["instance_type"]
         EPORT, ENQ_TS, ENQ_QD = sm["egress_port"], sm["enq_timestamp"], sm["enq_qdepth"]
         DEQ_TD, DEQ_QD, EGT = sm["deq_timedelta"], sm["deq_qdepth"], sm["egress_global_timestamp"]
+        PAY = self._payload_slot
+        POFF = PAY + 1
         M48, M32, QMAX = 0xFFFFFFFFFFFF, 0xFFFFFFFF, (1 << 19) - 1
         join = b"".join
 
@@ -196,23 +211,28 @@ class Switch:
             prio = s[PRIO]
             grp = s[MGRP]
             if grp:
-                payload = data[off:]
+                s[PAY] = data
+                s[POFF] = off
                 for eport, rid in sw.mcast.get(grp, ()):
-                    c = s[:]
-                    c[RID] = rid
-                    c[ITYPE] = INSTANCE_REPLICATION
-                    enqueue(eport, prio, (c, payload), n, now)
+                    s[RID] = rid
+                    s[ITYPE] = INSTANCE_REPLICATION
+                    enqueue(eport, prio, tuple(s), n, now)
                 return
             eport = s[ESPEC]
             if eport == DROP_PORT:
                 tm_drop(port, prio, "pipeline_drop")
                 return
-            enqueue(eport, prio, (s, data[off:]), n, now)
+            # queued as a tuple: it holds only ints, bools, bytes and tuples, so the garbage collector
+            # stops tracking it (thousands of queued packets would otherwise make every collection slow)
+            s[PAY] = data
+            s[POFF] = off
+            enqueue(eport, prio, tuple(s), n, now)
 
-        def egress_one(port: int, prio: int) -> None:
-            now = sw.now_ns
-            e, deq_depth = dequeue(port, prio, now)
-            s, payload = e[0]
+        def egress_one(port: int, prio: int, e: tuple, deq_depth: int, now: int) -> None:
+            """Egress for a packet the traffic manager just dequeued at ``now``: ``e`` is its FIFO
+            entry (state, enq_ns, enq_depth, size), ``deq_depth`` what is left in its queue."""
+            sw.now_ns = now
+            s = list(e[0])
             enq_ns = e[1]
             s[EPORT] = port
             spec_before = s[ESPEC]
@@ -228,6 +248,7 @@ class Switch:
             if s[ESPEC] == DROP_PORT and spec_before != DROP_PORT:
                 tm_drop(port, prio, "pipeline_drop")
                 return
+            payload = s[PAY][s[POFF]:]
             env.payload = payload
             compute(s)
             data = join(deparser(s)) + payload
@@ -249,15 +270,7 @@ class Switch:
         """Advance the clock, dequeuing and running egress, until ``until_ns`` or until idle.
         Returns the departures of this call (also appended to ``self.outputs``)."""
         start = len(self.outputs)
-        nextd = self.tm.next_departure
-        egress_one = self._egress_one
-        while True:
-            nd = nextd()
-            if nd is None or (until_ns is not None and nd[0] > until_ns):
-                break
-            if nd[0] > self.now_ns:
-                self.now_ns = nd[0]
-            egress_one(nd[1], nd[2])
+        self.now_ns = self.tm.drain(until_ns, self.now_ns, self._egress_one)
         if until_ns is not None:
             self.now_ns = max(self.now_ns, until_ns)
         return self.outputs[start:]
