@@ -9,6 +9,7 @@ emulation the operator set; counters are folded into running totals so statistic
 """
 from __future__ import annotations
 
+import gc
 import logging
 import tempfile
 import threading
@@ -170,6 +171,12 @@ class Device:
             if now > sw.now_ns:
                 sw.now_ns = now
             self.pipeline = pipeline
+            # the program (IR, generated code, tables) lives until the next install: move it out of the collector's
+            # generations so the collections that per-packet garbage triggers stop scanning it; unfreezing first
+            # lets the replaced pipeline be collected
+            gc.unfreeze()
+            gc.collect()
+            gc.freeze()
         self.wake()
 
     def _fold(self, sw: Switch) -> None:
