@@ -20,7 +20,9 @@ clock passed in, never sockets, so it is tested alone (``tests/host/test_cc.py``
   otherwise overshoot it by a whole window and lose hundreds of packets before the delay mark fires.
 * **Pacing**: the sender spreads a window over the smoothed RTT at ``pacing_gain`` (2 in slow start, 1.25 after).
 * **Timeouts** (no feedback at all for ``rto``): ssthresh = cwnd/2, cwnd back to the initial window, rto doubles
-  (up to ``rto_max``); the next ACK resets the backoff.
+  (up to ``rto_max``); the next ACK resets the backoff. As F-RTO/Eifel, a timeout is undone (window, threshold
+  and rto restored) when the first ACK after it acknowledges data sent *before* it that was never resent: the
+  path had delivered; the sender or receiver had only stalled (on a loaded host, a descheduled Python thread).
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class DctcpWindow:
     cuts: int = 0
     timeouts: int = 0
     hystart_exits: int = 0
+    spurious_timeouts: int = 0
+    _undo: tuple[float, float, float, float] | None = None  # state before the last timeout, until the next ACK
 
     def __post_init__(self) -> None:
         if self.cwnd <= 0:
@@ -111,6 +115,7 @@ class DctcpWindow:
     def on_ack(self, acked: int, *, ecn: bool = False, rtt: float | None = None) -> None:
         """``acked`` bytes newly delivered; ``ecn``: the ACK echoed CE; ``rtt``: a sample (Karn-filtered)."""
         self.backoff = 0
+        self._undo = None  # the first ACK after a timeout decides (undo_timeout is called before it)
         delay = False
         if rtt is not None:
             if self.min_rtt is not None:  # judged against the min RTT before this sample
@@ -156,6 +161,8 @@ class DctcpWindow:
     def on_timeout(self) -> None:
         """No feedback for ``rto``: restart from the initial window and back the timer off."""
         self.timeouts += 1
+        if self._undo is None:  # back-to-back timeouts undo to the state before the first
+            self._undo = (self.cwnd, self.ssthresh, self._win_target, self.rto)
         self.ssthresh = max(self.cwnd / 2, self.p.min_cwnd_pkts * self.p.mss)
         self.cwnd = float(min(self.p.init_cwnd_pkts * self.p.mss, self.ssthresh))
         self.backoff += 1
@@ -164,6 +171,15 @@ class DctcpWindow:
         self._win_min_rtt, self._win_samples = float("inf"), 0
         self._win_target = self.cwnd
         self._clamp()
+
+    def undo_timeout(self) -> bool:
+        """The timeout just taken was spurious (called on the first ACK after it): restore the state before it."""
+        if self._undo is None:
+            return False
+        self.cwnd, self.ssthresh, self._win_target, self.rto = self._undo
+        self._undo = None
+        self.spurious_timeouts += 1
+        return True
 
     def _clamp(self) -> None:
         self.cwnd = float(min(max(self.cwnd, self.p.min_cwnd_pkts * self.p.mss), self.p.max_cwnd_bytes))
@@ -174,4 +190,5 @@ class DctcpWindow:
                 "min_rtt_us": None if self.min_rtt is None else round(self.min_rtt * 1e6, 1),
                 "rto_ms": round(self.rto * 1e3, 3), "pacing_gbps": round(self.pacing_rate() * 8e-9, 3)
                 if self.srtt else None, "ecn_marks": self.ecn_marks, "delay_marks": self.delay_marks,
-                "cuts": self.cuts, "timeouts": self.timeouts, "hystart_exits": self.hystart_exits}
+                "cuts": self.cuts, "timeouts": self.timeouts, "hystart_exits": self.hystart_exits,
+                "spurious_timeouts": self.spurious_timeouts}

@@ -251,6 +251,7 @@ class _Peer:
         self.next_send = 0.0
         self.last_feedback = 0.0
         self.rto_at = 0.0
+        self.rto_fired = 0.0  # time of the last timeout, until the next ACK judges it (spurious or not)
 
 
 class _In:
@@ -892,6 +893,9 @@ class Endpoint:
         while c < o.total and acked[c]:
             c += 1
         o.cum_acked = c
+        if p.rto_fired and new.size and np.any((o.sent_time[new] < p.rto_fired) & ~o.retx[new]):
+            p.cc.undo_timeout()  # data sent before the timeout got through: the timeout was spurious
+        p.rto_fired = 0.0
         p.cc.on_ack(nbytes, ecn=ecn, rtt=rtt)
 
     def _on_nack(self, p: _Peer, o: _Out, base: int, bits: np.ndarray, now: float) -> None:
@@ -1068,6 +1072,7 @@ class Endpoint:
             # is as often a stall as a loss, and the receiver's NACK names exactly what is missing.
             self._c["rto_timeouts"] += 1
             p.cc.on_timeout()
+            p.rto_fired = now
             p.rto_at = now + p.cc.rto
             for o in p.active:
                 o.inflight[:] = False

@@ -105,6 +105,20 @@ def test_timeout_backs_off_and_ack_resets():
     assert cc.backoff == 0 and cc.rto == cc.p.rto_min  # srtt + 4 rttvar of 1 ms samples is below the floor
 
 
+def test_spurious_timeout_is_undone_by_the_first_ack_only():
+    cc = DctcpWindow(params())
+    run_rtts(cc, 6, rtt=0.001)
+    before = (cc.window(), cc.ssthresh, cc.rto)
+    cc.on_timeout()
+    cc.on_timeout()  # back-to-back: undo goes to the state before the first
+    assert cc.window() < before[0]
+    assert cc.undo_timeout() and (cc.window(), cc.ssthresh, cc.rto) == before and cc.spurious_timeouts == 1
+    assert not cc.undo_timeout()  # nothing left to undo
+    cc.on_timeout()
+    cc.on_ack(MSS, rtt=0.001)  # the first ACK after a timeout was not judged spurious: the timeout stands
+    assert not cc.undo_timeout() and cc.window() < before[0]
+
+
 def test_pacing_rate_follows_window():
     cc = DctcpWindow(params())
     assert cc.pacing_rate() == float("inf")

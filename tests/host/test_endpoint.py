@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -255,3 +256,26 @@ def test_property_endpoint(n, dtype, mtu, loss, p, seed):
     finally:
         a.close()
         b.close()
+
+
+def test_a_stalled_receiver_makes_a_timeout_that_is_undone(make_endpoints):
+    """The receiver's thread stalls (its lock held, as a descheduled process would) longer than the sender's RTO:
+    the sender times out, but the ACKs that follow cover packets sent before the timeout, so the timeout is undone
+    (F-RTO) and the data arrives intact."""
+    a, b = make_endpoints(2, Options(**FAST))
+    x = torch.randn(2_000_000)
+    out = torch.empty_like(x)
+    got: dict = {}
+    t = threading.Thread(target=lambda: got.update(r=b.recv(0, 1, out=out, timeout=20)))
+    t.start()
+    h = a.send(1, x, transfer_id=1)
+    deadline = time.monotonic() + 10
+    while a.stats()["tx_data_packets"] < 50 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    with b._lock:  # the receive thread blocks here with packets in flight
+        time.sleep(0.3)
+    h.wait(20)
+    t.join(20)
+    assert torch.equal(out, x)
+    peer = a.stats()["peers"][1]
+    assert peer["timeouts"] >= 1 and peer["spurious_timeouts"] >= 1
