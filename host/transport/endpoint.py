@@ -1,4 +1,4 @@
-"""The DLCP endpoint: one UDP socket per process, a receive thread and a progress (send + timers) thread.
+"""The DLCP endpoint: one UDP socket per process and one I/O thread (receive, timers, send).
 
 Usage (see ``docs/transport.md`` for the protocol)::
 
@@ -13,10 +13,12 @@ Every endpoint binds its own entry, so several ranks on one machine use distinct
 loopback, the whole 127/8 is local) and all keep the well-known port a DLCP switch parses. A packet is accepted
 only if its job id and nonce are ours and its source address is the one ``addr_map`` gives its rank.
 
-Threads and locking: the receive thread handles every datagram (data into the destination buffer, ACK/NACK into
-sender state, immediate ACKs); the progress thread picks bursts under the window and pacing rate of each peer, sends
-them outside the lock, and runs timers every millisecond (receiver NACKs, grace-period completion, sender RTO
-probes, peer timeouts). One lock guards the transfer tables; user calls only post work and wait on events.
+Threads and locking: the I/O thread loops over three steps: it drains the socket and handles every datagram (data
+into the destination buffer, ACK/NACK into sender state, ACKs back); it runs the timers every millisecond (receiver
+NACKs, grace-period completion, sender RTO probes, peer timeouts); it picks bursts under the window and pacing rate
+of each peer and sends them outside the lock. It sleeps in ``select`` (the socket, a wake-up socket that ``send()``
+writes to, the next timer or pacing deadline) only when none of them has work. One lock guards the transfer
+tables; user calls only post work and wait on events.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ _MAX_DGRAM = 1 << 16  # a receive slot: the largest UDP payload, or a GRO buffer
 _RX_BATCH = 64  # receives drained per lock acquisition (more only delays the ACKs of the first ones)
 _RX_BATCH_BYTES = 192 << 10  # ... or this many bytes
 _RX_BUF = _RX_BATCH_BYTES + _MAX_DGRAM
+_TX_BURSTS_PER_ROUND = 4  # bursts sent between two receive passes of the I/O thread
 _BATCH_MIN = 16  # packets of one transfer in one batch from which Reassembly takes arrays
 
 
@@ -339,6 +342,7 @@ class Endpoint:
         self._tx = opts.socket_wrapper(sock) if opts.socket_wrapper else sock
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
 
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -363,10 +367,9 @@ class Endpoint:
         self._malformed_by_field: dict[str, int] = {}
         self._rxbuf = bytearray(_RX_BUF)
         self._rxmv = memoryview(self._rxbuf)
-        self._rx_thread = threading.Thread(target=self._rx_loop, name=f"dlcp-rx-{rank}", daemon=True)
-        self._tx_thread = threading.Thread(target=self._tx_loop, name=f"dlcp-tx-{rank}", daemon=True)
-        self._rx_thread.start()
-        self._tx_thread.start()
+        self._sleeping = False
+        self._io_thread = threading.Thread(target=self._io_loop, name=f"dlcp-io-{rank}", daemon=True)
+        self._io_thread.start()
 
     # --- public API -------------------------------------------------------------------------------------------
 
@@ -404,7 +407,7 @@ class Endpoint:
             p.out[transfer_id] = o
             p.active.append(o)
             p.active.sort(key=lambda x: (-x.priority, x.created))
-            self._cond.notify_all()
+            self._wake()
         return o.handle
 
     def recv(self, peer: int, transfer_id: int, out: Any, *, timeout: float | None = None,
@@ -462,7 +465,7 @@ class Endpoint:
         return d
 
     def close(self) -> None:
-        """Stop both threads (joined), fail whatever is pending with TransportError, close the socket."""
+        """Stop the I/O thread (joined), fail whatever is pending with TransportError, close the socket."""
         with self._cond:
             if self._closed:
                 return
@@ -472,8 +475,7 @@ class Endpoint:
             self._wake_w.send(b"x")
         except OSError:  # pragma: no cover
             pass
-        self._rx_thread.join()
-        self._tx_thread.join()
+        self._io_thread.join()
         with self._lock:
             err = TransportError(f"rank {self.rank}: endpoint closed")
             for p in self._peers.values():
@@ -1087,68 +1089,100 @@ class Endpoint:
 
     # --- threads ---------------------------------------------------------------------------------------------
 
-    def _tx_loop(self) -> None:
+    def _io_loop(self) -> None:
+        """The endpoint's one I/O thread: receive what is there, run due timers, send what window and pacing allow,
+        and sleep in ``select`` only when there is nothing to do. One thread, not a receive and a send thread: the
+        thread that handles an ACK sends the burst it opens, with no GIL handoff or cross-thread wake-up per ACK
+        (which on a loaded host cost more than the work itself)."""
+        sock, wake = self._sock, self._wake_r
         tick = self.opts.tick
         flush = getattr(self._tx, "flush", None)
-        while True:
-            with self._cond:
-                if self._closed:
-                    return
-                now = time.monotonic()
-                if now >= self._next_tick:
-                    try:
-                        self._rx_timers(now)
-                        self._tx_timers(now)
-                    except Exception:  # never let a bug kill the progress thread silently
-                        self._c["internal_errors"] += 1
-                        log.exception("dlcp timers")
-                    self._next_tick = now + tick
-                job, wait = self._pick_burst(now)
-                if job is None:
-                    if flush is not None:
-                        flush()
-                    busy = self._incoming or any(p.active for p in self._peers.values())
-                    # idle endpoints sleep until a send or recv() wakes them instead of ticking
-                    self._cond.wait(max(0.0, min(wait, self._next_tick - now)) if busy else 0.05)
-                    continue
-            self._transmit(job)
-
-    def _rx_loop(self) -> None:
-        """Drain the socket into one buffer (a batch of datagrams, or of GRO super-datagrams), then handle the
-        batch under one lock acquisition."""
-        sock, mv, wake = self._sock, self._rxmv, self._wake_r
-        recv = sock.recvmsg_into
-        ancsize = 2 * socket.CMSG_SPACE(4)
-        limit = _RX_BATCH_BYTES
         while not self._closed:
-            pos = 0
-            recs: list[tuple] = []
             try:
-                while pos < limit and len(recs) < _RX_BATCH:
-                    nbytes, anc, _fl, addr = recv([mv[pos: pos + _MAX_DGRAM]], ancsize)
-                    recs.append((pos, nbytes, anc, addr))
-                    pos += nbytes
-            except BlockingIOError:
-                if not recs:
-                    self._flush_acks()
-                    try:
-                        select.select([sock, wake], [], [], 0.2)
-                    except (OSError, ValueError):
-                        return
-                    continue
+                recs = self._drain()
             except OSError:
                 if self._closed:
                     return
                 with self._lock:
                     self._c["internal_errors"] += 1
-                if not recs:
-                    continue
+                recs = []
             with self._lock:
+                if recs:
+                    try:
+                        self._handle(recs)
+                    except Exception:  # never let a bug kill the I/O thread silently
+                        self._c["internal_errors"] += 1
+                        log.exception("dlcp receive")
+                now = time.monotonic()
+                if now >= self._next_tick:
+                    try:
+                        self._rx_timers(now)
+                        self._tx_timers(now)
+                    except Exception:
+                        self._c["internal_errors"] += 1
+                        log.exception("dlcp timers")
+                    self._next_tick = now + tick
+            sent = 0
+            wait = 1.0
+            while sent < _TX_BURSTS_PER_ROUND:  # then receive again: ACKs and data must not wait behind sends
+                with self._lock:
+                    job, wait = self._pick_burst(time.monotonic())
+                if job is None:
+                    break
+                self._transmit(job)
+                sent += 1
+            if recs or sent:
+                continue
+            self._flush_acks()
+            if flush is not None:
+                flush()
+            with self._lock:
+                if self._closed:
+                    return
+                now = time.monotonic()
+                job, wait = self._pick_burst(now)
+                if job is None:
+                    self._sleeping = True  # from here on, send() writes to the wake socket
+                busy = self._incoming or any(p.active for p in self._peers.values())
+                timeout = max(0.0, min(wait, self._next_tick - now)) if busy else 0.2
+            if job is not None:
+                self._transmit(job)
+                continue
+            try:
+                ready, _, _ = select.select([sock, wake], [], [], timeout)
+            except (OSError, ValueError):
+                return
+            self._sleeping = False
+            if wake in ready:
                 try:
-                    self._handle(recs)
-                except Exception:
-                    self._c["internal_errors"] += 1
-                    log.exception("dlcp receive")
+                    while wake.recv(4096):
+                        pass
+                except (BlockingIOError, OSError):
+                    pass
+
+    def _drain(self) -> list[tuple]:
+        """Receive until the socket is empty or the batch is full: ``(position, bytes, ancillary, source)``."""
+        recv, mv = self._sock.recvmsg_into, self._rxmv
+        ancsize = 2 * socket.CMSG_SPACE(4)
+        pos = 0
+        recs: list[tuple] = []
+        try:
+            while pos < _RX_BATCH_BYTES and len(recs) < _RX_BATCH:
+                nbytes, anc, _fl, addr = recv([mv[pos: pos + _MAX_DGRAM]], ancsize)
+                recs.append((pos, nbytes, anc, addr))
+                pos += nbytes
+        except BlockingIOError:
+            pass
+        return recs
+
+    def _wake(self) -> None:
+        """Called under the lock after posting work: wake the I/O thread if it sleeps in select."""
+        if self._sleeping:
+            self._sleeping = False
+            try:
+                self._wake_w.send(b"x")
+            except OSError:  # full: a wake-up is already pending
+                pass
 
     def _malformed(self, fld: str) -> None:
         self._c["malformed"] += 1

@@ -234,7 +234,7 @@ def test_close_fails_pending_and_joins(make_endpoints):
     assert err and "closed" in str(err[0])
     with pytest.raises(TransportError, match="closed"):
         h.wait(1)
-    assert not a._rx_thread.is_alive() and not a._tx_thread.is_alive()
+    assert not a._io_thread.is_alive()
     with pytest.raises(TransportError):
         a.send(1, torch.randn(10), transfer_id=2)
 
