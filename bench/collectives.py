@@ -1,100 +1,313 @@
-"""Collectives: dlcp backend vs gloo, side by side in the same processes, on loopback.
+"""Collectives: the dlcp backend vs gloo, side by side in the same processes, on loopback and on 1 Gb/s links.
 
 Each rank process initialises dlcp as the default group and a gloo group over the same ranks, then times
-all-reduce, reduce-scatter and all-gather at several sizes, alternating dlcp and gloo repetitions. Rank 0 writes
-the per-repetition seconds; this script turns them into a Report (metric: seconds, lower is better).
-``DLCP_BENCH_QUICK=1`` runs a reduced matrix. Shaped 1 Gb/s namespaces: bench/transport.py (transport level).
+all-reduce, reduce-scatter (``reduce_scatter_tensor``) and all-gather (``all_gather_into_tensor``) of float32
+tensors from 4 KiB to 256 MiB, alternating dlcp and gloo repetitions (the order flips every round; each timed
+call starts after a gloo barrier; a repetition's time is the slowest rank's). Worlds of 2 and 4 processes on:
+
+* ``loopback``: all ranks in one private network namespace (its own ``lo``, so nothing else on the machine shares
+  the DLCP port), dlcp on 127.0.0.<rank+1> with the loopback path MTU;
+* ``1Gb/s``: ``testbed.netns.Star(P, rate="1gbit", mtu=9000)``, one namespace per rank on a bridge, every link
+  tbf-shaped to 1 Gb/s both ways; gloo on ``eth0``.
+
+Report (harness): per case ``seconds`` (dlcp vs gloo); on the shaped links also ``ideal_fraction`` = the ideal
+ring time over the measured time, the ideal being ``2(P-1)/P * S/B`` for all-reduce and ``(P-1)/P * S/B`` for
+reduce-scatter / all-gather (``S`` the full tensor, ``B`` = 1 Gb/s; framing overhead makes ~0.99 the ceiling).
+Plot: ``bench/results/collectives.png`` (time vs size per collective, world and network; dlcp, gloo, ideal).
+Process CPU seconds per call are recorded too (``cpu_s``), to tell a CPU-bound gap from a network-bound one.
+
+``--quick`` (or ``DLCP_BENCH_QUICK=1``): sizes up to 16 MiB, fewer repetitions. ``--only TEXT``: only cases whose
+name (``<net> P=<P> <op> <size>``) contains TEXT (repeatable; a case runs if any matches). Without root only
+the loopback cases run (in the root namespace). Worker mode (``--worker``) is what runs inside the namespaces.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from harness import Report
-
 ROOT = Path(__file__).resolve().parent.parent
-QUICK = os.environ.get("DLCP_BENCH_QUICK") == "1"
-SIZES = [4 << 10, 1 << 20, 16 << 20] if QUICK else [4 << 10, 256 << 10, 1 << 20, 16 << 20, 64 << 20]
-WORLDS = [2] if QUICK else [2, 4]
-REPS = 3 if QUICK else 5
+RESULTS = Path(__file__).resolve().parent / "results"
+OPS = ("all_reduce", "reduce_scatter", "all_gather")
+SIZES = [4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+QUICK_SIZES = [4 << 10, 256 << 10, 1 << 20, 16 << 20]
+WORLDS = [2, 4]
+NETS = ["loopback", "1Gb/s"]
+LINK_BPS = 1e9
+GOAL_LOOPBACK = 1.25  # dlcp within 1.25x of gloo on loopback from 1 MiB up
+GOAL_IDEAL = 0.95  # and on the shaped links at least 95% of the ideal ring time, not slower than gloo
 
 
-def worker(out_path: str) -> None:
+def repetitions(nbytes: int, quick: bool) -> int:
+    """Timed rounds per case (after one warm-up round): fewer for the large sizes to keep the run short."""
+    if quick:
+        return 5 if nbytes <= 1 << 20 else 3
+    if nbytes <= 1 << 20:
+        return 9
+    if nbytes <= 16 << 20:
+        return 5
+    return 3 if nbytes <= 64 << 20 else 2
+
+
+def ideal_seconds(op: str, nbytes: int, world: int, bps: float = LINK_BPS) -> float:
+    """The bandwidth-optimal ring's time on links of ``bps``: every rank sends (P-1)/P of the tensor per phase."""
+    phases = 2 if op == "all_reduce" else 1
+    return phases * (world - 1) / world * nbytes * 8 / bps
+
+
+def size_label(nbytes: int) -> str:
+    return f"{nbytes >> 20}MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10}KiB"
+
+
+def case_name(net: str, world: int, op: str, nbytes: int) -> str:
+    return f"{net} P={world} {op} {size_label(nbytes)}"
+
+
+# --- worker side (one process per rank) ---------------------------------------------------------------------------
+
+def _worker(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(ROOT))
     import torch
     import torch.distributed as dist
 
+    from host.collectives import Collectives
+
     torch.set_num_threads(1)
+    for attr, val in json.loads(args.tune).items():  # tuning experiments only (e.g. RING_SEGMENT_MIN)
+        setattr(Collectives, attr, val)
+    plan = json.loads(args.plan)  # [[nbytes, [ops...], reps], ...]
     dist.init_process_group("dlcp")
     gloo = dist.new_group(backend="gloo")
-    P, r = dist.get_world_size(), dist.get_rank()
-    results = []
-    for nbytes in SIZES:
-        n = nbytes // 4
+    P = dist.get_world_size()
+    times: list[float] = []  # flat, in plan order: per (size, op): dlcp reps, gloo reps
+    cpus: list[float] = []
+    for nbytes, ops, reps in plan:
+        n = (nbytes // 4) // P * P
         x = torch.randn(n)
-        shard = torch.empty(n // P)
-        full = torch.empty((n // P) * P)
-        ops = {
+        full = torch.zeros(n)
+        shard = torch.randn(n // P)
+        calls = {
             "all_reduce": lambda g: dist.all_reduce(x, group=g),
-            "reduce_scatter": lambda g: dist.reduce_scatter_single(shard, full, group=g),
-            "all_gather": lambda g: dist.all_gather_single(full, shard, group=g),
+            "reduce_scatter": lambda g: dist.reduce_scatter_tensor(shard, x, group=g),
+            "all_gather": lambda g: dist.all_gather_into_tensor(full, shard, group=g),
         }
-        for name, fn in ops.items():
-            times = {"dlcp": [], "gloo": []}
-            for rep in range(REPS + 1):
+        for op in ops:
+            got = {"dlcp": [], "gloo": []}
+            cpu = {"dlcp": [], "gloo": []}
+            for rnd in range(reps + 1):
                 order = [("dlcp", None), ("gloo", gloo)]
-                for label, g in (order if rep % 2 == 0 else order[::-1]):
+                for label, g in (order if rnd % 2 == 0 else order[::-1]):
                     dist.barrier(group=gloo)
+                    c0 = time.process_time()
                     t0 = time.perf_counter()
-                    fn(g)
+                    calls[op](g)
                     dt = time.perf_counter() - t0
-                    if rep:  # repetition 0 is the warm-up
-                        times[label].append(dt)
-            results.append({"op": name, "bytes": nbytes, "world": P, **times})
-    if r == 0:
-        Path(out_path).write_text(json.dumps(results))
+                    dc = time.process_time() - c0
+                    if rnd:  # round 0 warms up
+                        got[label].append(dt)
+                        cpu[label].append(dc)
+            times += got["dlcp"] + got["gloo"]
+            cpus += cpu["dlcp"] + cpu["gloo"]
+    t = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=gloo)  # a repetition ends when the slowest rank is done
+    c = torch.tensor(cpus, dtype=torch.float64)
+    dist.all_reduce(c, group=gloo)  # mean CPU per rank
+    c /= P
+    if dist.get_rank() == 0:
+        Path(args.out).write_text(json.dumps({"times": t.tolist(), "cpu": c.tolist()}))
     dist.barrier(group=gloo)
     dist.destroy_process_group()
 
 
-def run_world(P: int) -> list[dict]:
-    import socket
+# --- parent side ------------------------------------------------------------------------------------------------
+
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "r.json")
-        procs = [subprocess.Popen([sys.executable, __file__, "--worker", out], cwd=ROOT,
-                                  env={**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                                       "RANK": str(r), "WORLD_SIZE": str(P), "OMP_NUM_THREADS": "1"})
-                 for r in range(P)]
-        for p in procs:
-            if p.wait(timeout=1800) != 0:
-                raise SystemExit(f"benchmark rank exited with {p.returncode}")
-        return json.loads(Path(out).read_text())
+        return s.getsockname()[1]
+
+
+def run_world(net_kind: str, world: int, plan: list, tune: dict, timeout: float = 900) -> list[dict]:
+    """Run one world over ``plan`` on the given network; returns one row per (size, op) with both backends'
+    per-repetition seconds and CPU seconds."""
+    net = None
+    env_extra: dict[str, str] = {}
+    if os.geteuid() == 0:
+        from testbed.netns import Star
+        if net_kind == "loopback":  # one private namespace: its own lo for all ranks
+            net = Star(1, rate=None)
+            master, env_extra["GLOO_SOCKET_IFNAME"] = "127.0.0.1", "lo"
+        else:
+            net = Star(world, rate="1gbit", mtu=9000)
+            master, env_extra["GLOO_SOCKET_IFNAME"] = net.hosts[0].ip, "eth0"
+    elif net_kind != "loopback":
+        raise SystemExit("the shaped cases need root (network namespaces)")
+    else:
+        master = "127.0.0.1"
+    port = _free_port()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "r.json")
+            procs = []
+            for r in range(world):
+                argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--out", out,
+                        "--plan", json.dumps(plan), "--tune", json.dumps(tune)]
+                if net is not None:
+                    argv = net.cmd(0 if net_kind == "loopback" else r, argv)
+                env = {**os.environ, "MASTER_ADDR": master, "MASTER_PORT": str(port), "RANK": str(r),
+                       "WORLD_SIZE": str(world), "OMP_NUM_THREADS": "1", **env_extra}
+                procs.append(subprocess.Popen(argv, cwd=ROOT, env=env))
+            try:
+                for p in procs:
+                    if p.wait(timeout=timeout) != 0:
+                        raise SystemExit(f"{net_kind} P={world}: a rank exited with {p.returncode}")
+            finally:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
+            got = json.loads(Path(out).read_text())
+    finally:
+        if net is not None:
+            net.close()
+    rows, pos = [], 0
+    for nbytes, ops, reps in plan:
+        for op in ops:
+            t, c = got["times"][pos:pos + 2 * reps], got["cpu"][pos:pos + 2 * reps]
+            rows.append({"net": net_kind, "world": world, "op": op, "bytes": nbytes,
+                         "dlcp": t[:reps], "gloo": t[reps:], "cpu_dlcp": c[:reps], "cpu_gloo": c[reps:]})
+            pos += 2 * reps
+    return rows
+
+
+def plot(rows: list[dict], path: Path) -> Path:
+    """Time vs size per collective (rows) and network/world (columns): dlcp, gloo, and the ideal ring time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = [(n, w) for n in NETS for w in WORLDS if any(r["net"] == n and r["world"] == w for r in rows)]
+    ops = [op for op in OPS if any(r["op"] == op for r in rows)]
+    fig, axes = plt.subplots(len(ops), len(cols), figsize=(4.2 * len(cols), 3.4 * len(ops)), squeeze=False)
+    for i, op in enumerate(ops):
+        for j, (net, w) in enumerate(cols):
+            ax = axes[i][j]
+            sel = sorted((r for r in rows if r["op"] == op and r["net"] == net and r["world"] == w),
+                         key=lambda r: r["bytes"])
+            xs = [r["bytes"] for r in sel]
+            ax.loglog(xs, [statistics.median(r["dlcp"]) for r in sel], "o-", label="dlcp")
+            ax.loglog(xs, [statistics.median(r["gloo"]) for r in sel], "s-", label="gloo")
+            if net != "loopback":
+                ax.loglog(xs, [ideal_seconds(op, x, w) for x in xs], "k--", label="ideal ring (1 Gb/s)")
+            ax.set_title(f"{op}, {net}, P={w}", fontsize=10)
+            ax.set_xlabel("tensor bytes")
+            ax.set_ylabel("seconds (median, slowest rank)")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def summary(rows: list[dict]) -> str:
+    """One line per case: medians, gloo/dlcp, fractions of the ideal, and whether the issue's goal is met."""
+    out = [f"{'case':36} {'dlcp ms':>9} {'gloo ms':>9} {'gloo/dlcp':>9} {'dlcp/ideal':>10} {'gloo/ideal':>10}"
+           f" {'cpu dlcp':>8} {'cpu gloo':>8}  goal"]
+    for r in rows:
+        d, g = statistics.median(r["dlcp"]), statistics.median(r["gloo"])
+        cd, cg = statistics.median(r["cpu_dlcp"]), statistics.median(r["cpu_gloo"])
+        line = f"{case_name(r['net'], r['world'], r['op'], r['bytes']):36} {d * 1e3:9.2f} {g * 1e3:9.2f} {g / d:9.2f}"
+        if r["net"] == "loopback":
+            line += f" {'':>10} {'':>10}"
+            goal = ("met" if d <= GOAL_LOOPBACK * g else "NOT met") if r["bytes"] >= 1 << 20 else "-"
+        else:
+            ideal = ideal_seconds(r["op"], r["bytes"], r["world"])
+            line += f" {ideal / d:10.3f} {ideal / g:10.3f}"
+            goal = "met" if ideal / d >= GOAL_IDEAL and d <= g else "NOT met"
+        out.append(line + f" {cd * 1e3:8.1f} {cg * 1e3:8.1f}  {goal}")
+    return "\n".join(out)
 
 
 def main() -> None:
-    rep = Report("collectives", params={"sizes": SIZES, "worlds": WORLDS, "repetitions": REPS,
-                                        "network": "loopback"})
-    for P in WORLDS:
-        for row in run_world(P):
-            it_c, it_b = iter(row["dlcp"]), iter(row["gloo"])
-            mb = row["bytes"] / (1 << 20)
-            rep.compare(f"{row['op']} {mb:g} MiB P={P}", candidate=lambda: {"seconds": next(it_c)},
-                        baseline=lambda: {"seconds": next(it_b)}, metric="seconds", higher_is_better=False,
-                        repetitions=len(row["dlcp"]), warmup=0, candidate_name="dlcp", baseline_name="gloo",
-                        params={"bytes": row["bytes"], "world": P, "op": row["op"]})
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--worker", action="store_true")
+    ap.add_argument("--out")
+    ap.add_argument("--plan")
+    ap.add_argument("--tune", default="{}", help="JSON of Collectives class attributes to override (tuning)")
+    ap.add_argument("--quick", action="store_true", help="sizes up to 16 MiB, fewer repetitions")
+    ap.add_argument("--only", action="append", default=[], help="run only cases whose name contains this text")
+    ap.add_argument("--name", default="collectives", help="result name (bench/results/<name>.json/.png)")
+    args = ap.parse_args()
+    if args.worker:
+        _worker(args)
+        return
+
+    from harness import Report
+
+    quick = args.quick or os.environ.get("DLCP_BENCH_QUICK") == "1"
+    sizes = QUICK_SIZES if quick else SIZES
+    nets = NETS if os.geteuid() == 0 else ["loopback"]
+    tune = json.loads(args.tune)
+    rep = Report(args.name, params={
+        "sizes": sizes, "worlds": WORLDS, "networks": nets, "dtype": "float32", "quick": quick,
+        "repetitions": {size_label(s): repetitions(s, quick) for s in sizes}, "warmup_rounds": 1,
+        "shaped": "testbed.netns.Star(P, rate='1gbit', mtu=9000), tbf both directions",
+        "loopback": "all ranks in one private namespace (own lo), dlcp at the loopback path MTU",
+        "metric": "seconds per call, slowest rank; ideal_fraction = ideal ring time / measured",
+        "goals": {"loopback_within": GOAL_LOOPBACK, "shaped_ideal_fraction": GOAL_IDEAL}, "tune": tune})
+    rows: list[dict] = []
+    t_start = time.monotonic()
+    for net in nets:
+        for world in WORLDS:
+            plan = []
+            for s in sizes:
+                ops = [op for op in OPS
+                       if not args.only or any(o in case_name(net, world, op, s) for o in args.only)]
+                if ops:
+                    plan.append([s, ops, repetitions(s, quick)])
+            if not plan:
+                continue
+            t0 = time.monotonic()
+            got = run_world(net, world, plan, tune)
+            print(f"# {net} P={world}: {time.monotonic() - t0:.0f} s", flush=True)
+            print(summary(got), flush=True)
+            rows += got
+    for r in rows:
+        name = case_name(r["net"], r["world"], r["op"], r["bytes"])
+        params = {"bytes": r["bytes"], "world": r["world"], "op": r["op"], "network": r["net"],
+                  "cpu_s_median": {"dlcp": statistics.median(r["cpu_dlcp"]), "gloo": statistics.median(r["cpu_gloo"])}}
+        it_c, it_b = iter(r["dlcp"]), iter(r["gloo"])
+        if r["net"] != "loopback":
+            params["ideal_s"] = ideal_seconds(r["op"], r["bytes"], r["world"])
+        rep.compare(name, candidate=lambda: {"seconds": next(it_c)}, baseline=lambda: {"seconds": next(it_b)},
+                    metric="seconds", higher_is_better=False, repetitions=len(r["dlcp"]), warmup=0,
+                    candidate_name="dlcp", baseline_name="gloo", params=params)
+        if r["net"] != "loopback":
+            ideal = params["ideal_s"]
+            it_c, it_b = iter(r["dlcp"]), iter(r["gloo"])
+            rep.compare(name + " ideal", candidate=lambda: {"ideal_fraction": ideal / next(it_c)},
+                        baseline=lambda: {"ideal_fraction": ideal / next(it_b)}, metric="ideal_fraction",
+                        higher_is_better=True, repetitions=len(r["dlcp"]), warmup=0, candidate_name="dlcp",
+                        baseline_name="gloo", params=params)
+    rep.params["wall_seconds"] = round(time.monotonic() - t_start, 1)
+    rep.params["summary"] = summary(rows).splitlines()
     rep.write()
+    if rows:
+        out_dir = Path(os.environ.get("DLCP_BENCH_RESULTS", RESULTS))
+        print(f"-> {plot(rows, out_dir / (args.name + '.png'))}")
+    print(summary(rows))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        worker(sys.argv[2])
-    else:
-        main()
+    main()

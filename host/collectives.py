@@ -21,9 +21,21 @@ Bounded loss: a collective with loss bound ``p`` gives each of its transfers the
 number of transfers an element passes through (e.g. ``2(P-1)`` for ring all-reduce), so at most a fraction ``p``
 of the output can be affected; :class:`Outcome` lists the affected element ranges of the output.
 
-Transfer ids (32 bits) are ``group (6) | kind (1) | sequence (17) | step (8)``: each collective call takes the next
-sequence number of its group (every rank calls collectives in the same order), and each message inside it a step.
-Point-to-point send/recv use kind 1 with ``tag mod 512`` and a per-(peer, tag) message counter.
+Pipelined ring (reduce-scatter, all-gather, and both fused for all-reduce): every chunk is cut into ``K`` segments
+(:func:`ring_segment_count`, the same ``K`` for every chunk so all ranks agree) and each (ring step, segment) is its
+own transfer. A rank forwards segment ``k`` of step ``s + 1`` as soon as it has received (and, in reduce-scatter,
+reduced) segment ``k`` of step ``s``; receives are posted ahead by ``RING_DEPTH`` threads into their own scratch
+slots, so segment ``k + 1`` arrives while segment ``k`` is reduced and the link never waits for a reduction or a
+completion round trip. All-reduce runs the all-gather steps right behind the reduce-scatter steps (segment ``k``
+of the owner's chunk starts its all-gather as soon as it is final). Per element the operations and their order
+are exactly those of the step-by-step ring above, so the results are the same bits.
+
+Transfer ids (32 bits) are ``group (6) | kind (1) | sequence (17) | step (8)``: each collective call reserves the
+next sequence numbers of its group (every rank calls collectives in the same order and computes the same count),
+one for every 256 messages it needs; message ``j`` of a call is ``sequence base + j // 256``, ``step j % 256``.
+In a ring, message ``j = s * K + k`` is segment ``k`` of ring step ``s`` (all-gather steps follow the reduce-scatter
+steps), unique per (sender, receiver). Point-to-point send/recv use kind 1 with ``tag mod 512`` and a
+per-(peer, tag) message counter.
 """
 
 from __future__ import annotations
@@ -37,7 +49,7 @@ from typing import Protocol, Sequence
 import torch
 
 __all__ = ["Link", "EndpointLink", "SendHandle", "RecvReport", "ReduceOp", "Outcome", "Collectives", "chunk_bounds",
-           "ring_reduce_scatter_schedule"]
+           "ring_reduce_scatter_schedule", "ring_segment_count", "RingPlan", "ring_plan", "allreduce_by_doubling"]
 
 
 class SendHandle(Protocol):
@@ -119,6 +131,21 @@ def _finish(op: ReduceOp, t: torch.Tensor, size: int) -> None:
         t.div_(size)
 
 
+def _consecutive(parts: Sequence[torch.Tensor], bounds: Sequence[int], dtype: torch.dtype) -> torch.Tensor | None:
+    """The flat tensor that ``parts`` tile in order (part ``i`` at elements ``bounds[i]..``), if they are contiguous
+    views laid end to end in one storage (as ``all_gather_into_tensor``'s output slices are); else None."""
+    if not parts or any(p.dtype != dtype or not p.is_contiguous() for p in parts):
+        return None
+    first = parts[0]
+    esz = first.element_size()
+    if any(p.numel() and p.data_ptr() != first.data_ptr() + bounds[i] * esz for i, p in enumerate(parts)):
+        return None
+    storage = first.untyped_storage()
+    if first.storage_offset() * esz + bounds[-1] * esz > storage.nbytes():
+        return None
+    return torch.empty(0, dtype=dtype).set_(storage, first.storage_offset(), (bounds[-1],))
+
+
 def chunk_bounds(n: int, parts: int) -> list[int]:
     """Boundaries of ``parts`` contiguous chunks of ``n`` elements, sizes differing by at most one (larger first)."""
     base, extra = divmod(n, parts)
@@ -131,6 +158,86 @@ def chunk_bounds(n: int, parts: int) -> list[int]:
 def ring_reduce_scatter_schedule(rank: int, size: int) -> list[tuple[int, int]]:
     """(chunk sent to the right, chunk received from the left) per step, so that rank ``r`` ends owning chunk r."""
     return [((rank - s - 1) % size, (rank - s - 2) % size) for s in range(size - 1)]
+
+
+def allreduce_by_doubling(nbytes: int, size: int, *, latency: float, link_bps: float,
+                          reduce_bytes_per_s: float) -> bool:
+    """Cost model: is recursive doubling faster than the pipelined ring for ``nbytes`` on ``size`` ranks?
+
+    Doubling: ``log2(pof2)`` rounds (plus a fold-in and a fold-out round when ``size`` is not a power of two),
+    each one whole-tensor transfer (``latency + S/B``), and a whole-tensor reduction after every round but the
+    fold-out (``S/R``, not overlapped). Ring: ``2(P-1)`` transfers of ``S/P`` (``latency`` each, ``2(P-1)/P * S/B``
+    in all); its reductions overlap the transfers. With the DLCP transport's milliseconds of fixed time per
+    transfer, doubling wins up to a few MiB (2.25 MiB at 4 ranks, 4.5 MiB at 2 with the defaults)."""
+    pof2 = 1 << (size.bit_length() - 1)
+    log2 = pof2.bit_length() - 1
+    folded = size != pof2
+    rounds, reductions = log2 + (2 if folded else 0), log2 + (1 if folded else 0)
+    wire = nbytes * 8 / link_bps
+    doubling = rounds * (latency + wire) + reductions * nbytes / reduce_bytes_per_s
+    ring = 2 * (size - 1) * latency + 2 * (size - 1) / size * wire
+    return doubling < ring
+
+
+def ring_segment_count(chunk_bytes: int, *, min_bytes: int, max_bytes: int, per_chunk: int) -> int:
+    """Segments per ring chunk: aim for ``per_chunk`` segments, each between ``min_bytes`` and ``max_bytes``.
+
+    Small segments shorten the pipeline's fill and drain (the last segment's transfer and reduction are not
+    overlapped); each segment also costs one transfer's fixed work (set-up, completion message, a wake-up), which
+    the lower bound keeps small against its transfer time. The upper bound caps the scratch memory per slot."""
+    if chunk_bytes <= 0:
+        return 1
+    seg = min(max_bytes, max(min_bytes, -(-chunk_bytes // per_chunk)))
+    return max(1, -(-chunk_bytes // seg))
+
+
+@dataclass(frozen=True)
+class RingPlan:
+    """What one rank does in a (possibly fused) pipelined ring; a pure description, shared by all ranks' views.
+
+    ``steps[g] = (send_chunk, recv_chunk, reduce)``: at ring step ``g`` the rank sends its chunk ``send_chunk`` to
+    the right and receives chunk ``recv_chunk`` from the left, reducing it into its own copy (``reduce``, a
+    reduce-scatter step) or overwriting it (an all-gather step). Every chunk is cut into ``segments`` pieces;
+    ``seg_bounds[c]`` are the element offsets of chunk ``c``'s pieces relative to the chunk start. Message index
+    ``g * segments + k`` names segment ``k`` of step ``g``. ``guard[g]`` is the earlier step whose *send* read the
+    region step ``g`` writes (the send must be complete before the region is overwritten), or None.
+    """
+
+    steps: tuple[tuple[int, int, bool], ...]
+    segments: int
+    chunk_start: tuple[int, ...]
+    seg_bounds: tuple[tuple[int, ...], ...]
+    guard: tuple[int | None, ...]
+
+    @property
+    def messages(self) -> int:
+        return len(self.steps) * self.segments
+
+    def region(self, chunk: int, k: int) -> tuple[int, int]:
+        """Element range ``[a, b)`` of segment ``k`` of ``chunk`` in the flat buffer."""
+        base, sb = self.chunk_start[chunk], self.seg_bounds[chunk]
+        return base + sb[k], base + sb[k + 1]
+
+
+def ring_plan(rank: int, size: int, bounds: Sequence[int], segments: int, *, reduce: bool,
+              gather: bool) -> RingPlan:
+    """The pipelined ring of group rank ``rank``: reduce-scatter steps (chunk ``c`` ends reduced on rank ``c``),
+    then all-gather steps (the owner's chunk travels round the ring), either or both."""
+    if len(bounds) != size + 1:
+        raise ValueError(f"ring bounds need {size + 1} entries, got {len(bounds)}")
+    steps: list[tuple[int, int, bool]] = []
+    if reduce:
+        steps += [(s, c, True) for s, c in ring_reduce_scatter_schedule(rank, size)]
+    if gather:
+        steps += [((rank - t) % size, (rank - t - 1) % size, False) for t in range(size - 1)]
+    for g in range(len(steps) - 1):  # what a step receives is what the next one forwards
+        assert steps[g + 1][0] == steps[g][1], (rank, size, steps)
+    guard: list[int | None] = []
+    for g, (_, rc, _) in enumerate(steps):
+        prev = [h for h in range(g) if steps[h][0] == rc]
+        guard.append(prev[-1] if prev else None)
+    seg_bounds = tuple(tuple(chunk_bounds(bounds[c + 1] - bounds[c], segments)) for c in range(size))
+    return RingPlan(tuple(steps), segments, tuple(bounds[:-1]), seg_bounds, tuple(guard))
 
 
 @dataclass
@@ -166,9 +273,19 @@ class Collectives:
     Not thread-safe per instance: the backend runs one group's collectives in issue order on one thread.
     """
 
-    SMALL_ALLREDUCE_BYTES = 64 * 1024  # below this, recursive doubling (latency) beats the ring (bandwidth)
+    SMALL_ALLREDUCE_BYTES = 64 * 1024  # below this always recursive doubling; above, the cost model decides:
+    ALLREDUCE_LATENCY_S = 0.003  # a transfer's fixed time on the DLCP transport (measured: 2-6 ms, 2 cores)
+    ALLREDUCE_LINK_BPS = 1e9  # the link rate the model assumes (the shaped benchmark links)
+    ALLREDUCE_REDUCE_BYTES_PER_S = 1.5e9  # one core adding fp32 tensors
     SMALL_BROADCAST_BYTES = 256 * 1024  # below this, binomial tree; above, pipelined chain
     SEGMENT_BYTES = 1 << 20  # pipelined chain segment (at most 255 segments: the step field is 8 bits)
+    # pipelined ring (see ring_segment_count): ~4 segments per chunk, each 4 .. 32 MiB. Measured side by side on
+    # 1 Gb/s links (docs/backend.md): 256 KiB - 1 MiB segments were slower than none (every transfer costs the
+    # transport fixed work and a completion); 4-16 MiB ones 20-25% faster than none for 64 MiB at 4 ranks.
+    RING_SEGMENT_MIN = 4 << 20
+    RING_SEGMENT_MAX = 32 << 20
+    RING_SEGMENTS_PER_CHUNK = 4
+    RING_DEPTH = 2  # receive threads (and scratch slots) per pipelined ring; 0 = receive on the calling thread
 
     def __init__(self, link: Link, ranks: Sequence[int], my_rank: int, group_tag: int = 0,
                  timeout: float | None = 60.0):
@@ -192,10 +309,24 @@ class Collectives:
         self._seq = (self._seq + 1) % (1 << 17)
         return s
 
+    def _take_ids(self, messages: int) -> int:
+        """Reserve transfer ids for a call of ``messages`` messages: returns the base sequence number of the
+        ``ceil(messages / 256)`` consecutive sequence numbers taken (see :meth:`_tid_at`)."""
+        nseq = max(1, -(-messages // 256))
+        if nseq >= 1 << 16:
+            raise ValueError(f"a collective of {messages} messages needs too many transfer ids")
+        base = self._seq
+        self._seq = (self._seq + nseq) % (1 << 17)
+        return base
+
     def _tid(self, seq: int, step: int) -> int:
         if not 0 <= step < 256:
             raise ValueError(f"collective step {step} exceeds 255")
         return (self.group_tag << 26) | (seq << 8) | step
+
+    def _tid_at(self, base: int, j: int) -> int:
+        """Transfer id of message ``j`` of the call whose ids start at sequence number ``base``."""
+        return self._tid((base + j // 256) % (1 << 17), j % 256)
 
     def _p2p_tid(self, peer: int, tag: int, direction: str) -> int:
         with self._p2p_lock:
@@ -221,67 +352,192 @@ class Collectives:
             h.wait(self.timeout)
         return rep
 
+    # --- pipelined ring ------------------------------------------------------------------------------------
+    def ring_plan(self, bounds: Sequence[int], itemsize: int, *, reduce: bool, gather: bool) -> RingPlan:
+        """This rank's pipelined ring over chunks ``bounds`` (segments from the widest chunk, same on all ranks)."""
+        widest = max(bounds[i + 1] - bounds[i] for i in range(self.size))
+        k = ring_segment_count(widest * itemsize, min_bytes=self.RING_SEGMENT_MIN, max_bytes=self.RING_SEGMENT_MAX,
+                               per_chunk=self.RING_SEGMENTS_PER_CHUNK)
+        return ring_plan(self.rank, self.size, bounds, k, reduce=reduce, gather=gather)
+
+    def _run_ring(self, plan: RingPlan, buf: torch.Tensor, op: ReduceOp | None, *, base: int, layer: int,
+                  p: float, outcome: Outcome, finish: bool) -> None:
+        """Execute ``plan`` on the flat ``buf`` (in place), messages named from sequence number ``base``.
+
+        The calling thread walks the messages in order (step-major): takes the received segment, reduces it into
+        ``buf`` (and applies AVG's division on the last reduce step if ``finish``), then starts forwarding that
+        region as the same segment of the next step. ``RING_DEPTH`` receive threads post the receives ahead, each
+        into its own scratch slot, waiting until the caller has consumed the slot's previous segment and, before
+        receiving straight into ``buf``, until the send that last read that region has completed."""
+        K, steps = plan.segments, plan.steps
+        G = len(steps)
+        N = G * K
+        if N == 0:
+            return
+        right, left = self._peer(self.rank + 1), self._peer(self.rank - 1)
+        last_reduce = max((g for g, st in enumerate(steps) if st[2]), default=-1)
+        seg_max = max(max(sb[i + 1] - sb[i] for i in range(K)) for sb in plan.seg_bounds)
+        depth = min(self.RING_DEPTH, N) if K > 1 else 0
+        nslots = max(depth, 1)
+        slots = [torch.empty(seg_max, dtype=buf.dtype) for _ in range(nslots)] if last_reduce >= 0 else []
+        handles: dict[int, SendHandle] = {}
+        posted = [threading.Event() for _ in range(N)]  # send of message j started (or empty)
+        consumed = [threading.Event() for _ in range(N)]  # the caller is done with message j's receive
+        ready = [threading.Event() for _ in range(N)]
+        results: list[RecvReport | None] = [None] * N
+        errors: list[BaseException | None] = [None] * N
+        abort = threading.Event()
+        timeout = self.timeout
+
+        def send(j: int) -> None:
+            g, k = divmod(j, K)
+            a, b = plan.region(steps[g][0], k)
+            if b > a:
+                handles[j] = self.link.isend(right, buf[a:b], self._tid_at(base, j), layer=layer, loss_bound=p)
+            posted[j].set()
+
+        def wait_guard(g: int, k: int) -> None:
+            """The region of (g, k) is about to be overwritten: the send that read it must be complete."""
+            gd = plan.guard[g]
+            if gd is None:
+                return
+            j = gd * K + k
+            posted[j].wait()
+            h = handles.get(j)
+            if h is not None and not abort.is_set():
+                h.wait(timeout)
+
+        def receive(j: int, slot: int) -> RecvReport | None:
+            g, k = divmod(j, K)
+            _, rc, red = steps[g]
+            a, b = plan.region(rc, k)
+            if b == a:
+                return None
+            if red:
+                out = slots[slot][:b - a]
+            else:
+                wait_guard(g, k)
+                out = buf[a:b]
+            return self.link.recv(left, out, self._tid_at(base, j), loss_bound=p, timeout=timeout)
+
+        def receiver(t: int) -> None:
+            for j in range(t, N, depth):
+                try:
+                    if j >= depth:
+                        consumed[j - depth].wait()  # the slot is free again
+                    if abort.is_set():
+                        return
+                    results[j] = receive(j, t)
+                except BaseException as e:  # noqa: BLE001 - handed to the calling thread
+                    errors[j] = e
+                    ready[j].set()
+                    return
+                ready[j].set()
+
+        threads = [threading.Thread(target=receiver, args=(t,), name=f"dlcp-ring-recv-{t}", daemon=True)
+                   for t in range(depth)]
+        try:
+            for k in range(K):
+                send(k)
+            for t in threads:
+                t.start()
+            for j in range(N):
+                g, k = divmod(j, K)
+                _, rc, red = steps[g]
+                a, b = plan.region(rc, k)
+                if b > a:
+                    if depth:
+                        ready[j].wait()
+                        if errors[j] is not None:
+                            raise errors[j]
+                        rep = results[j]
+                    else:
+                        rep = receive(j, 0)
+                    outcome.add(a, rep)
+                    if red:
+                        wait_guard(g, k)
+                        _combine(op, buf[a:b], slots[j % nslots][:b - a])
+                        if finish and g == last_reduce:
+                            _finish(op, buf[a:b], self.size)
+                consumed[j].set()
+                if g + 1 < G:
+                    send(j + K)
+            for h in handles.values():
+                h.wait(timeout)
+        except BaseException:
+            abort.set()
+            for ev in (*posted, *consumed):
+                ev.set()
+            raise
+        finally:
+            for t in threads:
+                if t.ident is not None:  # started
+                    t.join()
+
+    def _check_op(self, op: ReduceOp, t: torch.Tensor) -> None:
+        """Refuse a reduction before any transfer (every rank refuses alike, so none is left waiting)."""
+        if op is ReduceOp.AVG and not t.is_floating_point():
+            raise TypeError(f"AVG needs a floating-point tensor, got {t.dtype}")
+
     # --- reduce-scatter / all-gather ----------------------------------------------------------------------
     def reduce_scatter_flat(self, buf: torch.Tensor, bounds: list[int], op: ReduceOp, *, layer: int = 0,
                             loss_bound: float = 0.0, hops_total: int | None = None, finish: bool = True,
-                            seq: int | None = None, outcome: Outcome | None = None) -> torch.Tensor:
-        """Ring reduce-scatter of the flat ``buf`` (modified in place); returns this rank's reduced chunk (a view).
-
-        ``bounds`` has ``size + 1`` entries; chunk ``i`` ends on group rank ``i``.
-        """
+                            base: int | None = None, outcome: Outcome | None = None) -> torch.Tensor:
+        """Pipelined ring reduce-scatter of the flat ``buf`` (modified in place); returns this rank's reduced chunk
+        (a view). ``bounds`` has ``size + 1`` entries; chunk ``i`` ends on group rank ``i``. ``base``: transfer
+        ids reserved by the caller (at least ``ring_plan(...).messages`` of them); default: reserve them here."""
         P, r = self.size, self.rank
-        seq = self._next_seq() if seq is None else seq
         outcome = outcome if outcome is not None else Outcome()
-        if P == 1:
-            return buf[bounds[0]:bounds[1]]
-        p = loss_bound / (hops_total or (P - 1))
-        widest = max(bounds[i + 1] - bounds[i] for i in range(P))
-        tmp = torch.empty(widest, dtype=buf.dtype)
-        for step, (send_c, recv_c) in enumerate(ring_reduce_scatter_schedule(r, P)):
-            n = bounds[recv_c + 1] - bounds[recv_c]
-            rep = self._exchange(r + 1, buf[bounds[send_c]:bounds[send_c + 1]], r - 1, tmp[:n],
-                                 self._tid(seq, step), layer, p)
-            _combine(op, buf[bounds[recv_c]:bounds[recv_c + 1]], tmp[:n])
-            outcome.add(bounds[recv_c], rep)
-        own = buf[bounds[r]:bounds[r + 1]]
         if finish:
-            _finish(op, own, P)
-        return own
+            self._check_op(op, buf)
+        plan = self.ring_plan(bounds, buf.element_size(), reduce=True, gather=False) if P > 1 else None
+        base = self._take_ids(plan.messages if plan else 1) if base is None else base
+        if plan is None:
+            own = buf[bounds[0]:bounds[1]]
+            if finish:
+                _finish(op, own, 1)
+            return own
+        p = loss_bound / (hops_total or (P - 1))
+        self._run_ring(plan, buf, op, base=base, layer=layer, p=p, outcome=outcome, finish=finish)
+        return buf[bounds[r]:bounds[r + 1]]
 
     def all_gather_flat(self, buf: torch.Tensor, bounds: list[int], *, layer: int = 0, loss_bound: float = 0.0,
-                        hops_total: int | None = None, seq: int | None = None,
+                        hops_total: int | None = None, base: int | None = None,
                         outcome: Outcome | None = None) -> None:
-        """Ring all-gather in place: on entry chunk ``rank`` of ``buf`` is valid; on exit every chunk is."""
-        P, r = self.size, self.rank
-        seq = self._next_seq() if seq is None else seq
+        """Pipelined ring all-gather in place: on entry chunk ``rank`` of ``buf`` is valid; on exit every chunk is."""
+        P = self.size
         outcome = outcome if outcome is not None else Outcome()
-        if P == 1:
+        plan = self.ring_plan(bounds, buf.element_size(), reduce=False, gather=True) if P > 1 else None
+        base = self._take_ids(plan.messages if plan else 1) if base is None else base
+        if plan is None:
             return
         p = loss_bound / (hops_total or (P - 1))
-        for step in range(P - 1):
-            send_c, recv_c = (r - step) % P, (r - step - 1) % P
-            rep = self._exchange(r + 1, buf[bounds[send_c]:bounds[send_c + 1]], r - 1,
-                                 buf[bounds[recv_c]:bounds[recv_c + 1]], self._tid(seq, 128 + step), layer, p)
-            outcome.add(bounds[recv_c], rep)
+        self._run_ring(plan, buf, None, base=base, layer=layer, p=p, outcome=outcome, finish=False)
 
     # --- all-reduce -----------------------------------------------------------------------------------------
     def allreduce(self, t: torch.Tensor, op: ReduceOp = ReduceOp.SUM, *, layer: int = 0,
                   loss_bound: float = 0.0) -> Outcome:
-        """In-place all-reduce of the flat contiguous tensor ``t``: recursive doubling when small, ring otherwise."""
+        """In-place all-reduce of the flat contiguous tensor ``t``: recursive doubling when small (below
+        ``SMALL_ALLREDUCE_BYTES`` or where :func:`allreduce_by_doubling` says so), otherwise the pipelined ring
+        (reduce-scatter steps, then all-gather steps, fused into one pipeline)."""
         out = Outcome()
-        seq = self._next_seq()
+        self._check_op(op, t)
         if self.size == 1:
+            self._take_ids(1)
             _finish(op, t, 1)
             return out
-        if t.numel() * t.element_size() < self.SMALL_ALLREDUCE_BYTES or t.numel() < self.size:
+        nbytes = t.numel() * t.element_size()
+        if nbytes < self.SMALL_ALLREDUCE_BYTES or t.numel() < self.size or allreduce_by_doubling(
+                nbytes, self.size, latency=self.ALLREDUCE_LATENCY_S, link_bps=self.ALLREDUCE_LINK_BPS,
+                reduce_bytes_per_s=self.ALLREDUCE_REDUCE_BYTES_PER_S):
+            seq = self._take_ids(1)
             self._recursive_doubling(t, op, seq, layer, loss_bound, out)
         else:
             bounds = chunk_bounds(t.numel(), self.size)
-            hops = 2 * (self.size - 1)
-            self.reduce_scatter_flat(t, bounds, op, layer=layer, loss_bound=loss_bound, hops_total=hops, seq=seq,
-                                     outcome=out)
-            self.all_gather_flat(t, bounds, layer=layer, loss_bound=loss_bound, hops_total=hops, seq=seq,
-                                 outcome=out)
+            plan = self.ring_plan(bounds, t.element_size(), reduce=True, gather=True)
+            base = self._take_ids(plan.messages)
+            p = loss_bound / (2 * (self.size - 1))
+            self._run_ring(plan, t, op, base=base, layer=layer, p=p, outcome=out, finish=True)
         return out
 
     def _recursive_doubling(self, t: torch.Tensor, op: ReduceOp, seq: int, layer: int, loss_bound: float,
@@ -354,12 +610,18 @@ class Collectives:
         bounds = [0]
         for s in sizes:
             bounds.append(bounds[-1] + s)
-        buf = torch.empty(bounds[-1], dtype=inp.dtype)
-        buf[bounds[self.rank]:bounds[self.rank + 1]].copy_(inp.reshape(-1))
+        buf = _consecutive(outputs, bounds, inp.dtype)  # outputs that tile one buffer: gather in place
+        in_place = buf is not None
+        if buf is None:
+            buf = torch.empty(bounds[-1], dtype=inp.dtype)
+        mine = buf[bounds[self.rank]:bounds[self.rank + 1]]
+        if mine.data_ptr() != inp.data_ptr() or not inp.is_contiguous():
+            mine.copy_(inp.reshape(-1))
         out = Outcome()
         self.all_gather_flat(buf, bounds, layer=layer, loss_bound=loss_bound, outcome=out)
-        for i, o in enumerate(outputs):
-            o.copy_(buf[bounds[i]:bounds[i + 1]].view_as(o))
+        if not in_place:
+            for i, o in enumerate(outputs):
+                o.copy_(buf[bounds[i]:bounds[i + 1]].view_as(o))
         return out
 
     # --- rooted collectives ---------------------------------------------------------------------------------
@@ -412,23 +674,26 @@ class Collectives:
         """Reduction to group rank ``root``: ring reduce-scatter, then every chunk owner sends its chunk to root.
         Only root's ``t`` is defined afterwards (other ranks' ``t`` holds partial sums, as with gloo)."""
         out = Outcome()
-        seq = self._next_seq()
+        self._check_op(op, t)
         if self.size == 1:
+            self._take_ids(1)
             _finish(op, t, 1)
             return out
         bounds = chunk_bounds(t.numel(), self.size)
+        plan = self.ring_plan(bounds, t.element_size(), reduce=True, gather=False)
+        base = self._take_ids(plan.messages + 1)  # the ring's messages, then one per owner -> root
+        to_root = self._tid_at(base, plan.messages)
         work = t if self.rank == root else t.clone()
-        self.reduce_scatter_flat(work, bounds, op, layer=layer, loss_bound=loss_bound / 2, seq=seq, outcome=out)
+        self.reduce_scatter_flat(work, bounds, op, layer=layer, loss_bound=loss_bound / 2, base=base, outcome=out)
         if self.rank == root:
             for i in range(self.size):
-                if i != root:
-                    out.add(bounds[i], self.link.recv(self._peer(i), t[bounds[i]:bounds[i + 1]],
-                                                      self._tid(seq, 200), loss_bound=loss_bound / 2,
-                                                      timeout=self.timeout))
+                if i != root and bounds[i + 1] > bounds[i]:
+                    out.add(bounds[i], self.link.recv(self._peer(i), t[bounds[i]:bounds[i + 1]], to_root,
+                                                      loss_bound=loss_bound / 2, timeout=self.timeout))
         else:
             chunk = work[bounds[self.rank]:bounds[self.rank + 1]]
             if chunk.numel():
-                self.link.isend(self._peer(root), chunk, self._tid(seq, 200), layer=layer,
+                self.link.isend(self._peer(root), chunk, to_root, layer=layer,
                                 loss_bound=loss_bound / 2).wait(self.timeout)
         return out
 

@@ -1,0 +1,493 @@
+"""The pipelined ring of host.collectives: segmented transfers, receives posted ahead, forward-as-soon-as-reduced.
+
+The network is a strict in-process link (threads) that behaves like the transport where it matters: a send's data
+is read from the sender's buffer only when the receiver takes it (the handle completes then), so a region
+overwritten before its send completed is caught; every (sender, receiver, transfer id) may be used once; receives
+are delayed at random to shuffle interleavings. Small segment limits force many segments per chunk. The same
+algorithms also run over real DLCP endpoints here, and against gloo in tests/host/test_backend.py.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+import time
+
+import pytest
+import torch
+
+from host.collectives import (Collectives, EndpointLink, RecvReport, ReduceOp, allreduce_by_doubling, chunk_bounds,
+                              ring_plan, ring_segment_count)
+
+from .memlink import run_ranks
+
+
+class _Pending:
+    def __init__(self, data: torch.Tensor):
+        self.data, self.snapshot = data, data.clone()
+        self.taken = threading.Event()
+
+    def wait(self, timeout=None):
+        if not self.taken.wait(timeout or 30):
+            raise TimeoutError("send not received")
+        return None
+
+
+class StrictNet:
+    def __init__(self, size: int, seed: int = 0, dead: frozenset[int] = frozenset()):
+        self.size, self.dead = size, dead
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+        self.boxes: dict[tuple[int, int, int], queue.Queue] = {}
+        self.used: set[tuple[int, int, int]] = set()
+        self.sends: list[tuple[int, int, int, int, float, int]] = []  # src, dst, tid, layer, bound, numel
+
+    def box(self, key):
+        with self.lock:
+            return self.boxes.setdefault(key, queue.Queue())
+
+
+class StrictLink:
+    def __init__(self, net: StrictNet, rank: int):
+        self.net, self.rank = net, rank
+
+    def isend(self, peer, data, transfer_id, *, layer=0, loss_bound=0.0):
+        assert data.is_contiguous() and data.dim() == 1 and data.numel() > 0
+        key = (self.rank, peer, transfer_id)
+        with self.net.lock:
+            assert key not in self.net.used, f"transfer id {transfer_id:#x} reused from {self.rank} to {peer}"
+            self.net.used.add(key)
+            self.net.sends.append((self.rank, peer, transfer_id, layer, loss_bound, data.numel()))
+        if self.rank in self.net.dead:
+            raise ConnectionError(f"rank {self.rank} is dead")
+        pend = _Pending(data)
+        self.net.box(key).put(pend)
+        return pend
+
+    def recv(self, peer, out, transfer_id, *, loss_bound=0.0, timeout=None):
+        with self.net.lock:
+            delay = self.net.rng.random() * 0.002
+        time.sleep(delay)
+        try:
+            pend = self.net.box((peer, self.rank, transfer_id)).get(timeout=timeout or 30)
+        except queue.Empty:
+            raise TimeoutError(f"rank {self.rank}: nothing from {peer} for transfer {transfer_id:#x}") from None
+        assert pend.data.numel() == out.numel() and pend.data.dtype == out.dtype, (transfer_id, pend.data.shape,
+                                                                                   out.shape)
+        assert torch.equal(pend.data, pend.snapshot), \
+            f"rank {peer} changed the buffer of transfer {transfer_id:#x} before its send completed"
+        out.copy_(pend.data)
+        pend.taken.set()
+        return RecvReport()
+
+
+def run_strict(size: int, fn, *, seed: int = 0, dead: frozenset[int] = frozenset()):
+    """Run ``fn(rank, link)`` on ``size`` threads over one StrictNet: (results, {rank: error}, net)."""
+    net = StrictNet(size, seed, dead)
+    results: list = [None] * size
+    errors: dict[int, BaseException] = {}
+
+    def body(r):
+        try:
+            torch.set_num_threads(1)
+            results[r] = fn(r, StrictLink(net, r))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors[r] = e
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a rank hung"
+    return results, errors, net
+
+
+def segmented(c: Collectives, *, seg_min: int = 64, per_chunk: int = 5, depth: int = 2) -> Collectives:
+    """Force the ring (not recursive doubling) and many small segments (the production limits would give one
+    segment for test-sized tensors)."""
+    c.RING_SEGMENT_MIN, c.RING_SEGMENT_MAX, c.RING_SEGMENTS_PER_CHUNK, c.RING_DEPTH = seg_min, 1 << 30, per_chunk, depth
+    c.SMALL_ALLREDUCE_BYTES, c.ALLREDUCE_LATENCY_S = 0, 0.0  # no latency: the cost model always picks the ring
+    return c
+
+
+def _inputs(size, n, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        return [torch.randn(n, generator=g).to(dtype) for _ in range(size)]
+    return [torch.randint(-3, 4, (n,), generator=g).to(dtype) for _ in range(size)]
+
+
+def documented_order(xs: list[torch.Tensor], op: ReduceOp) -> torch.Tensor:
+    """The documented summation order, computed directly: chunk c is reduced along the ring starting at rank
+    c+1, each hop computing ``received op local``; AVG divides the sum by the group size once."""
+    P = len(xs)
+    bounds = chunk_bounds(xs[0].numel(), P)
+    out = torch.empty_like(xs[0])
+    for c in range(P):
+        a, b = bounds[c], bounds[c + 1]
+        acc = xs[(c + 1) % P][a:b].clone()
+        for h in range(2, P + 1):
+            local = xs[(c + h) % P][a:b].clone()
+            if op in (ReduceOp.SUM, ReduceOp.AVG):
+                acc = local.add_(acc)
+            elif op is ReduceOp.PRODUCT:
+                acc = local.mul_(acc)
+            elif op is ReduceOp.MIN:
+                acc = torch.minimum(local, acc)
+            else:
+                acc = torch.maximum(local, acc)
+        if op is ReduceOp.AVG:
+            acc.div_(P)
+        out[a:b] = acc
+    return out
+
+
+# --- the pure parts ---------------------------------------------------------------------------------------------
+
+def test_segment_count_rule() -> None:
+    kw = dict(min_bytes=256 << 10, max_bytes=4 << 20, per_chunk=8)
+    assert ring_segment_count(0, **kw) == 1
+    assert ring_segment_count(100 << 10, **kw) == 1  # below the minimum segment: not cut
+    assert ring_segment_count(1 << 20, **kw) == 4  # 256 KiB segments
+    assert ring_segment_count(8 << 20, **kw) == 8  # 1 MiB segments
+    assert ring_segment_count(128 << 20, **kw) == 32  # capped at 4 MiB
+    assert ring_segment_count((8 << 20) + 1, **kw) == 8  # 1 MiB + 1 byte segments, the last one shorter
+    # the production limits: a 64 MiB fp32 all-reduce on 4 ranks cuts its 16 MiB chunks in 4; 4 MiB on 2: not cut
+    c = Collectives(None, [0, 1, 2, 3], 0)
+    assert c.ring_plan(chunk_bounds(16 << 20, 4), 4, reduce=True, gather=True).segments == 4
+    assert Collectives(None, [0, 1], 0).ring_plan(chunk_bounds(1 << 20, 2), 4, reduce=True, gather=True).segments == 1
+
+
+def test_allreduce_algorithm_cost_model() -> None:
+    kw = dict(latency=0.003, link_bps=1e9, reduce_bytes_per_s=1.5e9)
+    assert allreduce_by_doubling(1 << 20, 2, **kw) and not allreduce_by_doubling(8 << 20, 2, **kw)
+    assert allreduce_by_doubling(2 << 20, 4, **kw) and not allreduce_by_doubling(3 << 20, 4, **kw)
+    assert allreduce_by_doubling(128 << 10, 3, **kw) and not allreduce_by_doubling(512 << 10, 3, **kw)
+    for size in range(2, 9):  # without a fixed cost per transfer the ring always wins (it moves fewer bytes)
+        assert not allreduce_by_doubling(1 << 20, size, **{**kw, "latency": 0.0})
+    # what Collectives does with it: an 8 MiB tensor takes the ring on 4 ranks, 1 MiB recursive doubling
+    sends = {}
+    for n in (1 << 18, 1 << 21):
+        _, errors, net = run_strict(4, lambda r, link: Collectives(link, [0, 1, 2, 3], r).allreduce(torch.ones(n)))
+        assert not errors, errors
+        sends[n] = {s[1] for s in net.sends if s[0] == 0}  # rank 0's peers
+    assert sends[1 << 18] == {1, 2} and sends[1 << 21] == {1}  # doubling partners; ring: the right neighbour
+
+
+@pytest.mark.parametrize("size", [2, 3, 4, 5, 6])
+@pytest.mark.parametrize("n", [5, 37, 1000])
+def test_plans_match_across_the_link(size: int, n: int) -> None:
+    """Message j that rank r sends is message j that rank r+1 receives, with the same element range; a step's
+    received region is what the next step forwards; a guarded write waits for the send that read the region."""
+    bounds = chunk_bounds(n, size)
+    for reduce, gather in ((True, False), (False, True), (True, True)):
+        plans = [ring_plan(r, size, bounds, 4, reduce=reduce, gather=gather) for r in range(size)]
+        for r, pl in enumerate(plans):
+            nxt = plans[(r + 1) % size]
+            assert pl.messages == nxt.messages == (size - 1) * 4 * (reduce + gather)
+            for g, (sc, _, red) in enumerate(pl.steps):
+                assert nxt.steps[g][1] == sc and nxt.steps[g][2] == red
+                for k in range(pl.segments):
+                    assert pl.region(sc, k) == nxt.region(sc, k)
+            for g, (_, rc, _) in enumerate(pl.steps):
+                if pl.guard[g] is not None:
+                    assert pl.steps[pl.guard[g]][0] == rc and pl.guard[g] < g
+                else:
+                    assert all(pl.steps[h][0] != rc for h in range(g))
+            if reduce and gather:  # all-reduce: chunk r-1-t was sent at reduce step t, overwritten at gather step t
+                assert pl.guard[size - 1:] == tuple(range(size - 1))
+
+
+# --- the algorithms over the strict link --------------------------------------------------------------------------
+
+CASES = [(op, dt) for op in (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MAX, ReduceOp.PRODUCT)
+         for dt in (torch.float32, torch.float16, torch.bfloat16, torch.int32)
+         if not (op is ReduceOp.AVG and not dt.is_floating_point)]
+
+
+@pytest.mark.parametrize("size", [2, 3, 4, 5])
+@pytest.mark.parametrize("op,dtype", CASES)
+def test_allreduce_bits_follow_the_documented_order(size: int, op: ReduceOp, dtype: torch.dtype) -> None:
+    n = 3001  # uneven chunks and segments
+    xs = _inputs(size, n, dtype, seed=size * 10 + len(op.value))
+    if op is ReduceOp.PRODUCT:
+        xs = [x.clamp(-1.5, 1.5) for x in xs]
+
+    def body(r, link):
+        t = xs[r].clone()
+        segmented(Collectives(link, list(range(size)), r)).allreduce(t, op)
+        return t
+
+    res, errors, net = run_strict(size, body, seed=size)
+    assert not errors, errors
+    want = documented_order(xs, op)
+    assert len({s[2] for s in net.sends}) > 2 * (size - 1), "not segmented: the test would prove nothing"
+    for t in res:
+        assert torch.equal(t, want), "differs from the documented summation order"
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_pipelined_equals_step_by_step(size: int) -> None:
+    """Segmenting and posting ahead change nothing in the bits (vs one segment per chunk, no receive threads)."""
+    xs = _inputs(size, 20_000, torch.float32, seed=7)
+
+    def body(r, link, **kw):
+        t = xs[r].clone()
+        segmented(Collectives(link, list(range(size)), r), **kw).allreduce(t, ReduceOp.SUM)
+        return t
+
+    piped, e1, n1 = run_strict(size, body)
+    plain, e2, n2 = run_strict(size, lambda r, link: body(r, link, seg_min=1 << 30, depth=0))
+    assert not e1 and not e2
+    assert len(n1.sends) > len(n2.sends) == 2 * (size - 1) * size
+    for a, b in zip(piped, plain):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("size", [2, 3, 5])
+def test_reduce_scatter_all_gather_and_reduce_segmented(size: int) -> None:
+    sizes = [40 + 23 * i for i in range(size)]  # uneven shares
+    xs = [[torch.randn(s, generator=torch.Generator().manual_seed(10 * r + i)) for i, s in enumerate(sizes)]
+          for r in range(size)]
+    full = [torch.randn(999, generator=torch.Generator().manual_seed(100 + r)) for r in range(size)]
+
+    def body(r, link):
+        c = segmented(Collectives(link, list(range(size)), r), per_chunk=4)
+        out = torch.empty(sizes[r])
+        c.reduce_scatter(out, xs[r], ReduceOp.SUM)
+        gathered = [torch.empty(s) for s in sizes]
+        c.all_gather(gathered, out)
+        reds = []
+        for root in range(size):
+            t = full[r].clone()
+            c.reduce(t, root, ReduceOp.SUM)
+            reds.append(t)
+        tiny = torch.full((2,), float(r + 1))  # fewer elements than ranks: empty chunks, no transfer for them
+        c.reduce(tiny, 0, ReduceOp.MAX)
+        return out, gathered, reds, tiny
+
+    res, errors, _ = run_strict(size, body, seed=3)
+    assert not errors, errors
+    for r, (out, gathered, _, _) in enumerate(res):
+        torch.testing.assert_close(out, sum(xs[q][r] for q in range(size)))
+        for i in range(size):
+            assert torch.equal(gathered[i], res[i][0])
+    for root in range(size):
+        torch.testing.assert_close(res[root][2][root], sum(full))
+    assert torch.equal(res[0][3], torch.full((2,), float(size)))
+
+
+def test_many_messages_per_call_take_several_sequence_numbers() -> None:
+    """More than 256 messages in one call, then more calls: every transfer id stays unique per (sender,
+    receiver) (the strict link asserts it) and every call gives the right result."""
+    size, n = 3, 6000
+
+    def body(r, link):
+        c = segmented(Collectives(link, list(range(size)), r), seg_min=16, per_chunk=200)
+        outs = []
+        for i in range(4):
+            t = torch.full((n,), float(r + i))
+            c.allreduce(t)  # 2 * (P - 1) * 200 = 800 messages
+            s = torch.full((7,), float(r))
+            c.allreduce(s)  # recursive doubling
+            c.broadcast(s, 1)
+            outs.append((t, s))
+        return outs
+
+    res, errors, net = run_strict(size, body)
+    assert not errors, errors
+    assert max(s[2] & 0xFF for s in net.sends) == 255  # the step field was used up: several sequence numbers
+    for outs in res:
+        for i, (t, s) in enumerate(outs):
+            assert torch.equal(t, torch.full((n,), float(sum(range(size)) + size * i)))
+            assert torch.equal(s, torch.full((7,), float(sum(range(size)))))
+
+
+def test_every_segment_carries_the_layer_and_the_per_hop_bound() -> None:
+    size, p = 4, 0.06
+
+    def body(r, link):
+        t = torch.randn(8000)
+        segmented(Collectives(link, list(range(size)), r)).allreduce(t, layer=9, loss_bound=p)
+        return t
+
+    _, errors, net = run_strict(size, body)
+    assert not errors, errors
+    assert len(net.sends) > 2 * (size - 1) * size
+    assert {(s[3], s[4]) for s in net.sends} == {(9, p / (2 * (size - 1)))}
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_bounded_loss_only_at_reported_elements_segmented(size: int) -> None:
+    n, p = 50_000, 0.05
+    xs = [torch.rand(n, generator=torch.Generator().manual_seed(r)) + 1 for r in range(size)]
+
+    def body(r, link):
+        t = xs[r].clone()
+        c = segmented(Collectives(link, list(range(size)), r), seg_min=4096, per_chunk=6)
+        return t, c.allreduce(t, ReduceOp.SUM, loss_bound=p).merged()
+
+    res = run_ranks(size, body, loss=True, seed=size)
+    exact = sum(xs)
+    covered = torch.zeros(n, dtype=torch.bool)
+    for _, lost in res:
+        for a, b in lost:
+            covered[a:b] = True
+    assert covered.any(), "the lossy link lost nothing: the test would prove nothing"
+    assert covered.float().mean().item() <= p + 1e-9
+    for t, _ in res:
+        assert not (~torch.isclose(t, exact, rtol=1e-5) & ~covered).any()
+
+
+def test_avg_on_integers_is_refused_before_any_transfer() -> None:
+    def body(r, link):
+        segmented(Collectives(link, [0, 1], r)).allreduce(torch.ones(5000, dtype=torch.int32), ReduceOp.AVG)
+
+    _, errors, net = run_strict(2, body)
+    assert set(errors) == {0, 1} and all(isinstance(e, TypeError) for e in errors.values())
+    assert net.sends == []
+
+
+def test_a_dead_peer_fails_the_ring_within_the_timeout_and_leaves_no_thread() -> None:
+    size = 3
+
+    def body(r, link):
+        c = segmented(Collectives(link, list(range(size)), r, timeout=1.0))
+        c.allreduce(torch.randn(6000))
+
+    t0 = time.monotonic()
+    _, errors, _ = run_strict(size, body, dead=frozenset({1}))
+    assert time.monotonic() - t0 < 10
+    assert set(errors) == {0, 1, 2}  # 1 died; 2 never hears from it; 0 never hears from 2
+    assert isinstance(errors[1], ConnectionError)
+    assert all(isinstance(errors[r], TimeoutError) for r in (0, 2))
+    time.sleep(0.1)
+    assert not [t for t in threading.enumerate() if t.name.startswith("dlcp-ring-recv")]
+
+
+# --- over the real transport ----------------------------------------------------------------------------------------
+
+def test_pipelined_allreduce_over_dlcp_endpoints(make_endpoints) -> None:
+    """Three real endpoints on loopback, segments of 64 KiB: bits identical on every rank and in the documented
+    order; a reduce-scatter and an all-gather follow on the same endpoints."""
+    size, n = 3, 300_000
+    eps = make_endpoints(size)
+    xs = _inputs(size, n, torch.float32, seed=11)
+    results: list = [None] * size
+    errors: list = []
+
+    def body(r):
+        try:
+            torch.set_num_threads(1)
+            c = Collectives(EndpointLink(eps[r]), list(range(size)), r, timeout=30)
+            c.RING_SEGMENT_MIN, c.RING_SEGMENTS_PER_CHUNK = 64 << 10, 8
+            t = xs[r].clone()
+            c.allreduce(t)
+            m = n // size
+            out = torch.empty(m)
+            c.reduce_scatter(out, list(xs[r][: m * size].chunk(size)), ReduceOp.SUM)
+            full = [torch.empty(m) for _ in range(size)]
+            c.all_gather(full, out)
+            results[r] = (t, out, torch.cat(full))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert eps[0].stats()["transfers_received"] > 4 * (size - 1)  # segmented
+    want = documented_order(xs, ReduceOp.SUM)
+    m = (n // size) * size
+    for t, _, gathered in results:
+        assert torch.equal(t, want)
+        assert torch.equal(gathered, results[0][2])
+        torch.testing.assert_close(gathered, sum(x[:m] for x in xs))
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_all_gather_into_slices_of_one_tensor_gathers_in_place(contiguous: bool) -> None:
+    """Outputs that are consecutive slices of one tensor (all_gather_into_tensor) are filled in place; any other
+    outputs (here: every other row of a matrix) get the same result by copying."""
+    size, m = 3, 2000
+
+    def body(r, link):
+        c = segmented(Collectives(link, list(range(size)), r))
+        if contiguous:
+            whole = torch.full((size * m,), -1.0)
+            outs = list(whole.split(m))
+        else:
+            whole = torch.full((2 * size, m), -1.0)
+            outs = [whole[2 * i] for i in range(size)]
+        c.all_gather(outs, torch.full((m,), float(r)))
+        return whole
+
+    res, errors, _ = run_strict(size, body)
+    assert not errors, errors
+    for whole in res:
+        if contiguous:
+            assert torch.equal(whole, torch.arange(size).float().repeat_interleave(m))
+        else:
+            assert torch.equal(whole[0::2], torch.arange(size).float()[:, None].expand(size, m))
+            assert (whole[1::2] == -1).all()
+
+
+# --- through the backend, against gloo ------------------------------------------------------------------------------
+
+def _ring_vs_gloo() -> None:
+    """Scenario (one process per rank): dlcp's pipelined ring all-reduce / reduce-scatter / all-gather against gloo
+    in the same processes, with segments small enough to cut every chunk; prints one line per check."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    Collectives.RING_SEGMENT_MIN, Collectives.RING_SEGMENTS_PER_CHUNK = 256 << 10, 4
+    dist.init_process_group("dlcp")
+    gloo = dist.new_group(backend="gloo")
+    r, P = dist.get_rank(), dist.get_world_size()
+    g = torch.Generator().manual_seed(r)
+    n = 1_500_001  # 6 MB of fp32: the ring (cost model), uneven chunks, 2 segments per chunk at 4 ranks
+    for dtype, op in ((torch.float32, dist.ReduceOp.SUM), (torch.float32, dist.ReduceOp.AVG),
+                      (torch.bfloat16, dist.ReduceOp.SUM)):
+        x = torch.randn(n, generator=g).to(dtype)
+        mine, ref = x.clone(), x.clone()
+        dist.all_reduce(mine, op=op)
+        dist.all_reduce(ref, op=op, group=gloo)
+        tol = 1e-5 if dtype == torch.float32 else 5e-2
+        torch.testing.assert_close(mine.float(), ref.float(), rtol=tol, atol=tol * P)
+        everyone = torch.empty(P * n, dtype=dtype)
+        dist.all_gather_into_tensor(everyone, mine, group=gloo)
+        assert all(torch.equal(everyone[q * n:(q + 1) * n], mine) for q in range(P)), "ranks differ"
+        print(f"all_reduce {dtype} {op} ok", flush=True)
+    m = 700_001
+    x = torch.randn(P * m, generator=g)
+    out, ref = torch.empty(m), torch.empty(m)
+    dist.reduce_scatter_tensor(out, x, group=None)
+    dist.reduce_scatter_tensor(ref, x, group=gloo)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5 * P)
+    full, full_ref = torch.empty(P * m), torch.empty(P * m)
+    dist.all_gather_into_tensor(full, out)
+    dist.all_gather_into_tensor(full_ref, out, group=gloo)
+    assert torch.equal(full, full_ref)
+    print("reduce_scatter all_gather ok", flush=True)
+    dist.barrier(group=gloo)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [3, 4])
+def test_pipelined_ring_through_the_backend_matches_gloo(size: int) -> None:
+    from .dist_run import check, launch
+
+    outs = check(launch("tests.host.test_collectives_pipeline", "ring-vs-gloo", size, timeout=240))
+    for out in outs:
+        assert out.count(" ok") == 4, out
+
+
+if __name__ == "__main__":
+    import sys
+
+    {"ring-vs-gloo": _ring_vs_gloo}[sys.argv[1]]()
