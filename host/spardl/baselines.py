@@ -54,6 +54,22 @@ def _output(out: torch.Tensor | None, clear: bool, n: int, dtype: torch.dtype, i
     return result
 
 
+def _local_topk(live: torch.Tensor, k: int, addend: torch.Tensor | None, clear: bool, undo: algo.UndoLog,
+                clock: PhaseClock | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both baselines' first step, as SparDL's: one pass adds ``addend`` and lists candidates, exact top-k of
+    ``live``, then the picked values are taken out of ``live`` (recorded in ``undo`` for the residual)."""
+    with phase(clock, "pass"):
+        cand = select.Candidates.take(live, k, addend=_addend(addend, live), clear_addend=clear,
+                                      scratch=select.new_scratch(live))
+    with phase(clock, "select"):
+        idx = select.select_topk(live, k, cand)
+    with phase(clock, "pack"):
+        vals = live[idx]
+        undo.record(live, idx, vals)
+        live[idx] = 0
+    return idx, vals
+
+
 def gtopk(rank: int, world: int, original: torch.Tensor, density: float, *, own_input: bool = False,
           addend: torch.Tensor | None = None, out: torch.Tensor | None = None,
           clock: PhaseClock | None = None) -> Program[SparDLOutput]:
@@ -67,15 +83,7 @@ def gtopk(rank: int, world: int, original: torch.Tensor, density: float, *, own_
     trace: list[HopRecord] = []
     sent = 0
     clear = same_memory(out, addend)
-    with phase(clock, "pass"):
-        cand = select.Candidates.take(live, k, addend=_addend(addend, live), clear_addend=clear,
-                                      scratch=select.new_scratch(live))
-    with phase(clock, "select"):
-        idx = select.select_topk(live, k, cand)
-    with phase(clock, "pack"):
-        vals = live[idx]
-        undo.record(live, idx, vals)
-        live[idx] = 0
+    idx, vals = _local_topk(live, k, addend, clear, undo, clock)
     gap, step = 1, 0
     gaps = []
     while gap < world:  # reduction up the binomial tree
@@ -136,15 +144,7 @@ def topk_allgather(rank: int, world: int, original: torch.Tensor, density: float
     live, n, k = _check(original, density, own_input)
     undo = algo.UndoLog()
     clear = same_memory(out, addend)
-    with phase(clock, "pass"):
-        cand = select.Candidates.take(live, k, addend=_addend(addend, live), clear_addend=clear,
-                                      scratch=select.new_scratch(live))
-    with phase(clock, "select"):
-        idx = select.select_topk(live, k, cand)
-    with phase(clock, "pack"):
-        vals = live[idx]
-        undo.record(live, idx, vals)
-        live[idx] = 0
+    idx, vals = _local_topk(live, k, addend, clear, undo, clock)
     trace: list[HopRecord] = []
     pieces, sent = yield from _bruck(list(range(world)), rank, [(idx, vals)],
                                      lambda origin: sw.SegmentSpec(origin, n, k), live.dtype, TAG_TOPK_AG,
