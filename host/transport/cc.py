@@ -15,9 +15,11 @@ clock passed in, never sockets, so it is tested alone (``tests/host/test_cc.py``
 * **DCTCP.** Once per observation window (about one cwnd of ACKed bytes) ``alpha <- (1-g) alpha + g F`` with F the
   marked fraction; if anything was marked the window shrinks to ``cwnd (1 - alpha/2)`` and slow start ends.
 * **Slow start** doubles the window per RTT (cwnd += ACKed bytes) until the first mark or ``ssthresh``; then
-  additive increase of one MSS per RTT. As Linux's HyStart, slow start also ends (without a cut) once the
-  window's smallest RTT sample exceeds ``min_rtt + hystart_delay``: doubling into a drop-tail queue (tbf) would
-  otherwise overshoot it by a whole window and lose hundreds of packets before the delay mark fires.
+  additive increase of one MSS per RTT. As Linux's HyStart, slow start also ends once the window's smallest RTT
+  sample exceeds ``min_rtt + hystart_delay``; the window is then scaled by ``(min_rtt + hystart_delay) / rtt``,
+  which leaves about ``hystart_delay`` of queue (BBR drains its start-up queue the same way). Doubling into a
+  drop-tail queue (tbf) otherwise overshoots it by a whole window: hundreds of lost packets, or a 20 ms queue that
+  delays the ACKs of the opposite direction's flow until its delay signal starves it.
 * **Pacing**: the sender spreads a window over the smoothed RTT at ``pacing_gain`` (2 in slow start, 1.25 after).
 * **Timeouts** (no feedback at all for ``rto``): ssthresh = cwnd/2, cwnd back to the initial window, rto doubles
   (up to ``rto_max``); the next ACK resets the backoff. As F-RTO/Eifel, a timeout is undone (window, threshold
@@ -124,7 +126,12 @@ class DctcpWindow:
                 delay = self._win_samples >= 2 and self.is_delay_mark(self._win_min_rtt)
                 if (self.in_slow_start and self._win_samples >= 2 and self.p.hystart_delay is not None
                         and self._win_min_rtt > self.min_rtt + self.p.hystart_delay):
+                    # the queue this window already built is cwnd * (1 - min_rtt / rtt): scale the window back
+                    # so that about hystart_delay of it remains (slow start's last doubling overshoots)
+                    keep = (self.min_rtt + self.p.hystart_delay) / self._win_min_rtt
+                    self.cwnd = max(self.cwnd * keep, self.p.min_cwnd_pkts * self.p.mss)
                     self.ssthresh = self.cwnd
+                    self._win_target = min(self._win_target, self.cwnd)
                     self.hystart_exits += 1
             self.on_rtt(rtt)
         if acked <= 0:

@@ -80,7 +80,8 @@ def test_hystart_ends_slow_start_on_rising_rtt_without_a_cut():
     assert cc.in_slow_start
     w = cc.window()
     run_rtts(cc, 1, rtt=0.006)  # a queue of 5 ms: above the HyStart threshold, below the delay mark
-    assert not cc.in_slow_start and cc.hystart_exits == 1 and cc.cuts == 0 and cc.window() >= w
+    # slow start ends without a DCTCP cut; the window keeps (1 + 4) / 6 of what it had then
+    assert not cc.in_slow_start and cc.hystart_exits == 1 and cc.cuts == 0 and 0.8 * w <= cc.window() < 2 * w
     w = cc.window()
     run_rtts(cc, 5, rtt=0.006)
     assert cc.window() < 1.2 * w  # additive increase now, not doubling
