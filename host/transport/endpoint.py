@@ -345,7 +345,6 @@ class Endpoint:
         self._wake_w.setblocking(False)
 
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
         self._closed = False
         self._peers: dict[int, _Peer] = {}
         self._incoming: dict[tuple[int, int], _In] = {}
@@ -393,7 +392,7 @@ class Endpoint:
         plan = plan_packets(nelems=tv.nelems, dtype=tv.dtype, mtu=self.opts.mtu, classes=classes, layer=layer,
                             rank=self.rank, job_id=self.job_id, transfer_id=transfer_id, step=step,
                             nonce=self.nonce)
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise TransportError("endpoint is closed", peer)
             p = self._peer(peer)
@@ -422,7 +421,7 @@ class Endpoint:
         tv = view_tensor(out, writable=True)
         timeout = self.opts.recv_timeout if timeout is None else timeout
         key = (peer, transfer_id)
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise TransportError("endpoint is closed", peer)
             inc = self._ready.pop(key, None)
@@ -439,7 +438,7 @@ class Endpoint:
             if inc.done and inc.result is None and inc.error is None:
                 self._deliver(inc)
         if not inc.event.wait(timeout):
-            with self._cond:
+            with self._lock:
                 if not inc.event.is_set():
                     self._c["recv_timeouts"] += 1
                     self._incoming.pop(key, None)
@@ -466,11 +465,10 @@ class Endpoint:
 
     def close(self) -> None:
         """Stop the I/O thread (joined), fail whatever is pending with TransportError, close the socket."""
-        with self._cond:
+        with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._cond.notify_all()
         try:
             self._wake_w.send(b"x")
         except OSError:  # pragma: no cover
@@ -827,7 +825,6 @@ class Endpoint:
             got = _CTL.unpack_from(payload)[1]
             o.delivered = None if got == 0xFFFFFFFF else got
             self._finish_out(p, o, None)
-            self._cond.notify_all()
             return
         base, count = w[W_SEQ], w[W_COUNT]
         try:
@@ -850,7 +847,6 @@ class Endpoint:
         if ecn:
             o.ecn_echoes += 1
             c["ecn_echo_rx"] += 1
-        self._cond.notify_all()
 
     def _on_ack(self, p: _Peer, o: _Out, base: int, bits: np.ndarray, ecn: bool, now: float) -> None:
         acked = o.acked
