@@ -4,9 +4,12 @@ The state machine sees only events (ACKed bytes with or without congestion marks
 clock passed in, never sockets, so it is tested alone (``tests/host/test_cc.py``).
 
 * **Marks.** A byte counts as marked when the ACK that covers it carries ECN-Echo (a switch set CE on the data).
-  When ``delay_target`` is set, an ACK's bytes also count as marked when the *smallest* RTT sample of the current
-  observation window so far (two samples at least) exceeds ``min_rtt + delay_target``: a standing queue (CoDel's
-  criterion, at the scale of one window). The delay mark is the fallback for
+  When ``delay_target`` is set, an ACK's bytes also count as marked when the *smallest* queueing-delay sample of
+  the current observation window so far (two samples at least) exceeds ``delay_target``: a standing queue (CoDel's
+  criterion, at the scale of one window). The queueing delay is the forward one-way delay over its minimum when
+  the ACK carries the receiver's clock (LEDBAT's measurement; the transport's ACKs do), else ``rtt - min_rtt``.
+  One-way matters when data flows both ways: an RTT also counts the queue the ACKs wait in behind the opposite
+  direction's data, so the flow whose partner queues more was cut while its partner grew. The delay mark is the fallback for
   paths without ECN-marking queues (Linux tbf/pfifo only drop): a queue that builds raises every RTT long before
   it overflows, while a stall of a Python receiver or sender (GIL, scheduling, a garbage collection) raises only
   the samples taken during it and, judged one sample at a time, cut the window on an idle path. Random loss
@@ -67,7 +70,7 @@ class DctcpWindow:
     _win_acked: float = 0.0
     _win_marked: float = 0.0
     _win_target: float = 0.0
-    _win_min_rtt: float = float("inf")  # smallest RTT sample in the current observation window
+    _win_min_q: float = float("inf")  # smallest queueing-delay sample in the current observation window
     _win_samples: int = 0
     marks_seen: int = 0  # ACK events that carried a mark (ECN or delay)
     ecn_marks: int = 0
@@ -110,25 +113,28 @@ class DctcpWindow:
         self.min_rtt = rtt if self.min_rtt is None else min(self.min_rtt, rtt)
         self.rto = min(self.p.rto_max, max(self.p.rto_min, self.srtt + 4 * self.rttvar))
 
-    def is_delay_mark(self, rtt: float | None) -> bool:
-        return (self.p.delay_target is not None and rtt is not None and self.min_rtt is not None
-                and rtt > self.min_rtt + self.p.delay_target)
-
-    def on_ack(self, acked: int, *, ecn: bool = False, rtt: float | None = None) -> None:
-        """``acked`` bytes newly delivered; ``ecn``: the ACK echoed CE; ``rtt``: a sample (Karn-filtered)."""
+    def on_ack(self, acked: int, *, ecn: bool = False, rtt: float | None = None,
+               qdelay: float | None = None) -> None:
+        """``acked`` bytes newly delivered; ``ecn``: the ACK echoed CE; ``rtt``: a sample (Karn-filtered);
+        ``qdelay``: the forward queueing delay of that sample, when the receiver's timestamp gives it (one-way
+        delay over its minimum, as LEDBAT measures it). Without it the delay signal is ``rtt - min_rtt``, which
+        also counts the queue the ACKs wait in on the way back, behind the opposite direction's data."""
         self.backoff = 0
         self._undo = None  # the first ACK after a timeout decides (undo_timeout is called before it)
         delay = False
         if rtt is not None:
             if self.min_rtt is not None:  # judged against the min RTT before this sample
-                self._win_min_rtt = min(self._win_min_rtt, max(rtt, self.p.min_rtt_floor))
+                q = qdelay if qdelay is not None else max(rtt, self.p.min_rtt_floor) - self.min_rtt
+                self._win_min_q = min(self._win_min_q, q)
                 self._win_samples += 1
-                delay = self._win_samples >= 2 and self.is_delay_mark(self._win_min_rtt)
+                q_min = self._win_min_q
+                delay = (self._win_samples >= 2 and self.p.delay_target is not None
+                         and q_min > self.p.delay_target)
                 if (self.in_slow_start and self._win_samples >= 2 and self.p.hystart_delay is not None
-                        and self._win_min_rtt > self.min_rtt + self.p.hystart_delay):
-                    # the queue this window already built is cwnd * (1 - min_rtt / rtt): scale the window back
-                    # so that about hystart_delay of it remains (slow start's last doubling overshoots)
-                    keep = (self.min_rtt + self.p.hystart_delay) / self._win_min_rtt
+                        and q_min > self.p.hystart_delay):
+                    # the queue this window already built is cwnd * q / (min_rtt + q): scale the window back so
+                    # that about hystart_delay of it remains (slow start's last doubling overshoots)
+                    keep = (self.min_rtt + self.p.hystart_delay) / (self.min_rtt + q_min)
                     self.cwnd = max(self.cwnd * keep, self.p.min_cwnd_pkts * self.p.mss)
                     self.ssthresh = self.cwnd
                     self._win_target = min(self._win_target, self.cwnd)
@@ -154,7 +160,7 @@ class DctcpWindow:
         self._clamp()
 
     def _end_window(self) -> None:
-        self._win_min_rtt, self._win_samples = float("inf"), 0
+        self._win_min_q, self._win_samples = float("inf"), 0
         frac = self._win_marked / self._win_acked if self._win_acked else 0.0
         self.alpha = (1 - self.p.g) * self.alpha + self.p.g * frac
         if self._win_marked:
@@ -175,7 +181,7 @@ class DctcpWindow:
         self.backoff += 1
         self.rto = min(self.p.rto_max, self.rto * 2)
         self._win_acked = self._win_marked = 0.0
-        self._win_min_rtt, self._win_samples = float("inf"), 0
+        self._win_min_q, self._win_samples = float("inf"), 0
         self._win_target = self.cwnd
         self._clamp()
 

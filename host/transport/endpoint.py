@@ -97,10 +97,16 @@ def decode_words(buf) -> tuple[int, ...]:
 
 
 def pack_control_header(buf, msg_type: int, *, flags: int, rank: int, job_id: int, transfer_id: int, step: int,
-                        seq: int, total: int, count: int, nonce: int, layer: int = 0) -> None:
-    """Write an ACK/NACK/CONTROL header into ``buf[:36]`` (priority 7, dtype 0)."""
+                        seq: int, total: int, count: int, nonce: int, layer: int = 0, offset: int = 0) -> None:
+    """Write an ACK/NACK/CONTROL header into ``buf[:36]`` (priority 7, dtype 0). For ACK/NACK, ``offset`` carries
+    the receiver's clock (:func:`clock_us`)."""
     HDR.pack_into(buf, 0, (wire.VERSION << 4) | msg_type, flags, CONTROL_PRIORITY << 5, 0, layer, rank, job_id,
-                  transfer_id, step, seq, total, 0, count, nonce)
+                  transfer_id, step, seq, total, offset, count, nonce)
+
+
+def clock_us(t: float) -> int:
+    """A monotonic time as the 32-bit microsecond clock ACK/NACK carry in ``offset`` (wraps every 71 minutes)."""
+    return int(t * 1e6) & 0xFFFFFFFF
 
 
 # --- public types -----------------------------------------------------------------------------------------------
@@ -255,6 +261,20 @@ class _Peer:
         self.last_feedback = 0.0
         self.rto_at = 0.0
         self.rto_fired = 0.0  # time of the last timeout, until the next ACK judges it (spurious or not)
+        self.owd_base: int | None = None  # first (receiver clock - send time) sample, µs mod 2^32
+        self.owd_min = 0  # smallest one-way delay seen, µs relative to owd_base
+
+    def one_way_queue(self, ts: int, sent: float) -> float:
+        """Forward queueing delay of a packet sent at ``sent`` (our clock) whose ACK left the receiver at ``ts``
+        (its 32-bit µs clock): one-way delay over the smallest seen. The clocks' offset cancels; their drift over
+        a run is negligible against milliseconds of queue."""
+        raw = (ts - clock_us(sent)) & 0xFFFFFFFF
+        if self.owd_base is None:
+            self.owd_base = raw
+        d = ((raw - self.owd_base + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+        if d < self.owd_min:
+            self.owd_min = d
+        return (d - self.owd_min) * 1e-6
 
 
 class _In:
@@ -684,7 +704,8 @@ class Endpoint:
         count = int(nz[-1]) + 1 if nz.size else 0
         buf = self._ctl_buf
         pack_control_header(buf, MsgType.ACK, flags=Flag.ECN_ECHO if inc.ce_state else 0, rank=self.rank,
-                            job_id=self.job_id, transfer_id=inc.tid, step=inc.step, seq=base, total=st.total,
+                            job_id=self.job_id, transfer_id=inc.tid, step=inc.step, offset=clock_us(time.monotonic()),
+                            seq=base, total=st.total,
                             count=count, nonce=self.nonce)
         bm = np.packbits(seg[:count]).tobytes()
         buf[wire.HEADER_LEN: wire.HEADER_LEN + len(bm)] = bm
@@ -702,7 +723,8 @@ class Endpoint:
         bits[seqs - base] = True
         buf = self._ctl_buf
         pack_control_header(buf, MsgType.NACK, flags=Flag.ECN_ECHO if inc.ce_state else 0, rank=self.rank,
-                            job_id=self.job_id, transfer_id=inc.tid, step=inc.step, seq=base, total=inc.st.total,
+                            job_id=self.job_id, transfer_id=inc.tid, step=inc.step, offset=clock_us(time.monotonic()),
+                            seq=base, total=inc.st.total,
                             count=count, nonce=self.nonce)
         bm = np.packbits(bits).tobytes()
         buf[wire.HEADER_LEN: wire.HEADER_LEN + len(bm)] = bm
@@ -839,7 +861,7 @@ class Endpoint:
         if mt == MsgType.ACK:
             c["acks_rx"] += 1
             o.acks += 1
-            self._on_ack(p, o, base, bits, ecn, now)
+            self._on_ack(p, o, base, bits, ecn, now, w[W_OFFSET])
         else:
             c["nacks_rx"] += 1
             o.nacks += 1
@@ -848,7 +870,7 @@ class Endpoint:
             o.ecn_echoes += 1
             c["ecn_echo_rx"] += 1
 
-    def _on_ack(self, p: _Peer, o: _Out, base: int, bits: np.ndarray, ecn: bool, now: float) -> None:
+    def _on_ack(self, p: _Peer, o: _Out, base: int, bits: np.ndarray, ecn: bool, now: float, ts: int) -> None:
         acked = o.acked
         lo = o.cum_acked
         parts = []
@@ -857,7 +879,7 @@ class Endpoint:
         if bits.size:
             parts.append(np.flatnonzero(bits & ~acked[base: base + bits.size]) + base)
         new = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        rtt = None
+        rtt = qdelay = None
         nbytes = 0
         if new.size:
             new = new[o.sent_order[new] >= 0]  # never trust an ACK for a packet not sent yet
@@ -874,6 +896,7 @@ class Endpoint:
             s = int(new[j])
             if not o.retx[s]:
                 rtt = now - float(o.sent_time[s])
+                qdelay = p.one_way_queue(ts, float(o.sent_time[s]))
             # loss detection by send order: still in flight, sent well before something now ACKed
             hi = min(o.total, base + bits.size)
             if hi > lo:
@@ -894,7 +917,7 @@ class Endpoint:
         if p.rto_fired and new.size and np.any((o.sent_time[new] < p.rto_fired) & ~o.retx[new]):
             p.cc.undo_timeout()  # data sent before the timeout got through: the timeout was spurious
         p.rto_fired = 0.0
-        p.cc.on_ack(nbytes, ecn=ecn, rtt=rtt)
+        p.cc.on_ack(nbytes, ecn=ecn, rtt=rtt, qdelay=qdelay)
 
     def _on_nack(self, p: _Peer, o: _Out, base: int, bits: np.ndarray, now: float) -> None:
         seqs = np.flatnonzero(bits) + base

@@ -91,6 +91,21 @@ def test_hystart_ends_slow_start_on_rising_rtt_without_a_cut():
     assert off.in_slow_start
 
 
+def test_one_way_queueing_delay_decides_over_the_rtt():
+    """With the receiver's timestamps, a long RTT whose excess is on the way back (ACKs behind the opposite
+    direction's data) is not a queue of ours; a forward queue is."""
+    cc = DctcpWindow(params(delay_target=0.010, hystart_delay=0.004))
+    run_rtts(cc, 2, rtt=0.001)
+    for _ in range(6):
+        for _ in range(int(cc.window() // MSS)):
+            cc.on_ack(MSS, rtt=0.030, qdelay=0.0005)
+    assert cc.delay_marks == 0 and cc.hystart_exits == 0 and cc.in_slow_start
+    for _ in range(2):
+        for _ in range(int(cc.window() // MSS)):
+            cc.on_ack(MSS, rtt=0.030, qdelay=0.015)
+    assert cc.hystart_exits == 1 and cc.delay_marks > 0
+
+
 def test_timeout_backs_off_and_ack_resets():
     cc = DctcpWindow(params())
     run_rtts(cc, 5)

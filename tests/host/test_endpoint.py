@@ -279,3 +279,17 @@ def test_a_stalled_receiver_makes_a_timeout_that_is_undone(make_endpoints):
     assert torch.equal(out, x)
     peer = a.stats()["peers"][1]
     assert peer["timeouts"] >= 1 and peer["spurious_timeouts"] >= 1
+
+
+def test_one_way_queue_cancels_the_clock_offset_and_wraps():
+    """The sender's estimate of forward queueing from the receiver's 32-bit µs clock in ACKs: any clock offset
+    cancels, the 71-minute wrap is harmless, and the least delay seen is the zero."""
+    from host.transport.endpoint import _Peer, clock_us
+    from host.transport.cc import CCParams
+    p = _Peer(1, ("127.0.0.1", 1), CCParams())
+    offset = (1 << 32) - 1500  # the receiver's clock is just below the wrap
+    got = []
+    for sent, delay in ((10.0, 0.002), (10.1, 0.003), (10.2, 0.0015), (10.3, 0.0045)):
+        got.append(p.one_way_queue(clock_us(sent + delay) + offset & 0xFFFFFFFF, sent))
+    assert abs(got[0]) < 1e-6 and abs(got[1] - 0.001) < 2e-6 and abs(got[2]) < 1e-6
+    assert abs(got[3] - 0.003) < 2e-6  # against the least one-way delay so far (1.5 ms)
