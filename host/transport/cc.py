@@ -17,6 +17,15 @@ clock passed in, never sockets, so it is tested alone (``tests/host/test_cc.py``
   not collapse the rate).
 * **DCTCP.** Once per observation window (about one cwnd of ACKed bytes) ``alpha <- (1-g) alpha + g F`` with F the
   marked fraction; if anything was marked the window shrinks to ``cwnd (1 - alpha/2)`` and slow start ends.
+* **One cut per round.** After a cut, the ACKs of the data that was in flight at it (about the old window) still
+  show the queue the cut is draining; until they are in, delay samples are ignored, the window holds, and only
+  ECN marks are counted (into alpha): TCP's CWR state. Without it, a delayed signal cut three or four times in a
+  row, to a quarter of the window, on two hosts sending to each other.
+* **Conservative growth on an empty queue.** Out of slow start, a window whose smallest queueing-delay sample
+  stays under ``probe_delay`` (1 ms) is below the path's capacity (the queue is empty), so it grows by
+  ``css_growth`` (1/4) per ACKed byte, as RFC 9406's conservative slow start, instead of one MSS per RTT; once a
+  queue stands, additive increase resumes. A flow that cut while its partner's data delayed its ACKs otherwise
+  needed hundreds of RTTs to refill an idle link.
 * **Slow start** doubles the window per RTT (cwnd += ACKed bytes) until the first mark or ``ssthresh``; then
   additive increase of one MSS per RTT. As Linux's HyStart, slow start also ends once the window's smallest RTT
   sample exceeds ``min_rtt + hystart_delay``; the window is then scaled by ``(min_rtt + hystart_delay) / rtt``,
@@ -46,6 +55,8 @@ class CCParams:
     g: float = 1.0 / 16  # DCTCP gain
     delay_target: float | None = 0.010  # standing queue over min RTT that marks; None = ECN marks only (see above)
     hystart_delay: float | None = 0.004  # slow start ends when the window's min RTT rises this much
+    probe_delay: float | None = 0.001  # a window whose min queueing delay stays below this grows by css_growth
+    css_growth: float = 0.25  # per ACKed byte, while the queue is empty (RFC 9406's conservative slow start)
     rto_min: float = 0.02  # Python scheduling stalls of several ms must not look like loss
     rto_max: float = 0.5
     rto_init: float = 0.05
@@ -72,6 +83,9 @@ class DctcpWindow:
     _win_target: float = 0.0
     _win_min_q: float = float("inf")  # smallest queueing-delay sample in the current observation window
     _win_samples: int = 0
+    _cwr: float = 0.0  # bytes still to be ACKed that were in flight at the last cut (TCP's CWR state)
+    _cwr_acked: float = 0.0
+    _cwr_marked: float = 0.0
     marks_seen: int = 0  # ACK events that carried a mark (ECN or delay)
     ecn_marks: int = 0
     delay_marks: int = 0
@@ -122,8 +136,9 @@ class DctcpWindow:
         self.backoff = 0
         self._undo = None  # the first ACK after a timeout decides (undo_timeout is called before it)
         delay = False
+        cwr = self._cwr > 0
         if rtt is not None:
-            if self.min_rtt is not None:  # judged against the min RTT before this sample
+            if self.min_rtt is not None and not cwr:  # judged against the min RTT before this sample
                 q = qdelay if qdelay is not None else max(rtt, self.p.min_rtt_floor) - self.min_rtt
                 self._win_min_q = min(self._win_min_q, q)
                 self._win_samples += 1
@@ -142,6 +157,18 @@ class DctcpWindow:
             self.on_rtt(rtt)
         if acked <= 0:
             return
+        if cwr:  # this data was sent before the last cut: its delay shows the queue the cut is draining
+            self._cwr -= acked
+            self._cwr_acked += acked
+            if ecn:
+                self.marks_seen += 1
+                self.ecn_marks += 1
+                self._cwr_marked += acked
+            if self._cwr <= 0:  # the cut has taken effect: ECN marks meanwhile still inform alpha; judge afresh
+                self.alpha = (1 - self.p.g) * self.alpha + self.p.g * self._cwr_marked / self._cwr_acked
+                self._cwr = self._cwr_acked = self._cwr_marked = 0.0
+                self._win_target = self.cwnd
+            return
         marked = ecn or delay
         if marked:
             self.marks_seen += 1
@@ -153,6 +180,9 @@ class DctcpWindow:
         if not self._win_marked:
             if self.in_slow_start:
                 self.cwnd += acked
+            elif (self.p.probe_delay is not None and self._win_samples >= 2
+                  and self._win_min_q < self.p.probe_delay):
+                self.cwnd += self.p.css_growth * acked  # the path keeps no queue: the window is below its capacity
             else:
                 self.cwnd += self.p.mss * acked / self.cwnd
         if self._win_acked >= self._win_target:
@@ -164,6 +194,7 @@ class DctcpWindow:
         frac = self._win_marked / self._win_acked if self._win_acked else 0.0
         self.alpha = (1 - self.p.g) * self.alpha + self.p.g * frac
         if self._win_marked:
+            self._cwr = self.cwnd  # what was in flight: the next window starts once it is ACKed
             self.cwnd = self.cwnd * (1 - self.alpha / 2)
             self.ssthresh = self.cwnd
             self.cuts += 1
@@ -182,6 +213,7 @@ class DctcpWindow:
         self.rto = min(self.p.rto_max, self.rto * 2)
         self._win_acked = self._win_marked = 0.0
         self._win_min_q, self._win_samples = float("inf"), 0
+        self._cwr = self._cwr_acked = self._cwr_marked = 0.0
         self._win_target = self.cwnd
         self._clamp()
 

@@ -238,6 +238,8 @@ class _Out:
         self.retxq: deque[int] = deque()
         self.next_seq = 0
         self.cum_acked = 0
+        self.acked_hi = 0  # 1 + the highest seq ACKed: above cum_acked only while a hole is open
+        self.cumlen = np.concatenate(([0], np.cumsum(plan.lengths, dtype=np.int64)))  # bytes before each seq
         self.order = 0
         self.pkts_sent = self.retransmissions = self.ecn_echoes = self.acks = self.nacks = 0
         self.delivered: int | None = None
@@ -698,16 +700,19 @@ class Endpoint:
     def _send_ack(self, inc: _In) -> None:
         st = inc.st
         base = st.cum
-        maxbits = 8 * (self._mss - 8)
-        seg = st.arrived[base: base + maxbits]
-        nz = np.flatnonzero(seg)
-        count = int(nz[-1]) + 1 if nz.size else 0
+        if st.max_seq < base:  # in order so far: nothing beyond cum to report
+            seg, count = None, 0
+        else:
+            maxbits = 8 * (self._mss - 8)
+            seg = st.arrived[base: base + maxbits]
+            nz = np.flatnonzero(seg)
+            count = int(nz[-1]) + 1 if nz.size else 0
         buf = self._ctl_buf
         pack_control_header(buf, MsgType.ACK, flags=Flag.ECN_ECHO if inc.ce_state else 0, rank=self.rank,
                             job_id=self.job_id, transfer_id=inc.tid, step=inc.step, offset=clock_us(time.monotonic()),
                             seq=base, total=st.total,
                             count=count, nonce=self.nonce)
-        bm = np.packbits(seg[:count]).tobytes()
+        bm = np.packbits(seg[:count]).tobytes() if count else b""
         buf[wire.HEADER_LEN: wire.HEADER_LEN + len(bm)] = bm
         self._send_ctl(self.addr_map[inc.peer], wire.HEADER_LEN + len(bm))
         inc.since_ack = 0
@@ -849,6 +854,15 @@ class Endpoint:
             self._finish_out(p, o, None)
             return
         base, count = w[W_SEQ], w[W_COUNT]
+        ecn = bool(w[W_FLAGS] & _F_ECN_ECHO)
+        if mt == MsgType.ACK and not count and not len(payload) and o.acked_hi <= o.cum_acked <= base <= o.next_seq:
+            c["acks_rx"] += 1  # the common ACK: purely cumulative, no hole open at the sender
+            o.acks += 1
+            self._on_cum_ack(p, o, base, ecn, now, w[W_OFFSET])
+            if ecn:
+                o.ecn_echoes += 1
+                c["ecn_echo_rx"] += 1
+            return
         try:
             bits = wire.unpack_bitmap(payload, count)
         except wire.WireError as e:
@@ -857,7 +871,6 @@ class Endpoint:
         if base + count > o.total:
             self._malformed("count")
             return
-        ecn = bool(w[W_FLAGS] & _F_ECN_ECHO)
         if mt == MsgType.ACK:
             c["acks_rx"] += 1
             o.acks += 1
@@ -885,6 +898,8 @@ class Endpoint:
             new = new[o.sent_order[new] >= 0]  # never trust an ACK for a packet not sent yet
         if new.size:
             acked[new] = True
+            if new[-1] >= o.acked_hi:  # new is ascending
+                o.acked_hi = int(new[-1]) + 1
             lens = o.plan.lengths
             nbytes = int(lens[new].sum())
             infl = new[o.inflight[new]]
@@ -916,6 +931,34 @@ class Endpoint:
         o.cum_acked = c
         if p.rto_fired and new.size and np.any((o.sent_time[new] < p.rto_fired) & ~o.retx[new]):
             p.cc.undo_timeout()  # data sent before the timeout got through: the timeout was spurious
+        p.rto_fired = 0.0
+        p.cc.on_ack(nbytes, ecn=ecn, rtt=rtt, qdelay=qdelay)
+
+    def _on_cum_ack(self, p: _Peer, o: _Out, hi: int, ecn: bool, now: float, ts: int) -> None:
+        """:meth:`_on_ack` for its common case, a bitmap-free ACK of everything below ``hi`` when nothing above
+        ``cum_acked`` was ACKed before (no hole open) and all of it was sent: the new packets are the slice
+        ``[cum_acked, hi)``, so a handful of slice operations replace the general path's fancy indexing. Nothing can
+        be judged lost (every packet of the region is now ACKed). Same state afterwards as the general path
+        (``tests/host/test_endpoint.py`` runs both on reordered and lossy traffic)."""
+        lo = o.cum_acked
+        rtt = qdelay = None
+        nbytes = 0
+        if hi > lo:
+            o.acked[lo:hi] = True
+            nbytes = int(o.cumlen[hi] - o.cumlen[lo])
+            infl = o.inflight[lo:hi]
+            if infl.all():
+                p.inflight -= nbytes
+            else:
+                p.inflight -= int(o.plan.lengths[lo:hi][infl].sum())
+            infl[:] = False
+            s = lo + int(o.sent_order[lo:hi].argmax())
+            if not o.retx[s]:
+                rtt = now - float(o.sent_time[s])
+                qdelay = p.one_way_queue(ts, float(o.sent_time[s]))
+            o.cum_acked = o.acked_hi = hi
+            if p.rto_fired and np.any((o.sent_time[lo:hi] < p.rto_fired) & ~o.retx[lo:hi]):
+                p.cc.undo_timeout()
         p.rto_fired = 0.0
         p.cc.on_ack(nbytes, ecn=ecn, rtt=rtt, qdelay=qdelay)
 

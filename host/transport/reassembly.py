@@ -93,6 +93,9 @@ class Reassembly:
         """Move ``cum`` over the run of arrived seqs that starts at it (a numpy window at a time: filling a hole
         can join a long run)."""
         arrived, cum, total = self.arrived, self.cum, self.total
+        if cum + 1 < total and arrived[cum] and not arrived[cum + 1]:  # in-order arrival: one step, no numpy call
+            self.cum = cum + 1
+            return
         while cum < total and arrived[cum]:
             win = arrived[cum: cum + 4096]
             k = int(np.argmin(win))

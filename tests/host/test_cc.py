@@ -140,3 +140,40 @@ def test_pacing_rate_follows_window():
     assert cc.pacing_rate() == float("inf")
     cc.on_ack(MSS, rtt=0.001)
     assert abs(cc.pacing_rate() - cc.p.pacing_gain_ss * cc.cwnd / cc.srtt) < 1e-6
+
+
+def test_one_cut_per_round_of_data_in_flight():
+    """After a cut, the ACKs of data sent before it still show the queue the cut is draining: they must not cut
+    again (TCP's CWR state). A queue that persists once that data is ACKed cuts again."""
+    cc = DctcpWindow(params(delay_target=0.002, hystart_delay=None))
+    run_rtts(cc, 4, rtt=0.0005)
+    w = cc.window()
+    for _ in range(int(w // MSS)):  # one window with a standing queue: one cut
+        cc.on_ack(MSS, rtt=0.005)
+    assert cc.cuts == 1
+    w1 = cc.window()
+    for _ in range(int(w // MSS)):  # the data in flight at the cut (the old window): still queued, no cut
+        cc.on_ack(MSS, rtt=0.005)
+    assert cc.cuts == 1 and cc.window() == w1  # and no growth meanwhile
+    for _ in range(2 * int(w1 // MSS)):  # data sent after the cut still meets a queue: cut again
+        cc.on_ack(MSS, rtt=0.005)
+    assert cc.cuts == 2
+
+
+def test_an_empty_queue_grows_the_window_faster_than_additive():
+    """Out of slow start, a window whose queueing delay stays under probe_delay is below the path's capacity:
+    it grows by css_growth per ACKed byte (RFC 9406's conservative slow start), not one MSS per RTT; a queue
+    above it brings back additive increase."""
+    def after(q: float, probe: float | None) -> float:
+        cc = DctcpWindow(params(delay_target=0.010, hystart_delay=0.004, probe_delay=probe))
+        run_rtts(cc, 3, rtt=0.001)
+        run_rtts(cc, 1, rtt=0.006)  # HyStart ends slow start
+        w = cc.window()
+        for _ in range(3):
+            for _ in range(int(cc.window() // MSS)):
+                cc.on_ack(MSS, rtt=0.001 + q, qdelay=q)
+        return cc.window() / w
+
+    assert after(0.0002, 0.001) > 1.8  # 1.25^3
+    assert after(0.003, 0.001) < 1.1
+    assert after(0.0002, None) < 1.1

@@ -293,3 +293,86 @@ def test_one_way_queue_cancels_the_clock_offset_and_wraps():
         got.append(p.one_way_queue(clock_us(sent + delay) + offset & 0xFFFFFFFF, sent))
     assert abs(got[0]) < 1e-6 and abs(got[1] - 0.001) < 2e-6 and abs(got[2]) < 1e-6
     assert abs(got[3] - 0.003) < 2e-6  # against the least one-way delay so far (1.5 ms)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cumulative_ack_fast_path_equals_the_general_path(seed):
+    """``_on_cum_ack`` (a bitmap-free ACK with no hole open) must leave exactly the state ``_on_ack`` leaves.
+    A sender with random reordering, loss, retransmissions and stale ACKs; every ACK the fast path would take is
+    applied both ways to twin copies, which must agree field by field afterwards."""
+    import copy
+
+    from host.transport.cc import CCParams
+    from host.transport.endpoint import _Out, _Peer
+    from host.transport.tensors import view_tensor
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(40, 200))
+    x = np.zeros(n * 300, np.float32)
+    plan = plan_packets(nelems=x.size, dtype=DType.FLOAT32, mtu=1500)
+    o = _Out(1, 7, view_tensor(x), plan, 0, 0.0)
+    p = _Peer(1, ("127.0.0.1", 1), CCParams(mss=1436))
+    arrived = np.zeros(o.total, bool)
+    loss = (0.0, 0.03, 0.1)[seed % 3]
+    now, fast_taken = 0.0, 0
+
+    def twin(o, p):
+        o2, p2 = copy.copy(o), copy.copy(p)
+        for k in ("acked", "inflight", "queued", "retx", "sent_order", "sent_time"):
+            setattr(o2, k, getattr(o, k).copy())
+        o2.retxq, p2.cc = copy.copy(o.retxq), copy.deepcopy(p.cc)
+        return o2, p2
+
+    def state(o, p):
+        return ([getattr(o, k).copy() for k in ("acked", "inflight", "queued", "retx", "sent_order", "sent_time")],
+                o.cum_acked, o.acked_hi, p.inflight, p.rto_fired, sorted(o.retxq),
+                {k: v for k, v in vars(p.cc).items() if k != "p"})
+
+    while not o.acked.all():
+        now += 1e-4
+        # send: retransmissions first, then new packets (as _pick_burst)
+        burst = [s for s in list(o.retxq) if not o.acked[s]][:8]
+        o.retxq.clear()
+        o.queued[:] = False
+        burst += list(range(o.next_seq, min(o.total, o.next_seq + int(rng.integers(1, 12)))))
+        o.next_seq = max(o.next_seq, max(burst, default=-1) + 1)
+        for s in burst:
+            o.retx[s] |= o.sent_order[s] >= 0
+            o.sent_order[s], o.sent_time[s] = o.order, now
+            o.order += 1
+            if not o.inflight[s]:
+                o.inflight[s] = True
+                p.inflight += int(o.plan.lengths[s])
+            if rng.random() >= loss:
+                arrived[s] = True
+        if rng.random() < 0.05:
+            p.rto_fired = now - 5e-5
+        # the receiver's ACK: base = its cumulative point, bitmap of what arrived above it
+        base = int(np.argmin(arrived)) if not arrived.all() else o.total
+        if rng.random() < 0.1:
+            base = max(0, base - int(rng.integers(1, 5)))  # a stale ACK
+        seg = arrived[base: base + 64]
+        nz = np.flatnonzero(seg)
+        bits = seg[: int(nz[-1]) + 1] if nz.size and arrived[base:].any() and rng.random() < 0.5 else seg[:0]
+        ts = int(now * 1e6) & 0xFFFFFFFF
+        if not bits.size and o.acked_hi <= o.cum_acked <= base <= o.next_seq:
+            fast_taken += 1
+            o2, p2 = twin(o, p)
+            Endpoint._on_ack(None, p, o, base, bits, False, now, ts)
+            Endpoint._on_cum_ack(None, p2, o2, base, False, now, ts)
+            a, b = state(o, p), state(o2, p2)
+            for u, v in zip(a[0], b[0]):
+                assert np.array_equal(u, v)
+            assert a[1:] == b[1:]
+        else:
+            Endpoint._on_ack(None, p, o, base, bits, False, now, ts)
+        if not arrived[: o.next_seq].all() and rng.random() < 0.3:  # resend what the receiver lacks
+            for s in np.flatnonzero(~arrived[: o.next_seq] & ~o.acked[: o.next_seq])[:4]:
+                if not o.queued[s]:
+                    o.queued[s] = True
+                    o.retxq.append(int(s))
+        if o.next_seq == o.total and not o.retxq:
+            for s in np.flatnonzero(~o.acked):
+                o.queued[s] = True
+                o.retxq.append(int(s))
+    assert fast_taken >= (5 if loss == 0 else 1)
