@@ -279,6 +279,9 @@ class _Peer:
         return (d - self.owd_min) * 1e-6
 
 
+_NO_STAGE = np.empty(0, np.uint8)
+
+
 class _In:
     """Receiver state of one transfer."""
 
@@ -287,7 +290,7 @@ class _In:
         self.st: Reassembly | None = None
         self.dtype: int = -1
         self.step = self.layer = 0
-        self.stage: bytearray | None = bytearray()  # before recv() is posted
+        self.stage: np.ndarray | None = _NO_STAGE  # uint8, before recv() is posted (np.empty: no zero-fill)
         self.dst: memoryview | None = None  # the out buffer's bytes, once posted
         self.tv: TensorView | None = None
         self.loss_bound: float | None = None
@@ -559,9 +562,9 @@ class Endpoint:
             return
         if inc.stage is not None:
             n = len(inc.stage)
-            used = min(n, st.max_end if st is not None else 0)  # the stage grows by doubling: copy what is data
+            used = min(n, st.max_end if st is not None else 0)  # the stage may be larger: copy what is data
             if used:
-                tv.raw[:used] = np.frombuffer(inc.stage, np.uint8, count=used)
+                tv.raw[:used] = inc.stage[:used]
             self._staged_bytes -= n
             inc.stage = None
 
@@ -605,10 +608,15 @@ class Endpoint:
         else:
             top = max(w[W_OFFSET] + ln - hl for w, _s, ln, _t in items)
             stage = inc.stage
-            if top > len(stage):
-                grow = max(top, 2 * len(stage)) - len(stage)
-                stage.extend(bytes(grow))
-                self._staged_bytes += grow
+            if top > len(stage):  # size it for the whole transfer at once when these are full-size packets
+                full = max(ln for _w, _s, ln, _t in items) - hl
+                room = max(0, self.opts.max_staged_bytes - self._staged_bytes)
+                size = max(top, min(max(2 * len(stage), full * total), room))
+                new = np.empty(size, np.uint8)
+                used = min(len(stage), st.max_end)
+                new[:used] = stage[:used]
+                self._staged_bytes += size - len(stage)
+                stage = inc.stage = new
             dst = memoryview(stage)
         cap = len(dst)
         batch = n >= _BATCH_MIN
