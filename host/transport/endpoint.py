@@ -940,7 +940,7 @@ class Endpoint:
         if p.rto_fired and new.size and np.any((o.sent_time[new] < p.rto_fired) & ~o.retx[new]):
             p.cc.undo_timeout()  # data sent before the timeout got through: the timeout was spurious
         p.rto_fired = 0.0
-        p.cc.on_ack(nbytes, ecn=ecn, rtt=rtt, qdelay=qdelay)
+        p.cc.on_ack(nbytes, ecn=ecn, rtt=rtt, qdelay=qdelay, now=now)
 
     def _on_cum_ack(self, p: _Peer, o: _Out, hi: int, ecn: bool, now: float, ts: int) -> None:
         """:meth:`_on_ack` for its common case, a bitmap-free ACK of everything below ``hi`` when nothing above
@@ -968,7 +968,7 @@ class Endpoint:
             if p.rto_fired and np.any((o.sent_time[lo:hi] < p.rto_fired) & ~o.retx[lo:hi]):
                 p.cc.undo_timeout()
         p.rto_fired = 0.0
-        p.cc.on_ack(nbytes, ecn=ecn, rtt=rtt, qdelay=qdelay)
+        p.cc.on_ack(nbytes, ecn=ecn, rtt=rtt, qdelay=qdelay, now=now)
 
     def _on_nack(self, p: _Peer, o: _Out, base: int, bits: np.ndarray, now: float) -> None:
         seqs = np.flatnonzero(bits) + base

@@ -177,3 +177,29 @@ def test_an_empty_queue_grows_the_window_faster_than_additive():
     assert after(0.0002, 0.001) > 1.8  # 1.25^3
     assert after(0.003, 0.001) < 1.1
     assert after(0.0002, None) < 1.1
+
+
+def test_window_stretches_over_ack_delay_only():
+    """ACKs delayed on the way back (RTT far above min RTT + forward queueing) add about rate * ack_delay to the
+    window; cwnd, which answers to the forward queue, is the same as without the stretch; ACKs that are not
+    delayed add nothing; the stretch is bounded."""
+    def run(rtt: float, qdelay: float, comp: bool) -> DctcpWindow:
+        cc = DctcpWindow(params(delay_target=0.010, hystart_delay=0.004, ack_delay_comp=comp))
+        now = 0.0
+        cc.on_ack(MSS, rtt=0.001, qdelay=0.0, now=now)  # min RTT 1 ms
+        for _ in range(2000):  # 100 MB/s delivered
+            now += MSS / 100e6
+            cc.on_ack(MSS, rtt=rtt, qdelay=qdelay, now=now)
+        return cc
+
+    delayed, plain = run(0.011, 0.0005, True), run(0.011, 0.0005, False)
+    assert delayed.cwnd == plain.cwnd and plain.window() == int(plain.cwnd)
+    assert abs(delayed.rate - 100e6) < 5e6 and 0.008 < delayed.ack_delay < 0.0096
+    extra = delayed.window() - delayed.cwnd
+    assert 0.85 * 100e6 * 0.0095 < extra <= delayed.cwnd * delayed.p.max_ack_stretch
+    assert delayed.pacing_rate() > plain.pacing_rate()
+    direct = run(0.0015, 0.0005, True)  # the whole RTT excess is forward queueing: nothing to stretch
+    assert direct.window() - direct.cwnd < 0.05 * direct.cwnd
+    capped = DctcpWindow(params(max_ack_stretch=0.5))
+    capped.rate, capped.ack_delay = 1e9, 1.0
+    assert capped.window() == int(1.5 * capped.cwnd)
