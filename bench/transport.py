@@ -8,7 +8,8 @@ Cases (each a candidate/baseline pair of :mod:`harness`):
 
 The candidate is DLCP (``host.transport.Endpoint``, loss bound 0 = fully reliable); the baseline is a Python TCP
 sender/receiver pair moving the same bytes (``sendall`` of a memoryview, ``recv_into`` a preallocated buffer),
-so both sides pay the same interpreter costs. Every host runs in its own process; after all have set up, the
+so both sides pay the same interpreter costs. Both receive from every sender at once, in one thread per sender
+(a DLCP receive posted late would stage its data and copy it again). Every host runs in its own process; after all have set up, the
 parent releases them together and each receiver reports the goodput it saw (bytes / time from release to the
 last byte). Metric ``gbps``: per-flow goodput for point-to-point, mean per-host receive goodput for all-to-all.
 
@@ -52,12 +53,25 @@ def _worker(args: argparse.Namespace) -> None:
         print("ready", flush=True)
         sys.stdin.readline()
         t0 = time.monotonic()
-        handles = [ep.send(r, data, transfer_id=1) for r in peers]
         ends = []
-        for r in senders:
-            res = ep.recv(r, 1, out=outs[r], timeout=60)
-            ends.append(time.monotonic())
-            assert res.report.zero_filled == 0
+        errors: list[BaseException] = []
+
+        def recv_from(r: int) -> None:  # one receiving thread per sender, as the TCP side below
+            try:
+                res = ep.recv(r, 1, out=outs[r], timeout=60)
+                ends.append(time.monotonic())
+                assert res.report.zero_filled == 0
+            except BaseException as e:  # re-raised in the main thread
+                errors.append(e)
+
+        receivers = [threading.Thread(target=recv_from, args=(r,)) for r in senders]
+        for t in receivers:
+            t.start()
+        handles = [ep.send(r, data, transfer_id=1) for r in peers]
+        for t in receivers:
+            t.join()
+        if errors:
+            raise errors[0]
         for h in handles:
             h.wait(60)
         st = ep.stats()
