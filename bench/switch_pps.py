@@ -8,12 +8,21 @@ Programs:
   packet a DLCP datagram (UDP 19400) classified by the dlcp_priority table, the others by DSCP;
   LPM routes with set_nhop, per-next-hop and per-(port, priority) counters, register reads.
 
-Candidate: the compiled target (generated Python code, memoised table lookups). dlcp.p4 is measured twice: the
-20,000 packets as one batch (injected at one instant, all queued, then drained), and in batches of 256, each
-drained before the next, which is how the daemon drives the target (64 frames per port per wake-up).
+Candidate: the compiled target (generated Python code; docs/switch-target.md).  Two ways of driving it:
+* large batch: ``Switch.process_batch`` of 20,000 packets injected at one instant (all queued, then drained);
+  it also measures holding 20,000 queued packet states.
+* daemon batch (dlcp.p4): exactly the calls the switch daemon's packet loop makes (switch/daemon.py
+  ``PacketLoop.step``): per wake-up up to RX_BUDGET = 64 frames from each of the 4 ports, 256 packets, each
+  ``inject(port, data, t)`` (which first drains what is due, so a packet's egress runs before the next one's
+  ingress), then ``run(t)`` and the departures taken out of ``Switch.outputs``.
+Both report ``pps`` from wall time and ``cpu_pps`` from ``time.process_time`` (the machine is shared; CPU time
+is the steadier figure, and the comparison metric here).
 Baseline: the same forwarding written the naive way in Python with scapy (dissect, LPM by linear
 scan, ACL by priority scan, rewrite, checksum by re-serialising) -- what a Python switch looks like
 without a P4 compiler.
+
+``--against DIR``: instead, the same cases with this tree's ``switch`` package against the one in DIR (another
+checkout, e.g. ``git worktree add /tmp/old HEAD~1``), each measured in its own process, alternating, CPU time.
 
 Daemon mode (root only; ``--daemon`` runs only it, ``--no-daemon`` skips it): ``dlcp-switch`` runs the L3
 router on two veth ports into network namespaces, programmed over P4Runtime by finsy; one namespace floods UDP
@@ -25,12 +34,17 @@ from __future__ import annotations
 
 import gc
 import ipaddress
+import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+if os.environ.get("SWITCH_PPS_CODE"):            # --against: import switch from another checkout
+    sys.path.insert(0, os.environ["SWITCH_PPS_CODE"])
 
 from scapy.all import IP, UDP, Ether, Raw  # noqa: E402
 
@@ -65,17 +79,19 @@ def build_switch() -> Switch:
 
 
 def candidate(packets, build=None):
-    """Timed run of ``packets`` through a switch from ``build`` (default: the L3 router)."""
+    """Timed large batch: ``packets`` through a switch from ``build`` (default: the L3 router) in one
+    ``process_batch``."""
     sw = (build or build_switch)()
 
-    def run():
+    def run(collect: bool = True):
         sw.outputs.clear()          # as the daemon does after every batch: departures do not pile up
-        gc.collect()                # start from a clean heap, not the previous run's garbage
-        t = time.perf_counter()
+        if collect:
+            gc.collect()            # start from a clean heap, not the previous run's garbage
+        c, t = time.process_time(), time.perf_counter()
         out = sw.process_batch(packets)
-        dt = time.perf_counter() - t
+        dt, dc = time.perf_counter() - t, time.process_time() - c
         assert len(out) == len(packets)
-        return {"pps": len(packets) / dt}
+        return {"pps": len(packets) / dt, "cpu_pps": len(packets) / dc}
     return run
 
 
@@ -108,28 +124,34 @@ def build_dlcp_switch() -> Switch:
     return sw
 
 
-def dlcp_candidate(packets):
-    return candidate(packets, build_dlcp_switch)
+RX_BUDGET, PORTS = 64, 4
+DAEMON_BATCH = RX_BUDGET * PORTS   # what one wake-up of the daemon hands the target (switch/daemon.py RX_BUDGET)
 
 
-DAEMON_BATCH = 256  # the daemon hands the target what one wake-up read: 64 frames per port (RX_BUDGET), 4 ports
-
-
-def batched_candidate(packets, build, batch: int = DAEMON_BATCH):
-    """As :func:`candidate`, but in batches of ``batch`` packets, each drained before the next, as the daemon's loop
-    drives the target; the 20,000-packet single batch above also measures holding 20,000 queued packet states."""
+def daemon_candidate(packets, build, batch: int = DAEMON_BATCH):
+    """Timed daemon batches: the calls of ``PacketLoop.step`` (switch/daemon.py) for ``batch`` received
+    frames at a time -- ``inject(port, data, t)`` each (it drains what is due first), then ``run(t)``, then
+    the departures taken out of ``outputs``; the clock moves on between wake-ups."""
     sw = build()
 
-    def run():
-        gc.collect()
-        t = time.perf_counter()
+    def run(collect: bool = True):
+        sw.outputs.clear()
+        if collect:
+            gc.collect()
+        c, t0 = time.process_time(), time.perf_counter()
         n = 0
+        t = sw.now_ns
         for i in range(0, len(packets), batch):
+            t += 10_000 * batch                     # 10 us a packet: the wake-up after this batch
+            for port, data in packets[i:i + batch]:
+                sw.inject(port, data, t)
+            sw.run(t)
+            out = sw.outputs[:]
             sw.outputs.clear()
-            n += len(sw.process_batch(packets[i:i + batch]))
-        dt = time.perf_counter() - t
-        assert n == len(packets)
-        return {"pps": len(packets) / dt}
+            n += len(out)
+        dt, dc = time.perf_counter() - t0, time.process_time() - c
+        assert n == len(packets), n
+        return {"pps": len(packets) / dt, "cpu_pps": len(packets) / dc}
     return run
 
 
@@ -164,11 +186,11 @@ def baseline(packets):
     def run():
         n = len(packets) // 10
         gc.collect()
-        t = time.perf_counter()
+        c, t = time.process_time(), time.perf_counter()
         out = [forward(d) for _, d in packets[:n]]
-        dt = time.perf_counter() - t
+        dt, dc = time.perf_counter() - t, time.process_time() - c
         assert all(out)
-        return {"pps": n / dt}
+        return {"pps": n / dt, "cpu_pps": n / dc}
     return run
 
 
@@ -215,16 +237,26 @@ def daemon_case(rep, packets) -> None:
                                 "frame_bytes": 106})
 
 
+CASES = {
+    "l3": ("l3 router + ACL, UDP 106 B, batch of 20,000", lambda: candidate(make_packets(N))),
+    "dlcp": ("p4src/dlcp.p4, batch of 20,000", lambda: candidate(make_dlcp_packets(N), build_dlcp_switch)),
+    "dlcp-daemon": (f"p4src/dlcp.p4, daemon batches of {DAEMON_BATCH}",
+                    lambda: daemon_candidate(make_dlcp_packets(N), build_dlcp_switch)),
+}
+
+
 def profile(top: int = 15) -> None:
-    """Where the time goes: one warm batch of each program under cProfile (top functions by own time),
-    and the share of wall time spent in garbage collection in a batch without the profiler."""
+    """Where the time goes: one warm large batch of each program, and dlcp.p4 in daemon batches, under
+    cProfile (top functions by own time), and the share of wall time spent in garbage collection in a run
+    without the profiler."""
     import cProfile
     import pstats
-    for name, build, pk in (("l3 router", build_switch, make_packets(N)),
-                            ("dlcp.p4", build_dlcp_switch, make_dlcp_packets(N))):
-        sw = build()
-        sw.process_batch(pk)
-        sw.outputs.clear()
+    for name, make in (("l3 router, batch of 20,000", lambda: candidate(make_packets(N))),
+                       ("dlcp.p4, batch of 20,000", lambda: candidate(make_dlcp_packets(N), build_dlcp_switch)),
+                       (f"dlcp.p4, daemon batches of {DAEMON_BATCH}",
+                        lambda: daemon_candidate(make_dlcp_packets(N), build_dlcp_switch))):
+        run = make()
+        run()
         gc_ns = [0, 0]
 
         def on_gc(phase, info, acc=gc_ns):
@@ -235,51 +267,90 @@ def profile(top: int = 15) -> None:
         gc.collect()
         gc.callbacks.append(on_gc)
         t = time.perf_counter_ns()
-        sw.process_batch(pk)
+        m = run(collect=False)
         total = time.perf_counter_ns() - t
         gc.callbacks.remove(on_gc)
-        sw.outputs.clear()
-        print(f"== {name}: {N / total * 1e9:,.0f} pps unprofiled, {100 * gc_ns[0] / total:.0f}% of it in gc")
+        print(f"== {name}: {m['pps']:,.0f} pps ({m['cpu_pps']:,.0f} by CPU time) unprofiled, "
+              f"{100 * gc_ns[0] / total:.0f}% of it in gc")
         gc.collect()
         prof = cProfile.Profile()
         prof.enable()
-        sw.process_batch(pk)
+        run(collect=False)
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(top)
 
 
+def measure(case: str, reps: int) -> dict:
+    """Best of ``reps`` runs of ``case`` after a warm-up (for --against: one process per tree)."""
+    run = CASES[case][1]()
+    run()
+    best = max((run() for _ in range(reps)), key=lambda m: m["cpu_pps"])
+    return best
+
+
+def against(rep, other: Path) -> None:
+    """Each case with this tree's switch package and with the one in ``other``, alternating processes."""
+    def in_tree(code: Path, case: str):
+        def run():
+            env = dict(os.environ, SWITCH_PPS_CODE=str(code))
+            out = subprocess.run([sys.executable, __file__, "--measure", case], env=env, capture_output=True,
+                                 text=True, timeout=600)
+            if out.returncode:
+                raise RuntimeError(f"{case} with {code}: {out.stderr[-2000:]}")
+            return json.loads(out.stdout.splitlines()[-1])
+        return run
+    for case, (title, _) in CASES.items():
+        rep.compare(title, candidate=in_tree(ROOT, case), baseline=in_tree(other, case), metric="cpu_pps",
+                    higher_is_better=True, repetitions=3, warmup=0, candidate_name=str(ROOT),
+                    baseline_name=str(other))
+
+
 def main() -> None:
     import argparse
-    import os
     from harness import Report
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--daemon", action="store_true", help="only the daemon case")
     ap.add_argument("--no-daemon", action="store_true", help="skip the daemon case (it needs root)")
     ap.add_argument("--profile", action="store_true", help="only print a profile of each program (no report)")
+    ap.add_argument("--against", type=Path, metavar="DIR",
+                    help="compare this tree's switch package with the one in DIR (CPU time, in-process cases)")
+    ap.add_argument("--measure", choices=sorted(CASES), help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.measure:
+        print(json.dumps(measure(a.measure, 3)))
+        return
     if a.profile:
         profile()
         return
+    if a.against:
+        rep = Report("switch_pps_against", params={"other": str(a.against), "packets": N})
+        against(rep, a.against.resolve())
+        rep.write()
+        return
     packets = make_packets(N)
     rep = Report("switch_pps", params={"program": "tests/switch/programs/l3_router.p4 and p4src/dlcp.p4", "packets": N,
-                                       "routes": 16, "acl_entries": 8, "baseline": "scapy dissect+forward"})
+                                       "routes": 16, "acl_entries": 8, "baseline": "scapy dissect+forward",
+                                       "metric": "cpu_pps: packets per CPU second (wall-time pps kept as pps)"})
     if not a.daemon:
-        rep.compare("l3 router + ACL, UDP 106 B", candidate=candidate(packets), baseline=baseline(packets),
-                    metric="pps", higher_is_better=True, repetitions=5, warmup=1)
         dpk = make_dlcp_packets(N)
-        rep.compare("p4src/dlcp.p4, UDP + 1/4 DLCP", candidate=dlcp_candidate(dpk), baseline=baseline(dpk),
-                    metric="pps", higher_is_better=True, repetitions=5, warmup=1,
-                    params={"program": "p4src/dlcp.p4", "priority_queues": 8})
-        rep.compare(f"p4src/dlcp.p4, batches of {DAEMON_BATCH} (as the daemon)",
-                    candidate=batched_candidate(dpk, build_dlcp_switch), baseline=baseline(dpk),
-                    metric="pps", higher_is_better=True, repetitions=5, warmup=1,
-                    params={"program": "p4src/dlcp.p4", "priority_queues": 8, "batch": DAEMON_BATCH})
+        for case, (title, make) in CASES.items():
+            pk = packets if case == "l3" else dpk
+            params = {"batch": DAEMON_BATCH if case.endswith("daemon") else N}
+            if case != "l3":
+                params.update(program="p4src/dlcp.p4", priority_queues=8)
+            rep.compare(title, candidate=make(), baseline=baseline(pk), metric="cpu_pps", higher_is_better=True,
+                        repetitions=5, warmup=1, params=params)
     if not a.no_daemon:
         if os.geteuid() != 0:
             raise SystemExit("switch_pps: the daemon case creates network namespaces and needs root "
                              "(use --no-daemon to skip it)")
         daemon_case(rep, packets)
     rep.write()
+    import statistics
+    for c in rep.cases:
+        runs = c["repetitions"]["candidate"]
+        print(f"{c['case'][:48]:48} candidate median: {statistics.median(r['pps'] for r in runs):10,.0f} pps wall, "
+              f"{statistics.median(r.get('cpu_pps', r['pps']) for r in runs):10,.0f} pps CPU time")
 
 
 if __name__ == "__main__":

@@ -9,11 +9,18 @@ clamped), so no per-packet tree walking or type dispatch is left at run time.
 Fast paths (``Gen(prog, fast=True)``, the default; docs/switch-target.md): headers parsed and emitted
 with one ``struct`` call each (:mod:`switch.layout`), csum16 checksums folded over small integers,
 counters and registers indexed inline, a loop-free parser as one function, simple and
-direct-counted tables applied inline from a per-table cache.  ``fast=False`` generates the plain
-reference code; tests/switch/test_fastpath.py runs both and requires identical behaviour.
+direct-counted tables applied inline from a per-table cache.  On top of them the *fused* mode
+(``fuse=True``, the default): the whole pipeline as two functions, ``F_ingress`` and ``F_egress``,
+over local variables instead of the slot list, with actions inlined, the switch's glue and the
+traffic manager's enqueue included, only the slots egress needs carried through the queue, and
+headers nothing but extract writes re-emitted (and checksummed) from the received bytes
+(:meth:`Gen.generate_fused`); programs it cannot express raise :class:`NotFusable` and get the list
+shape.  ``fast=False`` generates the plain reference code; tests/switch/test_fastpath.py runs all
+three and requires identical behaviour.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from . import ir
@@ -27,13 +34,38 @@ SM_FIELDS = ("ingress_port", "egress_spec", "egress_port", "instance_type", "pac
              "mcast_grp", "egress_rid", "checksum_error", "parser_error", "priority")
 
 
+QDEPTH_MAX = (1 << 19) - 1     # enq_qdepth / deq_qdepth are bit<19> in v1model
+
+
+class NotFusable(Exception):
+    """The program needs the slot list (a slot address computed per packet, or a table applied in
+    a conditionally evaluated operand): generate it in list mode instead (``Gen(fuse=False)``)."""
+
+
 class Gen:
-    def __init__(self, prog: ir.ProgramIR, fast: bool = True):
+    def __init__(self, prog: ir.ProgramIR, fast: bool = True, fuse: bool = True):
         self.prog = prog
         # fast=False generates the plain reference code (big-integer header parse/emit, checksum and
         # extern calls through switch.runtime, one function per parser state, uncached table
         # lookups); the tests run both and compare (tests/switch/test_fastpath.py)
         self.fast = fast
+        # fused (fast only): the whole pipeline as two functions over local variables, F_ingress and
+        # F_egress (see generate_fused); raises NotFusable when the program needs the slot list
+        self.fused = fast and fuse
+        # fused mode bookkeeping: slots the code generated so far reads and writes; writes other
+        # than a parser's extract (``mod``); headers extracted with one struct call (base slot ->
+        # the slot of the local holding the offset they were extracted at); slots nothing reads
+        # (``dead``, from a first pass: their values are not computed)
+        self.reads: set[int] = set()
+        self.writes: set[int] = set()
+        self.mod: set[int] = set()
+        self.in_extract = False
+        self.off_slot: dict[int, int] = {}
+        self.dead: set[int] = set()
+        self.pnames: dict[int, str] = {}      # id(action parameter Sym) -> local name of an inlined copy
+        self.cur_ind: int | None = None       # where a table apply in an expression can be placed
+        self.no_hoist = 0                     # > 0: inside an operand evaluated conditionally
+        self.carried: list[int] = []          # slots F_ingress hands to F_egress through the queue
         self.nslots = 0
         self.init: list[Any] = []
         self.lines: list[str] = []
@@ -90,6 +122,21 @@ class Gen:
             n = self.structs[fmt] = f"S{len(self.structs)}"
         return n
 
+    def sl(self, a, write: bool = False) -> str:
+        """The storage of slot ``a``: ``s[a]`` in the slot list, or the local ``v_a`` in fused mode
+        (which needs every address to be known when generating); ``write``: the code assigns it."""
+        if self.fused:
+            if not isinstance(a, int):
+                raise NotFusable("a slot address computed per packet (header stack)")
+            if write:
+                self.writes.add(a)
+                if not self.in_extract:
+                    self.mod.add(a)
+            else:
+                self.reads.add(a)
+            return f"v_{a}"
+        return f"s[{a}]"
+
     def fresh(self, p: str = "t") -> str:
         self.tmp += 1
         return f"{p}{self.tmp}"
@@ -122,6 +169,8 @@ class Gen:
                 return self.add(self.addr(e.expr), bt.offset(e.name))
             if isinstance(bt, ir.StackT):
                 sb = self.addr(e.expr)
+                if self.fused:
+                    raise NotFusable("header stack next/last")
                 if e.name == "next":
                     return f"({sb} + 1 + s[{sb}] * {bt.elem.slots})"
                 if e.name == "last":
@@ -166,8 +215,8 @@ class Gen:
                 v = s.value
                 return self.const(self._wrapv(v, t) if isinstance(v, int) and not isinstance(v, bool) else v, t)
             if s.kind == "aparam":
-                return f"p_{s.name}"
-            return f"s[{self.addr(e)}]"
+                return self.pnames.get(id(s), f"p_{s.name}")
+            return self.sl(self.addr(e))
         if isinstance(e, A.Member):
             bt = e.expr.type
             if isinstance(e.expr, A.Name) and isinstance(e.expr.ref, Sym) and e.expr.ref.kind == "type":
@@ -177,7 +226,7 @@ class Gen:
                 if e.name == "size":
                     return repr(bt.size)
                 if e.name == "lastIndex":
-                    return f"((s[{sb}] - 1) & 0xFFFFFFFF)"
+                    return f"(({self.sl(sb)} - 1) & 0xFFFFFFFF)"
             if isinstance(bt, ir.ApplyResultT):
                 inner = self.ex(e.expr)
                 if e.name == "hit":
@@ -185,9 +234,9 @@ class Gen:
                 if e.name == "miss":
                     return f"(not {inner}[0])"
                 return f"{inner}[1]"
-            return f"s[{self.addr(e)}]"
+            return self.sl(self.addr(e))
         if isinstance(e, A.Index):
-            return f"s[{self.addr(e)}]"
+            return self.sl(self.addr(e))
         if isinstance(e, A.Slice):
             m = (1 << (e.hi_v - e.lo_v + 1)) - 1
             return f"(({self.uns(self.ex(e.expr), e.expr.type)} >> {e.lo_v}) & {m})"
@@ -203,7 +252,12 @@ class Gen:
         if isinstance(e, A.Binary):
             return self.binary(e)
         if isinstance(e, A.Ternary):
-            return f"({self.ex(e.then)} if {self.ex(e.cond)} else {self.ex(e.other)})"
+            c = self.ex(e.cond)
+            self.no_hoist += 1
+            try:
+                return f"({self.ex(e.then)} if {c} else {self.ex(e.other)})"
+            finally:
+                self.no_hoist -= 1
         if isinstance(e, A.Cast):
             return self.cast(e)
         if isinstance(e, A.Call):
@@ -221,7 +275,15 @@ class Gen:
 
     def binary(self, e: A.Binary) -> str:
         op, t = e.op, e.type
-        a, b = self.ex(e.left), self.ex(e.right)
+        a = self.ex(e.left)
+        if op in ("&&", "||"):
+            self.no_hoist += 1
+            try:
+                b = self.ex(e.right)
+            finally:
+                self.no_hoist -= 1
+        else:
+            b = self.ex(e.right)
         if op in ("&&", "||"):
             return f"({a} {'and' if op == '&&' else 'or'} {b})"
         if op in ("==", "!=", "<", ">", "<=", ">="):
@@ -302,10 +364,10 @@ class Gen:
                 for i in range(ft.size):
                     out += self._fields_at(self.add(a, 1 + i * ft.elem.slots), ft.elem)
             elif isinstance(ft, ir.VarbitT):
-                out.append((f"s[{a}][1]", f"s[{a}][0]"))      # dynamic width
+                out.append((f"{self.sl(a)}[1]", f"{self.sl(a)}[0]"))      # dynamic width
             else:
                 w = ft.width if isinstance(ft, (Bits, ir.BoolT, ir.EnumT)) else 32
-                out.append((self.uns(f"s[{a}]", ft), w))
+                out.append((self.uns(self.sl(a), ft), w))
         return out
 
     @staticmethod
@@ -331,8 +393,14 @@ class Gen:
     def call_expr(self, e: A.Call) -> str:
         k = getattr(e, "kind", None)
         if k == "hdr" and e.target == "isValid":
-            return f"s[{self.addr(e.func.expr)}]"
+            return self.sl(self.addr(e.func.expr))
         if k == "table":
+            if self.fused:
+                # applied by statements placed before the statement being generated; only valid
+                # when the apply is evaluated unconditionally (not in a short-circuit operand)
+                if self.no_hoist or self.cur_ind is None:
+                    raise NotFusable("table apply inside a conditionally evaluated operand")
+                return self.fused_apply(self.cur_ind, e.target)
             return f"T{e.target.index}(s)"
         if k == "method":
             ext, m = e.target
@@ -356,11 +424,16 @@ class Gen:
         k = getattr(e, "kind", None)
         if k == "action":
             a: ir.ActionIR = e.target
+            if self.fused:
+                self.inline_action(ind, a, [self.ex(x) for x in e.args])
+                return
             args = "".join(self.ex(x) + ", " for x in e.args)
             self.emit(ind, f"A{a.index}(s, ({args}))")
             return
         if k == "table":
-            if self.simple_table(e.target) or self.counted_table(e.target):   # inline, no call
+            if self.fused:
+                self.fused_apply(ind, e.target)
+            elif self.simple_table(e.target) or self.counted_table(e.target):   # inline, no call
                 self.simple_apply(ind, e.target, self.fresh("k"), self.fresh("r"))
             else:
                 self.emit(ind, f"T{e.target.index}(s)")
@@ -368,9 +441,9 @@ class Gen:
         if k == "hdr":
             a = self.addr(e.func.expr)
             if e.target == "setValid":
-                self.emit(ind, f"s[{a}] = True")
+                self.emit(ind, f"{self.sl(a, True)} = True")
             elif e.target == "setInvalid":
-                self.emit(ind, f"s[{a}] = False")
+                self.emit(ind, f"{self.sl(a, True)} = False")
             return
         if k == "efunc":
             self.efunc(ind, e, ctx)
@@ -404,8 +477,8 @@ class Gen:
         n = e.target
         a = e.args
         if n == "mark_to_drop":
-            self.emit(ind, f"s[{self.sm['egress_spec']}] = 511")
-            self.emit(ind, f"s[{self.sm['mcast_grp']}] = 0")
+            self.emit(ind, f"{self.sl(self.sm['egress_spec'], True)} = 511")
+            self.emit(ind, f"{self.sl(self.sm['mcast_grp'], True)} = 0")
         elif n == "verify":
             if ctx.get("kind") != "parser":
                 raise P4Error(e.loc, "verify() can only be called in a parser")
@@ -430,18 +503,19 @@ class Gen:
         elif n in ("verify_checksum", "update_checksum", "verify_checksum_with_payload", "update_checksum_with_payload"):
             al = self.algo(a[3])
             cond = self.ex(a[0])
-            items = self.fields_of(a[1])
-            if self.fast and al == "csum16" and not n.endswith("with_payload") and \
+            raw = self.raw_csum16(a[1]) if al == "csum16" and not n.endswith("with_payload") else None
+            items = self.fields_of(a[1]) if raw is None else []
+            if raw is not None or self.fast and al == "csum16" and not n.endswith("with_payload") and \
                     all(isinstance(w, int) for _, w in items):
                 # RFC 1071 checksum folded over small integers (layout.csum16_terms), no call
                 self.emit(ind, f"if {cond}:")
                 t, r = self.fresh("ct"), self.fresh("cr")
-                self.emit(ind + 1, f"{t} = {' + '.join(layout.csum16_terms(items)) or '0'}")
+                self.emit(ind + 1, f"{t} = {raw or ' + '.join(layout.csum16_terms(items)) or '0'}")
                 self.emit(ind + 1, f"{r} = {t} % 65535")
                 h = f"((65535 - {r}) if {r} else (0 if {t} else 65535))"
                 if n.startswith("verify"):
                     self.emit(ind + 1, f"if {h} != {self.uns(self.ex(a[2]), a[2].type)}:")
-                    self.emit(ind + 2, f"s[{self.sm['checksum_error']}] = 1")
+                    self.emit(ind + 2, f"{self.sl(self.sm['checksum_error'], True)} = 1")
                 else:
                     self.out_assign(ind + 1, a[2], h)
                 return
@@ -451,7 +525,7 @@ class Gen:
                 h = self.hash_call(al, a[1])
             if n.startswith("verify"):
                 self.emit(ind, f"if {cond} and {h} != {self.uns(self.ex(a[2]), a[2].type)}:")
-                self.emit(ind + 1, f"s[{self.sm['checksum_error']}] = 1")
+                self.emit(ind + 1, f"{self.sl(self.sm['checksum_error'], True)} = 1")
             else:
                 self.emit(ind, f"if {cond}:")
                 self.out_assign(ind + 1, a[2], h)
@@ -480,7 +554,7 @@ class Gen:
             return
         inst: ir.InstanceIR = f.expr.ref.decl
         o = f"X{inst.index}"
-        plen = f"s[{self.sm['packet_length']}]"
+        plen = self.sl(self.sm['packet_length'])
         if ext == "counter" and m == "count" and not self.fast:
             self.emit(ind, f"{o}.count({self.ex(a[0])}, {plen})")
         elif ext == "register" and m == "read" and not self.fast:
@@ -489,11 +563,13 @@ class Gen:
             self.emit(ind, f"{o}.write({self.ex(a[0])}, {self.ex(a[1])})")
         elif ext == "counter" and m == "count":
             # inline runtime.Counter.count: XP/XB are the counter's packet and byte lists
-            i = self.fresh("i")
-            self.emit(ind, f"{i} = {self.ex(a[0])}")
-            self.emit(ind, f"if 0 <= {i} < {inst.args[0]}:")
-            self.emit(ind + 1, f"XP{inst.index}[{i}] += 1")
-            self.emit(ind + 1, f"XB{inst.index}[{i}] += {plen}")
+            i, ok = self.index_check(ind, a[0], inst.args[0])
+            if ok != "False":
+                if ok is not None:
+                    self.emit(ind, f"if {ok}:")
+                j = ind + (ok is not None)
+                self.emit(j, f"XP{inst.index}[{i}] += 1")
+                self.emit(j, f"XB{inst.index}[{i}] += {plen}")
         elif ext == "direct_counter":
             pass   # counted by the table on every hit, as BMv2 does
         elif ext == "meter" and m == "execute_meter":
@@ -502,16 +578,73 @@ class Gen:
             self.out_assign(ind, a[0], f"{o}.read({plen}, ENV.now_ns)")
         elif ext == "register" and m == "read":
             # inline runtime.Register.read/write: XV is the register's value list
-            i = self.fresh("i")
-            self.emit(ind, f"{i} = {self.ex(a[1])}")
-            self.out_assign(ind, a[0], f"(XV{inst.index}[{i}] if 0 <= {i} < {inst.args[0]} else 0)")
+            i, ok = self.index_check(ind, a[1], inst.args[0])
+            val = "0" if ok == "False" else f"XV{inst.index}[{i}]" if ok is None else \
+                f"(XV{inst.index}[{i}] if {ok} else 0)"
+            self.out_assign(ind, a[0], val)
         elif ext == "register" and m == "write":
-            i, v = self.fresh("i"), self.fresh("v")
-            self.emit(ind, f"{i} = {self.ex(a[0])}")
+            i, ok = self.index_check(ind, a[0], inst.args[0])
+            v = self.fresh("v")
             self.emit(ind, f"{v} = {self.ex(a[1])}")
-            self.emit(ind, f"if 0 <= {i} < {inst.args[0]}: XV{inst.index}[{i}] = {v}")
+            if ok != "False":
+                self.emit(ind, f"{'' if ok is None else f'if {ok}: '}XV{inst.index}[{i}] = {v}")
         else:
             raise unsupported(f"{ext}.{m}", e.loc)
+
+    def raw_csum16(self, e: A.Expr) -> str | None:
+        """Fused mode: a csum16 sum for field list ``e`` read from the received bytes, when ``e`` is
+        fields of one header, in order, that nothing but extract has written so far (so its bytes
+        are still the ones it was extracted from), leaving out only fields that are whole 16-bit
+        words at 16-bit positions (the checksum field itself, typically).  The sum of the header's
+        16-bit words minus the left-out words is the sum of the list's words: congruent to the list
+        modulo 0xFFFF, and zero exactly when the list is (see layout.csum16_terms).  An invalid
+        header here was never extracted nor written: its fields are all 0, and so is the sum."""
+        if not (self.fused and isinstance(e, A.ListExpr) and e.items):
+            return None
+        base, ht, idx = None, None, []
+        for x in e.items:
+            if not (isinstance(x, A.Member) and isinstance(x.expr.type, ir.HeaderT)):
+                return None
+            b = self.addr(x.expr)
+            if not isinstance(b, int) or (base is not None and b != base):
+                return None
+            base, ht = b, x.expr.type
+            idx.append([f for f, _ in ht.fields].index(x.name))
+        if idx != sorted(set(idx)) or ht.varbit is not None or base not in self.off_slot \
+                or ht.fixed_width % 16 or self.mod.intersection(range(base, base + ht.slots)):
+            return None
+        pos, omitted = 0, []
+        for i, (f, ft) in enumerate(ht.fields):
+            if i not in idx:
+                if pos % 16 or ft.width % 16:
+                    return None
+                omitted.append((i, ft))
+            pos += ft.width
+        code = f"(sum(U{self.struct(f'!{ht.fixed_width // 16}H')}(pkt, {self.sl(self.off_slot[base])})) " \
+               f"if {self.sl(base)} else 0)"
+        for i, ft in omitted:
+            v = self.uns(self.sl(base + 1 + i), ft)
+            for k in range(ft.width // 16):
+                code += f" - {v}" if ft.width == 16 else f" - (({v} >> {16 * k}) & 65535)"
+        return code
+
+    def index_check(self, ind: int, e: A.Expr, size: int) -> tuple[str, str | None]:
+        """An extern index for the fast path: (code, bounds test), the test None for a literal in
+        range, "False" for a literal out of range, and without ``0 <=`` for an unsigned type."""
+        code = self.ex(e)
+        if _INT_LITERAL.fullmatch(code):
+            return code, (None if 0 <= int(code) < size else "False")
+        if self.fused and code.isidentifier():
+            i = code                      # a local: read as it is
+        else:
+            i = self.fresh("i")
+            self.emit(ind, f"{i} = {code}")
+        t = e.type
+        if isinstance(t, ir.EnumT):
+            t = t.underlying
+        if isinstance(t, Bits) and not t.signed:
+            return i, f"{i} < {size}"
+        return i, f"0 <= {i} < {size}"
 
     # ---- parser and deparser primitives --------------------------------------------------------------
     def extract(self, ind: int, target: A.Expr, size: A.Expr | None = None) -> None:
@@ -521,6 +654,8 @@ class Gen:
         if isinstance(target, A.Member) and target.name == "next" and isinstance(target.expr.type, ir.StackT):
             st = target.expr.type
             sb = self.addr(target.expr)
+            if self.fused:
+                raise NotFusable("extract into a header stack")
             self.emit(ind, f"if s[{sb}] >= {st.size}: raise _PErr({self.err['StackOutOfBounds']})")
             b = self.fresh("b")
             self.emit(ind, f"{b} = {sb} + 1 + s[{sb}] * {st.elem.slots}")
@@ -528,9 +663,12 @@ class Gen:
         else:
             b = self.addr(target)
         vb = t.varbit
+        plan = layout.struct_plan([ft.width for _, ft in t.fields]) if vb is None and self.fast else None
         if vb is None:
-            self.emit(ind, f"e = off + {nbytes}")
-            self.emit(ind, f"if e > n: raise _PErr({self.err['PacketTooShort']})")
+            if not (plan is not None and self.fused):
+                # (fused: unpack_from itself raises struct.error, the parser's PacketTooShort)
+                self.emit(ind, f"e = off + {nbytes}")
+                self.emit(ind, f"if e > n: raise _PErr({self.err['PacketTooShort']})")
         else:
             # BMv2 extract_VL order: size not a multiple of 8 -> ParserInvalidArgument; not enough
             # bytes -> PacketTooShort; more than the header's maximum -> HeaderTooShort
@@ -540,25 +678,53 @@ class Gen:
             self.emit(ind, f"e = off + {nbytes} + ({sz} >> 3)")
             self.emit(ind, f"if e > n: raise _PErr({self.err['PacketTooShort']})")
             self.emit(ind, f"if {sz} > {t.fields[vb][1].max_width}: raise _PErr({self.err['HeaderTooShort']})")
-        plan = layout.struct_plan([ft.width for _, ft in t.fields]) if vb is None and self.fast else None
         if plan is not None:
-            # one struct.unpack_from for the whole header; fields from small integers
+            # one struct.unpack_from for the whole header; fields from small integers (in fused mode a
+            # field that is exactly one unpacked part, unsigned, is unpacked straight into its local)
             names = [f"_c{j}" for j in range(len(plan.parts))]
+            skip = set()
+            if self.fused:
+                self.in_extract = True
+                if b not in self.off_slot:       # where the header was extracted, for the deparser
+                    self.off_slot[b] = self.nslots
+                    self.init.append(0)
+                    self.nslots += 1
+                if self.off_slot[b] not in self.dead:
+                    self.emit(ind, f"{self.sl(self.off_slot[b], True)} = off")
+                used_parts = set()
+                for i, (fname, ft) in enumerate(t.fields):
+                    if self.add(b, 1 + i) in self.dead:
+                        skip.add(i)
+                    elif isinstance(ft, Bits) and not ft.signed and plan.fields[i] in plan.parts:
+                        j = plan.parts.index(plan.fields[i])
+                        names[j] = self.sl(self.add(b, 1 + i), True)
+                        skip.add(i)
+                        used_parts.add(j)
+                for i in set(range(len(t.fields))) - skip:
+                    fs, fe = plan.fields[i]
+                    used_parts.update(j for j, (ps, pe) in enumerate(plan.parts) if ps < fe and fs < pe)
+                names = [x if j in used_parts else "_" for j, x in enumerate(names)]
             self.emit(ind, f"{', '.join(names)}{',' if len(names) == 1 else ''} = U{self.struct(plan.fmt)}(pkt, off)")
-            self.emit(ind, f"s[{b}] = True")
+            if b not in self.dead:
+                self.emit(ind, f"{self.sl(b, True)} = True")
             if push is not None:
                 self.emit(ind, f"s[{push}] += 1")
             for i, (fname, ft) in enumerate(t.fields):
+                if i in skip:
+                    continue
                 code = layout.unpack_field(plan, i, names)
                 if isinstance(ft, ir.BoolT):
                     code = f"({code} != 0)"
                 elif isinstance(ft, Bits) and ft.signed:
                     code = self.wrapx(code, ft)
-                self.emit(ind, f"s[{self.add(b, 1 + i)}] = {code}")
-            self.emit(ind, "off = e")
+                self.emit(ind, f"{self.sl(self.add(b, 1 + i), True)} = {code}")
+            self.emit(ind, f"off += {nbytes}" if self.fused else "off = e")
+            self.in_extract = False
             return
+        if self.fused:
+            self.in_extract = True
         self.emit(ind, "v = int.from_bytes(pkt[off:e], 'big')")
-        self.emit(ind, f"s[{b}] = True")
+        self.emit(ind, f"{self.sl(b, True)} = True")
         if push is not None:
             self.emit(ind, f"s[{push}] += 1")
         after = sum(ft.width for ft in (x[1] for x in t.fields[vb + 1:])) if vb is not None else 0
@@ -566,7 +732,7 @@ class Gen:
         for i, (fname, ft) in enumerate(t.fields):
             if isinstance(ft, ir.VarbitT):
                 code = f"(v >> {after})" if after else "v"
-                self.emit(ind, f"s[{self.add(b, 1 + i)}] = ({sz}, {code} & ((1 << {sz}) - 1))")
+                self.emit(ind, f"{self.sl(self.add(b, 1 + i), True)} = ({sz}, {code} & ((1 << {sz}) - 1))")
                 continue
             w = ft.width
             shift -= w
@@ -580,8 +746,9 @@ class Gen:
                 code = f"({code} != 0)"
             elif isinstance(ft, Bits) and ft.signed:
                 code = self.wrapx(code, ft)
-            self.emit(ind, f"s[{self.add(b, 1 + i)}] = {code}")
+            self.emit(ind, f"{self.sl(self.add(b, 1 + i), True)} = {code}")
         self.emit(ind, "off = e")
+        self.in_extract = False
 
     def emit_data(self, ind: int, e: A.Expr) -> None:
         t = e.type
@@ -590,16 +757,22 @@ class Gen:
 
     def _emit_at(self, ind: int, base, t) -> None:
         if isinstance(t, ir.HeaderT):
+            if self.fused and base in self.off_slot and not self.mod.intersection(range(base, base + t.slots)):
+                # only ever set by extract: emit the bytes it was extracted from (fused mode emits
+                # last, after every write is known)
+                o = self.sl(self.off_slot[base])
+                self.emit(ind, f"if {self.sl(base)}: out.append(pkt[{o}:{o} + {t.fixed_width // 8}])")
+                return
             items = self._fields_at(base, t)
             plan = layout.struct_plan([ft.width for _, ft in t.fields]) if t.varbit is None and self.fast else None
             if plan is not None:
                 codes = [c for c, _ in items]
                 args = ", ".join(layout.pack_part(plan, j, codes) for j in range(len(plan.parts)))
-                self.emit(ind, f"if s[{base}]: out.append(K{self.struct(plan.fmt)}({args}))")
+                self.emit(ind, f"if {self.sl(base)}: out.append(K{self.struct(plan.fmt)}({args}))")
                 return
             code, w = self.concat(items)
             nb = w // 8 if isinstance(w, int) else f"{w} >> 3"
-            self.emit(ind, f"if s[{base}]: out.append({code}.to_bytes({nb}, 'big'))")
+            self.emit(ind, f"if {self.sl(base)}: out.append({code}.to_bytes({nb}, 'big'))")
         elif isinstance(t, ir.StructT):
             for n, ft in t.fields:
                 self._emit_at(ind, self.add(base, t.offset(n)), ft)
@@ -616,11 +789,11 @@ class Gen:
             bt = lhs.expr.type
             m = (1 << (lhs.hi_v - lhs.lo_v + 1)) - 1
             keep = bt.mask ^ (m << lhs.lo_v)
-            new = f"(s[{a}] & {keep}) | ((({code}) & {m}) << {lhs.lo_v})" if not bt.signed else \
-                f"((s[{a}] & {bt.mask}) & {keep}) | ((({code}) & {m}) << {lhs.lo_v})"
-            self.emit(ind, f"s[{a}] = {self.wrapx(new, bt) if bt.signed else new}")
+            new = f"({self.sl(a)} & {keep}) | ((({code}) & {m}) << {lhs.lo_v})" if not bt.signed else \
+                f"(({self.sl(a)} & {bt.mask}) & {keep}) | ((({code}) & {m}) << {lhs.lo_v})"
+            self.emit(ind, f"{self.sl(a, True)} = {self.wrapx(new, bt) if bt.signed else new}")
             return
-        self.emit(ind, f"s[{self.addr(lhs)}] = {code}")
+        self.emit(ind, f"{self.sl(self.addr(lhs), True)} = {code}")
 
     def assign(self, ind: int, lhs: A.Expr, rhs: A.Expr) -> None:
         t = lhs.type
@@ -628,38 +801,62 @@ class Gen:
             la = self.addr(lhs)
             if isinstance(rhs, A.ListExpr):
                 if isinstance(t, ir.HeaderT):
-                    self.emit(ind, f"s[{la}] = True")
+                    self.emit(ind, f"{self.sl(la, True)} = True")
                 for (n, ft), item in zip(t.fields, rhs.items):
                     fa = self.add(la, t.offset(n))
                     if isinstance(ft, (ir.HeaderT, ir.StructT)):
                         raise unsupported("nested list assignment", rhs.loc)
-                    self.emit(ind, f"s[{fa}] = {self.ex(item)}")
+                    self.emit(ind, f"{self.sl(fa, True)} = {self.ex(item)}")
                 return
             ra = self.addr(rhs)
+            if self.fused:
+                if not (isinstance(la, int) and isinstance(ra, int)):
+                    raise NotFusable("a slot address computed per packet (header stack)")
+                lhs_s = ", ".join(self.sl(la + i, True) for i in range(t.slots))
+                rhs_s = ", ".join(self.sl(ra + i) for i in range(t.slots))
+                self.emit(ind, f"{lhs_s}, = {rhs_s},")
+                return
             self.emit(ind, f"s[{la}:{self.add(la, t.slots)}] = s[{ra}:{self.add(ra, t.slots)}]")
             return
         self.assign_scalar(ind, lhs, self.ex(rhs))
 
+    def hoisting(self, ind: int, fn):
+        """Evaluate ``fn()`` (which generates an expression) allowing table applies in it to be
+        placed, as statements at ``ind``, before the statement that uses the expression."""
+        self.cur_ind = ind
+        try:
+            return fn()
+        finally:
+            self.cur_ind = None
+
     def stmt(self, ind: int, s: A.Stmt, ctx: dict) -> None:
         if isinstance(s, A.Block):
             n0 = len(self.lines)
-            for x in s.stmts:
+            for j, x in enumerate(s.stmts):
+                if self.fused and isinstance(x, A.VarDecl) and x.init is None and _set_before_use(s.stmts[j + 1:], x.sym):
+                    x.sym.slot = self.alloc(x.sym.type)       # no initial value: it is set before any use
+                    continue
                 self.stmt(ind, x, ctx)
             if len(self.lines) == n0:
                 self.emit(ind, "pass")
         elif isinstance(s, A.Assign):
-            self.assign(ind, s.lhs, s.rhs)
+            if isinstance(s.lhs.type, (ir.HeaderT, ir.StructT, ir.StackT)):
+                self.assign(ind, s.lhs, s.rhs)
+            else:
+                self.hoisting(ind, lambda: self.assign(ind, s.lhs, s.rhs))
         elif isinstance(s, A.CallStmt):
             self.call_stmt(ind, s.call, ctx)
         elif isinstance(s, A.If):
-            self.emit(ind, f"if {self.ex(s.cond)}:")
+            cond = self.hoisting(ind, lambda: self.ex(s.cond))
+            self.emit(ind, f"if {cond}:")
             self.stmt(ind + 1, s.then, ctx)
             if s.other is not None:
                 self.emit(ind, "else:")
                 self.stmt(ind + 1, s.other, ctx)
         elif isinstance(s, A.Switch):
             r = self.fresh("r")
-            self.emit(ind, f"{r} = {self.ex(s.expr.expr)}[1]")
+            res = self.hoisting(ind, lambda: self.ex(s.expr.expr))
+            self.emit(ind, f"{r} = {res}[1]")
             first = True
             pending: list[str] = []
             default_body = None
@@ -694,7 +891,8 @@ class Gen:
         elif isinstance(s, A.Exit):
             self.emit(ind, "raise _Exit")
         elif isinstance(s, A.Return):
-            self.emit(ind, "return")
+            # fused: every body holding a return is wrapped in a one-pass loop (see run_body)
+            self.emit(ind, "break" if self.fused else "return")
         elif isinstance(s, A.Empty):
             self.emit(ind, "pass")
         else:
@@ -702,6 +900,10 @@ class Gen:
 
     def _reset(self, ind: int, base: int, t: ir.Type) -> None:
         vals = self.init[base:base + t.slots]
+        if self.fused:
+            for i, v in enumerate(vals):
+                self.emit(ind, f"{self.sl(base + i, True)} = {v!r}")
+            return
         if len(vals) == 1:
             self.emit(ind, f"s[{base}] = {vals[0]!r}")
         else:
@@ -752,6 +954,12 @@ class Gen:
         None, result) -- and a one-field key is cached bare (Table.fill, Table.fill_counted)."""
         keys = [self.uns(self.ex(x.expr), x.expr.type) for x in t.keys]
         self.emit(ind, f"{k} = {keys[0] if len(keys) == 1 else '(' + ''.join(x + ', ' for x in keys) + ')'}")
+        self.cached_lookup(ind, t, k, r, self.sl(self.sm['packet_length']))
+        self.emit(ind, f"{r}[3](s, {r}[2])")
+
+    def cached_lookup(self, ind: int, t: ir.TableIR, k: str, r: str, plen: str) -> None:
+        """``r`` = the cached result of a simple or counted table for key ``k`` (filled on a miss); a counted
+        table's entry is counted here, ``plen`` bytes."""
         if self.counted_table(t):
             c, e = self.fresh("c"), self.fresh("e")
             self.emit(ind, f"{c} = TCACHE{t.index}.get({k})")
@@ -759,12 +967,11 @@ class Gen:
             self.emit(ind, f"{e} = {c}[0]")
             self.emit(ind, f"if {e} is not None:")
             self.emit(ind + 1, f"{e}.packets += 1")
-            self.emit(ind + 1, f"{e}.bytes += s[{self.sm['packet_length']}]")
+            self.emit(ind + 1, f"{e}.bytes += {plen}")
             self.emit(ind, f"{r} = {c}[1]")
         else:
             self.emit(ind, f"{r} = TCACHE{t.index}.get({k})")
             self.emit(ind, f"if {r} is None: {r} = TBL{t.index}.fill({k})")
-        self.emit(ind, f"{r}[3](s, {r}[2])")
 
     def bind_params(self, b: ir.BlockIR, role: str) -> None:
         ps = b.params
@@ -862,7 +1069,7 @@ class Gen:
             tr = st.transition
             succ[st.name] = [tr.state] if tr.state is not None else [c.state for c in tr.cases]
             for x in st.stmts:
-                if _contains_exit(x):
+                if _contains(x, A.Exit):
                     return False
         colour: dict[str, int] = {}
 
@@ -888,17 +1095,7 @@ class Gen:
         plain local.  Returns False, emitting nothing, when the copies would exceed
         :attr:`FLAT_PARSER_STATES`."""
         byname = {st.name: st for st in d.states}
-        memo: dict[str, int] = {}
-
-        def copies(name: str) -> int:
-            if name not in byname:
-                return 0
-            if name not in memo:
-                tr = byname[name].transition
-                succ = [tr.state] if tr.state is not None else [c.state for c in tr.cases]
-                memo[name] = 1 + sum(copies(m) for m in succ)
-            return memo[name]
-        if copies("start") > self.FLAT_PARSER_STATES:
+        if self._flat_copies(d) > self.FLAT_PARSER_STATES:
             return False
         ctx = {"kind": "parser"}
 
@@ -960,9 +1157,14 @@ class Gen:
         if tr.state is not None:
             goto(ind, tr.state)
             return
-        ks = [self.fresh("k") for _ in tr.select]
-        for kv, kx in zip(ks, tr.select):
-            self.emit(ind, f"{kv} = {self.uns(self.ex(kx), kx.type)}")
+        ks = []
+        for kx in tr.select:
+            code = self.uns(self.ex(kx), kx.type)
+            if self.fused and code.isidentifier():
+                ks.append(code)       # a local: nothing runs between here and the tests
+            else:
+                ks.append(self.fresh("k"))
+                self.emit(ind, f"{ks[-1]} = {code}")
         first = True
         matched_default = False
         for c in tr.cases:
@@ -994,10 +1196,360 @@ class Gen:
                 self.emit(ind, "else:")
                 self.emit(ind + 1, f"raise _PErr({self.err['NoMatch']})")
 
+    # ---- fused mode: the whole pipeline as two functions over local variables ----------------------
+    def capture(self, fn) -> list[str]:
+        """Lines ``fn()`` generates, kept apart from the output."""
+        saved, self.lines = self.lines, []
+        try:
+            fn()
+            return self.lines
+        finally:
+            self.lines = saved
+
+    def run_body(self, ind: int, body: A.Stmt, ctx: dict) -> None:
+        """A control's or action's body; one holding a ``return`` runs in a one-pass ``while True``
+        loop, so its returns (generated as ``break``) leave exactly that body."""
+        if _contains(body, A.Return):
+            self.emit(ind, "while True:")
+            self.stmt(ind + 1, body, ctx)
+            self.emit(ind + 1, "break")
+        else:
+            self.stmt(ind, body, ctx)
+
+    def inline_action(self, ind: int, a: ir.ActionIR, args) -> None:
+        """Action ``a`` inlined: ``args`` is the code of its data tuple (a table result) or the list
+        of argument codes of a direct call.  Its parameters get fresh local names, so an action
+        inlined into another one cannot overwrite the caller's parameters."""
+        params = a.in_params + a.params
+        names = [self.fresh("p") for _ in params]
+        if params:
+            if isinstance(args, str):
+                self.emit(ind, f"{', '.join(names)}, = {args}")
+            else:
+                for j, (n, x) in enumerate(zip(names, args)):
+                    if _INT_LITERAL.fullmatch(x) or x in ("True", "False"):
+                        names[j] = x              # a constant argument is used as is
+                    else:
+                        self.emit(ind, f"{n} = {x}")
+        saved = dict(self.pnames)
+        for sym, n in zip(params, names):
+            self.pnames[id(sym)] = n
+        try:
+            self.run_body(ind, a.decl.body, {"kind": "action"})
+        finally:
+            self.pnames = saved
+
+    def fused_apply(self, ind: int, t: ir.TableIR) -> str:
+        """Apply table ``t`` (statements at ``ind``); returns the name of its result tuple (hit,
+        action index, args, ...).  Simple and direct-counted tables read their cache as in list
+        mode; others call ``Table.lookup``.  The action then runs inlined, chosen by index among
+        every action the result can name: the table's actions and default for a plain table, any
+        action of the program for one with an action profile (members may name any action)."""
+        r = self.fresh("r")
+        plen = self.sl(self.sm["packet_length"])
+        keys = [self.uns(self.ex(x.expr), x.expr.type) for x in t.keys]
+        if self.simple_table(t) or self.counted_table(t):
+            if len(keys) == 1 and keys[0].isidentifier():
+                k = keys[0]
+            else:
+                k = self.fresh("k")
+                self.emit(ind, f"{k} = {keys[0] if len(keys) == 1 else '(' + ''.join(x + ', ' for x in keys) + ')'}")
+            self.cached_lookup(ind, t, k, r, plen)
+        else:
+            key = "(" + "".join(k + ", " for k in keys) + ")"
+            sel = "None"
+            if t.selector_keys:
+                code, w = self.concat([(self.uns(self.ex(k.expr), k.expr.type), k.width) for k in t.selector_keys])
+                sel = f"_ser({code}, {w})"
+            self.emit(ind, f"{r} = TBL{t.index}.lookup({key}, {plen}, {sel})")
+        if t.implementation is not None:
+            acts = list(self.prog.actions)
+        else:
+            acts = list(t.actions)
+            if t.default_action is not None and t.default_action not in acts:
+                acts.append(t.default_action)
+        a = self.fresh("a")
+        self.emit(ind, f"{a} = {r}[1]")
+        for j, act in enumerate(acts):
+            self.emit(ind, f"{'if' if j == 0 else 'elif'} {a} == {act.index}:")
+            n0 = len(self.lines)
+            self.inline_action(ind + 1, act, f"{r}[2]")
+            if len(self.lines) == n0:
+                self.emit(ind + 1, "pass")
+        return r
+
+    def fused_control(self, ind: int, role: str, b: ir.BlockIR) -> None:
+        d = b.decl
+        self.emit(ind, "try:")
+        inner = ind + 1
+        loop = _contains(d.apply, A.Return)
+        if loop:
+            self.emit(inner, "while True:")
+            inner += 1
+        n0 = len(self.lines)
+        for loc in d.locals:
+            if isinstance(loc, A.VarDecl):
+                if loc.init is not None:
+                    self.assign(inner, _named(loc, loc.sym), loc.init)
+                else:
+                    self._reset(inner, loc.sym.slot, loc.sym.type)
+        self.stmt(inner, d.apply, {"kind": "control", "role": role})
+        if loop:
+            self.emit(inner, "break")
+        elif len(self.lines) == n0:
+            self.emit(inner, "pass")
+        self.emit(ind, "except _Exit:")
+        self.emit(ind + 1, "pass")
+
+    def fused_deparser(self, ind: int, b: ir.BlockIR) -> None:
+        """``g_data``, the packet leaving: the emitted headers, then the payload.  A deparser that is
+        only ``emit`` calls becomes one list display of ``part if valid else b''`` items; any
+        other runs as a control appending to ``out``."""
+        d = b.decl
+        body = d.apply.stmts if isinstance(d.apply, A.Block) else [d.apply]
+        plain = not any(isinstance(x, A.VarDecl) for x in d.locals) and all(
+            isinstance(x, A.CallStmt) and getattr(x.call, "kind", None) == "method"
+            and x.call.target == ("packet_out", "emit") for x in body)
+        if not plain:
+            self.emit(ind, "out = []")
+            self.fused_control(ind, "deparser", b)
+            self.emit(ind, "out.append(g_payload)")
+            self.emit(ind, "g_data = b''.join(out)")
+            return
+        lines = self.capture(lambda: [self.emit_data(0, x.call.args[0]) for x in body])
+        items = []
+        for x in lines:                   # "if <valid>: out.append(<bytes>)", as _emit_at writes them
+            cond, _, rest = x.partition(": out.append(")
+            assert cond.startswith("if ") and rest.endswith(")"), x
+            items.append(f"{rest[:-1]} if {cond[3:]} else b''")
+        self.emit(ind, f"g_data = b''.join([{', '.join(items + ['g_payload'])}])")
+
+    def fused_parser(self, ind: int, b: ir.BlockIR) -> None:
+        """The parser inline: a loop-free one as nested branches whose leaves fall through to the
+        code after it (states copied as in :meth:`gen_parser_flat`), any other as a state loop
+        left by ``break``.  An error ends in ``g_perr``; ``off`` is where parsing stopped."""
+        d = b.decl
+        ctx = {"kind": "parser"}
+        byname = {st.name: st for st in d.states}
+        states = {st.name: i for i, st in enumerate(d.states)}
+        self.emit(ind, "off = 0")
+        self.emit(ind, "g_perr = 0")
+        self.emit(ind, "try:")
+        self._parser_locals(ind + 1, d)
+        flat = self._parser_is_dag(d) and self._flat_copies(d) <= self.FLAT_PARSER_STATES
+        if flat:
+            def goto(i: int, name: str) -> None:
+                if name in ("accept", "reject"):
+                    self.emit(i, "pass")
+                else:
+                    st = byname[name]
+                    for x in st.stmts:
+                        self.stmt(i, x, ctx)
+                    self._transition(i, st.transition, goto)
+            goto(ind + 1, "start")
+        else:
+            def target(name: str) -> int:
+                return -1 if name == "accept" else -2 if name == "reject" else states[name]
+
+            def goto_st(i: int, name: str) -> None:
+                self.emit(i, f"st = {target(name)}")
+            self.emit(ind + 1, f"st = {states['start']}")
+            self.emit(ind + 1, "steps = 0")
+            self.emit(ind + 1, "while True:")
+            self.emit(ind + 2, "steps += 1")
+            self.emit(ind + 2, f"if steps > 10000: raise _PErr({self.err['ParserTimeout']})")
+            for i, st in enumerate(d.states):
+                self.emit(ind + 2, f"{'if' if i == 0 else 'elif'} st == {i}:")
+                for x in st.stmts:
+                    self.stmt(ind + 3, x, ctx)
+                self._transition(ind + 3, st.transition, goto_st)
+                self.emit(ind + 3, "if st < 0: break")
+        self.emit(ind, "except _PErr as x:")
+        self.emit(ind + 1, "g_perr = x.code")
+        self.emit(ind, "except _StructError:")
+        self.emit(ind + 1, f"g_perr = {self.err['PacketTooShort']}")
+        if not flat:
+            self.emit(ind, "except _Exit:")
+            self.emit(ind + 1, "pass")
+
+    def generate_fused(self) -> str:
+        """``F_ingress(port, pkt)`` and ``F_egress(port, prio, entry, depth_left, now)``: the same
+        per-packet work as the list-mode functions plus the glue of ``Switch`` (standard_metadata,
+        traffic manager hand-off, departure), with every slot a local variable.
+
+        Only the slots egress, computeChecksum or the deparser use and the ingress side may have set
+        (the *carried* slots) travel through the queue, as the tuple ``(pkt, off, *carried)``; every
+        other local starts from its initial value.  ``Switch`` binds the globals the glue uses
+        (``SW``, ``ENV``, ``TM``, ``ENQUEUE``, ``TM_DROP``, ``PORTS``, ``OUTPUTS``, ``Departure``)."""
+        p = self.prog
+        sm = self.sm
+        I_PORT, PLEN, IGT = sm["ingress_port"], sm["packet_length"], sm["ingress_global_timestamp"]
+        PERR, PRIO, MGRP, ESPEC = sm["parser_error"], sm["priority"], sm["mcast_grp"], sm["egress_spec"]
+        RID, ITYPE = sm["egress_rid"], sm["instance_type"]
+        EPORT, ENQ_TS, ENQ_QD = sm["egress_port"], sm["enq_timestamp"], sm["enq_qdepth"]
+        DEQ_TD, DEQ_QD, EGT = sm["deq_timedelta"], sm["deq_qdepth"], sm["egress_global_timestamp"]
+        egress_set = {EPORT, ENQ_TS, ENQ_QD, DEQ_TD, DEQ_QD, EGT}
+
+        # ingress side, then egress side: the deparser comes last, once every write is known
+        # (headers only ever set by extract are emitted as the bytes they came from)
+        ing = self.capture(lambda: (self.fused_parser(1, p.blocks["parser"]),
+                                    self.emit(1, "if g_perr:"),
+                                    self.emit(2, f"{self.sl(PERR, True)} = g_perr"),
+                                    self.emit(2, "SW.parser_errors += 1"),
+                                    self.fused_control(1, "verify", p.blocks["verify"]),
+                                    self.fused_control(1, "ingress", p.blocks["ingress"])))
+        reads_i, writes_i = self.reads, self.writes
+        self.reads, self.writes = set(), set()
+        eg = self.capture(lambda: self.fused_control(1, "egress", p.blocks["egress"]))
+        cd = self.capture(lambda: (self.fused_control(1, "compute", p.blocks["compute"]),
+                                   self.fused_deparser(1, p.blocks["deparser"])))
+        reads_e = self.reads | {ESPEC}
+        self.read_anywhere = reads_i | reads_e | {PRIO, MGRP}
+        carried = sorted((reads_e & (writes_i | {I_PORT, PLEN, IGT, PERR, RID, ITYPE, ESPEC})) - egress_set)
+        self.carried = carried
+        init = self.init
+        v = self.sl
+
+        def unpack_init(slots) -> list[str]:
+            slots = sorted(slots)
+            if not slots:
+                return []
+            vals = "".join(f"{init[a]!r}, " for a in slots)
+            return [f"    {''.join(v(a) + ', ' for a in slots)}= ({vals})"]
+
+        def chunks(items: list[str]) -> str:
+            # tuple displays of at most 30 items compile to one BUILD_TUPLE (longer ones to a list
+            # built item by item, then converted): nest the carried slots in chunks of 28
+            if len(items) <= 28:
+                return "".join(x + ", " for x in items)
+            return "".join("(" + "".join(x + ", " for x in items[i:i + 28]) + "), "
+                           for i in range(0, len(items), 28))
+
+        def state(rid: str | None = None) -> str:
+            items = []
+            for a in carried:
+                items.append(rid if a == RID and rid else "5" if a == ITYPE and rid else v(a))
+            return f"(pkt, off, {chunks(items)})"
+
+        uses_payload = any("ENV.payload" in x for x in ing + eg + cd)
+        uses_now = any("ENV.now_ns" in x for x in ing + eg + cd)      # meters
+        local_i = reads_i | set(carried) | {PRIO, MGRP, ESPEC}
+        out = ["def F_ingress(g_port, pkt):",
+               "    g_now = SW.now_ns"]
+        out += unpack_init(local_i - {I_PORT, PLEN, IGT})      # these three are set just below
+        if I_PORT in local_i:
+            out.append(f"    {v(I_PORT)} = g_port")
+        out.append("    n = len(pkt)")
+        if PLEN in local_i:
+            out.append(f"    {v(PLEN)} = n")
+        if IGT in local_i:
+            out.append(f"    {v(IGT)} = (g_now // 1000) & 0xFFFFFFFFFFFF")
+        if uses_now:
+            out.append("    ENV.now_ns = g_now")
+        out += ing
+        out += [f"    g_prio = {v(PRIO)}",
+                f"    g_grp = {v(MGRP)}",
+                "    if g_grp:",
+                "        for g_eport, g_rid in SW.mcast.get(g_grp, ()):",
+                f"            ENQUEUE(g_eport, g_prio, {state('g_rid')}, n, g_now)",
+                "        return",
+                f"    g_eport = {v(ESPEC)}",
+                "    if g_eport == 511:",
+                "        TM_DROP(g_port, g_prio, 'pipeline_drop')",
+                "        return",
+                f"    g_st = {state()}",
+                # TrafficManager.enqueue inlined for a queue that exists (QMAP holds those with
+                # a priority in range); the method otherwise (creates the queue, or drops)
+                "    g_q = QMAP.get(g_eport * 8 + g_prio)",
+                "    if g_q is None:",
+                "        ENQUEUE(g_eport, g_prio, g_st, n, g_now)",
+                "        return",
+                "    g_f = g_q.fifo",
+                "    g_d = len(g_f)",
+                "    if g_d >= g_q.capacity:",
+                "        TM_DROP(g_eport, g_prio, 'queue_full')",
+                "        return",
+                "    g_f.append((g_st, g_now, g_d, n))",
+                "    g_q.enq_packets += 1",
+                "    if g_d >= g_q.peak_depth:",
+                "        g_q.peak_depth = g_d + 1",
+                "    TM.backlog += 1",
+                "    DIRTY.add(g_eport)",
+                ""]
+
+        out += ["def F_egress(g_port, g_prio, g_e, g_depth, g_now):",
+                "    SW.now_ns = g_now",
+                f"    (pkt, off, {chunks([v(a) for a in carried])}), g_enq, g_eqd, _ = g_e"]
+        out += unpack_init(reads_e - set(carried) - egress_set)
+        if EPORT in reads_e:
+            out.append(f"    {v(EPORT)} = g_port")
+        out += [f"    g_spec = {v(ESPEC)}",
+                "    if g_spec == 511:",
+                f"        {v(ESPEC)} = g_spec = g_port"]
+        if ENQ_TS in reads_e:
+            out.append(f"    {v(ENQ_TS)} = (g_enq // 1000) & 0xFFFFFFFF")
+        if ENQ_QD in reads_e:
+            out.append(f"    {v(ENQ_QD)} = g_eqd if g_eqd < {QDEPTH_MAX} else {QDEPTH_MAX}")
+        if DEQ_TD in reads_e:
+            out.append(f"    {v(DEQ_TD)} = ((g_now - g_enq) // 1000) & 0xFFFFFFFF")
+        if DEQ_QD in reads_e:
+            out.append(f"    {v(DEQ_QD)} = g_depth if g_depth < {QDEPTH_MAX} else {QDEPTH_MAX}")
+        if EGT in reads_e:
+            out.append(f"    {v(EGT)} = (g_now // 1000) & 0xFFFFFFFFFFFF")
+        if uses_now:
+            out.append("    ENV.now_ns = g_now")
+        out += eg
+        out += [f"    if {v(ESPEC)} == 511 and g_spec != 511:",
+                "        TM_DROP(g_port, g_prio, 'pipeline_drop')",
+                "        return",
+                "    g_payload = pkt[off:]"]
+        if uses_payload:
+            out.append("    ENV.payload = g_payload")
+        out += cd
+        out += ["    g_link = PORTS[g_port]",
+                "    if TM.plain_links:",
+                "        g_busy = g_link.busy_until_ns",
+                "        OUTPUTS.append(_tuple_new(Departure, (g_port, g_data, g_busy, g_busy)))",
+                "        return",
+                "    if g_link.loss > 0 and TM.rng.random() < g_link.loss:",
+                "        TM_DROP(g_port, g_prio, 'emulated_loss')",
+                "        return",
+                "    g_busy = g_link.busy_until_ns",
+                "    OUTPUTS.append(_tuple_new(Departure, (g_port, g_data, g_busy, g_busy + g_link.delay_ns)))",
+                ""]
+        head = []
+        for fmt, n in self.structs.items():
+            head += [f"{n} = _Struct({fmt!r})", f"U{n} = {n}.unpack_from", f"K{n} = {n}.pack"]
+        return "\n".join(head + out) + "\n"
+
+    def _flat_copies(self, d) -> int:
+        """How many state copies the flat (one-function) parser of ``d`` needs."""
+        byname = {st.name: st for st in d.states}
+        memo: dict[str, int] = {}
+
+        def copies(name: str) -> int:
+            if name not in byname:
+                return 0
+            if name not in memo:
+                tr = byname[name].transition
+                succ = [tr.state] if tr.state is not None else [c.state for c in tr.cases]
+                memo[name] = 1 + sum(copies(m) for m in succ)
+            return memo[name]
+        return copies("start")
+
     def generate(self) -> str:
         p = self.prog
         for role in ("parser", "verify", "ingress", "egress", "compute", "deparser"):
             self.bind_params(p.blocks[role], role)
+        if self.fused:
+            # a first pass finds the slots nothing reads; the second does not compute them
+            probe = Gen(p, self.fast, True)
+            for role in ("parser", "verify", "ingress", "egress", "compute", "deparser"):
+                probe.bind_params(p.blocks[role], role)
+            probe.generate_fused()
+            self.dead = set(range(probe.nslots)) - probe.read_anywhere
+            # the probe bound the same slots as this generator did above (same order, same sizes)
+            return self.generate_fused()
         # top-level actions (e.g. NoAction) are generated once
         block_actions = {a.index for b in p.blocks.values() for a in b.actions}
         for a in p.actions:
@@ -1012,13 +1564,59 @@ class Gen:
         return "\n".join(head + self.lines) + "\n"
 
 
-def _contains_exit(st) -> bool:
-    if isinstance(st, A.Exit):
+_INT_LITERAL = re.compile(r"-?[0-9]+")
+
+
+def _refers(node, sym: Sym) -> bool:
+    """Whether the syntax tree ``node`` names ``sym``."""
+    if isinstance(node, A.Name):
+        return node.ref is sym
+    if isinstance(node, list):
+        return any(_refers(x, sym) for x in node)
+    if isinstance(node, A.Node):
+        return any(_refers(v, sym) for k, v in vars(node).items() if k not in ("ref", "type", "loc"))
+    return False
+
+
+def _overwrites(st, sym: Sym) -> bool:
+    """Whether statement ``st`` always sets the scalar variable ``sym`` without reading it first: an
+    assignment to it, or a register read or hash() into it."""
+    if not isinstance(sym.type, (Bits, ir.BoolT)):
+        return False
+    if isinstance(st, A.Assign):
+        return isinstance(st.lhs, A.Name) and st.lhs.ref is sym and not _refers(st.rhs, sym)
+    if isinstance(st, A.CallStmt):
+        c = st.call
+        k = getattr(c, "kind", None)
+        out = c.args[0] if c.args else None
+        if not (isinstance(out, A.Name) and out.ref is sym) or _refers(c.args[1:], sym):
+            return False
+        return (k == "method" and c.target == ("register", "read")) or (k == "efunc" and c.target == "hash")
+    return False
+
+
+def _set_before_use(rest: list, sym: Sym) -> bool:
+    """Whether a scalar variable declared just before the statements ``rest`` (its whole scope) is set
+    by the first of them that names it, or named by none: its initial value is then never read."""
+    if not isinstance(sym.type, (Bits, ir.BoolT)):
+        return False
+    for st in rest:
+        if _refers(st, sym):
+            return _overwrites(st, sym)
+    return True
+
+
+def _contains(st, kind: type) -> bool:
+    """Whether a statement holds a statement of class ``kind`` (``A.Return``, ``A.Exit``) in its blocks,
+    branches and switch cases (actions called from it are separate bodies)."""
+    if isinstance(st, kind):
         return True
     if isinstance(st, A.Block):
-        return any(_contains_exit(x) for x in st.stmts)
+        return any(_contains(x, kind) for x in st.stmts)
     if isinstance(st, A.If):
-        return _contains_exit(st.then) or (st.other is not None and _contains_exit(st.other))
+        return _contains(st.then, kind) or (st.other is not None and _contains(st.other, kind))
+    if isinstance(st, A.Switch):
+        return any(c.body is not None and _contains(c.body, kind) for c in st.cases)
     return False
 
 
@@ -1030,7 +1628,7 @@ def _named(decl, sym: Sym) -> A.Name:
 
 
 PRELUDE = '''
-from struct import Struct as _Struct
+from struct import Struct as _Struct, error as _StructError
 class _PErr(Exception):
     __slots__ = ("code", "off")
     def __init__(self, code):

@@ -10,15 +10,13 @@ in BMv2, ingress runs with ``standard_metadata.parser_error`` set (the error is 
 """
 from __future__ import annotations
 
-import heapq
 import random
-from collections import Counter as _Counter
-from dataclasses import dataclass, field
+from operator import itemgetter as _itemgetter
 from typing import Any, Iterable
 
 from . import ir, runtime
 from .check import load_ir
-from .codegen import PRELUDE, Gen
+from .codegen import PRELUDE, Gen, NotFusable
 from .errors import SwitchError
 from .p4info import P4InfoBuilder
 from .tm import TrafficManager
@@ -28,14 +26,25 @@ INSTANCE_NORMAL = 0
 INSTANCE_REPLICATION = 5
 
 
-@dataclass(slots=True)
-class Departure:
-    """A packet that left the switch: egress port, bytes, time it left and time it arrives."""
+class Departure(tuple):
+    """A packet that left the switch: egress port, bytes, time it left and time it arrives.
 
-    port: int
-    data: bytes
-    time_ns: int
-    arrival_ns: int
+    A tuple ``(port, data, time_ns, arrival_ns)`` with those names as attributes: the generated
+    code makes one per packet with a single C call, ``tuple.__new__(Departure, (...))``, where a
+    class with an ``__init__`` would cost a Python call."""
+
+    __slots__ = ()
+
+    def __new__(cls, port: int, data: bytes, time_ns: int, arrival_ns: int):
+        return tuple.__new__(cls, (port, data, time_ns, arrival_ns))
+
+    port = property(_itemgetter(0), doc="egress port")
+    data = property(_itemgetter(1), doc="the bytes sent")
+    time_ns = property(_itemgetter(2), doc="when it left (simulated clock)")
+    arrival_ns = property(_itemgetter(3), doc="when it arrives at the far end of the link")
+
+    def __repr__(self) -> str:
+        return f"Departure(port={self[0]}, data={self[1]!r}, time_ns={self[2]}, arrival_ns={self[3]})"
 
 
 class _Env:
@@ -73,7 +82,7 @@ class Switch:
 
     def __init__(self, program: str | ir.ProgramIR, *, priority_queues: int = 1, queue_capacity: int = 64,
                  seed: int = 0, include_dirs: list[str] | None = None, mcast_groups: dict | None = None,
-                 fast_paths: bool = True):
+                 fast_paths: bool = True, fuse: bool = True):
         self.ir = program if isinstance(program, ir.ProgramIR) else load_ir(program, include_dirs)
         self.p4info = P4InfoBuilder(self.ir).build()
         self.ids = _Ids(self.p4info)
@@ -86,18 +95,34 @@ class Switch:
         self.parser_errors = 0
         self.mcast: dict[int, list[tuple[int, int]]] = {k: list(v) for k, v in (mcast_groups or {}).items()}
         self.fast_paths = fast_paths      # False: the plain reference code, for differential tests
+        # fused pipeline functions over local variables (with fast paths, when the program allows;
+        # see docs/switch-target.md); False keeps the list-mode fast code, for differential tests
+        self.fuse = fuse
+        self.fused = False
+        self.not_fused_because = ""
         self._build()
 
     # ---- construction ---------------------------------------------------------------------------
     def _build(self) -> None:
         p = self.ir
-        gen = Gen(p, self.fast_paths)
-        src = gen.generate()
+        gen = Gen(p, self.fast_paths, self.fuse)
+        try:
+            src = gen.generate()
+        except NotFusable as x:           # e.g. header stacks: the list-mode fast code instead
+            self.not_fused_because = str(x)
+            gen = Gen(p, self.fast_paths, False)
+            src = gen.generate()
+        self.fused = gen.fused
         self.source = src
         self.gen = gen
         ns: dict[str, Any] = {"RNG": self.rng, "ENV": self.env, "DIGESTS": self.digests,
                               "PACKET_TOO_SHORT": p.errors.members["PacketTooShort"],
-                              "PARSER_INVALID_ARGUMENT": p.errors.members["ParserInvalidArgument"], "_ser": runtime.serialise}
+                              "PARSER_INVALID_ARGUMENT": p.errors.members["ParserInvalidArgument"],
+                              "_ser": runtime.serialise,
+                              # the glue of the fused functions (Gen.generate_fused)
+                              "SW": self, "TM": self.tm, "ENQUEUE": self.tm.enqueue, "TM_DROP": self.tm.drop,
+                              "PORTS": self.tm.ports, "OUTPUTS": self.outputs, "Departure": Departure,
+                              "_tuple_new": tuple.__new__, "QMAP": self.tm.qmap, "DIRTY": self.tm._dirty}
         for n, f in runtime.HASHES.items():
             ns[f"H_{n}"] = f
         ns["H_csum16_bits"] = runtime.csum16_bits
@@ -129,16 +154,10 @@ class Switch:
                                         is_const=True))
         exec(compile(PRELUDE, "<switch-prelude>", "exec"), ns)
         exec(compile(src, f"<p4:{p.path}>", "exec"), ns)
-        ns["ACTIONS"] = [ns[f"A{a.index}"] for a in p.actions]
+        ns["ACTIONS"] = [ns.get(f"A{a.index}") for a in p.actions]    # fused code inlines actions
         for tb in self.tables.values():
             tb.bind_actions(ns["ACTIONS"])
         self.ns = ns
-        self._parser = ns["C_parser"]
-        self._verify = ns["C_verify"]
-        self._ingress = ns["C_ingress"]
-        self._egress = ns["C_egress"]
-        self._compute = ns["C_compute"]
-        self._deparser = ns["C_deparser"]
         sm = gen.sm
         self._sm = sm
         # two extra slots after the program's own: the received bytes and the offset where the parser
@@ -146,7 +165,11 @@ class Switch:
         # in egress (queued packets then share the received bytes instead of holding copies)
         self._payload_slot = len(gen.init)
         self._init = gen.init + [b"", 0]
-        self._make_packet_path()
+        if self.fused:
+            self._ingress_one = ns["F_ingress"]
+            self._egress_one = ns["F_egress"]
+        else:
+            self._make_packet_path()
 
     def _make_extern(self, inst: ir.InstanceIR):
         a = inst.args
@@ -176,8 +199,9 @@ class Switch:
         pipeline functions bound as constants (no attribute or dict lookups per packet)."""
         sm = self._sm
         init = self._init
-        parser, verify, ingress = self._parser, self._verify, self._ingress
-        egress, compute, deparser = self._egress, self._compute, self._deparser
+        ns = self.ns
+        parser, verify, ingress = ns["C_parser"], ns["C_verify"], ns["C_ingress"]
+        egress, compute, deparser = ns["C_egress"], ns["C_compute"], ns["C_deparser"]
         env = self.env
         tm = self.tm
         enqueue, tm_drop = tm.enqueue, tm.drop
@@ -279,9 +303,12 @@ class Switch:
         """Receive ``data`` on ``port`` at simulated time ``at_ns`` (default: now). Packets already
         queued that depart before that time are processed first."""
         if at_ns is not None:
-            if at_ns < self.now_ns:
+            now = self.now_ns
+            if at_ns < now:
                 raise ValueError("time cannot go backwards")
-            self.run(at_ns)
+            if self.tm.backlog:               # self.run(at_ns), without collecting its departures
+                now = self.tm.drain(at_ns, now, self._egress_one)
+            self.now_ns = at_ns if at_ns > now else now
         self._ingress_one(port, bytes(data))
 
     def send(self, port: int, data: bytes) -> list[Departure]:

@@ -72,6 +72,9 @@ class TrafficManager:
         self._port_queues: dict[int, list[tuple[int, Queue]]] = {}   # port -> [(prio, queue)], highest first
         self._ready: dict[int, tuple[int, int]] = {}                  # port with packets -> (time, prio)
         self._dirty: set[int] = set()
+        # port * 8 + prio -> queue, for priorities in range only: the switch's generated ingress
+        # code enqueues inline through it (the same steps as enqueue) and calls enqueue otherwise
+        self.qmap: dict[int, Queue] = {}
         self.shaped = False          # any queue rate or port line rate configured
         self.plain_links = True      # no port delay or loss configured
 
@@ -80,6 +83,8 @@ class TrafficManager:
         q = self.queues.get((port, prio))
         if q is None:
             q = self.queues[(port, prio)] = Queue(self.default_capacity, self.default_rate_pps)
+            if 0 <= prio < self.nprio:
+                self.qmap[port * 8 + prio] = q
             if q.rate_pps > 0:
                 self.shaped = True
             self.port(port)
@@ -211,33 +216,84 @@ class TrafficManager:
 
         Exactly the loop ``t, port, prio = next_departure(); now = max(now, t);
         egress(port, prio, *dequeue_raw(port, prio, now), now)`` with those methods' bodies inlined,
-        plus one shortcut: a dequeue changes only its own port's readiness, so when that port can
-        send again at the same time t it stays the earliest (every other port was later, or equal
-        with a higher port number) and the scan over the ports is skipped.  tests/switch/test_tm.py
-        compares drain with the step-by-step loop, and next_departure with a naive definition, on
-        random queue configurations.  ``egress`` may call :meth:`drop`; it must not enqueue or
-        reconfigure."""
+        plus three shortcuts.  A dequeue changes only its own port's readiness, so when that port
+        can send again at the same time t it stays the earliest (every other port was later, or
+        equal with a higher port number) and the scan over the ports is skipped.  With no shaping,
+        when t is the clock itself (``now``): the port's busy time stays ``now``, every
+        higher-priority queue of the port was due strictly after t (else it would have been
+        chosen), so while the chosen queue's head is due by ``now`` (and its old rate limit, if any,
+        has passed) the same queue is chosen again -- those packets are taken in a tight loop.  And
+        a single queued packet, unshaped, is sent by the loop unrolled for that case.
+        tests/switch/test_tm.py and tests/switch/test_fastpath.py compare drain with the
+        step-by-step loop, and next_departure with a naive definition, on random queue
+        configurations.  ``egress`` may call :meth:`drop`; it must not enqueue or reconfigure."""
+        if not self.backlog:
+            return now_ns
         ready = self._ready
         dirty = self._dirty
+        if self.backlog == 1 and not ready and len(dirty) == 1 and not self.shaped:
+            # one packet, in a queue of the one dirty port (how the switch daemon drives the target:
+            # every inject first drains the packet before it): the loop below, unrolled
+            for port in dirty:
+                for prio, q in self._port_queues[port]:
+                    fifo = q.fifo
+                    if fifo:
+                        p = self.ports[port]
+                        e = fifo[0]
+                        t = e[1]
+                        if q.next_ok_ns > t:
+                            t = q.next_ok_ns
+                        if p.busy_until_ns > t:
+                            t = p.busy_until_ns
+                        if until_ns is not None and t > until_ns:
+                            return now_ns
+                        if t > now_ns:
+                            now_ns = t
+                        fifo.popleft()
+                        q.deq_packets += 1
+                        self.backlog = 0
+                        p.busy_until_ns = now_ns
+                        egress(port, prio, e, 0, now_ns)
+                        dirty.clear()
+                        return now_ns
         ports = self.ports
         pq = self._port_queues
         queues = self.queues
+        shaped = self.shaped
         nxt = None                  # priority to send from bp next, when the shortcut applies
         t = bp = 0
-        while self.backlog:
+        while True:
             if nxt is None:
                 if dirty:
-                    for port in dirty:
-                        r = self._port_ready(port)
-                        if r is None:
+                    for port in dirty:                    # _port_ready(port), inlined
+                        busy = ports[port].busy_until_ns
+                        best_t = None
+                        best_p = 0
+                        for prio, q in pq[port]:
+                            f = q.fifo
+                            if f:
+                                qt = f[0][1]
+                                if q.next_ok_ns > qt:
+                                    qt = q.next_ok_ns
+                                if busy >= qt:
+                                    best_t = busy
+                                    best_p = prio
+                                    break
+                                if best_t is None or qt < best_t:
+                                    best_t = qt
+                                    best_p = prio
+                        if best_t is None:
                             ready.pop(port, None)
                         else:
-                            ready[port] = r
+                            ready[port] = (best_t, best_p)
                     dirty.clear()
-                best = None
-                for port, r in ready.items():             # next_departure: earliest, then lowest port
-                    if best is None or r[0] < best[0] or (r[0] == best[0] and port < bp):
-                        best, bp = r, port
+                if len(ready) == 1:
+                    (bp, best), = ready.items()
+                else:
+                    best = None
+                    for port, r in ready.items():         # next_departure: earliest, then lowest port
+                        if best is None or r[0] < best[0] or (r[0] == best[0] and port < bp):
+                            best, bp = r, port
                 t = best[0]
                 if until_ns is not None and t > until_ns:
                     break
@@ -248,12 +304,13 @@ class TrafficManager:
                 prio = nxt
             q = queues[(bp, prio)]                        # dequeue_raw, inlined
             fifo = q.fifo
-            e = fifo.popleft()
+            popleft = fifo.popleft
+            e = popleft()
             q.deq_packets += 1
             self.backlog -= 1
-            dirty.add(bp)
+            dirty.add(bp)                                 # until recomputed below (egress may raise)
             p = ports[bp]
-            if self.shaped:
+            if shaped:
                 if q.rate_pps > 0:
                     q.next_ok_ns = now_ns + int(round(1e9 / q.rate_pps))
                 tx = int(round(e[3] * 8 * 1e9 / p.rate_bps)) if p.rate_bps > 0 else 0
@@ -261,8 +318,24 @@ class TrafficManager:
             else:
                 p.busy_until_ns = now_ns
             egress(bp, prio, e, len(fifo), now_ns)
-            dirty.discard(bp)                             # _port_ready(bp), inlined
-            busy = p.busy_until_ns
+            if fifo and t == now_ns and not shaped and q.next_ok_ns <= now_ns:
+                # a run from this queue: the rest of the loop would pick it again and again while
+                # its head is already due (see the docstring), so take those packets in a tight loop
+                k = 0
+                try:
+                    while fifo and fifo[0][1] <= now_ns:
+                        e = popleft()
+                        k += 1
+                        egress(bp, prio, e, len(fifo), now_ns)
+                finally:
+                    q.deq_packets += k
+                    self.backlog -= k
+            if not self.backlog:                          # all sent: no port is ready
+                ready.clear()
+                dirty.clear()
+                break
+            dirty.discard(bp)
+            busy = p.busy_until_ns                        # _port_ready(bp), inlined
             best_t = None
             best_p = 0
             for prio, q in pq[bp]:
