@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -30,6 +32,23 @@ def test_packet_means_and_classes():
     # NaN/inf make a packet "large": protected, top class
     means = packet_mean_abs(np.array([np.nan, 1, 0, 0], np.float32), np.array([2, 2]))
     assert np.isinf(means[0]) and means[1] == 0
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_packet_means_in_the_transport_layout_match_float64(dtype):
+    """Equal packets and a shorter last one (the fast, blockwise path): means within 1e-6 of a float64 reference;
+    a packet whose float32 sum overflows counts as +inf (protected), without a warning."""
+    rng = np.random.default_rng(0)
+    c0, n = 700, 2000
+    vals = (rng.standard_normal(c0 * (n - 1) + 123) * rng.choice([1e-3, 1.0, 30.0], c0 * (n - 1) + 123)).astype(dtype)
+    counts = np.array([c0] * (n - 1) + [123])
+    ref = np.array([np.abs(vals[i * c0: i * c0 + k].astype(np.float64)).mean() for i, k in enumerate(counts)])
+    np.testing.assert_allclose(packet_mean_abs(vals, counts), ref, rtol=1e-6)
+    big = np.full(3 * c0, 1e36, np.float32)  # a row sum of 7e38 overflows float32
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        means = packet_mean_abs(big, np.array([c0] * 3))
+    assert np.isinf(means[:2]).all() and magnitude_classes(means)[:2].tolist() == [7, 7]
 
 
 def test_eligible_prefix_of_smallest_within_bound():
