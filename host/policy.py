@@ -76,9 +76,10 @@ def packet_mean_abs(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Mean ``|x|`` of each packet's slice (vectorised; float64 result). Empty packets get 0; NaN/inf count as +inf
     so a packet carrying them is never classed small (it is protected).
 
-    In the transport's layout, half- and single-precision data is summed in float32 (numpy's pairwise summation:
-    relative error ~1e-6 for a packet, far below what separates magnitude octiles) into one reused buffer: the
-    float64 accumulation and a temporary per block cost half of a large ``send()``'s set-up. A float32 row sum
+    In the transport's layout, half- and single-precision data is summed in float32 (``einsum``'s row sums, faster
+    than ``sum(axis=1)`` on short rows; relative error below 1e-6 for a packet, far below what separates magnitude
+    octiles) into one reused buffer: the float64 accumulation and a temporary per block cost half of a large
+    ``send()``'s set-up. A float32 row sum
     that overflows (values near 1e34 and up) is +inf, which protects the packet as a NaN would."""
     n = len(counts)
     out = np.zeros(n, dtype=np.float64)
@@ -95,7 +96,7 @@ def packet_mean_abs(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):  # an overflowing row sum is +inf (see above)
             for i in range(0, n - 1, step):
                 blk = full[i: i + step]
-                out[i: i + len(blk)] = np.abs(blk, out=buf[: len(blk)], casting="same_kind").sum(axis=1)
+                out[i: i + len(blk)] = np.einsum("ij->i", np.abs(blk, out=buf[: len(blk)], casting="same_kind"))
         out[n - 1] = np.abs(values[c0 * (n - 1):]).sum(dtype=np.float64)
         nonempty = counts > 0
         out[nonempty] /= counts[nonempty]
@@ -162,13 +163,14 @@ _OCTILES = np.arange(1, 8) / 8.0
 
 
 def octile_edges(values: np.ndarray) -> np.ndarray:
-    """``np.quantile(values, [1/8 .. 7/8])`` (its default linear method, bit for bit) from one sort: np.quantile's
-    generality costs ~50 us per call, which every small transfer paid."""
-    s = np.sort(values, kind="stable")
-    pos = _OCTILES * (len(s) - 1)
+    """``np.quantile(values, [1/8 .. 7/8])`` (its default linear method, bit for bit) from one partition at the 14
+    order statistics it interpolates between: np.quantile's generality costs ~50 us per call, which every small
+    transfer paid, and a full sort ~4 ms for the 46,000 packets of 64 MB at MTU 1500."""
+    pos = _OCTILES * (len(values) - 1)
     lo = np.floor(pos).astype(np.int64)
-    hi = np.minimum(lo + 1, len(s) - 1)
+    hi = np.minimum(lo + 1, len(values) - 1)
     t = pos - lo
+    s = np.partition(values, np.unique(np.concatenate((lo, hi))))
     a, b = s[lo], s[hi]
     diff = b - a
     return np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)  # numpy's _lerp

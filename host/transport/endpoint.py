@@ -228,7 +228,7 @@ class _Out:
         self.elig = plan.eligible.tolist()
         anc_p = [(socket.IPPROTO_IP, socket.IP_TOS, bytes([tos_byte(self.priority, False)]))]
         anc_e = [(socket.IPPROTO_IP, socket.IP_TOS, bytes([tos_byte(self.priority, True)]))]
-        self.anc = [anc_e if e else anc_p for e in self.elig]
+        self.anc = (anc_p, anc_e)  # by eligibility: the TOS control message of a packet is anc[elig[seq]]
         self.acked = np.zeros(n, bool)
         self.inflight = np.zeros(n, bool)
         self.queued = np.zeros(n, bool)
@@ -1064,7 +1064,7 @@ class Endpoint:
     def _transmit(self, job) -> None:
         """Send a burst outside the lock: runs of consecutive, equal-size, same-TOS packets as one GSO send."""
         o, addr, seqs = job
-        hdr, pay, offs, lens, anc = o.hdr, o.payload, o.offs, o.lens, o.anc
+        hdr, pay, offs, lens, elig, anc = o.hdr, o.payload, o.offs, o.lens, o.elig, o.anc
         hl = wire.HEADER_LEN
         with self._lock:  # counted before they leave, so the stats never lag a completion the peer reports
             c = self._c
@@ -1078,17 +1078,18 @@ class Endpoint:
             size = lens[s]
             j = i + 1
             if self._gso:
-                a0 = anc[s]
+                e0 = elig[s]
                 lim = min(n, i + _GSO_MAX_SEGS, i + _GSO_MAX_BYTES // (hl + size))
                 while j < lim and seqs[j] == seqs[j - 1] + 1 and lens[seqs[j - 1]] == size \
-                        and lens[seqs[j]] <= size and anc[seqs[j]] is a0:
+                        and lens[seqs[j]] <= size and elig[seqs[j]] == e0:
                     j += 1
             bufs = []
             for t in seqs[i:j]:
                 off = offs[t]
                 bufs.append(hdr[t * hl: t * hl + hl])
                 bufs.append(pay[off: off + lens[t]])
-            ancdata = anc[s] if j == i + 1 else anc[s] + [(_SOL_UDP, _UDP_SEGMENT, struct.pack("=H", hl + size))]
+            a = anc[elig[s]]
+            ancdata = a if j == i + 1 else a + [(_SOL_UDP, _UDP_SEGMENT, struct.pack("=H", hl + size))]
             if not self._sendmsg(bufs, ancdata, addr):
                 if self._closed:
                     return
