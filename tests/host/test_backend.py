@@ -58,11 +58,14 @@ def test_torchrun_launches_dlcp_script(tmp_path) -> None:
         "t = torch.full((1000,), float(dist.get_rank() + 1))\n"
         "dist.all_reduce(t)\n"
         "assert torch.equal(t, torch.full((1000,), 3.0)), t\n"
-        "print('rank', dist.get_rank(), 'backend', dist.get_backend(), 'ok')\n"
+        "import sys\n"  # one write per line: both ranks share torchrun's stdout, print's pieces interleave
+        "sys.stdout.write(f'rank {dist.get_rank()} backend {dist.get_backend()} ok\\n')\n"
+        "sys.stdout.flush()\n"
         "dist.destroy_process_group()\n")
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                         "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(script)],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120,
                        env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "backend dlcp ok" in r.stdout
+    for rank in (0, 1):
+        assert f"rank {rank} backend dlcp ok" in r.stdout, r.stdout
