@@ -36,3 +36,13 @@ def make_endpoints():
     yield make
     for ep in made:
         ep.close()
+
+
+@pytest.fixture
+def single_torch_thread():
+    """One torch thread for the test: the machine is shared, and small tensors gain nothing from more."""
+    import torch
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -63,27 +63,34 @@ class MemLink:
         return rep
 
 
-def run_ranks(size: int, fn, *, loss: bool = False, seed: int = 0):
-    """Run ``fn(rank, link)`` on ``size`` threads; return the results in rank order (re-raising any error)."""
-    net = MemNetwork(size, loss=loss, seed=seed)
+def run_threads(size: int, fn) -> tuple[list, dict[int, BaseException]]:
+    """Run ``fn(rank)`` on ``size`` threads (one torch thread each): (results in rank order, {rank: error} in the
+    order the errors happened). Asserts that no rank hung."""
     results: list = [None] * size
-    errors: list = []
+    errors: dict[int, BaseException] = {}
 
     def body(r):
         try:
             torch.set_num_threads(1)
-            results[r] = fn(r, net.link(r))
-        except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
-            errors.append(e)
+            results[r] = fn(r)
+        except BaseException as e:  # noqa: BLE001 - returned to the caller
+            errors[r] = e
 
     threads = [threading.Thread(target=body, args=(r,)) for r in range(size)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
-    if errors:
-        raise errors[0]
     assert not any(t.is_alive() for t in threads), "a rank hung"
+    return results, errors
+
+
+def run_ranks(size: int, fn, *, loss: bool = False, seed: int = 0):
+    """Run ``fn(rank, link)`` on ``size`` threads; return the results in rank order (re-raising any error)."""
+    net = MemNetwork(size, loss=loss, seed=seed)
+    results, errors = run_threads(size, lambda r: fn(r, net.link(r)))
+    if errors:
+        raise next(iter(errors.values()))
     return results
 
 

@@ -25,15 +25,7 @@ def test_doubling_the_rate_doubles_the_decay_rate_and_quarters_the_drift_consens
     assert drift_consensus(algo, "ring", 8, 1.0, lr=0.1) == pytest.approx(4 * d1, rel=1e-6)
 
 
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    """One torch thread: the machine is shared, and small tensors gain nothing from more."""
-    import torch
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
 
 def test_operators_preserve_the_pair_sum_and_act_on_disagreements():

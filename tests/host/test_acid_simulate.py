@@ -11,15 +11,7 @@ from host.acid.problem import ProblemSpec
 from host.acid.simulate import MLPOracle, QuadraticOracle, SimConfig, decay_rate, simulate
 
 
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    """One torch thread: the machine is shared, and small tensors gain nothing from more."""
-    import torch
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
 
 def _consensus_only(n: int, seed: int = 0) -> QuadraticOracle:

@@ -20,7 +20,7 @@ import torch
 from host.collectives import (Collectives, EndpointLink, RecvReport, ReduceOp, allreduce_by_doubling, chunk_bounds,
                               ring_plan, ring_segment_count)
 
-from .memlink import assert_loss_only_where_reported, run_ranks
+from .memlink import assert_loss_only_where_reported, run_ranks, run_threads
 
 
 class _Pending:
@@ -85,22 +85,7 @@ class StrictLink:
 def run_strict(size: int, fn, *, seed: int = 0, dead: frozenset[int] = frozenset()):
     """Run ``fn(rank, link)`` on ``size`` threads over one StrictNet: (results, {rank: error}, net)."""
     net = StrictNet(size, seed, dead)
-    results: list = [None] * size
-    errors: dict[int, BaseException] = {}
-
-    def body(r):
-        try:
-            torch.set_num_threads(1)
-            results[r] = fn(r, StrictLink(net, r))
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors[r] = e
-
-    threads = [threading.Thread(target=body, args=(r,)) for r in range(size)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads), "a rank hung"
+    results, errors = run_threads(size, lambda r: fn(r, StrictLink(net, r)))
     return results, errors, net
 
 
@@ -367,30 +352,20 @@ def test_pipelined_allreduce_over_dlcp_endpoints(make_endpoints) -> None:
     size, n = 3, 300_000
     eps = make_endpoints(size)
     xs = _inputs(size, n, torch.float32, seed=11)
-    results: list = [None] * size
-    errors: list = []
 
     def body(r):
-        try:
-            torch.set_num_threads(1)
-            c = Collectives(EndpointLink(eps[r]), list(range(size)), r, timeout=30)
-            c.RING_SEGMENT_MIN, c.RING_SEGMENTS_PER_CHUNK = 64 << 10, 8
-            t = xs[r].clone()
-            c.allreduce(t)
-            m = n // size
-            out = torch.empty(m)
-            c.reduce_scatter(out, list(xs[r][: m * size].chunk(size)), ReduceOp.SUM)
-            full = [torch.empty(m) for _ in range(size)]
-            c.all_gather(full, out)
-            results[r] = (t, out, torch.cat(full))
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
+        c = Collectives(EndpointLink(eps[r]), list(range(size)), r, timeout=30)
+        c.RING_SEGMENT_MIN, c.RING_SEGMENTS_PER_CHUNK = 64 << 10, 8
+        t = xs[r].clone()
+        c.allreduce(t)
+        m = n // size
+        out = torch.empty(m)
+        c.reduce_scatter(out, list(xs[r][: m * size].chunk(size)), ReduceOp.SUM)
+        full = [torch.empty(m) for _ in range(size)]
+        c.all_gather(full, out)
+        return t, out, torch.cat(full)
 
-    threads = [threading.Thread(target=body, args=(r,)) for r in range(size)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    results, errors = run_threads(size, body)
     assert not errors, errors
     assert eps[0].stats()["transfers_received"] > 4 * (size - 1)  # segmented
     want = documented_order(xs, ReduceOp.SUM)

@@ -462,17 +462,8 @@ def test_baselines_fused_error_feedback_equals_preadded_input(fn) -> None:
         assert torch.equal(got[r].residual, want[r].residual) and torch.equal(outs[r], want[r].result)
 
 
-@pytest.fixture
-def one_thread():
-    """Training numerics (and speed on a shared 2-core machine) with one intra-op thread, as in the workers."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.slow
-def test_training_at_one_percent_matches_dense_accuracy(one_thread) -> None:
+def test_training_at_one_percent_matches_dense_accuracy(single_torch_thread) -> None:
     """An MLP on sklearn's digits (1347 train / 450 test), 4 simulated workers, momentum SGD, 60 epochs: SparDL
     at 1% density with error feedback (d = 1 and d = 2) reaches the dense model's test accuracy within 0.5
     points. Accuracy = mean over the last 5 epochs, averaged over 2 seeds (one test sample is 0.22 points, so a
