@@ -146,9 +146,10 @@ class DctcpWindow:
     def on_ack(self, acked: int, *, ecn: bool = False, rtt: float | None = None,
                qdelay: float | None = None, now: float | None = None) -> None:
         """``acked`` bytes newly delivered; ``ecn``: the ACK echoed CE; ``rtt``: a sample (Karn-filtered); ``now``:
-        the clock (for the delivery rate); ``qdelay``: the forward queueing delay of that sample, when the receiver's timestamp gives it (one-way
-        delay over its minimum, as LEDBAT measures it). Without it the delay signal is ``rtt - min_rtt``, which
-        also counts the queue the ACKs wait in on the way back, behind the opposite direction's data."""
+        the clock (for the delivery rate); ``qdelay``: the forward queueing delay of that sample, when the
+        receiver's timestamp gives it (one-way delay over its minimum, as LEDBAT measures it). Without it the delay
+        signal is ``rtt - min_rtt``, which also counts the queue the ACKs wait in on the way back, behind the
+        opposite direction's data."""
         self.backoff = 0
         self._undo = None  # the first ACK after a timeout decides (undo_timeout is called before it)
         delay = False
@@ -258,7 +259,8 @@ class DctcpWindow:
 
     def snapshot(self) -> dict[str, float | int | None]:
         return {"cwnd": int(self.cwnd), "window": self.window(), "ack_delay_us": round(self.ack_delay * 1e6, 1),
-                "delivery_gbps": round(self.rate * 8e-9, 3), "ssthresh": None if self.ssthresh == float("inf") else int(self.ssthresh),
+                "delivery_gbps": round(self.rate * 8e-9, 3),
+                "ssthresh": None if self.ssthresh == float("inf") else int(self.ssthresh),
                 "alpha": round(self.alpha, 4), "srtt_us": None if self.srtt is None else round(self.srtt * 1e6, 1),
                 "min_rtt_us": None if self.min_rtt is None else round(self.min_rtt * 1e6, 1),
                 "rto_ms": round(self.rto * 1e3, 3), "pacing_gbps": round(self.pacing_rate() * 8e-9, 3)
