@@ -686,9 +686,14 @@ class Endpoint:
 
     @staticmethod
     def _add_arrivals(st: Reassembly, seqs, offs, cnts, plens, eligs) -> None:
-        if len(seqs) < _BATCH_MIN:
+        """Record distinct new arrivals (lists): one at a time for a few, as one range for a run in seq order (the
+        common case), else as arrays."""
+        k = len(seqs)
+        if k < _BATCH_MIN:
             for a in zip(seqs, offs, cnts, plens, eligs):
                 st.add(*a)
+        elif seqs[-1] - seqs[0] == k - 1 and seqs == list(range(seqs[0], seqs[0] + k)):
+            st.add_range(seqs[0], offs, cnts, max(map(int.__add__, offs, plens)), eligs)
         else:
             st.add_batch(np.array(seqs, np.int64), np.array(offs, np.int64), np.array(cnts, np.int64),
                          np.array(plens, np.int64), np.array(eligs, bool))

@@ -89,6 +89,34 @@ class Reassembly:
         if self.arrived[self.cum] if self.cum < self.total else False:
             self._advance_cum()
 
+    def add_range(self, seq0: int, offsets: list[int], counts: list[int], end: int, eligible: list[bool]) -> None:
+        """Record arrivals of the consecutive seqs ``seq0, seq0 + 1, ...`` (one per entry of the lists), none of which
+        has arrived yet; ``end`` is the largest offset + bytes among them. :meth:`add_batch` for the common case
+        (a run of packets in order), with slice assignments from the lists instead of index arrays built from them:
+        about a quarter of its cost."""
+        m = len(offsets)
+        s1 = seq0 + m
+        self.arrived[seq0: s1] = True
+        self.offsets[seq0: s1] = offsets
+        self.counts[seq0: s1] = counts
+        self.npackets += m
+        self.nelems += sum(counts)
+        mc = max(counts)
+        if mc > self.max_count:
+            self.max_count = mc
+        if end > self.max_end:
+            self.max_end = end
+        if seq0 < self.min_eligible and True in eligible:
+            self.min_eligible = min(self.min_eligible, seq0 + eligible.index(True))
+        if s1 - 1 > self.max_seq:
+            self.max_seq = s1 - 1
+        if s1 == self.total:
+            self.last_seen = True
+        if seq0 <= self.cum < s1:
+            self.cum = s1
+            if s1 < self.total and self.arrived[s1]:
+                self._advance_cum()
+
     def _advance_cum(self) -> None:
         """Move ``cum`` over the run of arrived seqs that starts at it (a numpy window at a time: filling a hole
         can join a long run)."""

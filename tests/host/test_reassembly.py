@@ -105,3 +105,30 @@ def test_add_batch_is_the_same_as_adding_one_at_a_time(total, data):
         assert getattr(one, f) == getattr(many, f), f
     assert np.array_equal(one.arrived, many.arrived) and np.array_equal(one.offsets, many.offsets)
     assert np.array_equal(one.counts, many.counts)
+
+
+@settings(max_examples=60, deadline=None)
+@given(total=st.integers(1, 300), data=st.data())
+def test_add_range_is_the_same_as_adding_one_at_a_time(total, data):
+    """The receive path records a run of packets that arrived in seq order with add_range(): the same state as
+    add() one at a time, whatever arrived before (the cumulative point may sit before, inside or after the run)."""
+    before = data.draw(st.lists(st.integers(0, total - 1), unique=True, max_size=total))
+    lo = data.draw(st.integers(0, total - 1))
+    run = [s for s in range(lo, data.draw(st.integers(lo + 1, total))) if s not in set(before)]
+    cut = next((i for i in range(1, len(run)) if run[i] != run[i - 1] + 1), len(run))
+    run = run[:cut]  # consecutive and new
+    elig = data.draw(st.lists(st.booleans(), min_size=total, max_size=total))
+    size = data.draw(st.sampled_from([(10, 40), (3, 6), (250, 1000)]))
+    one, rng = Reassembly(total), Reassembly(total)
+    for r in (one, rng):
+        for s in before:
+            r.add(s, s * size[1], size[0], size[1], elig[s])
+    for s in run:
+        one.add(s, s * size[1], size[0], size[1], elig[s])
+    if run:
+        rng.add_range(run[0], [s * size[1] for s in run], [size[0]] * len(run), (run[-1] + 1) * size[1],
+                      [elig[s] for s in run])
+    for f in ("cum", "min_eligible", "npackets", "nelems", "max_count", "last_seen", "max_end", "max_seq"):
+        assert getattr(one, f) == getattr(rng, f), f
+    assert np.array_equal(one.arrived, rng.arrived) and np.array_equal(one.offsets, rng.offsets)
+    assert np.array_equal(one.counts, rng.counts)
