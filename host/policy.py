@@ -20,6 +20,7 @@ takes any object with the :class:`Policy` protocol (``Options.policy``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -143,6 +144,13 @@ class LayerMagnitudePolicy:
             if loss_bound > 0:
                 raise ValueError("integer/boolean tensors carry control data and must be sent with loss_bound=0")
             return PacketClasses(prio, np.zeros(n, np.uint8), np.zeros(n, bool))
+        if n == 1 and counts[0] > 0:
+            # One packet (every tensor up to ~2,200 fp32 elements at MTU 9000): it is its own octile, so class 0,
+            # or 7 when its mean is not finite; eligible only if the whole packet fits the budget. What the general
+            # path computes, without its two dozen numpy calls (about 55 us of a small send()'s 160).
+            finite = math.isfinite(float(np.abs(values).sum(dtype=np.float64)))
+            fits = math.floor(loss_bound * int(counts[0]) + 1e-9) >= counts[0]
+            return PacketClasses(prio, np.array([0 if finite else 7], np.uint8), np.array([finite and fits]))
         means = packet_mean_abs(values, counts)
         return PacketClasses(prio, magnitude_classes(means), eligible_smallest(means, counts, loss_bound))
 

@@ -100,3 +100,23 @@ def test_eligible_elements_never_exceed_bound(n, chunk, p, seed):
 def test_octile_edges_equal_numpy_quantile(vals):
     a = np.array(vals, np.float64)
     assert np.array_equal(octile_edges(a), np.quantile(a, np.arange(1, 8) / 8.0))
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(1, 3000), special=st.sampled_from([None, np.nan, np.inf, -np.inf, 1e38, 0.0]),
+       p=st.sampled_from([0.0, 0.01, 0.5, 0.999, 1 - 1e-12]), dtype=st.sampled_from([np.float32, np.float64]),
+       seed=st.integers(0, 2**16))
+def test_single_packet_classes_equal_the_general_path(n, special, p, dtype, seed):
+    """classify() answers a one-packet tensor without the octile and eligibility machinery: the same classes as
+    the general functions give, including NaN/inf (class 7) and a loss bound so close to 1 that the packet fits."""
+    x = np.random.default_rng(seed).standard_normal(n).astype(dtype)
+    if special is not None:
+        x[seed % n] = special
+    counts = np.array([n], np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        got = LayerMagnitudePolicy().classify(x, counts, layer=2, loss_bound=p)
+        means = packet_mean_abs(x, counts)
+        want_mag, want_elig = magnitude_classes(means), eligible_smallest(means, counts, p)
+    assert got.mag_class.dtype == want_mag.dtype and np.array_equal(got.mag_class, want_mag)
+    assert np.array_equal(got.eligible, want_elig) and got.priority == LayerMagnitudePolicy().priority(2)
