@@ -558,14 +558,20 @@ class Endpoint:
         if inc.error is not None:
             self._incoming.pop((inc.peer, inc.tid), None)
             self._tombstone((inc.peer, inc.tid), "abandoned")
+            self._release_stage(inc)
             inc.event.set()
             return
         if inc.stage is not None:
-            n = len(inc.stage)
-            used = min(n, st.max_end if st is not None else 0)  # the stage may be larger: copy what is data
+            used = min(len(inc.stage), st.max_end if st is not None else 0)  # the stage may be larger
             if used:
                 tv.raw[:used] = inc.stage[:used]
-            self._staged_bytes -= n
+            self._release_stage(inc)
+
+    def _release_stage(self, inc: _In) -> None:
+        """Drop ``inc``'s staging buffer and its bytes from the staging budget (on every path that ends staging:
+        moved into the posted buffer, a failed post, a failed transfer)."""
+        if inc.stage is not None:
+            self._staged_bytes -= len(inc.stage)
             inc.stage = None
 
     def _on_data(self, key: tuple[int, int], items: list[tuple], now: float) -> None:
@@ -703,9 +709,7 @@ class Endpoint:
         key = (inc.peer, inc.tid)
         self._incoming.pop(key, None)
         self._tombstone(key, "abandoned")
-        if inc.stage is not None:
-            self._staged_bytes -= len(inc.stage)
-            inc.stage = None
+        self._release_stage(inc)
         inc.error = TransportError(f"transfer {inc.tid} from rank {inc.peer}: {why}", inc.peer)
         inc.done = True
         inc.event.set()

@@ -11,7 +11,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from host.policy import LayerMagnitudePolicy
-from host.transport import LossySocket, Options
+from host.transport import LossySocket, Options, TransportError
 from host.transport.chunking import chunk_elems, plan_packets
 from host.wire import DType, Flag
 from tests.host.conftest import loopback_map
@@ -190,6 +190,27 @@ def test_staging_budget_holds_back_new_transfers_until_recv(make_endpoints):
     for i, x in reversed(list(enumerate(xs))):
         r = b.recv(0, 200 + i, out=torch.empty_like(x), timeout=10)
         assert torch.equal(r.data, x)
+
+
+def test_staged_bytes_are_released_on_every_path(make_endpoints):
+    """Every path that ends staging gives its bytes back to the budget: data moved into the posted buffer, and a
+    recv() with the wrong dtype, which fails. Before, that failure kept its bytes counted for good, and once the
+    leaks reached max_staged_bytes every later unclaimed transfer was refused."""
+    a, b = make_endpoints(2, per_rank={0: Options(**FAST), 1: Options(max_staged_bytes=300_000, **FAST)})
+    for i in range(3):
+        x = torch.randn(50_000 - 1000 * i)  # 200 kB, staged whole
+        a.send(1, x, transfer_id=300 + i).wait(5)
+        assert torch.equal(b.recv(0, 300 + i, out=torch.empty_like(x), timeout=5).data, x)
+    assert b._staged_bytes == 0
+    y = torch.randn(50_000)
+    a.send(1, y, transfer_id=310).wait(5)  # staged, then claimed with the wrong dtype
+    with pytest.raises(TransportError, match="carries FLOAT32"):
+        b.recv(0, 310, out=torch.empty(50_000, dtype=torch.float64), timeout=5)
+    assert b._staged_bytes == 0
+    z = torch.randn(50_000)
+    a.send(1, z, transfer_id=311).wait(5)  # within the budget again: staged, not dropped
+    assert b.stats()["unclaimed_dropped"] == 0
+    assert torch.equal(b.recv(0, 311, out=torch.empty_like(z), timeout=5).data, z)
 
 
 def test_many_concurrent_transfers_all_to_all(make_endpoints):
