@@ -12,7 +12,7 @@ ones ``k..total-1``. Three things follow, all used by the receiver (``reassembly
 * protected packets leave first, the eligible tail last: a receiver that completes early skips the tail;
 * positions of missing packets are not needed: lost element ranges are the complement of the received ones.
 
-Every header is built by one :func:`host.wire.pack_batch` call.
+Every header is the transfer's template (one checked :meth:`host.wire.Header.pack`) with its per-packet words set.
 """
 
 from __future__ import annotations
@@ -80,6 +80,48 @@ def plan_packets(*, nelems: int, dtype: DType, mtu: int,
     itemsize = DType(dtype).itemsize
     chunk = chunk_elems(mtu, itemsize)
     npk = max(1, -(-nelems // chunk))
+    if classes is not None:
+        priority = classes.priority
+        if np.shape(classes.eligible) != (npk,):
+            raise ValueError(f"policy classified {np.shape(classes.eligible)} packets, the plan has {npk}")
+    # every header is the transfer's template (one Header.pack, checked there) with its per-packet words set
+    template = wire.Header(msg_type=MsgType.DATA, priority=priority, dtype=DType(dtype), layer=layer, rank=rank,
+                           job_id=job_id, transfer_id=transfer_id, step=step, total=npk, nonce=nonce).pack()
+    build = _plan_lists if npk <= SMALL_PLAN else _plan_arrays
+    return build(nelems, itemsize, chunk, npk, classes, priority, template)
+
+
+#: Packets up to which a plan is built from Python lists: below it numpy's per-call cost (two dozen calls, 1-7 us
+#: each, several times that on a cold cache) is most of a small send()'s set-up. Both builders give equal plans.
+SMALL_PLAN = 16
+
+
+def _plan_lists(nelems: int, itemsize: int, chunk: int, npk: int, classes, priority: int, template: bytes) -> Plan:
+    counts = [max(0, min(chunk, nelems - i * chunk)) for i in range(npk)]
+    elig = [False] * npk if classes is None else [bool(e) for e in np.asarray(classes.eligible).tolist()]
+    mag = [0] * npk if classes is None else [int(m) for m in np.asarray(classes.mag_class).tolist()]
+    # seq order: protected positions first, then eligible ones, each in position order (a stable sort)
+    order = sorted(range(npk), key=elig.__getitem__) if True in elig else range(npk)
+    eligible = [elig[i] for i in order]
+    cnt = [counts[i] for i in order]
+    h = np.frombuffer(bytearray(template * npk), wire.WIRE_DTYPE)
+    flags = [int(Flag.DROP_ELIGIBLE) if e else 0 for e in eligible]
+    flags[-1] |= int(Flag.LAST)
+    h[_W_FLAGS] = flags
+    if any(mag):
+        base = int(h[_W_MAG][0])
+        h[_W_MAG] = [base | (mag[i] << _MAG_SHIFT) for i in order]
+    h[_W_SEQ] = list(range(npk))
+    offsets = [i * chunk * itemsize for i in order]
+    h[_W_OFFSET] = offsets
+    h[_W_COUNT] = cnt
+    tp, te = tos_byte(priority, False), tos_byte(priority, True)
+    return Plan(total=npk, chunk=chunk, offsets=np.array(offsets, np.int64),
+                lengths=np.array([c * itemsize for c in cnt], np.int64), eligible=np.array(eligible, bool),
+                headers=h, tos=np.array([te if e else tp for e in eligible], np.uint8))
+
+
+def _plan_arrays(nelems: int, itemsize: int, chunk: int, npk: int, classes, priority: int, template: bytes) -> Plan:
     pos = np.arange(npk, dtype=np.int64)
     counts = np.minimum(chunk, nelems - pos * chunk).clip(min=0)
     if classes is None:
@@ -88,19 +130,12 @@ def plan_packets(*, nelems: int, dtype: DType, mtu: int,
     else:
         elig_pos = np.asarray(classes.eligible, bool)
         mag_pos = np.asarray(classes.mag_class, np.uint8)
-        priority = classes.priority
-        if elig_pos.shape != (npk,):
-            raise ValueError(f"policy classified {elig_pos.shape} packets, the plan has {npk}")
     # seq order: protected positions first, then eligible ones, each in position order (stable)
     order = np.argsort(elig_pos, kind="stable") if elig_pos.any() else np.arange(npk, dtype=np.int64)
     eligible = elig_pos[order]
     mag = mag_pos[order]
     cnt = counts[order]
     offsets = order * (chunk * itemsize)
-    # every header is the transfer's template (one Header.pack, checked there) with its per-packet words set:
-    # numpy's per-call cost, not the packet count, is what a small transfer pays, so this stays a handful of calls
-    template = wire.Header(msg_type=MsgType.DATA, priority=priority, dtype=DType(dtype), layer=layer, rank=rank,
-                           job_id=job_id, transfer_id=transfer_id, step=step, total=npk, nonce=nonce).pack()
     h = np.repeat(np.frombuffer(template, wire.WIRE_DTYPE), npk)
     flags = np.where(eligible, np.uint8(int(Flag.DROP_ELIGIBLE)), np.uint8(0))
     flags[-1] |= int(Flag.LAST)

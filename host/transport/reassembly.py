@@ -19,7 +19,10 @@ import math
 
 import numpy as np
 
-__all__ = ["Reassembly", "merge_ranges"]
+__all__ = ["Reassembly", "merge_ranges", "SMALL_TRANSFER"]
+
+#: Packets up to which :meth:`Reassembly.lost_ranges` works on Python lists (same result as the array path).
+SMALL_TRANSFER = 16
 
 
 class Reassembly:
@@ -169,6 +172,17 @@ class Reassembly:
 
     def lost_ranges(self, n: int, itemsize: int) -> list[tuple[int, int]]:
         """Element ranges of ``[0, n)`` never received (merged, sorted)."""
+        if self.total <= SMALL_TRANSFER:  # the same walk in Python: a dozen numpy calls cost more for a few packets
+            got = sorted((o // itemsize, o // itemsize + c) for a, o, c in
+                         zip(self.arrived.tolist(), self.offsets.tolist(), self.counts.tolist()) if a and c > 0)
+            lost, pos = [], 0
+            for a, b in got:
+                if a > pos:
+                    lost.append((pos, a))
+                pos = max(pos, b)
+            if pos < n:
+                lost.append((pos, n))
+            return lost
         got = self.received_ranges(itemsize)
         if got.size == 0:
             return [(0, n)] if n else []

@@ -103,3 +103,37 @@ def test_views_are_zero_copy_and_dtypes_map():
         view_tensor(torch.zeros(4, 4).t(), writable=True)
     assert view_tensor(torch.zeros(4, 4).t()).nelems == 16  # sending copies a non-contiguous tensor once
     assert isinstance(allocate((2, 3), torch.float16), torch.Tensor) and allocate(5, np.uint8).dtype == np.uint8
+
+
+@settings(max_examples=120, deadline=None)
+@given(npk=st.integers(1, 20), short=st.integers(0, 100), dt=st.sampled_from(list(DType)),
+       mtu=st.sampled_from([1500, 9000]), with_classes=st.booleans(), data=st.data())
+def test_small_plans_from_lists_equal_the_array_builder(npk, short, dt, mtu, with_classes, data):
+    """Plans of up to SMALL_PLAN packets are built from Python lists; the array builder must give the same plan,
+    field for field and byte for byte, whatever the eligibility and magnitude classes."""
+    from host.policy import PacketClasses
+    from host.transport import chunking
+    isz = dt.itemsize
+    chunk = chunk_elems(mtu, isz)
+    n = max(0, npk * chunk - min(short, chunk - 1))
+    npk = max(1, -(-n // chunk))
+    classes = None
+    if with_classes:
+        elig = np.array(data.draw(st.lists(st.booleans(), min_size=npk, max_size=npk)), bool)
+        mag = np.array(data.draw(st.lists(st.integers(0, 7), min_size=npk, max_size=npk)), np.uint8)
+        classes = PacketClasses(data.draw(st.integers(0, 7)), mag, elig)
+    args = dict(nelems=n, dtype=dt, mtu=mtu, classes=classes, priority=3, layer=2, rank=5, job_id=77,
+                transfer_id=123456, step=9, nonce=0xBEEF)
+    got = plan_packets(**args)
+    old = chunking.SMALL_PLAN
+    chunking.SMALL_PLAN = 0  # everything through the array builder
+    try:
+        want = plan_packets(**args)
+    finally:
+        chunking.SMALL_PLAN = old
+    assert got.total == want.total and got.chunk == want.chunk
+    for f in ("offsets", "lengths", "eligible", "tos"):
+        a, b = getattr(got, f), getattr(want, f)
+        assert a.dtype == b.dtype and np.array_equal(a, b), f
+    assert got.headers.dtype == want.headers.dtype
+    assert got.headers.tobytes() == want.headers.tobytes()
