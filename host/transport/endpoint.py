@@ -431,7 +431,14 @@ class Endpoint:
             p.out[transfer_id] = o
             p.active.append(o)
             p.active.sort(key=lambda x: (-x.priority, x.created))
+            # An idle I/O thread would first have to wake up, be scheduled and run its timers before the first
+            # packet left: on a loaded host that is the larger part of a small transfer's latency. The caller sends
+            # the first burst itself instead (chosen under the lock as the I/O thread would) and wakes the I/O
+            # thread for the rest: later bursts, ACKs and timers.
+            job = self._pick_burst(now)[0] if self._sleeping else None
             self._wake()
+        if job is not None:
+            self._transmit(job)
         return o.handle
 
     def recv(self, peer: int, transfer_id: int, out: Any, *, timeout: float | None = None,

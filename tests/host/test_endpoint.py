@@ -213,6 +213,32 @@ def test_staged_bytes_are_released_on_every_path(make_endpoints):
     assert torch.equal(b.recv(0, 311, out=torch.empty_like(z), timeout=5).data, z)
 
 
+def test_an_idle_endpoint_sends_the_first_burst_from_the_caller(make_endpoints, monkeypatch):
+    """With the I/O thread asleep, send() transmits the first burst itself (no wake-up on the latency path) and
+    the I/O thread does the rest; a transfer larger than one burst still completes."""
+    a, b = make_endpoints(2, Options(mtu=9000, **FAST))
+    senders: list[str] = []
+    orig = Endpoint._transmit
+
+    def spy(self, job):
+        if self is a:
+            senders.append(threading.current_thread().name)
+        return orig(self, job)
+
+    monkeypatch.setattr(Endpoint, "_transmit", spy)
+    for i, n in enumerate((100, 2_000_000)):  # one packet; then ~900 packets, many bursts
+        deadline = time.monotonic() + 5
+        while not a._sleeping and time.monotonic() < deadline:
+            time.sleep(0.001)
+        senders.clear()
+        x = torch.randn(n)
+        h = a.send(1, x, transfer_id=400 + i)
+        assert senders and senders[0] == threading.current_thread().name
+        assert torch.equal(b.recv(0, 400 + i, out=torch.empty_like(x), timeout=10).data, x)
+        h.wait(10)
+        assert len(senders) >= (1 if n == 100 else 2) and senders.count(senders[0]) == 1
+
+
 def test_many_concurrent_transfers_all_to_all(make_endpoints):
     n = 4
     eps = make_endpoints(n, Options(socket_wrapper=lossy(seed=None, loss=0.02, reorder=0.02), **FAST))
