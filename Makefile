@@ -16,9 +16,9 @@ help:
 	@echo "make setup      Debian packages + .venv (idempotent, seconds when done)"
 	@echo "make proto      regenerate switch/mgmt_pb2*.py from switch/mgmt.proto"
 
-# The stamp is rebuilt only when the dependency list or the set-up script changes.
+# The stamp is rebuilt only when the dependency list, the set-up script or the C extension changes.
 setup: $(STAMP)
-$(STAMP): pyproject.toml scripts/setup.sh
+$(STAMP): pyproject.toml setup.py scripts/setup.sh host/transport/_rxlane.c
 	scripts/setup.sh
 	@touch $@
 

@@ -47,6 +47,12 @@ from host.transport.reassembly import Reassembly
 from host.transport.tensors import TensorView, allocate, view_tensor
 from host.wire import DType, Flag, MsgType
 
+try:  # the receive fast lane in C, built by `pip install` (setup.py); without it every packet takes the Python path
+    from host.transport import _rxlane
+except ImportError as _e:  # pragma: no cover - only a broken install gets here
+    _rxlane = None
+    logging.getLogger(__name__).warning("dlcp: C receive fast lane not built (%s): using the Python path only", _e)
+
 __all__ = ["Endpoint", "Options", "SendHandle", "RecvResult", "LossReport", "TransportError", "path_mtu", "HDR", "decode_words",
            "pack_control_header"]
 
@@ -66,6 +72,8 @@ _ITEMSIZE = [0] * 256
 for _d in DType:
     _ITEMSIZE[int(_d)] = _d.itemsize
 _NDTYPES = len(DType)
+_TID_AT = wire.WIRE_DTYPE.fields[wire.WIRE_DTYPE.names[W_TID]][1]  # byte offset of the transfer id
+_U32 = struct.Struct("!I")
 
 CTL_DONE = 1  # CONTROL payload: opcode byte, then u32 packets received
 _CTL = struct.Struct("!BI")
@@ -160,6 +168,9 @@ class Options:
     tombstones: int = 1 << 16  # completed transfers remembered (late packets get DONE again)
     socket_wrapper: Callable[[socket.socket], Any] | None = None  # fault injection on the send path
     offload: bool = True  # UDP GSO/GRO when the kernel accepts them (off with a socket_wrapper)
+    # the C receive fast lane (host/transport/_rxlane.c); False, or DLCP_NATIVE=0 in the environment: the Python
+    # path only (A/B measurements, debugging)
+    native: bool = field(default_factory=lambda: os.environ.get("DLCP_NATIVE", "1") != "0")
 
 
 @dataclass(frozen=True)
@@ -387,10 +398,11 @@ class Endpoint:
             "acks_sent", "nacks_sent", "dones_sent", "acks_rx", "nacks_rx", "dones_rx", "stale_feedback",
             "ecn_ce_rx", "ecn_echo_rx", "zero_filled_elements", "transfers_sent", "transfers_received",
             "send_errors", "recv_timeouts", "peer_timeouts", "rto_timeouts", "internal_errors", "tx_gso_sends",
-            "rx_gro_buffers"), 0)
+            "rx_gro_buffers", "rx_fast_datagrams"), 0)
         self._malformed_by_field: dict[str, int] = {}
         self._rxbuf = bytearray(_RX_BUF)
         self._rxmv = memoryview(self._rxbuf)
+        self._fast = _rxlane.data_record if opts.native and _rxlane is not None else None
         self._sleeping = False
         self._io_thread = threading.Thread(target=self._io_loop, name=f"dlcp-io-{rank}", daemon=True)
         self._io_thread.start()
@@ -683,19 +695,65 @@ class Endpoint:
             fresh += 1
         if seqs:
             Endpoint._add_arrivals(st, seqs, offs, cnts, plens, eligs)
-        if not fresh:
-            return
+        if fresh:
+            self._arrived(inc, key, fresh, got, now)
+
+    def _arrived(self, inc: _In, key: tuple[int, int], fresh: int, got: int, now: float) -> None:
+        """After ``fresh`` new packets (``got`` bytes) of ``inc`` were recorded: counters, then complete, ACK now,
+        or leave the ACK for the end of the receive pass."""
+        c = self._c
         inc.last_arrival = now
         inc.bytes += got
         inc.nack_interval = self.opts.nack_interval
         c["rx_bytes"] += got
         c["rx_data_packets"] += fresh
-        if st.complete:
+        if inc.st.complete:
             self._complete_in(inc, now)
-        elif inc.since_ack >= self.opts.ack_every or st.last_seen and inc.since_ack:
+        elif inc.since_ack >= self.opts.ack_every or inc.st.last_seen and inc.since_ack:
             self._send_ack(inc)
         else:
             self._ack_pending.add(key)
+
+    def _fast_record(self, pos: int, nbytes: int, seg: int, tos: int, src: int | None, now: float) -> int:
+        """The C fast lane for one receive record (``_rxlane.data_record``): when the first datagram names a
+        transfer that has its Reassembly and a buffer, and every datagram of the record is a valid DATA packet of
+        it that fits, the payloads are copied and recorded in one call. Returns the datagrams consumed, 0 when the
+        record must take the Python path (nothing was changed)."""
+        mv = self._rxmv
+        if nbytes < wire.HEADER_LEN or src is None:
+            return 0
+        key = (src, _U32.unpack_from(mv, pos + _TID_AT)[0])  # the C call checks every field, these two too
+        inc = self._incoming.get(key)
+        if inc is None or inc.st is None:
+            return 0
+        st = inc.st
+        dst = inc.dst if inc.dst is not None else inc.stage
+        if dst is None or len(dst) == 0:
+            return 0
+        r = self._fast(self._rxbuf, pos, nbytes, seg, self.job_id, self.nonce, src, key[1], st.total, inc.dtype,
+                       _ITEMSIZE[inc.dtype], dst, st.arrived, st.offsets, st.counts, st.cum)
+        if r is None:
+            return 0
+        ndg, fresh, dups, got, nelems, max_count, max_end, min_elig, max_seq, cum = r
+        c = self._c
+        ce = (tos & 3) == wire.ECN_CE  # one TOS per record: GRO coalesces only datagrams with equal IP headers
+        if fresh and ce != inc.ce_state:  # DCTCP receiver: ACK the packets before the first with the other CE state
+            if inc.since_ack:
+                self._send_ack(inc)
+            inc.ce_state = ce
+        if dups:
+            inc.dups += dups
+            c["duplicates"] += dups
+            inc.since_ack += dups
+            self._ack_pending.add(key)
+        if fresh:
+            if ce:
+                inc.ce_marks += fresh
+                c["ecn_ce_rx"] += fresh
+            st.add_counted(fresh, nelems, max_count, max_end, min_elig, max_seq, cum)
+            inc.since_ack += fresh
+            self._arrived(inc, key, fresh, got, now)
+        return ndg
 
     @staticmethod
     def _add_arrivals(st: Reassembly, seqs, offs, cnts, plens, eligs) -> None:
@@ -1287,6 +1345,8 @@ class Endpoint:
         groups: dict[tuple[int, int], list[tuple]] = {}
         feedback: list[tuple] = []
         ndgrams = 0
+        fast = self._fast
+        now = time.monotonic()
         for pos, nbytes, anc, addr in recs:
             tos = seg = 0
             for lvl, typ, data in anc:
@@ -1294,12 +1354,17 @@ class Endpoint:
                     tos = data[0]
                 elif typ == _UDP_GRO and lvl == _SOL_UDP:
                     seg = int.from_bytes(data[:4], sys.byteorder)
-            if seg and nbytes > seg:
+            gro = seg and nbytes > seg
+            if gro:
                 c["rx_gro_buffers"] += 1
-                segs = [(s, min(seg, pos + nbytes - s)) for s in range(pos, pos + nbytes, seg)]
-            else:
-                segs = [(pos, nbytes)]
             src = rank_of.get(addr)
+            if fast is not None:  # (a record of the same transfer may wait in groups: arrival order never matters)
+                k = self._fast_record(pos, nbytes, seg, tos, src, now)
+                if k:
+                    ndgrams += k
+                    c["rx_fast_datagrams"] += k
+                    continue
+            segs = [(s, min(seg, pos + nbytes - s)) for s in range(pos, pos + nbytes, seg)] if gro else [(pos, nbytes)]
             for s, ln in segs:
                 ndgrams += 1
                 if ln < hl:
@@ -1333,7 +1398,6 @@ class Endpoint:
                 else:
                     feedback.append((w, mt, s, ln))
         c["rx_datagrams"] += ndgrams
-        now = time.monotonic()
         for key, items in groups.items():
             self._on_data(key, items, now)
         for w, mt, s, ln in feedback:

@@ -120,6 +120,26 @@ class Reassembly:
             if s1 < self.total and self.arrived[s1]:
                 self._advance_cum()
 
+    def add_counted(self, fresh: int, nelems: int, max_count: int, max_end: int, min_eligible: int,
+                    max_seq: int, cum: int) -> None:
+        """Record ``fresh`` arrivals whose entries in ``arrived``, ``offsets`` and ``counts`` the receive fast lane
+        (``host/transport/_rxlane.c``) has already written; the arguments are its totals over them (``nelems``
+        elements, the largest count, the largest offset + bytes, the smallest eligible seq or ``total``, the
+        highest seq) and the new ``cum`` it found walking ``arrived``."""
+        self.npackets += fresh
+        self.nelems += nelems
+        if max_count > self.max_count:
+            self.max_count = max_count
+        if max_end > self.max_end:
+            self.max_end = max_end
+        if min_eligible < self.min_eligible:
+            self.min_eligible = min_eligible
+        if max_seq > self.max_seq:
+            self.max_seq = max_seq
+            if max_seq == self.total - 1:
+                self.last_seen = True
+        self.cum = cum
+
     def _advance_cum(self) -> None:
         """Move ``cum`` over the run of arrived seqs that starts at it (a numpy window at a time: filling a hole
         can join a long run)."""

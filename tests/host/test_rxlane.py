@@ -1,0 +1,206 @@
+"""The C receive fast lane (``host/transport/_rxlane.c``) against the Python receive path it short-cuts.
+
+Twin endpoints, one with ``native=True`` and one with ``native=False``, are handed the same receive records (the
+bytes a ``recvmsg`` would have put in the receive buffer, with the same GRO segment size and TOS) through the
+endpoint's own ``_handle``; after every record their transfer state, counters and buffers must be identical. The
+records mix in-order runs, reordering, duplicates, ECN marks, and datagrams the fast lane must refuse (malformed,
+another job, another transfer, a wrong total, a stray source, a payload beyond the buffer), alone or hidden inside
+a GRO record.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from host import wire
+from host.policy import PacketClasses
+from host.transport import Endpoint, Options
+from host.transport import endpoint as endpoint_mod
+from host.transport.chunking import plan_packets
+from host.wire import DType, Flag
+
+JOB, NONCE = 7, 0x1234
+SENDER = ("127.0.0.1", 1)  # rank 0's address: never bound, nothing is sent back that matters
+STRAY = ("127.0.0.9", 1)  # a source that is no rank
+
+# counters the two paths must agree on (ACK/NACK counts depend on timers, rx_fast_datagrams on the path)
+COUNTERS = ("rx_datagrams", "rx_data_packets", "rx_bytes", "duplicates", "late", "foreign", "stray", "malformed",
+            "inconsistent", "unclaimed_dropped", "ecn_ce_rx", "rx_gro_buffers", "transfers_received")
+
+
+def test_the_extension_is_built_and_follows_the_wire_format():
+    from host.transport import _rxlane
+
+    assert endpoint_mod._rxlane is _rxlane  # `make setup` builds it: a missing build must fail here, not hide
+    names = wire.WIRE_DTYPE.names
+    assert _rxlane.LAYOUT == tuple((wire.WIRE_DTYPE.fields[n][1], wire.WIRE_DTYPE[n].itemsize) for n in names)
+    assert (_rxlane.VERSION, _rxlane.HEADER_LEN, _rxlane.F_ELIGIBLE) == \
+        (wire.VERSION, wire.HEADER_LEN, int(Flag.DROP_ELIGIBLE))
+
+
+def test_data_record_rejects_bad_arguments():
+    from host.transport import _rxlane
+
+    buf, z = bytearray(64), np.zeros(4, bool)
+    args = [buf, 0, 64, 0, JOB, NONCE, 0, 1, 4, int(DType.FLOAT32), 4, bytearray(16), z, np.zeros(4, np.int64),
+            np.zeros(4, np.int64), 0]
+    with pytest.raises(TypeError, match="16 arguments"):
+        _rxlane.data_record(*args[:15])
+    with pytest.raises(ValueError, match="outside buf"):
+        _rxlane.data_record(*args[:2], 65, *args[3:])
+    with pytest.raises(ValueError, match="shorter than total"):
+        _rxlane.data_record(*args[:8], 5, *args[9:])
+    with pytest.raises(BufferError):
+        _rxlane.data_record(*args[:11], bytes(16), *args[12:])  # a read-only destination
+
+
+def _datagram(plan, seq: int, x: np.ndarray) -> bytearray:
+    off, ln = int(plan.offsets[seq]), int(plan.lengths[seq])
+    return bytearray(plan.headers[seq: seq + 1].tobytes() + x.view(np.uint8)[off: off + ln].tobytes())
+
+
+class _Twin:
+    """One receiving endpoint (rank 1) fed records directly, optionally with recv() posted in a thread."""
+
+    def __init__(self, native: bool, post: bool, n: int, dtype):
+        amap = {0: SENDER, 1: ("127.0.0.1", 0)}
+        self.ep = Endpoint(1, amap, JOB, NONCE, Options(native=native, peer_timeout=30, recv_timeout=30,
+                                                        nack_idle=30, grace=30))
+        self.out = np.full(n, 0, dtype)
+        self.res = self.err = None
+        self.thread = None
+        if post:
+            self.thread = threading.Thread(target=self._recv, daemon=True)
+            self.thread.start()
+
+    def _recv(self):
+        try:
+            self.res = self.ep.recv(0, 5, out=self.out, timeout=30)
+        except Exception as e:  # compared with the twin's
+            self.err = str(e)
+
+    def feed(self, dgrams: list[bytes], seg: int, tos: int, src) -> None:
+        ep = self.ep
+        data = b"".join(dgrams)
+        anc = [(socket.IPPROTO_IP, socket.IP_TOS, bytes([tos]))]
+        if len(dgrams) > 1:
+            anc.append((17, 104, seg.to_bytes(4, sys.byteorder)))  # SOL_UDP, UDP_GRO
+        with ep._lock:
+            ep._rxbuf[:len(data)] = data
+            ep._handle([(0, len(data), anc, src)])
+
+    def state(self) -> dict:
+        """Counters, the transfer's Reassembly and receiver fields, and its buffer, by name."""
+        ep = self.ep
+        with ep._lock:
+            out = {k: ep._c[k] for k in COUNTERS}
+            inc = ep._incoming.get((0, 5)) or ep._ready.get((0, 5))
+            if inc is not None and inc.st is not None:
+                st = inc.st
+                out.update({k: getattr(st, k) for k in ("cum", "npackets", "nelems", "max_count", "max_end",
+                                                        "min_eligible", "max_seq", "last_seen")})
+                out.update({k: getattr(st, k).tobytes() for k in ("arrived", "offsets", "counts")})
+                out.update({k: getattr(inc, k) for k in ("dups", "ce_marks", "ce_state", "bytes", "done")})
+                if inc.dst is not None:  # the whole out buffer: a stray write into a hole would show
+                    out["data"] = bytes(inc.dst)
+                else:  # a staging buffer is np.empty: only what arrived is defined
+                    isz = DType(inc.dtype).itemsize
+                    out["data"] = b"".join(bytes(inc.stage[o: o + c * isz]) for o, c in
+                                           zip(st.offsets[st.arrived].tolist(), st.counts[st.arrived].tolist()))
+            return out
+
+    def close(self):
+        self.ep.close()
+
+
+def _corrupt(d: bytearray, kind: str, rng) -> tuple[bytearray, object]:
+    """A datagram the fast lane must refuse (and the Python path handle), and the source to give it."""
+    src = SENDER
+    if kind == "version":
+        d[0] = (2 << 4) | (d[0] & 0x0F)
+    elif kind == "job":
+        d[8] ^= 0x40
+    elif kind == "nonce":
+        d[35] ^= 0x01
+    elif kind == "tid":
+        d[15] ^= 0x02
+    elif kind == "total":
+        d[27] ^= 0x01
+    elif kind == "count":
+        d[33] ^= 0x01
+    elif kind == "reserved":
+        d[2] |= 0x01
+    elif kind == "truncated":
+        d = d[: int(rng.integers(1, wire.HEADER_LEN))]
+    elif kind == "stray":
+        src = STRAY
+    elif kind == "overrun":  # an offset that puts the payload past the end of the tensor
+        d[28:32] = (10 ** 9).to_bytes(4, "big")
+    return d, src
+
+
+KINDS = ("version", "job", "nonce", "tid", "total", "count", "reserved", "truncated", "stray", "overrun")
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_fast_lane_equals_the_python_path(seed):
+    rng = np.random.default_rng(seed)
+    dtype, dt = [(np.float32, DType.FLOAT32), (np.float16, DType.FLOAT16), (np.int64, DType.INT64)][seed % 3]
+    mtu = (1500, 9000)[seed % 2]
+    post = seed % 4 != 3  # some runs stage everything: recv() never posted, data goes to the staging buffer
+    n = int(rng.integers(1, 60_000))
+    x = rng.standard_normal(n).astype(dtype)
+    elig = rng.random(max(1, -(-n // (plan_packets(nelems=n, dtype=dt, mtu=mtu).chunk)))) < 0.3
+    classes = PacketClasses(priority=3, mag_class=np.zeros(len(elig), np.uint8), eligible=elig)
+    plan = plan_packets(nelems=n, dtype=dt, mtu=mtu, classes=classes, rank=0, job_id=JOB, transfer_id=5,
+                        nonce=NONCE)
+    twins = [_Twin(True, post, n, dtype), _Twin(False, post, n, dtype)]
+    try:
+        order = list(rng.permutation(plan.total)) if seed % 5 == 1 else list(range(plan.total))
+        order += list(rng.integers(0, plan.total, size=plan.total // 4 + 1))  # duplicates
+        order += list(range(plan.total))  # "retransmissions": a corrupted packet arrives intact (or is a duplicate)
+        overran = False
+        i = 0
+        while i < len(order):
+            k = int(rng.integers(1, 9))
+            run = order[i: i + k]
+            i += k
+            dgrams = [_datagram(plan, int(s), x) for s in run]
+            src = SENDER
+            if rng.random() < 0.15:  # one datagram of the record is bad
+                j = int(rng.integers(len(dgrams)))
+                kind = KINDS[int(rng.integers(len(KINDS)))]
+                overran |= kind == "overrun"
+                dgrams[j], src_j = _corrupt(dgrams[j], kind, rng)
+                if len(dgrams) == 1:
+                    src = src_j
+            seg = max(len(d) for d in dgrams)
+            # a GRO record holds equal-size datagrams but the last, which may be shorter; otherwise feed one by one
+            sizes = [len(d) for d in dgrams]
+            records = [dgrams] if all(s == seg for s in sizes[:-1]) else [[d] for d in dgrams]
+            tos = 3 if rng.random() < 0.2 else 2  # CE or ECT(0)
+            for rec in records:
+                for t in twins:
+                    t.feed(rec, max(len(d) for d in rec), tos, src)
+                a, b = twins[0].state(), twins[1].state()
+                assert a.keys() == b.keys()
+                assert [k for k in a if a[k] != b[k]] == []
+        fast, slow = twins[0].ep.stats(), twins[1].ep.stats()
+        assert fast["rx_fast_datagrams"] > 0 and slow["rx_fast_datagrams"] == 0
+        if post:
+            for t in twins:
+                t.thread.join(30)
+            assert twins[0].err == twins[1].err  # an overrun fails the transfer, the same way on both paths
+            if twins[0].err is not None:  # only an overrun of a seq not yet arrived fails it (else: a duplicate)
+                assert overran and "out buffer" in twins[0].err, twins[0].err
+            else:
+                assert twins[0].res is not None and twins[1].res is not None
+                assert np.array_equal(twins[0].out, twins[1].out) and np.array_equal(twins[0].out, x)
+    finally:
+        for t in twins:
+            t.close()
