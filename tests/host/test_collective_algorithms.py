@@ -204,3 +204,35 @@ def test_bounded_loss_only_at_reported_elements(size: int) -> None:
 
     res = run_ranks(size, body, loss=True, seed=size)
     assert_loss_only_where_reported(res, sum(xs), p)
+
+
+def test_scratch_buffers_are_reused_and_never_leak_into_results() -> None:
+    """Reduce-scatter's working copy and the ring's receive slots come from per-thread buffers that outlive the
+    call (fresh pages cost a first-touch fault each): a second call of the same or a smaller size reuses them,
+    results and inputs are as if fresh buffers were used, and another dtype or a larger size still works."""
+    size = 3
+    sizes = [200_000, 150_000, 250_000]
+
+    def body(r, link):
+        c = Collectives(link, list(range(size)), r)
+        c.RING_SEGMENT_MIN = 64 << 10  # several segments per chunk, so the ring uses its receive slots
+        seen, outs = [], []
+        for rnd, (dtype, scale) in enumerate([(torch.float32, 1), (torch.float32, 1), (torch.float64, 1),
+                                               (torch.float32, 2)]):
+            xs = [torch.full((s * scale,), float(10 * r + i + rnd), dtype=dtype) for i, s in enumerate(sizes)]
+            before = [x.clone() for x in xs]
+            out = torch.empty(sizes[r] * scale, dtype=dtype)
+            c.reduce_scatter(out, xs, ReduceOp.SUM)
+            assert all(torch.equal(x, b) for x, b in zip(xs, before))  # the inputs are untouched
+            outs.append(out)
+            seen.append({k: v.data_ptr() for k, v in c._tls.bufs.items()})
+        return outs, seen
+
+    res = run_ranks(size, body)
+    for r, (outs, seen) in enumerate(res):
+        for rnd, out in enumerate(outs):
+            expect = sum(10 * q + r + rnd for q in range(size))
+            assert torch.equal(out, torch.full_like(out, float(expect)))
+        assert {"work", "slot0"} <= seen[0].keys()
+        assert seen[1] == seen[0]  # the same size again: no new buffer
+        assert seen[3]["work"] == seen[2]["work"]  # twice the float32 elements = the float64 bytes: reused
