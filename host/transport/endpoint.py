@@ -74,6 +74,7 @@ for _d in DType:
 _NDTYPES = len(DType)
 _TID_AT = wire.WIRE_DTYPE.fields[wire.WIRE_DTYPE.names[W_TID]][1]  # byte offset of the transfer id
 _U32 = struct.Struct("!I")
+_DATA_VT = (wire.VERSION << 4) | MsgType.DATA  # the first header byte of a data packet
 
 CTL_DONE = 1  # CONTROL payload: opcode byte, then u32 packets received
 _CTL = struct.Struct("!BI")
@@ -720,7 +721,7 @@ class Endpoint:
         it that fits, the payloads are copied and recorded in one call. Returns the datagrams consumed, 0 when the
         record must take the Python path (nothing was changed)."""
         mv = self._rxmv
-        if nbytes < wire.HEADER_LEN or src is None:
+        if nbytes < wire.HEADER_LEN or src is None or mv[pos] != _DATA_VT:  # ACK/NACK/CONTROL: the Python path
             return 0
         key = (src, _U32.unpack_from(mv, pos + _TID_AT)[0])  # the C call checks every field, these two too
         inc = self._incoming.get(key)
