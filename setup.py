@@ -1,5 +1,8 @@
-"""Only the C extension lives here; everything else about the package is in pyproject.toml."""
+"""Only the C extensions live here; everything else about the package is in pyproject.toml.
+
+The transport's two fast lanes: receive records (_rxlane) and send runs (_txlane); see docs/transport.md."""
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("host.transport._rxlane", ["host/transport/_rxlane.c"],
-                             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"])])
+_FLAGS = ["-O2", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"]
+setup(ext_modules=[Extension(f"host.transport.{name}", [f"host/transport/{name}.c"], extra_compile_args=_FLAGS)
+                   for name in ("_rxlane", "_txlane")])

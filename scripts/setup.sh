@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 SYSTEM_PYTHON=/usr/bin/python3
 # python3-venv: venv/ensurepip for the system interpreter; mininet: the testbed; ethtool: offloads off on hosts;
 # iproute2: ip netns/veth/tc; tcpdump: captures in debugging and tests; iperf3: TCP baseline in benchmarks;
-# gcc, libc6-dev, python3-dev: `pip install` compiles the transport's receive fast lane (host/transport/_rxlane.c).
+# gcc, libc6-dev, python3-dev: `pip install` compiles the transport's fast lanes (host/transport/_rxlane.c, _txlane.c).
 DEB_PACKAGES=(python3 python3-venv python3-dev gcc libc6-dev mininet ethtool iproute2 tcpdump iperf3 openssl)
 
 missing=()
@@ -37,8 +37,8 @@ echo "setup: installing dlcp (editable) and its pinned dependencies"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 .venv/bin/python - <<'PY'
 import importlib, sys
-for name in ("torch", "finsy", "scapy", "pyroute2", "numpy", "grpc", "host", "host.transport._rxlane", "switch",
-             "controller", "testbed"):
+for name in ("torch", "finsy", "scapy", "pyroute2", "numpy", "grpc", "host", "host.transport._rxlane",
+             "host.transport._txlane", "switch", "controller", "testbed"):
     importlib.import_module(name)
 import mininet.net  # noqa: E402  the real Mininet, not our testbed directory
 assert "dist-packages" in mininet.net.__file__, mininet.net.__file__

@@ -47,11 +47,11 @@ from host.transport.reassembly import Reassembly
 from host.transport.tensors import TensorView, allocate, view_tensor
 from host.wire import DType, Flag, MsgType
 
-try:  # the receive fast lane in C, built by `pip install` (setup.py); without it every packet takes the Python path
-    from host.transport import _rxlane
+try:  # the fast lanes in C, built by `pip install` (setup.py); without them every packet takes the Python path
+    from host.transport import _rxlane, _txlane
 except ImportError as _e:  # pragma: no cover - only a broken install gets here
-    _rxlane = None
-    logging.getLogger(__name__).warning("dlcp: C receive fast lane not built (%s): using the Python path only", _e)
+    _rxlane = _txlane = None
+    logging.getLogger(__name__).warning("dlcp: C fast lanes not built (%s): using the Python paths only", _e)
 
 __all__ = ["Endpoint", "Options", "SendHandle", "RecvResult", "LossReport", "TransportError", "path_mtu", "HDR", "decode_words",
            "pack_control_header"]
@@ -169,8 +169,8 @@ class Options:
     tombstones: int = 1 << 16  # completed transfers remembered (late packets get DONE again)
     socket_wrapper: Callable[[socket.socket], Any] | None = None  # fault injection on the send path
     offload: bool = True  # UDP GSO/GRO when the kernel accepts them (off with a socket_wrapper)
-    # the C receive fast lane (host/transport/_rxlane.c); False, or DLCP_NATIVE=0 in the environment: the Python
-    # path only (A/B measurements, debugging)
+    # the C fast lanes (host/transport/_rxlane.c, _txlane.c); False, or DLCP_NATIVE=0 in the environment: the
+    # Python paths only (A/B measurements, debugging)
     native: bool = field(default_factory=lambda: os.environ.get("DLCP_NATIVE", "1") != "0")
 
 
@@ -241,6 +241,7 @@ class _Out:
         anc_p = [(socket.IPPROTO_IP, socket.IP_TOS, bytes([tos_byte(self.priority, False)]))]
         anc_e = [(socket.IPPROTO_IP, socket.IP_TOS, bytes([tos_byte(self.priority, True)]))]
         self.anc = (anc_p, anc_e)  # by eligibility: the TOS control message of a packet is anc[elig[seq]]
+        self.tos = (tos_byte(self.priority, False), tos_byte(self.priority, True))  # the same, for the send lane
         self.acked = np.zeros(n, bool)
         self.inflight = np.zeros(n, bool)
         self.queued = np.zeros(n, bool)
@@ -404,6 +405,9 @@ class Endpoint:
         self._rxbuf = bytearray(_RX_BUF)
         self._rxmv = memoryview(self._rxbuf)
         self._fast = _rxlane.data_record if opts.native and _rxlane is not None else None
+        # the send lane calls sendmsg on the socket itself: not with a socket_wrapper, which must see every datagram
+        self._fast_tx = _txlane.send_run if opts.native and _txlane is not None and self._tx is sock else None
+        self._ip4: dict[str, bytes] = {}
         self._sleeping = False
         self._io_thread = threading.Thread(target=self._io_loop, name=f"dlcp-io-{rank}", daemon=True)
         self._io_thread.start()
@@ -1147,6 +1151,7 @@ class Endpoint:
             c["tx_data_packets"] += len(seqs)
             c["tx_bytes"] += sum(lens[t] for t in seqs) + hl * len(seqs)
         gso_sends = 0
+        fast = self._fast_tx
         i, n = 0, len(seqs)
         while i < n:
             s = seqs[i]
@@ -1158,14 +1163,23 @@ class Endpoint:
                 while j < lim and seqs[j] == seqs[j - 1] + 1 and lens[seqs[j - 1]] == size \
                         and lens[seqs[j]] <= size and elig[seqs[j]] == e0:
                     j += 1
-            bufs = []
-            for t in seqs[i:j]:
-                off = offs[t]
-                bufs.append(hdr[t * hl: t * hl + hl])
-                bufs.append(pay[off: off + lens[t]])
-            a = anc[elig[s]]
-            ancdata = a if j == i + 1 else a + [(_SOL_UDP, _UDP_SEGMENT, struct.pack("=H", hl + size))]
-            if not self._sendmsg(bufs, ancdata, addr):
+            gso = j > i + 1
+            if fast is not None:
+                ip4 = self._ip4.get(addr[0])
+                if ip4 is None:
+                    ip4 = self._ip4[addr[0]] = socket.inet_aton(addr[0])
+                call = (fast, (self._sock.fileno(), hdr, pay, offs, lens, seqs, i, j, ip4, addr[1], o.tos[elig[s]],
+                               hl + size if gso else 0))
+            else:
+                bufs = []
+                for t in seqs[i:j]:
+                    off = offs[t]
+                    bufs.append(hdr[t * hl: t * hl + hl])
+                    bufs.append(pay[off: off + lens[t]])
+                a = anc[elig[s]]
+                ancdata = a + [(_SOL_UDP, _UDP_SEGMENT, struct.pack("=H", hl + size))] if gso else a
+                call = (self._tx.sendmsg, (bufs, ancdata, 0, addr))
+            if not self._sendmsg(*call, gso):
                 if self._closed:
                     return
                 if j > i + 1 and self._gso is False:
@@ -1177,19 +1191,20 @@ class Endpoint:
             with self._lock:
                 self._c["tx_gso_sends"] += gso_sends
 
-    def _sendmsg(self, bufs: list, ancdata: list, addr: tuple[str, int]) -> bool:
-        """One sendmsg, waiting while the socket buffer is full. False when it failed (counted) or the endpoint
-        closed; a refused segmentation offload turns GSO off for good (the caller resends one by one)."""
+    def _sendmsg(self, fn: Callable, args: tuple, gso: bool) -> bool:
+        """One send, ``fn(*args)`` (the socket's sendmsg, or the send lane's ``send_run``), waiting while the socket
+        buffer is full. False when it failed (counted) or the endpoint closed; a refused segmentation offload (a
+        ``gso`` send failing) turns GSO off for good (the caller resends one by one)."""
         while True:
             try:
-                self._tx.sendmsg(bufs, ancdata, 0, addr)
+                fn(*args)
                 return True
             except BlockingIOError:
                 select.select([], [self._sock], [], 0.01)
                 if self._closed:
                     return False
             except OSError as e:
-                if len(ancdata) > 1 and ancdata[-1][1] == _UDP_SEGMENT and self._gso:
+                if gso and self._gso:
                     self._gso = False
                     log.info("dlcp rank %d: UDP segmentation offload refused (%s); sending datagrams one by one",
                              self.rank, e)

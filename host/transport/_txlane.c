@@ -1,0 +1,178 @@
+/* host.transport._txlane: the send fast lane of the DLCP transport, in C.
+ *
+ * Why: the I/O thread sends a burst as runs of consecutive, equal-size packets, each run one sendmsg with a
+ * UDP_SEGMENT control message (GSO). In Python every packet of a run costs two memoryview slices (header and
+ * payload), list appends, and sendmsg's own per-buffer argument parsing; at MTU 9000 a run is up to 7 packets, at
+ * MTU 1500 up to 43. ``send_run`` builds the iovec from the plan's header array, the tensor's bytes and the
+ * packets' offsets and lengths directly and makes the one sendmsg, with the GIL released around the system call
+ * (as socket.sendmsg does).
+ *
+ * Contract: ``send_run(fd, hdr, payload, offs, lens, seqs, i, j, ip4, port, tos, seg)`` sends the datagrams of
+ * seqs[i:j] (each: the 36-byte header hdr[36*s : 36*s+36], then payload[offs[s] : offs[s]+lens[s]]) to ip4:port
+ * (4 packed address bytes, host-order port) with IP TOS ``tos``, as one sendmsg; ``seg`` > 0 adds UDP_SEGMENT
+ * ``seg`` (the caller's GSO run: every datagram but the last exactly ``seg`` bytes), 0 sends one datagram (j = i+1).
+ * Returns the bytes sent. A system call error raises OSError with its errno (BlockingIOError for a full socket
+ * buffer, so the caller waits and retries exactly as with socket.sendmsg); bad arguments raise ValueError or
+ * IndexError and send nothing. The bytes on the wire are those the Python path sends: tests/host/test_txlane.py
+ * compares them datagram by datagram, TOS included.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#define HEADER_LEN 36
+#define MAX_RUN 64
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+
+static int list_index(PyObject *list, Py_ssize_t k, Py_ssize_t *out, const char *what)
+{
+    if (k < 0 || k >= PyList_GET_SIZE(list)) {
+        PyErr_Format(PyExc_IndexError, "send_run: %s index %zd out of range", what, k);
+        return -1;
+    }
+    Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(list, k));
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    *out = v;
+    return 0;
+}
+
+PyDoc_STRVAR(send_run_doc,
+"send_run(fd, hdr, payload, offs, lens, seqs, i, j, ip4, port, tos, seg)\n"
+"--\n\n"
+"Send the datagrams of seqs[i:j] (header hdr[36*s:36*s+36], payload payload[offs[s]:offs[s]+lens[s]]) to\n"
+"ip4:port with IP TOS ``tos`` as one sendmsg; ``seg`` > 0 adds UDP_SEGMENT ``seg`` (GSO), 0 sends one datagram.\n"
+"Returns the bytes sent; a system call error raises OSError with its errno.");
+
+static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 12) {
+        PyErr_Format(PyExc_TypeError, "send_run takes 12 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *offs = args[3], *lens = args[4], *seqs = args[5];
+    if (!PyList_Check(offs) || !PyList_Check(lens) || !PyList_Check(seqs)) {
+        PyErr_SetString(PyExc_TypeError, "send_run: offs, lens and seqs must be lists");
+        return NULL;
+    }
+    int fd = (int)PyLong_AsLong(args[0]);
+    Py_ssize_t i = PyLong_AsSsize_t(args[6]), j = PyLong_AsSsize_t(args[7]);
+    long port = PyLong_AsLong(args[9]), tos = PyLong_AsLong(args[10]), seg = PyLong_AsLong(args[11]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n = j - i;
+    if (n < 1 || n > MAX_RUN || i < 0 || (seg == 0 && n != 1) || seg < 0 || seg > 65535 || port < 0 || port > 65535
+        || tos < 0 || tos > 255) {
+        PyErr_Format(PyExc_ValueError, "send_run: bad run [%zd, %zd) (1..%d datagrams; seg 0 only for one), seg %ld, "
+                     "port %ld or tos %ld", i, j, MAX_RUN, seg, port, tos);
+        return NULL;
+    }
+    char ip[4];
+    if (!PyBytes_Check(args[8]) || PyBytes_GET_SIZE(args[8]) != 4) {
+        PyErr_SetString(PyExc_ValueError, "send_run: ip4 must be 4 packed bytes");
+        return NULL;
+    }
+    memcpy(ip, PyBytes_AS_STRING(args[8]), 4);
+    Py_buffer vh, vp;
+    if (PyObject_GetBuffer(args[1], &vh, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[2], &vp, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&vh);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    struct iovec iov[2 * MAX_RUN];
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t s, off, ln;
+        if (list_index(seqs, i + k, &s, "seqs") < 0 || list_index(offs, s, &off, "offs") < 0
+            || list_index(lens, s, &ln, "lens") < 0)
+            goto done;
+        if ((s + 1) * HEADER_LEN > vh.len || off < 0 || ln < 0 || off + ln > vp.len) {
+            PyErr_Format(PyExc_ValueError, "send_run: packet %zd (header or payload [%zd, %zd)) outside its buffers",
+                         s, off, off + ln);
+            goto done;
+        }
+        iov[2 * k].iov_base = (char *)vh.buf + s * HEADER_LEN;
+        iov[2 * k].iov_len = HEADER_LEN;
+        iov[2 * k + 1].iov_base = (char *)vp.buf + off;
+        iov[2 * k + 1].iov_len = (size_t)ln;
+    }
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    memcpy(&sa.sin_addr, ip, 4);
+    union {
+        char buf[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_name = &sa;
+    msg.msg_namelen = sizeof sa;
+    msg.msg_iov = iov;
+    msg.msg_iovlen = (size_t)(2 * n);
+    msg.msg_control = ctl.buf;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int)) + (seg ? CMSG_SPACE(sizeof(uint16_t)) : 0);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = IPPROTO_IP;
+    c->cmsg_type = IP_TOS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    int t = (int)tos;
+    memcpy(CMSG_DATA(c), &t, sizeof t);
+    if (seg) {
+        c = CMSG_NXTHDR(&msg, c);
+        c->cmsg_level = SOL_UDP;
+        c->cmsg_type = UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        uint16_t g = (uint16_t)seg;
+        memcpy(CMSG_DATA(c), &g, sizeof g);
+    }
+    ssize_t r;
+    Py_BEGIN_ALLOW_THREADS
+    r = sendmsg(fd, &msg, 0);
+    Py_END_ALLOW_THREADS
+    if (r < 0)
+        PyErr_SetFromErrno(PyExc_OSError);
+    else
+        result = PyLong_FromSsize_t(r);
+done:
+    PyBuffer_Release(&vp);
+    PyBuffer_Release(&vh);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"send_run", (PyCFunction)(void (*)(void))send_run, METH_FASTCALL, send_run_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_txlane",
+    "The DLCP send fast lane: one C call builds and sends a GSO run of data packets.",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__txlane(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "HEADER_LEN", HEADER_LEN) < 0 || PyModule_AddIntConstant(m, "MAX_RUN", MAX_RUN) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
