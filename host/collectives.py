@@ -312,7 +312,7 @@ class Collectives:
         """``n`` elements of ``dtype``, contents undefined, backed by this thread's reusable buffer ``name`` (grown
         as needed; per thread, so concurrent collectives never share one). Valid until the same thread asks for
         ``name`` again: callers copy results out before returning."""
-        nbytes = n * torch.empty(0, dtype=dtype).element_size()
+        nbytes = n * dtype.itemsize
         if nbytes > self.SCRATCH_MAX_BYTES:
             return torch.empty(n, dtype=dtype)
         bufs = self._tls.__dict__.setdefault("bufs", {})

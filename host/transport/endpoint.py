@@ -238,10 +238,9 @@ class _Out:
         self.offs = plan.offsets.tolist()
         self.lens = plan.lengths.tolist()
         self.elig = plan.eligible.tolist()
-        anc_p = [(socket.IPPROTO_IP, socket.IP_TOS, bytes([tos_byte(self.priority, False)]))]
-        anc_e = [(socket.IPPROTO_IP, socket.IP_TOS, bytes([tos_byte(self.priority, True)]))]
-        self.anc = (anc_p, anc_e)  # by eligibility: the TOS control message of a packet is anc[elig[seq]]
-        self.tos = (tos_byte(self.priority, False), tos_byte(self.priority, True))  # the same, for the send lane
+        self.tos = (tos_byte(self.priority, False), tos_byte(self.priority, True))  # by eligibility: tos[elig[seq]]
+        # the same as sendmsg control messages, for the Python send path
+        self.anc = tuple([(socket.IPPROTO_IP, socket.IP_TOS, bytes([t]))] for t in self.tos)
         self.acked = np.zeros(n, bool)
         self.inflight = np.zeros(n, bool)
         self.queued = np.zeros(n, bool)

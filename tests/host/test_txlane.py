@@ -31,15 +31,19 @@ def pair():
     rx.close()
 
 
+def _recv_one(rx: socket.socket) -> tuple[bytes, int | None]:
+    """One datagram from ``rx`` with its TOS byte."""
+    data, anc, _f, _a = rx.recvmsg(1 << 16, socket.CMSG_SPACE(4))
+    return data, next((d[0] for lvl, typ, d in anc if lvl == socket.IPPROTO_IP and typ == socket.IP_TOS), None)
+
+
 def _drain(rx: socket.socket) -> list[tuple[bytes, int]]:
     """Every datagram waiting on ``rx`` with its TOS byte."""
     out = []
     rx.setblocking(False)
     try:
         while True:
-            data, anc, _f, _a = rx.recvmsg(1 << 16, socket.CMSG_SPACE(4))
-            tos = next((d[0] for lvl, typ, d in anc if lvl == socket.IPPROTO_IP and typ == socket.IP_TOS), None)
-            out.append((data, tos))
+            out.append(_recv_one(rx))
     except BlockingIOError:
         pass
     rx.settimeout(2)
@@ -91,12 +95,8 @@ def test_send_run_puts_the_python_paths_datagrams_on_the_wire(pair, mtu):
 
 
 def _drain_n(rx, k: int) -> list[tuple[bytes, int]]:
-    got = []
-    while len(got) < k:
-        data, anc, _f, _a = rx.recvmsg(1 << 16, socket.CMSG_SPACE(4))
-        tos = next((d[0] for lvl, typ, d in anc if lvl == socket.IPPROTO_IP and typ == socket.IP_TOS), None)
-        got.append((data, tos))
-    return got
+    """The next ``k`` datagrams (waiting up to the socket timeout for each)."""
+    return [_recv_one(rx) for _ in range(k)]
 
 
 def test_bad_arguments_send_nothing_and_say_what(pair):
