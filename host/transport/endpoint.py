@@ -259,6 +259,10 @@ class _Out:
         self.layer = self.step = 0
         self.loss_bound = 0.0
         self.handle = SendHandle(peer, tid)
+        # the caller of send() is transmitting this transfer's first burst outside the lock: the I/O thread leaves
+        # the transfer alone until it is done, or its next burst would race the first one onto the wire and
+        # arrive ahead of it (seen on loopback: the tail packet first, then a NACK for everything before it)
+        self.sending = False
 
     def has_work(self) -> bool:
         return bool(self.retxq) or self.next_seq < self.total
@@ -452,9 +456,16 @@ class Endpoint:
             # the first burst itself instead (chosen under the lock as the I/O thread would) and wakes the I/O
             # thread for the rest: later bursts, ACKs and timers.
             job = self._pick_burst(now)[0] if self._sleeping else None
+            o.sending = job is not None
             self._wake()
         if job is not None:
-            self._transmit(job)
+            try:
+                self._transmit(job)
+            finally:
+                with self._lock:
+                    o.sending = False
+                    p.rto_at = max(p.rto_at, time.monotonic() + p.cc.rto)  # the RTO counts from when they left
+                    self._wake()
         return o.handle
 
     def recv(self, peer: int, transfer_id: int, out: Any, *, timeout: float | None = None,
@@ -1097,7 +1108,7 @@ class Endpoint:
             avail = p.cc.window() - p.inflight
             if avail <= 0:
                 continue
-            o = next((x for x in p.active if x.has_work()), None)
+            o = next((x for x in p.active if not x.sending and x.has_work()), None)
             if o is None:
                 continue
             self._rr = (self._rr + i + 1) % k
@@ -1224,8 +1235,8 @@ class Endpoint:
                 for o in list(p.active):
                     self._finish_out(p, o, err)
                 continue
-            if silent <= p.cc.rto or now < p.rto_at:
-                continue
+            if silent <= p.cc.rto or now < p.rto_at or any(o.sending for o in p.active):
+                continue  # (a caller still transmitting a first burst: its packets have not all left yet)
             waiting = [o for o in p.active if o.next_seq >= o.total or p.inflight > 0]
             if not waiting and p.inflight <= 0:
                 continue

@@ -239,6 +239,34 @@ def test_an_idle_endpoint_sends_the_first_burst_from_the_caller(make_endpoints, 
         assert len(senders) >= (1 if n == 100 else 2) and senders.count(senders[0]) == 1
 
 
+def test_the_io_thread_does_not_race_the_callers_first_burst(make_endpoints, monkeypatch):
+    """While send()'s caller transmits the first burst (outside the lock), the woken I/O thread must not send the
+    same transfer's next packets: they would reach the wire first, and the receiver would see the tail before
+    the head (a NACK for everything, spurious retransmissions). The caller's burst is slowed to widen the
+    window; every transfer's packets must leave in seq order, with no retransmission and no duplicate."""
+    a, b = make_endpoints(2, Options(mtu=9000, **FAST))
+    sent: dict[int, list[int]] = {}
+    orig = Endpoint._transmit
+
+    def slow_caller(self, job):
+        if self is a:
+            sent.setdefault(job[0].tid, []).extend(job[2])
+            if threading.current_thread().name == threading.main_thread().name:
+                time.sleep(0.05)
+        return orig(self, job)
+
+    monkeypatch.setattr(Endpoint, "_transmit", slow_caller)
+    for i in range(3):
+        deadline = time.monotonic() + 5
+        while not a._sleeping and time.monotonic() < deadline:
+            time.sleep(0.001)
+        x = torch.randn(1_000_000)  # ~450 packets: many bursts after the caller's
+        h = a.send(1, x, transfer_id=500 + i)
+        assert torch.equal(b.recv(0, 500 + i, out=torch.empty_like(x), timeout=10).data, x)
+        h.wait(10)
+        assert sent[500 + i] == sorted(sent[500 + i]) == list(range(len(sent[500 + i])))
+    assert a.stats()["retransmissions"] == 0 and b.stats()["duplicates"] == 0
+
 def test_many_concurrent_transfers_all_to_all(make_endpoints):
     n = 4
     eps = make_endpoints(n, Options(socket_wrapper=lossy(seed=None, loss=0.02, reorder=0.02), **FAST))
