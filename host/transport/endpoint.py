@@ -457,8 +457,9 @@ class Endpoint:
             # thread for the rest: later bursts, ACKs and timers.
             job = self._pick_burst(now)[0] if self._sleeping else None
             o.sending = job is not None
-            self._wake()
-        if job is not None:
+            if job is None:
+                self._wake()
+        if job is not None:  # the wake-up follows the burst: one per send(), and no GIL contention while it leaves
             try:
                 self._transmit(job)
             finally:
