@@ -23,6 +23,7 @@ tables; user calls only post work and wait on events.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 import math
@@ -258,7 +259,8 @@ class _Out:
         self.next_seq = 0
         self.cum_acked = 0
         self.acked_hi = 0  # 1 + the highest seq ACKed: above cum_acked only while a hole is open
-        self.cumlen = np.concatenate(([0], np.cumsum(plan.lengths, dtype=np.int64)))  # bytes before each seq
+        # bytes before each seq (Python ints: bisected per burst, subtracted per ACK)
+        self.cuml = np.concatenate(([0], np.cumsum(plan.lengths, dtype=np.int64))).tolist()
         self.order = 0
         self.pkts_sent = self.retransmissions = self.ecn_echoes = self.acks = self.nacks = 0
         self.delivered: int | None = None
@@ -1055,9 +1057,9 @@ class Endpoint:
         nbytes = 0
         if hi > lo:
             o.acked[lo:hi] = True
-            nbytes = int(o.cumlen[hi] - o.cumlen[lo])
+            nbytes = o.cuml[hi] - o.cuml[lo]
             infl = o.inflight[lo:hi]
-            if infl.all():
+            if np.count_nonzero(infl) == hi - lo:  # (not infl.all(): numpy's Python-level wrapper costs more)
                 p.inflight -= nbytes
             else:
                 p.inflight -= int(o.plan.lengths[lo:hi][infl].sum())
@@ -1138,11 +1140,27 @@ class Endpoint:
                 seqs.append(s)
                 nbytes += lens[s]
                 nretx += 1
-            while o.next_seq < o.total and len(seqs) < burst and nbytes < avail:
-                s = o.next_seq
-                o.next_seq += 1
-                seqs.append(s)
-                nbytes += lens[s]
+            s0 = o.next_seq
+            if s0 < o.total and len(seqs) < burst and nbytes < avail:
+                # new packets s0, s0+1, ... while the burst has room and the bytes before each are below avail:
+                # one bisection of the byte prefix sums, not a step per packet
+                cum = o.cuml
+                s1 = min(bisect.bisect_left(cum, cum[s0] + avail - nbytes, s0, o.total), s0 + burst - len(seqs))
+                o.next_seq = s1
+                if not seqs:  # the common burst, new packets only: slices instead of index arrays
+                    m = s1 - s0
+                    o.sent_order[s0:s1] = np.arange(o.order, o.order + m)
+                    o.order += m
+                    o.sent_time[s0:s1] = now
+                    o.inflight[s0:s1] = True  # (never sent, so none was in flight)
+                    nbytes = cum[s1] - cum[s0]
+                    p.inflight += nbytes
+                    o.pkts_sent += m
+                    seqs = list(range(s0, s1))
+                    self._after_burst(p, nbytes, now)
+                    return (o, p.addr, seqs), 0.0
+                seqs.extend(range(s0, s1))
+                nbytes += cum[s1] - cum[s0]
             if not seqs:
                 continue
             arr = np.asarray(seqs, np.int64)
@@ -1157,11 +1175,16 @@ class Endpoint:
             o.pkts_sent += len(seqs)
             o.retransmissions += nretx
             self._c["retransmissions"] += nretx
-            rate = p.cc.pacing_rate()
-            if math.isfinite(rate):
-                p.next_send = max(p.next_send, now - 0.0005) + nbytes / rate
+            self._after_burst(p, nbytes, now)
             return (o, p.addr, seqs), 0.0
         return None, wait
+
+    @staticmethod
+    def _after_burst(p: _Peer, nbytes: int, now: float) -> None:
+        """Pacing: the peer's next burst may leave once this one has at the pacing rate."""
+        rate = p.cc.pacing_rate()
+        if math.isfinite(rate):
+            p.next_send = max(p.next_send, now - 0.0005) + nbytes / rate
 
     def _transmit(self, job) -> None:
         """Send a burst outside the lock: runs of consecutive, equal-size, same-TOS packets as one GSO send."""

@@ -467,3 +467,74 @@ def test_cumulative_ack_fast_path_equals_the_general_path(seed):
                 o.queued[s] = True
                 o.retxq.append(int(s))
     assert fast_taken >= (5 if loss == 0 else 1)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_pick_burst_takes_exactly_what_window_and_burst_allow(make_endpoints, seed):
+    """``_pick_burst`` against its specification, written out packet by packet: queued retransmissions first
+    (skipping ACKed ones), then new packets in seq order, each while the burst has room and the bytes before it are
+    below the window's room; afterwards the chosen packets have consecutive send orders, the send time, are in
+    flight, and the peer's in-flight bytes grew by those not in flight before. Random packet sizes (a short last
+    packet, MTUs 1500 and 9000), window rooms, burst limits, send progress and retransmission queues."""
+    from host.transport.endpoint import _Out
+    from host.transport.tensors import view_tensor
+
+    rng = np.random.default_rng(seed)
+    burst = int(rng.integers(1, 40))
+    ep, _ = make_endpoints(2, Options(mtu=(1500, 9000)[seed % 2], burst=burst, **FAST))
+    mtu = ep.opts.mtu
+    with ep._lock:  # the I/O thread stays out
+        p = ep._peer(1)
+        for rnd in range(6):
+            n = int(rng.integers(1, 300_000))
+            x = np.zeros(n, np.float32)
+            plan = plan_packets(nelems=n, dtype=DType.FLOAT32, mtu=mtu)
+            o = _Out(1, 90 + rnd, view_tensor(x), plan, rnd, 0.0)
+            sent = int(rng.integers(0, o.total + 1))  # already sent once: [0, sent)
+            if sent:
+                o.sent_order[:sent] = np.arange(sent)
+                o.order = sent
+                o.inflight[:sent] = rng.random(sent) < 0.5
+                o.acked[:sent] = ~o.inflight[:sent] & (rng.random(sent) < 0.7)
+                o.next_seq = sent
+                for s in rng.permutation(np.flatnonzero(~o.acked[:sent]))[: int(rng.integers(0, 12))]:
+                    o.queued[s] = True
+                    o.retxq.append(int(s))
+                if rng.random() < 0.3:
+                    o.acked[list(o.retxq)[:2]] = True  # ACKed while queued: skipped
+            if not o.has_work():
+                continue
+            lens = plan.lengths.tolist()
+            room = int(rng.integers(1, 40 * mtu))
+            if rng.random() < 0.5:  # exactly the bytes of the queued retransmissions and the next k new packets
+                k = int(rng.integers(1, 20))
+                room = max(1, sum(lens[q] for q in o.retxq if not o.acked[q]) + sum(lens[o.next_seq: o.next_seq + k]))
+            p.inflight = int(plan.lengths[o.inflight].sum())
+            p.cc.window = lambda room=room: p.inflight + room
+            p.next_send = 0.0
+            p.active, p.out = [o], {o.tid: o}
+            # the specification
+            want, nbytes, queue, s = [], 0, list(o.retxq), o.next_seq
+            while queue and len(want) < burst and nbytes < room:
+                q = queue.pop(0)
+                if not o.acked[q]:
+                    want.append(q)
+                    nbytes += lens[q]
+            nretx = len(want)
+            while s < o.total and len(want) < burst and nbytes < room:
+                want.append(s)
+                nbytes += lens[s]
+                s += 1
+            before = (o.inflight.copy(), p.inflight, o.order, o.pkts_sent)
+            job, _ = ep._pick_burst(12.5)
+            if not want:
+                assert job is None
+                continue
+            assert job[0] is o and job[2] == want
+            assert o.next_seq == s
+            w = np.asarray(want)
+            assert np.array_equal(o.sent_order[w], np.arange(before[2], before[2] + len(want)))
+            assert (o.sent_time[w] == 12.5).all() and o.inflight[w].all()
+            assert o.retx[w[:nretx]].all() and o.pkts_sent == before[3] + len(want)
+            assert p.inflight == before[1] + int(plan.lengths[w][~before[0][w]].sum())
+        p.active, p.out = [], {}
