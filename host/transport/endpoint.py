@@ -1109,7 +1109,7 @@ class Endpoint:
         o.handle._finish(stats, err)
 
     def _pick_burst(self, now: float):
-        """Choose the next burst: (out, addr, seqs, is_retx) or (None, seconds to wait)."""
+        """Choose the next burst: (out, addr, seqs, payload bytes) or (None, seconds to wait)."""
         peers = [p for p in self._peers.values() if p.active]
         if not peers:
             return None, 1.0
@@ -1158,7 +1158,7 @@ class Endpoint:
                     o.pkts_sent += m
                     seqs = list(range(s0, s1))
                     self._after_burst(p, nbytes, now)
-                    return (o, p.addr, seqs), 0.0
+                    return (o, p.addr, seqs, nbytes), 0.0
                 seqs.extend(range(s0, s1))
                 nbytes += cum[s1] - cum[s0]
             if not seqs:
@@ -1176,7 +1176,7 @@ class Endpoint:
             o.retransmissions += nretx
             self._c["retransmissions"] += nretx
             self._after_burst(p, nbytes, now)
-            return (o, p.addr, seqs), 0.0
+            return (o, p.addr, seqs, nbytes), 0.0
         return None, wait
 
     @staticmethod
@@ -1188,14 +1188,14 @@ class Endpoint:
 
     def _transmit(self, job) -> None:
         """Send a burst outside the lock: runs of consecutive, equal-size, same-TOS packets as one GSO send."""
-        o, addr, seqs = job
+        o, addr, seqs, nbytes = job
         hdr, pay, offs, lens, elig, anc = o.hdr, o.payload, o.offs, o.lens, o.elig, o.anc
         hl = wire.HEADER_LEN
         with self._lock:  # counted before they leave, so the stats never lag a completion the peer reports
             c = self._c
             c["tx_datagrams"] += len(seqs)
             c["tx_data_packets"] += len(seqs)
-            c["tx_bytes"] += sum(lens[t] for t in seqs) + hl * len(seqs)
+            c["tx_bytes"] += nbytes + hl * len(seqs)
         gso_sends = 0
         fast = self._fast_tx
         i, n = 0, len(seqs)
