@@ -74,6 +74,7 @@ for _d in DType:
     _ITEMSIZE[int(_d)] = _d.itemsize
 _NDTYPES = len(DType)
 _TID_AT = wire.WIRE_DTYPE.fields[wire.WIRE_DTYPE.names[W_TID]][1]  # byte offset of the transfer id
+_FLAGS_AT = wire.WIRE_DTYPE.fields[wire.WIRE_DTYPE.names[W_FLAGS]][1]  # byte offset of the flags
 _U32 = struct.Struct("!I")
 _DATA_VT = (wire.VERSION << 4) | MsgType.DATA  # the first header byte of a data packet
 
@@ -88,7 +89,7 @@ _CTL = struct.Struct("!BI")
 _REORDER_PKTS = 3
 _REORDER_TIME = 0.001
 _TOS_CONTROL = tos_byte(CONTROL_PRIORITY, False)
-_F_ELIGIBLE, _F_ECN_ECHO = int(Flag.DROP_ELIGIBLE), int(Flag.ECN_ECHO)
+_F_ELIGIBLE, _F_ECN_ECHO, _F_RETRANSMIT = int(Flag.DROP_ELIGIBLE), int(Flag.ECN_ECHO), int(Flag.RETRANSMIT)
 
 # --- segmentation offload (Linux UDP GSO/GRO, as QUIC stacks use them) -------------------------------------------
 #: A send of up to ``_GSO_MAX_SEGS`` equal-size datagrams is one ``sendmsg`` whose UDP_SEGMENT control message
@@ -1128,7 +1129,7 @@ class Endpoint:
                 continue
             self._rr = (self._rr + i + 1) % k
             burst = self.opts.burst
-            lens = o.lens
+            lens, hdr, hl = o.lens, o.hdr, wire.HEADER_LEN
             seqs: list[int] = []
             nbytes = 0
             nretx = 0
@@ -1140,6 +1141,7 @@ class Endpoint:
                 seqs.append(s)
                 nbytes += lens[s]
                 nretx += 1
+                hdr[s * hl + _FLAGS_AT] |= _F_RETRANSMIT  # (the packet's header says so from now on)
             s0 = o.next_seq
             if s0 < o.total and len(seqs) < burst and nbytes < avail:
                 # new packets s0, s0+1, ... while the burst has room and the bytes before each are below avail:

@@ -538,3 +538,27 @@ def test_pick_burst_takes_exactly_what_window_and_burst_allow(make_endpoints, se
             assert o.retx[w[:nretx]].all() and o.pkts_sent == before[3] + len(want)
             assert p.inflight == before[1] + int(plan.lengths[w][~before[0][w]].sum())
         p.active, p.out = [], {}
+
+
+def test_retransmitted_packets_carry_the_retransmit_flag(make_endpoints):
+    """Every packet's first transmission has the RETRANSMIT flag clear and every later one has it set (the wire
+    format's meaning of the bit); the data still arrives intact. The sender's wrapper drops the first copy of
+    every fifth packet."""
+    sent: dict[int, list[int]] = {}
+
+    def record_and_drop(h: bytes) -> bool:
+        if len(h) < 24 or h[0] & 0x0F != 0:  # DATA only
+            return False
+        seq = int.from_bytes(h[20:24], "big")
+        sent.setdefault(seq, []).append(h[1])
+        return seq % 5 == 0 and len(sent[seq]) == 1
+
+    a, b = make_endpoints(2, per_rank={0: Options(socket_wrapper=lambda s: _Full(s, record_and_drop), **FAST)})
+    x = torch.randn(200_000)
+    h = a.send(1, x, transfer_id=8)
+    assert torch.equal(b.recv(0, 8, out=torch.empty_like(x), timeout=10).data, x)
+    assert h.wait(10)["retransmissions"] >= len([s for s in sent if s % 5 == 0])
+    for seq, flags in sent.items():
+        assert not flags[0] & Flag.RETRANSMIT, seq
+        assert all(f & Flag.RETRANSMIT for f in flags[1:]), (seq, flags)
+        assert len(flags) >= (2 if seq % 5 == 0 else 1)
