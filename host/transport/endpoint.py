@@ -88,6 +88,15 @@ _CTL = struct.Struct("!BI")
 # at least _REORDER_TIME (as RACK's reo_wnd).
 _REORDER_PKTS = 3
 _REORDER_TIME = 0.001
+# The receiver's wait after the LAST packet before it NACKs the holes starts at _REORDER_TIME per sending peer and
+# adapts (as RACK's reo_wnd does on DSACKs): an original packet (RETRANSMIT flag clear) of a seq the receiver had
+# NACKed, arriving before or after its transfer completed, shows the NACK was premature: the path reorders more
+# than the wait, so it doubles, up to _REORDER_MAX. (Once a transfer has NACKed, its packets take the Python path,
+# which sees each packet's flags.) Each transfer of that peer that completes without a NACK shrinks it
+# by _REORDER_DECAY. Sprayed paths through a software switch reorder by milliseconds: with a fixed 1 ms wait about
+# every transfer of the testbed demo was NACKed and 7% of its packets retransmitted for nothing.
+_REORDER_MAX = 0.016
+_REORDER_DECAY = 0.98
 _TOS_CONTROL = tos_byte(CONTROL_PRIORITY, False)
 _F_ELIGIBLE, _F_ECN_ECHO, _F_RETRANSMIT = int(Flag.DROP_ELIGIBLE), int(Flag.ECN_ECHO), int(Flag.RETRANSMIT)
 
@@ -331,6 +340,7 @@ class _In:
         self.ce_marks = self.dups = self.nacks = self.acks = 0
         self.nack_next = 0.0
         self.nack_interval = 0.0
+        self.nacked: set[int] | None = None  # every seq NACKed so far
         self.bytes = 0
 
     @property
@@ -413,7 +423,8 @@ class Endpoint:
             "acks_sent", "nacks_sent", "dones_sent", "acks_rx", "nacks_rx", "dones_rx", "stale_feedback",
             "ecn_ce_rx", "ecn_echo_rx", "zero_filled_elements", "transfers_sent", "transfers_received",
             "send_errors", "recv_timeouts", "peer_timeouts", "rto_timeouts", "internal_errors", "tx_gso_sends",
-            "rx_gro_buffers", "rx_fast_datagrams"), 0)
+            "rx_gro_buffers", "rx_fast_datagrams", "premature_nacks"), 0)
+        self._reo: dict[int, float] = {}  # per sending peer: the adaptive wait after LAST (see _REORDER_MAX)
         self._malformed_by_field: dict[str, int] = {}
         self._rxbuf = bytearray(_RX_BUF)
         self._rxmv = memoryview(self._rxbuf)
@@ -573,8 +584,9 @@ class Endpoint:
             p = self._peers[rank] = _Peer(rank, self.addr_map[rank], self._ccp)
         return p
 
-    def _tombstone(self, key: tuple[int, int], kind: str) -> None:
-        self._tomb[key] = [kind, 0.0]
+    def _tombstone(self, key: tuple[int, int], kind: str, nacked: set[int] | None = None) -> None:
+        """Remember a finished transfer: [kind, when DONE was last repeated, the seqs it NACKed (or None)]."""
+        self._tomb[key] = [kind, 0.0, nacked]
         if len(self._tomb) > self.opts.tombstones:
             self._tomb.pop(next(iter(self._tomb)))
 
@@ -633,6 +645,11 @@ class Endpoint:
             tomb = self._tomb.get(key)
             if tomb is not None or key in self._ready:
                 c["late"] += n
+                if tomb is not None and tomb[2]:  # an original of a NACKed seq: that NACK was premature
+                    nacked = tomb[2]
+                    if any(w[W_SEQ] in nacked and not w[W_FLAGS] & _F_RETRANSMIT for w, *_ in items):
+                        tomb[2] = None  # once per transfer
+                        self._premature_nack(rank)
                 if tomb is None or (tomb[0] == "done" and now - tomb[1] > 0.001):
                     if tomb is not None:
                         tomb[1] = now
@@ -671,6 +688,7 @@ class Endpoint:
             dst = memoryview(stage)
         cap = len(dst)
         batch = n >= _BATCH_MIN
+        nacked = inc.nacked
         seen: set[int] = set()
         seqs: list[int] = []
         offs: list[int] = []
@@ -689,6 +707,9 @@ class Endpoint:
                 inc.since_ack += 1
                 self._ack_pending.add(key)
                 continue
+            if nacked and seq in nacked and not w[W_FLAGS] & _F_RETRANSMIT:  # the original came after all
+                nacked = inc.nacked = None
+                self._premature_nack(rank)
             off = w[W_OFFSET]
             plen = ln - hl
             if off + plen > cap:
@@ -750,7 +771,7 @@ class Endpoint:
             return 0
         key = (src, _U32.unpack_from(mv, pos + _TID_AT)[0])  # the C call checks every field, these two too
         inc = self._incoming.get(key)
-        if inc is None or inc.st is None:
+        if inc is None or inc.st is None or inc.nacked:  # (after a NACK: the Python path looks at the flags)
             return 0
         st = inc.st
         dst = inc.dst if inc.dst is not None else inc.stage
@@ -842,8 +863,16 @@ class Endpoint:
         bm = np.packbits(bits).tobytes()
         buf[wire.HEADER_LEN: wire.HEADER_LEN + len(bm)] = bm
         self._send_ctl(self.addr_map[inc.peer], wire.HEADER_LEN + len(bm))
+        if inc.nacked is None:
+            inc.nacked = set()
+        inc.nacked.update(seqs.tolist())
         inc.nacks += 1
         self._c["nacks_sent"] += 1
+
+    def _premature_nack(self, peer: int) -> None:
+        """An original packet of a seq this receiver had NACKed arrived: the path reorders more than the wait."""
+        self._c["premature_nacks"] += 1
+        self._reo[peer] = min(_REORDER_MAX, 2 * self._reo.get(peer, _REORDER_TIME))
 
     def _send_done(self, peer: int, tid: int, step: int, total: int, received: int) -> None:
         buf = self._ctl_buf
@@ -860,7 +889,9 @@ class Endpoint:
         inc.done = True
         self._incoming.pop(key, None)
         self._ack_pending.discard(key)
-        self._tombstone(key, "done")
+        self._tombstone(key, "done", inc.nacked)
+        if not inc.nacks and inc.peer in self._reo:
+            self._reo[inc.peer] = max(_REORDER_TIME, self._reo[inc.peer] * _REORDER_DECAY)
         self._send_done(inc.peer, inc.tid, inc.step, st.total, st.npackets)
         inc.completed_at = now
         if inc.posted:
@@ -933,9 +964,10 @@ class Endpoint:
             if st.satisfied(inc.loss_bound, n):
                 if idle >= o.grace:
                     self._complete_in(inc, now)
-            elif (idle >= o.nack_idle or st.last_seen and idle >= _REORDER_TIME) and now >= inc.nack_next:
+            elif (idle >= max(o.nack_idle, reo := self._reo.get(inc.peer, _REORDER_TIME))
+                  or st.last_seen and idle >= reo) and now >= inc.nack_next:
                 # (the last packet came in, or nothing did for nack_idle: what is missing is lost, once nothing
-                # arrived for a reordering window)
+                # arrived for the peer's reordering wait)
                 need = st.needed(inc.loss_bound, n)
                 if need.size:
                     self._send_nack(inc, need)

@@ -562,3 +562,47 @@ def test_retransmitted_packets_carry_the_retransmit_flag(make_endpoints):
         assert not flags[0] & Flag.RETRANSMIT, seq
         assert all(f & Flag.RETRANSMIT for f in flags[1:]), (seq, flags)
         assert len(flags) >= (2 if seq % 5 == 0 else 1)
+
+
+class _DelayFirst(LossySocket):
+    """A wrapper that holds back seq 0 of every transfer, its first transmission for ``delay`` seconds and its
+    retransmissions for ``retx_delay`` (a path that reorders by milliseconds, as spraying over unequal queues
+    does), and passes everything else on."""
+
+    def __init__(self, sock, delay: float, retx_delay: float = 0.0):
+        super().__init__(sock)
+        self._delay, self._retx_delay = delay, retx_delay
+        self._timers: list[threading.Timer] = []
+
+    def sendmsg(self, buffers, ancdata=(), flags=0, address=None):
+        h = bytes(buffers[0][:36])
+        if len(h) >= 24 and h[0] & 0x0F == 0 and int.from_bytes(h[20:24], "big") == 0 \
+                and (self._retx_delay or not h[1] & Flag.RETRANSMIT):
+            data = [bytes(b) for b in buffers]
+            delay = self._retx_delay if h[1] & Flag.RETRANSMIT else self._delay
+            t = threading.Timer(delay, self.sock.sendmsg, (data, ancdata, flags, address))
+            t.start()
+            self._timers.append(t)
+            return sum(len(b) for b in data)
+        return self.sock.sendmsg(buffers, ancdata, flags, address)
+
+
+@pytest.mark.parametrize("retx_delay", [0.0, 0.010])
+def test_the_nack_wait_adapts_to_a_reordering_path(make_endpoints, retx_delay):
+    """A path that delivers each transfer's first packet 6 ms late: the receiver's first NACKs (1 ms after the LAST
+    packet) are premature, which it learns when the originals arrive (RETRANSMIT clear, for seqs it NACKed): after
+    the retransmission completed the transfer, or (``retx_delay``: the retransmission is slower still) before it.
+    Its wait for that peer doubles until it exceeds the path's reordering, and the NACKs stop."""
+    a, b = make_endpoints(2, per_rank={0: Options(mtu=9000, socket_wrapper=lambda s: _DelayFirst(s, 0.006, retx_delay),
+                                                  **FAST)})
+    nacks = []
+    for i in range(10):
+        x = torch.randn(20_000)  # 9 packets at MTU 9000
+        h = a.send(1, x, transfer_id=600 + i)
+        assert torch.equal(b.recv(0, 600 + i, out=torch.empty_like(x), timeout=10).data, x)
+        h.wait(10)
+        time.sleep(0.012)  # the held-back original arrives (late, after a premature NACK)
+        nacks.append(b.stats()["nacks_sent"])
+    st = b.stats()
+    assert st["premature_nacks"] >= 2 and b._reo[0] > 0.006
+    assert nacks[-1] - nacks[-5] <= 1, nacks  # the last four transfers: the wait covers the path's reordering
