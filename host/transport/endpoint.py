@@ -89,12 +89,12 @@ _CTL = struct.Struct("!BI")
 _REORDER_PKTS = 3
 _REORDER_TIME = 0.001
 # The receiver's wait after the LAST packet before it NACKs the holes starts at _REORDER_TIME per sending peer and
-# adapts (as RACK's reo_wnd does on DSACKs): an original packet (RETRANSMIT flag clear) of a seq the receiver had
+# adapts (as RACK's reo_wnd does on DSACKs). An original packet (RETRANSMIT flag clear) of a seq the receiver had
 # NACKed, arriving before or after its transfer completed, shows the NACK was premature: the path reorders more
-# than the wait, so it doubles, up to _REORDER_MAX. (Once a transfer has NACKed, its packets take the Python path,
-# which sees each packet's flags.) Each transfer of that peer that completes without a NACK shrinks it
-# by _REORDER_DECAY. Sprayed paths through a software switch reorder by milliseconds: with a fixed 1 ms wait about
-# every transfer of the testbed demo was NACKed and 7% of its packets retransmitted for nothing.
+# than the wait, so the wait doubles, up to _REORDER_MAX. Each transfer of that peer completed without a NACK
+# shrinks it by _REORDER_DECAY. (Once a transfer has NACKed, its packets take the Python path, which sees each
+# packet's flags.) Sprayed paths through a software switch reorder by milliseconds: with a fixed 1 ms wait nearly
+# every transfer of a testbed demo run was NACKed and 7% of its packets were retransmitted for nothing.
 _REORDER_MAX = 0.016
 _REORDER_DECAY = 0.98
 _TOS_CONTROL = tos_byte(CONTROL_PRIORITY, False)
@@ -964,10 +964,11 @@ class Endpoint:
             if st.satisfied(inc.loss_bound, n):
                 if idle >= o.grace:
                     self._complete_in(inc, now)
-            elif (idle >= max(o.nack_idle, reo := self._reo.get(inc.peer, _REORDER_TIME))
-                  or st.last_seen and idle >= reo) and now >= inc.nack_next:
-                # (the last packet came in, or nothing did for nack_idle: what is missing is lost, once nothing
-                # arrived for the peer's reordering wait)
+                continue
+            # what is missing is lost once the LAST packet came in and nothing else did for the peer's reordering
+            # wait, or nothing at all came for nack_idle (at least that wait)
+            reo = self._reo.get(inc.peer, _REORDER_TIME)
+            if (idle >= max(o.nack_idle, reo) or st.last_seen and idle >= reo) and now >= inc.nack_next:
                 need = st.needed(inc.loss_bound, n)
                 if need.size:
                     self._send_nack(inc, need)
