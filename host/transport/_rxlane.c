@@ -1,28 +1,42 @@
 /* host.transport._rxlane: the receive fast lane of the DLCP transport, in C.
  *
  * Why: on a CPU-bound host (four endpoints on two cores, the 4-host all-to-all and the P=4 collectives) the
- * receiver's per-packet Python work -- unpack a header, a dozen checks, a memoryview copy, the arrival
- * bookkeeping -- was about two thirds of the I/O thread's user time. A receive record (one datagram, or one UDP
- * GRO buffer of up to ~44 datagrams at MTU 1500, 7 at MTU 9000) whose datagrams are all well-formed DATA packets
- * of one transfer that already has its buffer is the common case; this module handles such a record in one call.
+ * receiver's per-packet Python work -- a recvmsg call and its ancillary data, unpack a header, a dozen checks, a
+ * memoryview copy, the arrival bookkeeping -- was most of the I/O thread's user time. The common case is a receive
+ * record (one datagram, or one UDP GRO buffer of up to ~44 datagrams at MTU 1500, 7 at MTU 9000) whose datagrams
+ * are all well-formed DATA packets of one transfer that already has its buffer; this module handles a whole batch
+ * of receives in two calls.
  *
- * Contract (``data_record``): all or nothing. A first pass checks every datagram of the record exactly as
- * ``Endpoint._handle`` does (version, message type DATA, reserved bits, dtype, seq < total, offset aligned,
- * payload length == count * itemsize, job id, nonce), and that each belongs to the given transfer (rank,
- * transfer id, total, dtype) and fits the destination buffer. If any check fails nothing is written and None is
- * returned: the caller runs the record through the general Python path, which names the bad field, counts the
- * foreign packet, fails the transfer, grows a staging buffer, and so on. Otherwise a second pass copies each new
- * payload to its offset and records it in the Reassembly arrays (arrived, offsets, counts); a seq already
- * arrived (or repeated in the record) is a duplicate and is only counted. The scalar bookkeeping is returned for
- * ``Reassembly.add_counted``.
+ * ``recv_batch`` drains the socket into the endpoint's receive buffer (GIL released) and describes each record in
+ * a row of an int64 array: position, bytes, TOS, GRO segment size, source. ``fast_pass`` (with the endpoint's
+ * lock held) takes the records it can: per record all or nothing, a first pass checks every datagram exactly as
+ * the Python path does (version, message type DATA, reserved bits, dtype, seq < total, offset aligned, payload
+ * length == count * itemsize, job id, nonce) and that each belongs to the transfer (rank, transfer id, total,
+ * dtype) and fits its buffer; if any check fails, nothing is written and the record goes back to Python, which
+ * names the bad field, counts the foreign packet, fails the transfer, grows a staging buffer, and so on. Otherwise
+ * a second pass copies each new payload to its offset and records it in the Reassembly arrays (arrived, offsets,
+ * counts); a seq already arrived (or repeated in the record) is a duplicate and only counted. The scalar
+ * bookkeeping is summed per transfer and returned for ``Reassembly.add_counted``.
  *
- * The header layout below must match host/wire.py: tests/host/test_rxlane.py compares LAYOUT and VERSION with
- * wire.WIRE_DTYPE and wire.VERSION, and runs random records through this function and the Python path.
+ * The header layout below must match host/wire.py: tests/host/test_rxlane.py compares LAYOUT, VERSION and ITEMSIZE
+ * with wire.WIRE_DTYPE, wire.VERSION and wire.DType, and runs random records through this module and the Python
+ * path.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
 
 #define HEADER_LEN 36
 #define VERSION 1
@@ -63,128 +77,467 @@ static inline int datagram_ok(const uint8_t *h, Py_ssize_t ln, uint32_t job, uin
     return (Py_ssize_t)off + plen <= cap;
 }
 
-static inline int get_buffer(PyObject *obj, Py_buffer *view, int writable)
+/* The totals over the fresh packets of one or more records, for Reassembly.add_counted: min_elig = total and
+ * max_seq = -1 when there are none. */
+typedef struct {
+    long long ndg, fresh, dups, got, nelems, max_count, max_end, min_elig, max_seq;
+} Acc;
+
+static inline void acc_init(Acc *a, unsigned long total)
 {
-    return PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE);
+    memset(a, 0, sizeof *a);
+    a->min_elig = (long long)total;
+    a->max_seq = -1;
 }
 
-PyDoc_STRVAR(data_record_doc,
-"data_record(buf, start, nbytes, seg, job, nonce, rank, tid, total, dtype, itemsize, dst, arrived, offsets, counts,\n"
-"            cum)\n"
-"--\n\n"
-"Consume one receive record of ``buf[start:start+nbytes]`` (datagrams of ``seg`` bytes, the last one shorter; 0 =\n"
-"one datagram) if every datagram is a valid DATA packet of transfer (rank, tid) with ``total`` packets of\n"
-"``dtype`` that fits ``dst``. Returns None (nothing written) otherwise, else\n"
-"(datagrams, fresh, duplicates, bytes, elements, max_count, max_end, min_eligible_seq, max_seq, cum) over the\n"
-"fresh packets (min_eligible_seq = total and max_seq = -1 when there are none; cum: the first seq at or after the\n"
-"given ``cum`` that has not arrived). ``arrived`` (bool), ``offsets`` and ``counts`` (int64) are the transfer's\n"
-"Reassembly arrays, at least ``total`` long.");
-
-static PyObject *data_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* Pass 1 of a record: every datagram (``seg`` bytes each, the last shorter; 0 = one) is a valid DATA packet of the
+ * transfer that fits ``cap`` bytes. Nothing is written. */
+static int record_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, uint32_t job, uint32_t nonce,
+                     uint32_t rank, uint32_t tid, uint32_t total, uint32_t dtype, uint32_t itemsize, Py_ssize_t cap)
 {
-    (void)self;
-    PyObject *result = NULL;
-    if (nargs != 16) {
-        PyErr_Format(PyExc_TypeError, "data_record takes 16 arguments, got %zd", nargs);
-        return NULL;
-    }
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]), nbytes = PyLong_AsSsize_t(args[2]), seg = PyLong_AsSsize_t(args[3]);
-    unsigned long job = PyLong_AsUnsignedLong(args[4]), nonce = PyLong_AsUnsignedLong(args[5]);
-    unsigned long rank = PyLong_AsUnsignedLong(args[6]), tid = PyLong_AsUnsignedLong(args[7]);
-    unsigned long total = PyLong_AsUnsignedLong(args[8]), dtype = PyLong_AsUnsignedLong(args[9]);
-    unsigned long itemsize = PyLong_AsUnsignedLong(args[10]);
-    Py_ssize_t cum = PyLong_AsSsize_t(args[15]);
-    if (PyErr_Occurred())
-        return NULL;
-    if (itemsize == 0 || total == 0 || start < 0 || nbytes < 0 || seg < 0 || cum < 0 || cum > (Py_ssize_t)total) {
-        PyErr_SetString(PyExc_ValueError,
-                        "data_record: itemsize and total must be > 0, start/nbytes/seg >= 0, 0 <= cum <= total");
-        return NULL;
-    }
-    Py_buffer vb, vd, va, vo, vc;
-    if (get_buffer(args[0], &vb, 0) < 0)
-        return NULL;
-    if (get_buffer(args[11], &vd, 1) < 0)
-        goto fail_b;
-    if (get_buffer(args[12], &va, 1) < 0)
-        goto fail_d;
-    if (get_buffer(args[13], &vo, 1) < 0)
-        goto fail_a;
-    if (get_buffer(args[14], &vc, 1) < 0)
-        goto fail_o;
-    if (start + nbytes > vb.len || va.len < (Py_ssize_t)total || vo.len < (Py_ssize_t)(8 * total)
-        || vc.len < (Py_ssize_t)(8 * total)) {
-        PyErr_SetString(PyExc_ValueError, "data_record: record outside buf, or Reassembly arrays shorter than total");
-        goto done;
-    }
-    const uint8_t *base = (const uint8_t *)vb.buf + start;
-    uint8_t *dst = (uint8_t *)vd.buf;
-    uint8_t *arrived = (uint8_t *)va.buf;
-    int64_t *offsets = (int64_t *)vo.buf, *counts = (int64_t *)vc.buf;
-    Py_ssize_t cap = vd.len;
+    if (nbytes <= 0)
+        return 0;
     if (seg == 0 || seg > nbytes)
         seg = nbytes;
-    if (nbytes == 0) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    /* pass 1: every datagram valid and of this transfer, or nothing happens */
     for (Py_ssize_t s = 0; s < nbytes; s += seg) {
         Py_ssize_t ln = nbytes - s < seg ? nbytes - s : seg;
-        if (!datagram_ok(base + s, ln, (uint32_t)job, (uint32_t)nonce, (uint32_t)rank, (uint32_t)tid,
-                         (uint32_t)total, (uint32_t)dtype, (uint32_t)itemsize, cap)) {
-            result = Py_NewRef(Py_None);
-            goto done;
-        }
+        if (!datagram_ok(base + s, ln, job, nonce, rank, tid, total, dtype, itemsize, cap))
+            return 0;
     }
-    /* pass 2: copy and record */
-    long long ndgrams = 0, fresh = 0, dups = 0, got = 0, nelems = 0, max_count = 0, max_end = 0;
-    long long min_elig = (long long)total, max_seq = -1;
+    return 1;
+}
+
+/* Pass 2 of a record that passed record_ok: copy each new payload to its offset, record it, count duplicates. */
+static void record_apply(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, uint8_t *dst, uint8_t *arrived,
+                         int64_t *offsets, int64_t *counts, Acc *a)
+{
+    if (seg == 0 || seg > nbytes)
+        seg = nbytes;
     for (Py_ssize_t s = 0; s < nbytes; s += seg) {
         Py_ssize_t ln = nbytes - s < seg ? nbytes - s : seg;
         const uint8_t *h = base + s;
         uint32_t seq = be32(h + O_SEQ), off = be32(h + O_OFFSET), count = be16(h + O_COUNT);
         Py_ssize_t plen = ln - HEADER_LEN;
-        ndgrams++;
+        a->ndg++;
         if (arrived[seq]) {
-            dups++;
+            a->dups++;
             continue;
         }
         memcpy(dst + off, h + HEADER_LEN, (size_t)plen);
         arrived[seq] = 1;
         offsets[seq] = off;
         counts[seq] = count;
-        fresh++;
-        got += plen;
-        nelems += count;
-        if (count > max_count)
-            max_count = count;
-        if ((long long)off + plen > max_end)
-            max_end = (long long)off + plen;
-        if ((h[O_FLAGS] & F_ELIGIBLE) && (long long)seq < min_elig)
-            min_elig = seq;
-        if ((long long)seq > max_seq)
-            max_seq = seq;
+        a->fresh++;
+        a->got += plen;
+        a->nelems += count;
+        if (count > a->max_count)
+            a->max_count = count;
+        if ((long long)off + plen > a->max_end)
+            a->max_end = (long long)off + plen;
+        if ((h[O_FLAGS] & F_ELIGIBLE) && (long long)seq < a->min_elig)
+            a->min_elig = seq;
+        if ((long long)seq > a->max_seq)
+            a->max_seq = seq;
     }
-    while (cum < (Py_ssize_t)total && arrived[cum])
-        cum++;
-    result = Py_BuildValue("(LLLLLLLLLn)", ndgrams, fresh, dups, got, nelems, max_count, max_end, min_elig, max_seq,
-                           cum);
+}
+
+static inline int get_buffer(PyObject *obj, Py_buffer *view, int writable)
+{
+    return PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE);
+}
+
+PyDoc_STRVAR(recv_batch_doc,
+"recv_batch(fd, buf, recs, maxrecs, maxbytes, slot)\n"
+"--\n\n"
+"Receive from the non-blocking UDP socket ``fd`` until it is empty, ``maxrecs`` records were taken or ``maxbytes``\n"
+"bytes: each record lands at the next free position of ``buf`` (``slot`` bytes of room each, so ``buf`` is at\n"
+"least ``maxbytes + slot`` long) and fills one row of the int64 array ``recs`` (``maxrecs`` x 5): position,\n"
+"bytes, IP TOS, UDP GRO segment size (0: one datagram), source (IPv4 address << 16 | port, -1 for another\n"
+"family). Returns the number of records. The GIL is released for the whole loop. A system call error other\n"
+"than an empty socket raises OSError when it comes first, else ends the batch (it recurs on the next call).");
+
+static PyObject *recv_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "recv_batch takes 6 arguments, got %zd", nargs);
+        return NULL;
+    }
+    int fd = (int)PyLong_AsLong(args[0]);
+    Py_ssize_t maxrecs = PyLong_AsSsize_t(args[3]), maxbytes = PyLong_AsSsize_t(args[4]);
+    Py_ssize_t slot = PyLong_AsSsize_t(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (maxrecs < 1 || maxbytes < 1 || slot < 1) {
+        PyErr_SetString(PyExc_ValueError, "recv_batch: maxrecs, maxbytes and slot must be > 0");
+        return NULL;
+    }
+    Py_buffer vb, vr;
+    if (get_buffer(args[1], &vb, 1) < 0)
+        return NULL;
+    if (get_buffer(args[2], &vr, 1) < 0) {
+        PyBuffer_Release(&vb);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (vb.len < maxbytes + slot || vr.len < (Py_ssize_t)(5 * sizeof(int64_t)) * maxrecs) {
+        PyErr_SetString(PyExc_ValueError, "recv_batch: buf shorter than maxbytes + slot, or recs than maxrecs rows");
+        goto done;
+    }
+    uint8_t *buf = (uint8_t *)vb.buf;
+    int64_t *rows = (int64_t *)vr.buf;
+    Py_ssize_t n = 0, pos = 0;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (n < maxrecs && pos < maxbytes) {
+        struct sockaddr_in sa;
+        union {
+            char buf[CMSG_SPACE(sizeof(int)) * 2];
+            struct cmsghdr align;
+        } ctl;
+        struct iovec iov = {buf + pos, (size_t)slot};
+        struct msghdr msg;
+        memset(&msg, 0, sizeof msg);
+        msg.msg_name = &sa;
+        msg.msg_namelen = sizeof sa;
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = ctl.buf;
+        msg.msg_controllen = sizeof ctl.buf;
+        ssize_t r = recvmsg(fd, &msg, MSG_DONTWAIT);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                err = errno;
+            break;
+        }
+        int64_t tos = 0, seg = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+            if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1))
+                tos = *(const uint8_t *)CMSG_DATA(c);
+            else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+                int g;
+                memcpy(&g, CMSG_DATA(c), sizeof g);
+                seg = g;
+            }
+        }
+        int64_t *row = rows + 5 * n;
+        row[0] = pos;
+        row[1] = r;
+        row[2] = tos;
+        row[3] = seg;
+        row[4] = (msg.msg_namelen >= sizeof sa && sa.sin_family == AF_INET)
+                     ? ((int64_t)ntohl(sa.sin_addr.s_addr) << 16) | ntohs(sa.sin_port) : -1;
+        n++;
+        pos += r;
+    }
+    Py_END_ALLOW_THREADS
+    if (n == 0 && err) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    result = PyLong_FromSsize_t(n);
 done:
-    PyBuffer_Release(&vc);
-fail_o:
-    PyBuffer_Release(&vo);
-fail_a:
-    PyBuffer_Release(&va);
-fail_d:
-    PyBuffer_Release(&vd);
-fail_b:
+    PyBuffer_Release(&vr);
+    PyBuffer_Release(&vb);
+    return result;
+}
+
+/* One transfer met in a fast_pass: its receiver state (fetched once per pass) and the totals of its records. */
+typedef struct {
+    long rank;
+    unsigned long tid;
+    PyObject *inc;  /* new reference; NULL: no such transfer, or not one for the fast lane (skip) */
+    int bufs;       /* the four buffers below are held */
+    int slow_rest;  /* a record went to Python for its CE state: so do the rest (ACK boundaries stay exact) */
+    int ce_state;   /* the transfer's ECN state; the pass's first record of the transfer may change it */
+    unsigned long total, dtype, itemsize;
+    Py_ssize_t cum;
+    Py_buffer dst, arrived, offsets, counts;
+    Acc acc;
+} Entry;
+
+/* element bytes by host/wire.py's DType code (uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64,
+ * bool); exported as ITEMSIZE, which tests/host/test_rxlane.py compares with wire.DType */
+static const unsigned char ITEMSIZES[] = {1, 1, 2, 4, 8, 2, 2, 4, 8, 1};
+#define NDTYPES (sizeof ITEMSIZES / sizeof ITEMSIZES[0])
+
+static unsigned long itemsize_of(unsigned long dtype)
+{
+    return dtype < NDTYPES ? ITEMSIZES[dtype] : 0;
+}
+
+static long attr_long(PyObject *obj, const char *name, int *ok)
+{
+    PyObject *v = PyObject_GetAttrString(obj, name);
+    if (v == NULL) {
+        *ok = 0;
+        return 0;
+    }
+    long r = PyLong_AsLong(v);
+    Py_DECREF(v);
+    if (r == -1 && PyErr_Occurred())
+        *ok = 0;
+    return r;
+}
+
+static int attr_buffer(PyObject *obj, const char *name, Py_buffer *view)
+{
+    PyObject *v = PyObject_GetAttrString(obj, name);
+    if (v == NULL)
+        return -1;
+    int r = get_buffer(v, view, 1);
+    Py_DECREF(v);
+    return r;
+}
+
+/* Fill ``e`` for the transfer ``inc`` (a new reference, kept): 0 when it can take the fast lane, 1 when not (the
+ * caller skips it), -1 with an exception set. The conditions are those of the Python fast-lane test: a Reassembly,
+ * no NACK sent yet, a buffer (the out tensor's bytes, or the staging buffer) that is not empty. */
+static int entry_fill(Entry *e, PyObject *inc)
+{
+    e->inc = inc;
+    PyObject *st = PyObject_GetAttrString(inc, "st");
+    if (st == NULL)
+        return -1;
+    int res = 1;
+    PyObject *nacked = NULL, *dst = NULL;
+    if (st == Py_None)
+        goto out;
+    nacked = PyObject_GetAttrString(inc, "nacked");
+    if (nacked == NULL || (res = PyObject_IsTrue(nacked)) != 0) {
+        res = nacked == NULL || res < 0 ? -1 : 1;
+        goto out;
+    }
+    res = -1;
+    dst = PyObject_GetAttrString(inc, "dst");
+    if (dst == Py_None) {
+        Py_DECREF(dst);
+        dst = PyObject_GetAttrString(inc, "stage");
+    }
+    if (dst == NULL)
+        goto out;
+    int ok = 1;
+    e->dtype = (unsigned long)attr_long(inc, "dtype", &ok);
+    e->total = (unsigned long)attr_long(st, "total", &ok);
+    e->cum = attr_long(st, "cum", &ok);
+    PyObject *ce = ok ? PyObject_GetAttrString(inc, "ce_state") : NULL;
+    if (ce == NULL)
+        goto out;
+    e->ce_state = PyObject_IsTrue(ce);
+    Py_DECREF(ce);
+    if (e->ce_state < 0)
+        goto out;
+    e->itemsize = itemsize_of(e->dtype);
+    if (get_buffer(dst, &e->dst, 1) < 0)
+        goto out;
+    if (attr_buffer(st, "arrived", &e->arrived) < 0) {
+        PyBuffer_Release(&e->dst);
+        goto out;
+    }
+    if (attr_buffer(st, "offsets", &e->offsets) < 0) {
+        PyBuffer_Release(&e->arrived);
+        PyBuffer_Release(&e->dst);
+        goto out;
+    }
+    if (attr_buffer(st, "counts", &e->counts) < 0) {
+        PyBuffer_Release(&e->offsets);
+        PyBuffer_Release(&e->arrived);
+        PyBuffer_Release(&e->dst);
+        goto out;
+    }
+    e->bufs = 1;
+    acc_init(&e->acc, e->total);
+    res = 0;
+    if (e->dst.len == 0 || e->itemsize == 0 || e->total == 0 || e->cum < 0 || e->cum > (Py_ssize_t)e->total
+        || e->arrived.len < (Py_ssize_t)e->total || e->offsets.len < (Py_ssize_t)(8 * e->total)
+        || e->counts.len < (Py_ssize_t)(8 * e->total))
+        res = 1;
+out:
+    Py_XDECREF(dst);
+    Py_XDECREF(nacked);
+    Py_DECREF(st);
+    return res;
+}
+
+static void entry_release(Entry *e)
+{
+    if (e->bufs) {
+        PyBuffer_Release(&e->counts);
+        PyBuffer_Release(&e->offsets);
+        PyBuffer_Release(&e->arrived);
+        PyBuffer_Release(&e->dst);
+        e->bufs = 0;
+    }
+    Py_CLEAR(e->inc);
+}
+
+PyDoc_STRVAR(fast_pass_doc,
+"fast_pass(buf, recs, n, rank_of, incoming, job, nonce)\n"
+"--\n\n"
+"Take the records of ``recs[:n]`` (rows as recv_batch writes them) that the fast lane can: a record whose first\n"
+"datagram is DATA from a known source (``rank_of``: source key -> rank) for a transfer in ``incoming`` ((rank,\n"
+"tid) -> receiver state) that has its Reassembly and a buffer and has sent no NACK, and whose datagrams all pass\n"
+"the Python path's checks, is copied and recorded here. The first such record of a transfer in the pass sets the\n"
+"ECN state (CE or not) of the transfer's records in it; a later one of the other state, and every record of that\n"
+"transfer after it, is left to Python. Returns (progress, slow, datagrams, gro_buffers): one tuple per transfer\n"
+"that took records, (state, datagrams, fresh, duplicates, bytes, elements, max_count, max_end, min_eligible_seq,\n"
+"max_seq, cum, ce) summed over its records (cum: the first seq at or after the transfer's cum that has not\n"
+"arrived); the other records as (position, bytes, tos, seg, rank or None) in arrival order, for the Python path;\n"
+"and the datagrams and GRO buffers taken. Call with the endpoint's lock held.");
+
+static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "fast_pass takes 7 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *rank_of = args[3], *incoming = args[4];
+    if (!PyDict_Check(rank_of) || !PyDict_Check(incoming)) {
+        PyErr_SetString(PyExc_TypeError, "fast_pass: rank_of and incoming must be dicts");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[2]);
+    unsigned long job = PyLong_AsUnsignedLong(args[5]), nonce = PyLong_AsUnsignedLong(args[6]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer vb, vr;
+    if (get_buffer(args[0], &vb, 0) < 0)
+        return NULL;
+    if (get_buffer(args[1], &vr, 0) < 0) {
+        PyBuffer_Release(&vb);
+        return NULL;
+    }
+    PyObject *result = NULL, *slow = NULL, *prog = NULL;
+    Entry *ents = NULL;
+    Py_ssize_t nents = 0;
+    if (n < 0 || vr.len < (Py_ssize_t)(5 * sizeof(int64_t)) * n) {
+        PyErr_SetString(PyExc_ValueError, "fast_pass: n must be >= 0 and recs at least n rows");
+        goto done;
+    }
+    const uint8_t *buf = (const uint8_t *)vb.buf;
+    const int64_t *rows = (const int64_t *)vr.buf;
+    slow = PyList_New(0);
+    prog = PyList_New(0);
+    ents = PyMem_Calloc(n ? (size_t)n : 1, sizeof(Entry));
+    if (slow == NULL || prog == NULL || ents == NULL) {
+        if (ents == NULL)
+            PyErr_NoMemory();
+        goto done;
+    }
+    long long dgrams = 0, gro = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const int64_t *row = rows + 5 * i;
+        int64_t pos = row[0], nbytes = row[1], tos = row[2], seg = row[3];
+        if (pos < 0 || nbytes < 0 || seg < 0 || pos + nbytes > vb.len) {
+            PyErr_Format(PyExc_ValueError, "fast_pass: record %zd [%lld, +%lld) outside buf", i, (long long)pos,
+                         (long long)nbytes);
+            goto done;
+        }
+        PyObject *key = PyLong_FromLongLong(row[4]);
+        if (key == NULL)
+            goto done;
+        PyObject *src = PyDict_GetItemWithError(rank_of, key);  /* borrowed */
+        Py_DECREF(key);
+        if (src == NULL && PyErr_Occurred())
+            goto done;
+        const uint8_t *h = buf + pos;
+        if (src != NULL && nbytes >= HEADER_LEN && h[O_VT] == ((VERSION << 4) | MT_DATA)) {
+            long rank = PyLong_AsLong(src);
+            if (rank == -1 && PyErr_Occurred())
+                goto done;
+            unsigned long tid = be32(h + O_TID);
+            Entry *e = NULL;
+            for (Py_ssize_t k = 0; k < nents; k++)
+                if (ents[k].rank == rank && ents[k].tid == tid) {
+                    e = &ents[k];
+                    break;
+                }
+            if (e == NULL) {
+                e = &ents[nents++];
+                e->rank = rank;
+                e->tid = tid;
+                PyObject *tk = Py_BuildValue("(lk)", rank, tid);
+                if (tk == NULL)
+                    goto done;
+                PyObject *inc = PyDict_GetItemWithError(incoming, tk);
+                Py_DECREF(tk);
+                if (inc == NULL && PyErr_Occurred())
+                    goto done;
+                if (inc != NULL) {
+                    Py_INCREF(inc);
+                    int r = entry_fill(e, inc);
+                    if (r < 0)
+                        goto done;
+                    if (r > 0)
+                        entry_release(e);
+                }
+            }
+            int ce = (tos & 3) == 3;
+            if (e->inc != NULL && !e->slow_rest && ce != e->ce_state) {
+                if (e->acc.ndg == 0)
+                    e->ce_state = ce;  /* reported back: the caller ACKs what came before, as the Python path does */
+                else
+                    e->slow_rest = 1;
+            }
+            if (e->inc != NULL && !e->slow_rest
+                && record_ok(h, nbytes, seg, (uint32_t)job, (uint32_t)nonce, (uint32_t)rank, (uint32_t)tid,
+                             (uint32_t)e->total, (uint32_t)e->dtype, (uint32_t)e->itemsize, e->dst.len)) {
+                long long before = e->acc.ndg;
+                record_apply(h, nbytes, seg, (uint8_t *)e->dst.buf, (uint8_t *)e->arrived.buf,
+                             (int64_t *)e->offsets.buf, (int64_t *)e->counts.buf, &e->acc);
+                dgrams += e->acc.ndg - before;
+                if (seg && nbytes > seg)
+                    gro++;
+                continue;
+            }
+        }
+        PyObject *t = Py_BuildValue("(LLLLO)", (long long)pos, (long long)nbytes, (long long)tos, (long long)seg,
+                                    src != NULL ? src : Py_None);
+        if (t == NULL || PyList_Append(slow, t) < 0) {
+            Py_XDECREF(t);
+            goto done;
+        }
+        Py_DECREF(t);
+    }
+    for (Py_ssize_t k = 0; k < nents; k++) {
+        Entry *e = &ents[k];
+        if (e->inc == NULL || e->acc.ndg == 0)
+            continue;
+        const uint8_t *arrived = (const uint8_t *)e->arrived.buf;
+        Py_ssize_t cum = e->cum;
+        while (cum < (Py_ssize_t)e->total && arrived[cum])
+            cum++;
+        Acc *a = &e->acc;
+        PyObject *t = Py_BuildValue("(OLLLLLLLLLnO)", e->inc, a->ndg, a->fresh, a->dups, a->got, a->nelems,
+                                    a->max_count, a->max_end, a->min_elig, a->max_seq, cum,
+                                    e->ce_state ? Py_True : Py_False);
+        if (t == NULL || PyList_Append(prog, t) < 0) {
+            Py_XDECREF(t);
+            goto done;
+        }
+        Py_DECREF(t);
+    }
+    result = Py_BuildValue("(OOLL)", prog, slow, dgrams, gro);
+done:
+    if (ents != NULL) {
+        for (Py_ssize_t k = 0; k < nents; k++)
+            entry_release(&ents[k]);
+        PyMem_Free(ents);
+    }
+    Py_XDECREF(prog);
+    Py_XDECREF(slow);
+    PyBuffer_Release(&vr);
     PyBuffer_Release(&vb);
     return result;
 }
 
 static PyMethodDef methods[] = {
-    {"data_record", (PyCFunction)(void (*)(void))data_record, METH_FASTCALL, data_record_doc},
+    {"recv_batch", (PyCFunction)(void (*)(void))recv_batch, METH_FASTCALL, recv_batch_doc},
+    {"fast_pass", (PyCFunction)(void (*)(void))fast_pass, METH_FASTCALL, fast_pass_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -212,6 +565,15 @@ PyMODINIT_FUNC PyInit__rxlane(void)
     }
     if (PyModule_AddObject(m, "LAYOUT", layout) < 0) {
         Py_DECREF(layout);
+        goto fail;
+    }
+    PyObject *sizes = PyTuple_New(NDTYPES);
+    if (sizes == NULL)
+        goto fail;
+    for (size_t i = 0; i < NDTYPES; i++)
+        PyTuple_SET_ITEM(sizes, i, PyLong_FromLong(ITEMSIZES[i]));
+    if (PyModule_AddObject(m, "ITEMSIZE", sizes) < 0) {
+        Py_DECREF(sizes);
         goto fail;
     }
     if (PyModule_AddIntConstant(m, "VERSION", VERSION) < 0 || PyModule_AddIntConstant(m, "HEADER_LEN", HEADER_LEN) < 0

@@ -73,10 +73,7 @@ _ITEMSIZE = [0] * 256
 for _d in DType:
     _ITEMSIZE[int(_d)] = _d.itemsize
 _NDTYPES = len(DType)
-_TID_AT = wire.WIRE_DTYPE.fields[wire.WIRE_DTYPE.names[W_TID]][1]  # byte offset of the transfer id
 _FLAGS_AT = wire.WIRE_DTYPE.fields[wire.WIRE_DTYPE.names[W_FLAGS]][1]  # byte offset of the flags
-_U32 = struct.Struct("!I")
-_DATA_VT = (wire.VERSION << 4) | MsgType.DATA  # the first header byte of a data packet
 
 CTL_DONE = 1  # CONTROL payload: opcode byte, then u32 packets received
 _CTL = struct.Struct("!BI")
@@ -356,6 +353,11 @@ def _norm_addr(a: Any, port: int) -> tuple[str, int]:
     return socket.gethostbyname(host), p
 
 
+def src_key(addr: tuple[str, int]) -> int:
+    """A receive record's source as one integer, as ``_rxlane.recv_batch`` reports it: IPv4 address << 16 | port."""
+    return int.from_bytes(socket.inet_aton(addr[0]), "big") << 16 | addr[1]
+
+
 # --- the endpoint -------------------------------------------------------------------------------------------------
 
 class Endpoint:
@@ -372,7 +374,7 @@ class Endpoint:
         self.addr_map = {int(r): _norm_addr(a, opts.port) for r, a in addr_map.items()}
         if self.rank not in self.addr_map:
             raise ValueError(f"rank {self.rank} has no address in addr_map")
-        self._rank_of = {a: r for r, a in self.addr_map.items()}
+        self._rank_of = {src_key(a): r for r, a in self.addr_map.items()}  # a record's source -> rank
         self.local_addr = self.addr_map[self.rank]
 
         self._sock = sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -428,7 +430,10 @@ class Endpoint:
         self._malformed_by_field: dict[str, int] = {}
         self._rxbuf = bytearray(_RX_BUF)
         self._rxmv = memoryview(self._rxbuf)
-        self._fast = _rxlane.data_record if opts.native and _rxlane is not None else None
+        # one row per receive record of a batch: position in _rxbuf, bytes, TOS, GRO segment size, source key
+        self._recs = np.zeros((_RX_BATCH, 5), np.int64)
+        self._native_rx = opts.native and _rxlane is not None
+        self._src_keys: dict[tuple[str, int], int] = {}  # the Python path's cache of src_key
         # the send lane calls sendmsg on the socket itself: not with a socket_wrapper, which must see every datagram
         self._fast_tx = _txlane.send_run if opts.native and _txlane is not None and self._tx is sock else None
         self._ip4: dict[str, bytes] = {}
@@ -761,46 +766,31 @@ class Endpoint:
         else:
             self._ack_pending.add(key)
 
-    def _fast_record(self, pos: int, nbytes: int, seg: int, tos: int, src: int | None, now: float) -> int:
-        """The C fast lane for one receive record (``_rxlane.data_record``): when the first datagram names a
-        transfer that has its Reassembly and a buffer, and every datagram of the record is a valid DATA packet of
-        it that fits, the payloads are copied and recorded in one call. Returns the datagrams consumed, 0 when the
-        record must take the Python path (nothing was changed)."""
-        mv = self._rxmv
-        if nbytes < wire.HEADER_LEN or src is None or mv[pos] != _DATA_VT:  # ACK/NACK/CONTROL: the Python path
-            return 0
-        key = (src, _U32.unpack_from(mv, pos + _TID_AT)[0])  # the C call checks every field, these two too
-        inc = self._incoming.get(key)
-        if inc is None or inc.st is None or inc.nacked:  # (after a NACK: the Python path looks at the flags)
-            return 0
-        st = inc.st
-        dst = inc.dst if inc.dst is not None else inc.stage
-        if dst is None or len(dst) == 0:
-            return 0
-        r = self._fast(self._rxbuf, pos, nbytes, seg, self.job_id, self.nonce, src, key[1], st.total, inc.dtype,
-                       _ITEMSIZE[inc.dtype], dst, st.arrived, st.offsets, st.counts, st.cum)
-        if r is None:
-            return 0
-        ndg, fresh, dups, got, nelems, max_count, max_end, min_elig, max_seq, cum = r
+    def _fast_progress(self, prog: list[tuple], now: float) -> None:
+        """Account for what the C fast lane (``_rxlane.fast_pass``) recorded this pass: one tuple per transfer,
+        ``(state, datagrams, fresh, duplicates, bytes, elements, max_count, max_end, min_eligible_seq, max_seq,
+        cum, ce)``. All of a transfer's records the lane took in one pass have one ECN state, ``ce``; when it differs
+        from the transfer's, the packets before it are ACKed first (DCTCP's receiver); a second change within the
+        pass went the Python path."""
         c = self._c
-        ce = (tos & 3) == wire.ECN_CE  # one TOS per record: GRO coalesces only datagrams with equal IP headers
-        if fresh and ce != inc.ce_state:  # DCTCP receiver: ACK the packets before the first with the other CE state
-            if inc.since_ack:
-                self._send_ack(inc)
-            inc.ce_state = ce
-        if dups:
-            inc.dups += dups
-            c["duplicates"] += dups
-            inc.since_ack += dups
-            self._ack_pending.add(key)
-        if fresh:
-            if ce:
-                inc.ce_marks += fresh
-                c["ecn_ce_rx"] += fresh
-            st.add_counted(fresh, nelems, max_count, max_end, min_elig, max_seq, cum)
-            inc.since_ack += fresh
-            self._arrived(inc, key, fresh, got, now)
-        return ndg
+        for inc, _ndg, fresh, dups, got, nelems, max_count, max_end, min_elig, max_seq, cum, ce in prog:
+            key = (inc.peer, inc.tid)
+            if fresh and ce != inc.ce_state:
+                if inc.since_ack:
+                    self._send_ack(inc)
+                inc.ce_state = ce
+            if dups:
+                inc.dups += dups
+                c["duplicates"] += dups
+                inc.since_ack += dups
+                self._ack_pending.add(key)
+            if fresh:
+                if ce:
+                    inc.ce_marks += fresh
+                    c["ecn_ce_rx"] += fresh
+                inc.st.add_counted(fresh, nelems, max_count, max_end, min_elig, max_seq, cum)
+                inc.since_ack += fresh
+                self._arrived(inc, key, fresh, got, now)
 
     @staticmethod
     def _add_arrivals(st: Reassembly, seqs, offs, cnts, plens, eligs) -> None:
@@ -1347,7 +1337,7 @@ class Endpoint:
                     return
                 with self._lock:
                     self._c["internal_errors"] += 1
-                recs = []
+                recs = 0
             with self._lock:
                 if recs:
                     try:
@@ -1402,20 +1392,32 @@ class Endpoint:
                 except (BlockingIOError, OSError):
                     pass
 
-    def _drain(self) -> list[tuple]:
-        """Receive until the socket is empty or the batch is full: ``(position, bytes, ancillary, source)``."""
-        recv, mv = self._sock.recvmsg_into, self._rxmv
+    def _drain(self) -> int:
+        """Receive until the socket is empty or the batch is full; returns the records, described in ``_recs``."""
+        if self._native_rx:
+            return _rxlane.recv_batch(self._sock.fileno(), self._rxbuf, self._recs, _RX_BATCH, _RX_BATCH_BYTES,
+                                      _MAX_DGRAM)
+        recv, mv, rows, keys = self._sock.recvmsg_into, self._rxmv, self._recs, self._src_keys
         ancsize = 2 * socket.CMSG_SPACE(4)
-        pos = 0
-        recs: list[tuple] = []
+        pos = n = 0
         try:
-            while pos < _RX_BATCH_BYTES and len(recs) < _RX_BATCH:
+            while pos < _RX_BATCH_BYTES and n < _RX_BATCH:
                 nbytes, anc, _fl, addr = recv([mv[pos: pos + _MAX_DGRAM]], ancsize)
-                recs.append((pos, nbytes, anc, addr))
+                tos = seg = 0
+                for lvl, typ, data in anc:
+                    if typ == _IP_TOS_CMSG and lvl == socket.IPPROTO_IP:
+                        tos = data[0]
+                    elif typ == _UDP_GRO and lvl == _SOL_UDP:
+                        seg = int.from_bytes(data[:4], sys.byteorder)
+                key = keys.get(addr)
+                if key is None:
+                    key = keys[addr] = src_key(addr)
+                rows[n] = (pos, nbytes, tos, seg, key)
                 pos += nbytes
+                n += 1
         except BlockingIOError:
             pass
-        return recs
+        return n
 
     def _wake(self) -> None:
         """Called under the lock after posting work: wake the I/O thread if it sleeps in select."""
@@ -1430,37 +1432,41 @@ class Endpoint:
         self._c["malformed"] += 1
         self._malformed_by_field[fld] = self._malformed_by_field.get(fld, 0) + 1
 
-    def _handle(self, recs: list[tuple]) -> None:
-        """One batch of received buffers ``(position, bytes, ancillary data, source)``: split GRO buffers into
-        datagrams, check each header (one ``struct`` unpack and a few integer tests; anything failing them is
-        re-parsed by ``wire.parse_datagram`` to name the bad field), group data packets per transfer for
-        :meth:`_on_data`, and hand feedback to :meth:`_on_feedback` one message at a time."""
+    def _handle(self, n: int) -> None:
+        """The ``n`` records of ``_recs`` (called with the lock held): the C fast lane takes the data records it
+        can (see ``_rxlane.fast_pass``), the rest go to :meth:`_handle_records`."""
+        now = time.monotonic()
+        if self._native_rx:
+            prog, slow, dgrams, gro = _rxlane.fast_pass(self._rxbuf, self._recs, n, self._rank_of, self._incoming,
+                                                        self.job_id, self.nonce)
+            if dgrams:
+                c = self._c
+                c["rx_datagrams"] += dgrams
+                c["rx_fast_datagrams"] += dgrams
+                c["rx_gro_buffers"] += gro
+                self._fast_progress(prog, now)
+        else:
+            rank_of = self._rank_of
+            slow = [(pos, nbytes, tos, seg, rank_of.get(key)) for pos, nbytes, tos, seg, key in self._recs[:n].tolist()]
+        if slow:
+            self._handle_records(slow, now)
+
+    def _handle_records(self, recs: list[tuple], now: float) -> None:
+        """Received records ``(position, bytes, TOS, GRO segment size, source rank or None)`` the Python path
+        takes: split GRO buffers into datagrams, check each header (one ``struct`` unpack and a few integer tests;
+        anything failing them is re-parsed by ``wire.parse_datagram`` to name the bad field), group data packets
+        per transfer for :meth:`_on_data`, and hand feedback to :meth:`_on_feedback` one message at a time."""
         c = self._c
         hl = wire.HEADER_LEN
-        mv, unpack, rank_of = self._rxmv, HDR.unpack_from, self._rank_of
+        mv, unpack = self._rxmv, HDR.unpack_from
         job, nonce = self.job_id, self.nonce
         groups: dict[tuple[int, int], list[tuple]] = {}
         feedback: list[tuple] = []
         ndgrams = 0
-        fast = self._fast
-        now = time.monotonic()
-        for pos, nbytes, anc, addr in recs:
-            tos = seg = 0
-            for lvl, typ, data in anc:
-                if typ == _IP_TOS_CMSG and lvl == socket.IPPROTO_IP:
-                    tos = data[0]
-                elif typ == _UDP_GRO and lvl == _SOL_UDP:
-                    seg = int.from_bytes(data[:4], sys.byteorder)
+        for pos, nbytes, tos, seg, src in recs:
             gro = seg and nbytes > seg
             if gro:
                 c["rx_gro_buffers"] += 1
-            src = rank_of.get(addr)
-            if fast is not None:  # (a record of the same transfer may wait in groups: arrival order never matters)
-                k = self._fast_record(pos, nbytes, seg, tos, src, now)
-                if k:
-                    ndgrams += k
-                    c["rx_fast_datagrams"] += k
-                    continue
             segs = [(s, min(seg, pos + nbytes - s)) for s in range(pos, pos + nbytes, seg)] if gro else [(pos, nbytes)]
             for s, ln in segs:
                 ndgrams += 1

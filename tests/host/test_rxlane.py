@@ -11,8 +11,8 @@ a GRO record.
 from __future__ import annotations
 
 import socket
-import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -21,6 +21,7 @@ from host import wire
 from host.policy import PacketClasses
 from host.transport import Endpoint, Options
 from host.transport import endpoint as endpoint_mod
+from host.transport.endpoint import src_key
 from host.transport.chunking import plan_packets
 from host.wire import DType, Flag
 
@@ -41,22 +42,66 @@ def test_the_extension_is_built_and_follows_the_wire_format():
     assert _rxlane.LAYOUT == tuple((wire.WIRE_DTYPE.fields[n][1], wire.WIRE_DTYPE[n].itemsize) for n in names)
     assert (_rxlane.VERSION, _rxlane.HEADER_LEN, _rxlane.F_ELIGIBLE) == \
         (wire.VERSION, wire.HEADER_LEN, int(Flag.DROP_ELIGIBLE))
+    assert _rxlane.ITEMSIZE == tuple(DType(i).itemsize for i in range(len(DType)))
 
 
-def test_data_record_rejects_bad_arguments():
+def test_the_lane_rejects_bad_arguments():
     from host.transport import _rxlane
 
-    buf, z = bytearray(64), np.zeros(4, bool)
-    args = [buf, 0, 64, 0, JOB, NONCE, 0, 1, 4, int(DType.FLOAT32), 4, bytearray(16), z, np.zeros(4, np.int64),
-            np.zeros(4, np.int64), 0]
-    with pytest.raises(TypeError, match="16 arguments"):
-        _rxlane.data_record(*args[:15])
-    with pytest.raises(ValueError, match="outside buf"):
-        _rxlane.data_record(*args[:2], 65, *args[3:])
-    with pytest.raises(ValueError, match="shorter than total"):
-        _rxlane.data_record(*args[:8], 5, *args[9:])
+    buf, recs = bytearray(64), np.zeros((4, 5), np.int64)
+    with pytest.raises(TypeError, match="6 arguments"):
+        _rxlane.recv_batch(0, buf, recs, 4, 32)
+    with pytest.raises(ValueError, match="maxbytes \\+ slot"):
+        _rxlane.recv_batch(0, buf, recs, 4, 32, 64)  # 64 bytes cannot hold 32 + a 64-byte slot
+    with pytest.raises(ValueError, match="maxrecs rows"):
+        _rxlane.recv_batch(0, bytearray(128), recs, 5, 32, 64)
     with pytest.raises(BufferError):
-        _rxlane.data_record(*args[:11], bytes(16), *args[12:])  # a read-only destination
+        _rxlane.recv_batch(0, bytes(128), recs, 4, 32, 64)  # a read-only receive buffer
+    with pytest.raises(TypeError, match="7 arguments"):
+        _rxlane.fast_pass(buf, recs, 1, {}, {}, JOB)
+    with pytest.raises(TypeError, match="must be dicts"):
+        _rxlane.fast_pass(buf, recs, 1, [], {}, JOB, NONCE)
+    with pytest.raises(ValueError, match="at least n rows"):
+        _rxlane.fast_pass(buf, recs, 5, {}, {}, JOB, NONCE)
+    recs[0] = (60, 8, 0, 0, 0)
+    with pytest.raises(ValueError, match="record 0 .* outside buf"):
+        _rxlane.fast_pass(buf, recs, 1, {}, {}, JOB, NONCE)
+
+
+def test_recv_batch_describes_each_record():
+    """Real datagrams on a real socket: positions back to back, sizes, the TOS each was sent with, the source."""
+    from host.transport import _rxlane
+
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("127.0.0.1", 0))
+        rx.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+        rx.setblocking(False)
+        tx.bind(("127.0.0.1", 0))
+        buf, recs = bytearray(4 * 1024 + 65536), np.zeros((8, 5), np.int64)
+        assert _rxlane.recv_batch(rx.fileno(), buf, recs, 8, 4 * 1024, 65536) == 0  # empty: no error, no record
+        sizes, toses = [100, 1, 3000, 700], [0x08, 0x22, 0x01, 0xB8]
+        for n, t in zip(sizes, toses):
+            tx.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, t)
+            tx.sendto(bytes([n % 251]) * n, rx.getsockname())
+        deadline = time.monotonic() + 5
+        got = []
+        while len(got) < 3 and time.monotonic() < deadline:  # maxrecs 3: the fourth waits for the next call
+            k = _rxlane.recv_batch(rx.fileno(), buf, recs, 3, 4 * 1024, 65536)
+            got += recs[:k].tolist()
+        assert len(got) == 3
+        pos = 0
+        for (p, n, tos, seg, src), size, t in zip(got, sizes, toses):
+            assert (p, n, tos, seg) == (pos, size, t, 0)
+            assert src == src_key(tx.getsockname())
+            assert bytes(buf[p: p + n]) == bytes([size % 251]) * size
+            pos += n
+        k = _rxlane.recv_batch(rx.fileno(), buf, recs, 3, 4 * 1024, 65536)
+        assert k == 1 and recs[0, :3].tolist() == [0, 700, 0xB8]
+    finally:
+        rx.close()
+        tx.close()
 
 
 def _datagram(plan, seq: int, x: np.ndarray) -> bytearray:
@@ -87,12 +132,10 @@ class _Twin:
     def feed(self, dgrams: list[bytes], seg: int, tos: int, src) -> None:
         ep = self.ep
         data = b"".join(dgrams)
-        anc = [(socket.IPPROTO_IP, socket.IP_TOS, bytes([tos]))]
-        if len(dgrams) > 1:
-            anc.append((17, 104, seg.to_bytes(4, sys.byteorder)))  # SOL_UDP, UDP_GRO
-        with ep._lock:
+        with ep._lock:  # one record, as _drain describes it
             ep._rxbuf[:len(data)] = data
-            ep._handle([(0, len(data), anc, src)])
+            ep._recs[0] = (0, len(data), tos, seg if len(dgrams) > 1 else 0, src_key(src))
+            ep._handle(1)
 
     def state(self) -> dict:
         """Counters, the transfer's Reassembly and receiver fields, and its buffer, by name."""
@@ -201,6 +244,39 @@ def test_fast_lane_equals_the_python_path(seed):
             else:
                 assert twins[0].res is not None and twins[1].res is not None
                 assert np.array_equal(twins[0].out, twins[1].out) and np.array_equal(twins[0].out, x)
+    finally:
+        for t in twins:
+            t.close()
+
+
+@pytest.mark.parametrize("first_ce", [False, True])
+def test_an_ecn_change_within_one_receive_pass(first_ce):
+    """Two records of one transfer in one pass, one CE-marked and one not: the fast lane takes the first and
+    leaves the second (the transfer's ECN state changes there) to the Python path, so both paths end with the
+    same state, CE marks and data as the Python path taking both."""
+    n = 6 * 2240  # six full packets at MTU 9000
+    x = np.random.default_rng(3).standard_normal(n).astype(np.float32)
+    plan = plan_packets(nelems=n, dtype=DType.FLOAT32, mtu=9000, rank=0, job_id=JOB, transfer_id=5, nonce=NONCE)
+    twins = [_Twin(True, True, n, np.float32), _Twin(False, True, n, np.float32)]
+    try:
+        for t in twins:
+            t.feed([_datagram(plan, 0, x)], 0, 2, SENDER)  # the Reassembly exists from here on
+        a = [_datagram(plan, s, x) for s in (1, 2)]
+        b = [_datagram(plan, s, x) for s in (3, 4)]
+        tos_a, tos_b = (3, 2) if first_ce else (2, 3)
+        for t in twins:
+            ep = t.ep
+            with ep._lock:
+                ra, rb = b"".join(a), b"".join(b)
+                ep._rxbuf[:len(ra) + len(rb)] = ra + rb
+                ep._recs[0] = (0, len(ra), tos_a, len(a[0]), src_key(SENDER))
+                ep._recs[1] = (len(ra), len(rb), tos_b, len(b[0]), src_key(SENDER))
+                ep._handle(2)
+        states = [t.state() for t in twins]
+        assert [k for k in states[0] if states[0][k] != states[1][k]] == []
+        assert states[0]["ce_marks"] == 2 and states[0]["ce_state"] == (not first_ce)
+        # packet 0 (no Reassembly yet) and the second record went the Python path
+        assert twins[0].ep.stats()["rx_fast_datagrams"] == 2
     finally:
         for t in twins:
             t.close()
