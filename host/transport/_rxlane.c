@@ -42,6 +42,7 @@
 #define VERSION 1
 #define MT_DATA 0
 #define F_ELIGIBLE 0x01
+#define F_RETRANSMIT 0x04
 
 /* byte offsets of the 14 header words (network order), in wire order */
 enum {
@@ -107,9 +108,11 @@ static int record_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, uin
     return 1;
 }
 
-/* Pass 2 of a record that passed record_ok: copy each new payload to its offset, record it, count duplicates. */
+/* Pass 2 of a record that passed record_ok: copy each new payload to its offset, record it, count duplicates.
+ * ``nacked`` (a set of seqs, or NULL): the first new packet that is an original (RETRANSMIT clear) of a NACKed seq
+ * sets ``*premature`` -- that NACK came too early, as the Python path detects it. */
 static void record_apply(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, uint8_t *dst, uint8_t *arrived,
-                         int64_t *offsets, int64_t *counts, Acc *a)
+                         int64_t *offsets, int64_t *counts, Acc *a, PyObject *nacked, int *premature)
 {
     if (seg == 0 || seg > nbytes)
         seg = nbytes;
@@ -122,6 +125,15 @@ static void record_apply(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg,
         if (arrived[seq]) {
             a->dups++;
             continue;
+        }
+        if (nacked != NULL && !*premature && !(h[O_FLAGS] & F_RETRANSMIT)) {
+            PyObject *k = PyLong_FromUnsignedLong(seq);
+            int in = k != NULL ? PySet_Contains(nacked, k) : -1;
+            Py_XDECREF(k);
+            if (in < 0)
+                PyErr_Clear();  /* (out of memory) a missed detection only leaves the NACK wait as it is */
+            else if (in)
+                *premature = 1;
         }
         memcpy(dst + off, h + HEADER_LEN, (size_t)plen);
         arrived[seq] = 1;
@@ -252,6 +264,8 @@ typedef struct {
     PyObject *inc;  /* new reference; NULL: no such transfer, or not one for the fast lane (skip) */
     int bufs;       /* the four buffers below are held */
     int slow_rest;  /* a record went to Python for its CE state: so do the rest (ACK boundaries stay exact) */
+    PyObject *nacked;  /* new reference: the seqs NACKed so far (a set), NULL when none */
+    int premature;  /* an original of a NACKed seq arrived */
     int ce_state;   /* the transfer's ECN state; the pass's first record of the transfer may change it */
     unsigned long total, dtype, itemsize;
     Py_ssize_t cum;
@@ -306,12 +320,16 @@ static int entry_fill(Entry *e, PyObject *inc)
     PyObject *nacked = NULL, *dst = NULL;
     if (st == Py_None)
         goto out;
+    res = -1;
     nacked = PyObject_GetAttrString(inc, "nacked");
-    if (nacked == NULL || (res = PyObject_IsTrue(nacked)) != 0) {
-        res = nacked == NULL || res < 0 ? -1 : 1;
+    if (nacked == NULL)
+        goto out;
+    if (nacked != Py_None && !PyAnySet_Check(nacked)) {
+        PyErr_SetString(PyExc_TypeError, "fast_pass: a transfer's nacked must be a set or None");
         goto out;
     }
-    res = -1;
+    if (nacked != Py_None && PySet_GET_SIZE(nacked) > 0)
+        e->nacked = Py_NewRef(nacked);
     dst = PyObject_GetAttrString(inc, "dst");
     if (dst == Py_None) {
         Py_DECREF(dst);
@@ -371,6 +389,7 @@ static void entry_release(Entry *e)
         PyBuffer_Release(&e->dst);
         e->bufs = 0;
     }
+    Py_CLEAR(e->nacked);
     Py_CLEAR(e->inc);
 }
 
@@ -379,14 +398,15 @@ PyDoc_STRVAR(fast_pass_doc,
 "--\n\n"
 "Take the records of ``recs[:n]`` (rows as recv_batch writes them) that the fast lane can: a record whose first\n"
 "datagram is DATA from a known source (``rank_of``: source key -> rank) for a transfer in ``incoming`` ((rank,\n"
-"tid) -> receiver state) that has its Reassembly and a buffer and has sent no NACK, and whose datagrams all pass\n"
-"the Python path's checks, is copied and recorded here. The first such record of a transfer in the pass sets the\n"
-"ECN state (CE or not) of the transfer's records in it; a later one of the other state, and every record of that\n"
-"transfer after it, is left to Python. Returns (progress, slow, datagrams, gro_buffers): one tuple per transfer\n"
-"that took records, (state, datagrams, fresh, duplicates, bytes, elements, max_count, max_end, min_eligible_seq,\n"
-"max_seq, cum, ce) summed over its records (cum: the first seq at or after the transfer's cum that has not\n"
-"arrived); the other records as (position, bytes, tos, seg, rank or None) in arrival order, for the Python path;\n"
-"and the datagrams and GRO buffers taken. Call with the endpoint's lock held.");
+"tid) -> receiver state) that has its Reassembly and a buffer, and whose datagrams all pass the Python path's\n"
+"checks, is copied and recorded here. The first such record of a transfer in the pass sets the ECN state (CE or\n"
+"not) of the transfer's records in it; a later one of the other state, and every record of that transfer after\n"
+"it, is left to Python. Returns (progress, slow, datagrams, gro_buffers): one tuple per transfer that took\n"
+"records, (state, datagrams, fresh, duplicates, bytes, elements, max_count, max_end, min_eligible_seq, max_seq,\n"
+"cum, ce, premature) summed over its records (cum: the first seq at or after the transfer's cum that has not\n"
+"arrived; premature: a new packet was an original of a seq in the transfer's ``nacked`` set, so that NACK came\n"
+"too early); the other records as (position, bytes, tos, seg, rank or None) in arrival order, for the Python\n"
+"path; and the datagrams and GRO buffers taken. Call with the endpoint's lock held.");
 
 static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -488,7 +508,7 @@ static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nar
                              (uint32_t)e->total, (uint32_t)e->dtype, (uint32_t)e->itemsize, e->dst.len)) {
                 long long before = e->acc.ndg;
                 record_apply(h, nbytes, seg, (uint8_t *)e->dst.buf, (uint8_t *)e->arrived.buf,
-                             (int64_t *)e->offsets.buf, (int64_t *)e->counts.buf, &e->acc);
+                             (int64_t *)e->offsets.buf, (int64_t *)e->counts.buf, &e->acc, e->nacked, &e->premature);
                 dgrams += e->acc.ndg - before;
                 if (seg && nbytes > seg)
                     gro++;
@@ -512,9 +532,9 @@ static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nar
         while (cum < (Py_ssize_t)e->total && arrived[cum])
             cum++;
         Acc *a = &e->acc;
-        PyObject *t = Py_BuildValue("(OLLLLLLLLLnO)", e->inc, a->ndg, a->fresh, a->dups, a->got, a->nelems,
+        PyObject *t = Py_BuildValue("(OLLLLLLLLLnOO)", e->inc, a->ndg, a->fresh, a->dups, a->got, a->nelems,
                                     a->max_count, a->max_end, a->min_elig, a->max_seq, cum,
-                                    e->ce_state ? Py_True : Py_False);
+                                    e->ce_state ? Py_True : Py_False, e->premature ? Py_True : Py_False);
         if (t == NULL || PyList_Append(prog, t) < 0) {
             Py_XDECREF(t);
             goto done;
@@ -577,7 +597,8 @@ PyMODINIT_FUNC PyInit__rxlane(void)
         goto fail;
     }
     if (PyModule_AddIntConstant(m, "VERSION", VERSION) < 0 || PyModule_AddIntConstant(m, "HEADER_LEN", HEADER_LEN) < 0
-        || PyModule_AddIntConstant(m, "F_ELIGIBLE", F_ELIGIBLE) < 0)
+        || PyModule_AddIntConstant(m, "F_ELIGIBLE", F_ELIGIBLE) < 0
+        || PyModule_AddIntConstant(m, "F_RETRANSMIT", F_RETRANSMIT) < 0)
         goto fail;
     return m;
 fail:

@@ -769,12 +769,15 @@ class Endpoint:
     def _fast_progress(self, prog: list[tuple], now: float) -> None:
         """Account for what the C fast lane (``_rxlane.fast_pass``) recorded this pass: one tuple per transfer,
         ``(state, datagrams, fresh, duplicates, bytes, elements, max_count, max_end, min_eligible_seq, max_seq,
-        cum, ce)``. All of a transfer's records the lane took in one pass have one ECN state, ``ce``; when it differs
-        from the transfer's, the packets before it are ACKed first (DCTCP's receiver); a second change within the
-        pass went the Python path."""
+        cum, ce, premature)``. All of a transfer's records the lane took in one pass have one ECN state, ``ce``;
+        when it differs from the transfer's, the packets before it are ACKed first (DCTCP's receiver); a second
+        change within the pass went the Python path. ``premature``: an original of a NACKed seq arrived."""
         c = self._c
-        for inc, _ndg, fresh, dups, got, nelems, max_count, max_end, min_elig, max_seq, cum, ce in prog:
+        for inc, _ndg, fresh, dups, got, nelems, max_count, max_end, min_elig, max_seq, cum, ce, premature in prog:
             key = (inc.peer, inc.tid)
+            if premature:
+                inc.nacked = None
+                self._premature_nack(inc.peer)
             if fresh and ce != inc.ce_state:
                 if inc.since_ack:
                     self._send_ack(inc)

@@ -31,7 +31,8 @@ STRAY = ("127.0.0.9", 1)  # a source that is no rank
 
 # counters the two paths must agree on (ACK/NACK counts depend on timers, rx_fast_datagrams on the path)
 COUNTERS = ("rx_datagrams", "rx_data_packets", "rx_bytes", "duplicates", "late", "foreign", "stray", "malformed",
-            "inconsistent", "unclaimed_dropped", "ecn_ce_rx", "rx_gro_buffers", "transfers_received")
+            "inconsistent", "unclaimed_dropped", "ecn_ce_rx", "rx_gro_buffers", "transfers_received",
+            "premature_nacks")
 
 
 def test_the_extension_is_built_and_follows_the_wire_format():
@@ -40,8 +41,8 @@ def test_the_extension_is_built_and_follows_the_wire_format():
     assert endpoint_mod._rxlane is _rxlane  # `make setup` builds it: a missing build must fail here, not hide
     names = wire.WIRE_DTYPE.names
     assert _rxlane.LAYOUT == tuple((wire.WIRE_DTYPE.fields[n][1], wire.WIRE_DTYPE[n].itemsize) for n in names)
-    assert (_rxlane.VERSION, _rxlane.HEADER_LEN, _rxlane.F_ELIGIBLE) == \
-        (wire.VERSION, wire.HEADER_LEN, int(Flag.DROP_ELIGIBLE))
+    assert (_rxlane.VERSION, _rxlane.HEADER_LEN, _rxlane.F_ELIGIBLE, _rxlane.F_RETRANSMIT) == \
+        (wire.VERSION, wire.HEADER_LEN, int(Flag.DROP_ELIGIBLE), int(Flag.RETRANSMIT))
     assert _rxlane.ITEMSIZE == tuple(DType(i).itemsize for i in range(len(DType)))
 
 
@@ -148,7 +149,7 @@ class _Twin:
                 out.update({k: getattr(st, k) for k in ("cum", "npackets", "nelems", "max_count", "max_end",
                                                         "min_eligible", "max_seq", "last_seen")})
                 out.update({k: getattr(st, k).tobytes() for k in ("arrived", "offsets", "counts")})
-                out.update({k: getattr(inc, k) for k in ("dups", "ce_marks", "ce_state", "bytes", "done")})
+                out.update({k: getattr(inc, k) for k in ("dups", "ce_marks", "ce_state", "bytes", "done", "nacked")})
                 if inc.dst is not None:  # the whole out buffer: a stray write into a hole would show
                     out["data"] = bytes(inc.dst)
                 else:  # a staging buffer is np.empty: only what arrived is defined
@@ -207,13 +208,24 @@ def test_fast_lane_equals_the_python_path(seed):
         order = list(rng.permutation(plan.total)) if seed % 5 == 1 else list(range(plan.total))
         order += list(rng.integers(0, plan.total, size=plan.total // 4 + 1))  # duplicates
         order += list(range(plan.total))  # "retransmissions": a corrupted packet arrives intact (or is a duplicate)
-        overran = False
+        overran = nacked_once = False
         i = 0
         while i < len(order):
             k = int(rng.integers(1, 9))
             run = order[i: i + k]
             i += k
             dgrams = [_datagram(plan, int(s), x) for s in run]
+            for d in dgrams:
+                if rng.random() < 0.3:  # a retransmission: never proof that a NACK was premature
+                    d[1] |= int(Flag.RETRANSMIT)
+            if i > len(order) // 8 and not nacked_once:  # a NACK went out for some seqs not yet arrived
+                nacked_once = True
+                for t in twins:
+                    with t.ep._lock:
+                        inc = t.ep._incoming.get((0, 5))
+                        if inc is not None and inc.st is not None:
+                            missing = np.flatnonzero(~inc.st.arrived).tolist()
+                            inc.nacked = set(missing[: max(1, len(missing) // 2)]) if missing else None
             src = SENDER
             if rng.random() < 0.15:  # one datagram of the record is bad
                 j = int(rng.integers(len(dgrams)))
