@@ -113,6 +113,7 @@ _RX_BATCH_BYTES = 192 << 10  # ... or this many bytes
 _RX_BUF = _RX_BATCH_BYTES + _MAX_DGRAM
 _TX_BURSTS_PER_ROUND = 4  # bursts sent between two receive passes of the I/O thread
 _BATCH_MIN = 16  # packets of one transfer in one batch from which Reassembly takes arrays
+_CTL_BACKLOG = 4096  # control messages held while the send buffer is full
 
 
 def decode_words(buf) -> tuple[int, ...]:
@@ -179,7 +180,13 @@ class Options:
     burst: int = 32  # max packets the progress thread sends per pick
     tick: float = 0.001  # timer granularity
     cc: CCParams | None = None  # None: defaults with mss from the MTU
-    sock_buf: int = 32 << 20  # SO_RCVBUF/SO_SNDBUF (forced when root)
+    sock_buf: int = 32 << 20  # SO_RCVBUF (forced when root): room for bursts while the I/O thread is busy
+    # SO_SNDBUF (forced when root; the kernel doubles it): the bytes this socket may have queued in the host, in the
+    # qdisc and the device, as TCP Small Queues bounds a TCP socket's. Congestion windows are per peer and may
+    # overshoot; a full send buffer makes the sender wait for the queue to drain instead of overflowing the host's
+    # own egress queue, which drops whole GSO bursts (the P=4 ring on 1 Gb/s tbf links: 70-140 such drops and 450-940
+    # retransmissions in 20 all-reduces of 16 MiB with 32 MiB here, none with 1 MiB; see docs/transport.md).
+    send_buf: int = 1 << 20
     max_staged_bytes: int = 1 << 30  # data buffered for transfers nobody has called recv() for yet
     tombstones: int = 1 << 16  # completed transfers remembered (late packets get DONE again)
     socket_wrapper: Callable[[socket.socket], Any] | None = None  # fault injection on the send path
@@ -379,11 +386,12 @@ class Endpoint:
 
         self._sock = sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        for opt, force in ((socket.SO_RCVBUF, 33), (socket.SO_SNDBUF, 32)):  # SO_{RCV,SND}BUFFORCE
+        for opt, force, size in ((socket.SO_RCVBUF, 33, opts.sock_buf),  # SO_{RCV,SND}BUFFORCE
+                                 (socket.SO_SNDBUF, 32, opts.send_buf)):
             try:
-                sock.setsockopt(socket.SOL_SOCKET, force, opts.sock_buf)
+                sock.setsockopt(socket.SOL_SOCKET, force, size)
             except OSError:
-                sock.setsockopt(socket.SOL_SOCKET, opt, opts.sock_buf)
+                sock.setsockopt(socket.SOL_SOCKET, opt, size)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, _TOS_CONTROL)
         try:
@@ -419,6 +427,10 @@ class Endpoint:
         self._rr = 0
         self._next_tick = 0.0
         self._ctl_buf = bytearray(wire.HEADER_LEN + 9000)
+        # the send buffer is full (Options.send_buf): nothing more is sent until select says the socket is writable
+        # (half the buffer free), and control messages that met the full buffer wait here, to go before any data
+        self._tx_full = False
+        self._ctl_backlog: deque[tuple[bytes, tuple[str, int]]] = deque()
         self._c: dict[str, int] = dict.fromkeys((
             "tx_datagrams", "tx_data_packets", "tx_bytes", "retransmissions", "rx_datagrams", "rx_data_packets",
             "rx_bytes", "duplicates", "late", "foreign", "stray", "malformed", "inconsistent", "unclaimed_dropped",
@@ -481,7 +493,7 @@ class Endpoint:
             # packet left: on a loaded host that is the larger part of a small transfer's latency. The caller sends
             # the first burst itself instead (chosen under the lock as the I/O thread would) and wakes the I/O
             # thread for the rest: later bursts, ACKs and timers.
-            job = self._pick_burst(now)[0] if self._sleeping else None
+            job = self._pick_burst(now)[0] if self._sleeping and not self._tx_full else None
             o.sending = job is not None
             if job is None:
                 self._wake()
@@ -596,11 +608,40 @@ class Endpoint:
             self._tomb.pop(next(iter(self._tomb)))
 
     def _send_ctl(self, addr: tuple[str, int], nbytes: int) -> None:
+        """Send the control message in ``_ctl_buf[:nbytes]``; behind a full send buffer it waits in the backlog
+        (an ACK or DONE lost here would stall the peer until its timeout)."""
+        if self._ctl_backlog:  # keep the order: behind the ones already waiting
+            self._queue_ctl(bytes(self._ctl_buf[:nbytes]), addr)
+            return
         try:
             self._tx.sendmsg([memoryview(self._ctl_buf)[:nbytes]], [], 0, addr)
             self._c["tx_datagrams"] += 1
+        except BlockingIOError:
+            self._queue_ctl(bytes(self._ctl_buf[:nbytes]), addr)
         except OSError:
             self._c["send_errors"] += 1
+
+    def _queue_ctl(self, msg: bytes, addr: tuple[str, int]) -> None:
+        if len(self._ctl_backlog) >= _CTL_BACKLOG:
+            self._c["send_errors"] += 1  # (only a socket that stays full for thousands of messages gets here)
+            return
+        self._ctl_backlog.append((msg, addr))
+        self._tx_full = True
+
+    def _flush_ctl(self) -> None:
+        """Send the control backlog, oldest first, until it is empty or the buffer is full again."""
+        q, c = self._ctl_backlog, self._c
+        while q:
+            msg, addr = q[0]
+            try:
+                self._tx.sendmsg([msg], [], 0, addr)
+                c["tx_datagrams"] += 1
+            except BlockingIOError:
+                self._tx_full = True
+                return
+            except OSError:
+                c["send_errors"] += 1
+            q.popleft()
 
     # --- receiver side ---------------------------------------------------------------------------------------
 
@@ -1214,6 +1255,44 @@ class Endpoint:
         if math.isfinite(rate):
             p.next_send = max(p.next_send, now - 0.0005) + nbytes / rate
 
+    def _unsend(self, o: _Out, seqs: list[int]) -> None:
+        """Undo the part of a burst the full send buffer refused (``seqs``, the burst's tail, never on the wire):
+        retransmissions go back to the front of the queue, new packets back before ``next_seq``; nothing of them
+        counts as in flight or sent. Waiting in the I/O thread instead would hold up receives and ACKs for as long
+        as the host's queue takes to drain."""
+        hl = wire.HEADER_LEN
+        with self._lock:
+            p = self._peers.get(o.peer)
+            lens = o.lens
+            c = self._c
+            nbytes = sum(lens[s] for s in seqs)
+            c["tx_datagrams"] -= len(seqs)
+            c["tx_data_packets"] -= len(seqs)
+            c["tx_bytes"] -= nbytes + hl * len(seqs)
+            o.pkts_sent -= len(seqs)
+            new = [s for s in seqs if not o.retx[s]]  # (a burst: its retransmissions, then new packets)
+            old = [s for s in seqs if o.retx[s]]
+            for s in seqs:
+                if o.inflight[s]:
+                    o.inflight[s] = False
+                    if p is not None:
+                        p.inflight -= lens[s]
+            if new and new == list(range(new[0], o.next_seq)):  # the burst's new packets end at next_seq
+                o.next_seq = new[0]
+                o.sent_order[new[0]:new[-1] + 1] = -1  # never sent: an ACK for them is not trusted
+                o.sent_time[new[0]:new[-1] + 1] = 0.0
+            elif new:  # (not a burst _pick_burst makes) resend them as retransmissions
+                old = sorted(old + new)
+                o.retx[new] = True
+                o.retransmissions += len(new)
+                c["retransmissions"] += len(new)
+            for s in reversed(old):
+                o.retxq.appendleft(s)
+                o.queued[s] = True
+            o.retransmissions -= len(old)
+            c["retransmissions"] -= len(old)
+            self._tx_full = True
+
     def _transmit(self, job) -> None:
         """Send a burst outside the lock: runs of consecutive, equal-size, same-TOS packets as one GSO send."""
         o, addr, seqs, nbytes = job
@@ -1253,7 +1332,11 @@ class Endpoint:
                 a = anc[elig[s]]
                 ancdata = a + [(_SOL_UDP, _UDP_SEGMENT, struct.pack("=H", hl + size))] if gso else a
                 call = (self._tx.sendmsg, (bufs, ancdata, 0, addr))
-            if not self._sendmsg(*call, gso):
+            ok = self._sendmsg(*call, gso)
+            if ok is None:  # the send buffer is full: the rest goes back to be sent when there is room
+                self._unsend(o, seqs[i:])
+                break
+            if not ok:
                 if self._closed:
                     return
                 if j > i + 1 and self._gso is False:
@@ -1265,18 +1348,17 @@ class Endpoint:
             with self._lock:
                 self._c["tx_gso_sends"] += gso_sends
 
-    def _sendmsg(self, fn: Callable, args: tuple, gso: bool) -> bool:
-        """One send, ``fn(*args)`` (the socket's sendmsg, or the send lane's ``send_run``), waiting while the socket
-        buffer is full. False when it failed (counted) or the endpoint closed; a refused segmentation offload (a
-        ``gso`` send failing) turns GSO off for good (the caller resends one by one)."""
+    def _sendmsg(self, fn: Callable, args: tuple, gso: bool) -> bool | None:
+        """One send, ``fn(*args)`` (the socket's sendmsg, or the send lane's ``send_run``). None when the socket
+        buffer is full (nothing sent; ``_tx_full`` is set), False when it failed (counted); a refused segmentation
+        offload (a ``gso`` send failing) turns GSO off for good (the caller resends one by one)."""
         while True:
             try:
                 fn(*args)
                 return True
             except BlockingIOError:
-                select.select([], [self._sock], [], 0.01)
-                if self._closed:
-                    return False
+                self._tx_full = True
+                return None
             except OSError as e:
                 if gso and self._gso:
                     self._gso = False
@@ -1359,7 +1441,13 @@ class Endpoint:
                     self._next_tick = now + tick
             sent = 0
             wait = 1.0
-            while sent < _TX_BURSTS_PER_ROUND:  # then receive again: ACKs and data must not wait behind sends
+            if self._tx_full and select.select([], [sock], [], 0)[1]:  # (receiving without a pause never sleeps
+                self._tx_full = False  # in the select below, which would see it too)
+            if self._ctl_backlog and not self._tx_full:
+                with self._lock:
+                    self._flush_ctl()
+            while sent < _TX_BURSTS_PER_ROUND and not self._tx_full:  # then receive again: ACKs and data must
+                # not wait behind sends
                 with self._lock:
                     job, wait = self._pick_burst(time.monotonic())
                 if job is None:
@@ -1375,7 +1463,7 @@ class Endpoint:
                 if self._closed:
                     return
                 now = time.monotonic()
-                job, wait = self._pick_burst(now)
+                job, wait = self._pick_burst(now) if not self._tx_full else (None, 1.0)
                 if job is None:
                     self._sleeping = True  # from here on, send() writes to the wake socket
                 busy = self._incoming or any(p.active for p in self._peers.values())
@@ -1383,11 +1471,13 @@ class Endpoint:
             if job is not None:
                 self._transmit(job)
                 continue
-            try:
-                ready, _, _ = select.select([sock, wake], [], [], timeout)
+            try:  # (a full send buffer: until half of it is free)
+                ready, writable, _ = select.select([sock, wake], [sock] if self._tx_full else [], [], timeout)
             except (OSError, ValueError):
                 return
             self._sleeping = False
+            if writable:
+                self._tx_full = False
             if wake in ready:
                 try:
                     while wake.recv(4096):

@@ -155,3 +155,62 @@ def test_offload_free_interface_puts_only_plain_datagrams_on_the_wire(root_requi
         assert tx["tx_data_packets"] >= rx["rx_data_packets"] > 0 and tx["send_errors"] == 0  # (+ resends)
         assert wire["frames"] >= rx["rx_data_packets"]
         assert wire["max_len"] <= 1500 + 14 and wire["bad_checksums"] == 0
+
+
+BURST_PEER = """
+import json, sys
+import numpy as np
+sys.path.insert(0, {root!r})
+from host.transport import Endpoint, Options
+from host.transport.cc import CCParams
+rank, addrs, send_buf = int(sys.argv[1]), sys.argv[2].split(","), int(sys.argv[3])
+# a first window of ~9 MB: far more than the host's 1 Gb/s tbf queue (20 ms, 2.5 MB) holds; its last packets leave
+# ~70 ms after the first, so the first timeout waits longer than that
+cc = CCParams(mss=8964, init_cwnd_pkts=1000, max_cwnd_bytes=16 << 20, rto_init=0.5)
+ep = Endpoint(rank, dict(enumerate(addrs)), 9, 9, Options(mtu=9000, peer_timeout=10, cc=cc, send_buf=send_buf))
+print("ready", flush=True)
+sys.stdin.readline()  # both bound: a first window sent before the receiver's socket exists would be lost
+x = np.arange(4 << 20, dtype=np.float32)
+if rank == 0:
+    ep.send(1, x, transfer_id=1).wait(30)
+else:
+    out = np.empty_like(x)
+    ep.recv(0, 1, out=out, timeout=30)
+    assert np.array_equal(out, x), "data differs"
+print(json.dumps(ep.stats()), flush=True)
+ep.close()
+"""
+
+
+def _host_egress_drops(net: Star, i: int) -> int:
+    """Packets host i's own egress shaper dropped (the first qdisc of ``qdisc_stats``: the host side)."""
+    import re
+
+    return int(re.findall(r"dropped (\d+)", net.qdisc_stats(i))[0])
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("send_buf", [32 << 20, None])
+def test_the_send_buffer_keeps_a_window_from_overflowing_the_host_queue(root_required, send_buf):
+    """A window larger than the host's egress queue: with a 32 MiB send buffer the burst lands in the tbf queue and
+    whole GSO runs are dropped there (then retransmitted); with the default send buffer (Options.send_buf) the
+    socket makes the sender wait instead, as TCP Small Queues does, and nothing is dropped or resent."""
+    with Star(2, rate="1gbit", mtu=9000) as net:
+        addrs = ",".join(h.ip for h in net.hosts)
+        code = BURST_PEER.format(root=str(ROOT))
+        size = str(send_buf if send_buf is not None else Options().send_buf)
+        procs = [net.popen(i, [sys.executable, "-c", code, str(i), addrs, size], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True) for i in (1, 0)]
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready"
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        rx, tx = [json.loads(p.communicate(timeout=60)[0].strip().splitlines()[-1]) for p in procs]
+        assert all(p.returncode == 0 for p in procs)
+        drops = _host_egress_drops(net, 0)
+    assert rx["transfers_received"] == 1  # (and the receiver checked every element)
+    if send_buf is None:
+        assert drops == 0 and tx["retransmissions"] == 0, (drops, tx["retransmissions"])
+    else:
+        assert drops > 0 and tx["retransmissions"] > 0, (drops, tx["retransmissions"])
