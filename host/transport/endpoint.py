@@ -437,7 +437,7 @@ class Endpoint:
             "acks_sent", "nacks_sent", "dones_sent", "acks_rx", "nacks_rx", "dones_rx", "stale_feedback",
             "ecn_ce_rx", "ecn_echo_rx", "zero_filled_elements", "transfers_sent", "transfers_received",
             "send_errors", "recv_timeouts", "peer_timeouts", "rto_timeouts", "internal_errors", "tx_gso_sends",
-            "rx_gro_buffers", "rx_fast_datagrams", "premature_nacks"), 0)
+            "rx_gro_buffers", "rx_fast_datagrams", "premature_nacks", "tx_buffer_full"), 0)
         self._reo: dict[int, float] = {}  # per sending peer: the adaptive wait after LAST (see _REORDER_MAX)
         self._malformed_by_field: dict[str, int] = {}
         self._rxbuf = bytearray(_RX_BUF)
@@ -1291,6 +1291,7 @@ class Endpoint:
                 o.queued[s] = True
             o.retransmissions -= len(old)
             c["retransmissions"] -= len(old)
+            c["tx_buffer_full"] += 1
             self._tx_full = True
 
     def _transmit(self, job) -> None:
