@@ -164,39 +164,26 @@ static inline v2d v2_abs(v2d v)
     return (v2d){fabs(v[0]), fabs(v[1])};
 }
 
-static double abs_sum_f32(const float *x, Py_ssize_t n)
-{
-    v2d s0 = {0, 0}, s1 = {0, 0}, s2 = {0, 0}, s3 = {0, 0};
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        s0 += v2_abs((v2d){x[i], x[i + 1]});
-        s1 += v2_abs((v2d){x[i + 2], x[i + 3]});
-        s2 += v2_abs((v2d){x[i + 4], x[i + 5]});
-        s3 += v2_abs((v2d){x[i + 6], x[i + 7]});
+#define DEFINE_ABS_SUM(name, T)                                                                                 \
+    static double name(const T *x, Py_ssize_t n)                                                                \
+    {                                                                                                           \
+        v2d s0 = {0, 0}, s1 = {0, 0}, s2 = {0, 0}, s3 = {0, 0};                                                 \
+        Py_ssize_t i = 0;                                                                                       \
+        for (; i + 8 <= n; i += 8) {                                                                            \
+            s0 += v2_abs((v2d){x[i], x[i + 1]});                                                                \
+            s1 += v2_abs((v2d){x[i + 2], x[i + 3]});                                                            \
+            s2 += v2_abs((v2d){x[i + 4], x[i + 5]});                                                            \
+            s3 += v2_abs((v2d){x[i + 6], x[i + 7]});                                                            \
+        }                                                                                                       \
+        v2d t = (s0 + s1) + (s2 + s3);                                                                          \
+        double s = t[0] + t[1];                                                                                 \
+        for (; i < n; i++)                                                                                      \
+            s += fabs((double)x[i]);                                                                            \
+        return s;                                                                                               \
     }
-    v2d t = (s0 + s1) + (s2 + s3);
-    double s = t[0] + t[1];
-    for (; i < n; i++)
-        s += fabs((double)x[i]);
-    return s;
-}
 
-static double abs_sum_f64(const double *x, Py_ssize_t n)
-{
-    v2d s0 = {0, 0}, s1 = {0, 0}, s2 = {0, 0}, s3 = {0, 0};
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        s0 += v2_abs((v2d){x[i], x[i + 1]});
-        s1 += v2_abs((v2d){x[i + 2], x[i + 3]});
-        s2 += v2_abs((v2d){x[i + 4], x[i + 5]});
-        s3 += v2_abs((v2d){x[i + 6], x[i + 7]});
-    }
-    v2d t = (s0 + s1) + (s2 + s3);
-    double s = t[0] + t[1];
-    for (; i < n; i++)
-        s += fabs(x[i]);
-    return s;
-}
+DEFINE_ABS_SUM(abs_sum_f32, float)
+DEFINE_ABS_SUM(abs_sum_f64, double)
 
 PyDoc_STRVAR(abs_sums_doc,
 "abs_sums(values, chunk, out)\n"

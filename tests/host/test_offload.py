@@ -4,6 +4,7 @@ fallback where the kernel refuses GSO."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,10 +68,12 @@ import json, sys
 import numpy as np
 sys.path.insert(0, {root!r})
 from host.transport import Endpoint, Options
+from host.transport.cc import CCParams
 rank, addrs = int(sys.argv[1]), sys.argv[2].split(",")
-ep = Endpoint(rank, dict(enumerate(addrs)), 9, 9, Options(mtu=int(sys.argv[3]), peer_timeout=10))
+ep = Endpoint(rank, dict(enumerate(addrs)), 9, 9, Options(peer_timeout=10, {options}))
 print("ready", flush=True)
-x = np.arange(400_000, dtype=np.float32)
+sys.stdin.readline()  # both bound: what is sent before the receiver's socket exists would be lost
+x = np.arange({n}, dtype=np.float32)
 if rank == 0:
     ep.send(1, x, transfer_id=1).wait(30)
 else:
@@ -82,14 +85,18 @@ ep.close()
 """
 
 
-def _run_pair(net: Star, mtu: int) -> tuple[dict, dict]:
-    """Host 0 sends 1.6 MB to host 1 with ``Options(mtu=mtu)``; their final stats (receiver, sender)."""
+def _run_pair(net: Star, options: str, n: int = 400_000) -> tuple[dict, dict]:
+    """Host 0 sends ``n`` float32 (1.6 MB by default) to host 1, both with ``Options(peer_timeout=10, <options>)``
+    (Python source), started together once both are bound; their final stats (receiver, sender)."""
     addrs = ",".join(h.ip for h in net.hosts)
-    code = PEER.format(root=str(ROOT))
-    procs = [net.popen(i, [sys.executable, "-c", code, str(i), addrs, str(mtu)], stdout=subprocess.PIPE, text=True)
-             for i in (1, 0)]
+    code = PEER.format(root=str(ROOT), options=options, n=n)
+    procs = [net.popen(i, [sys.executable, "-c", code, str(i), addrs], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                       text=True) for i in (1, 0)]
     for p in procs:
         assert p.stdout.readline().strip() == "ready"
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
     stats = [json.loads(p.communicate(timeout=60)[0].strip().splitlines()[-1]) for p in procs]
     assert all(p.returncode == 0 for p in procs)
     return stats[0], stats[1]
@@ -101,7 +108,7 @@ def test_refused_gso_falls_back_to_one_datagram_per_sendmsg(root_required):
     link 1500). The endpoint must turn GSO off, resend that run one datagram at a time (the kernel fragments them,
     as it does every datagram larger than the path) and deliver everything."""
     with Star(2, rate=None, mtu=1500) as net:
-        rx, tx = _run_pair(net, 9000)
+        rx, tx = _run_pair(net, "mtu=9000")
     assert tx["tx_gso_sends"] == 0 and tx["send_errors"] == 0
     assert tx["tx_data_packets"] >= rx["rx_data_packets"] > 0
 
@@ -148,44 +155,15 @@ def test_offload_free_interface_puts_only_plain_datagrams_on_the_wire(root_requi
         sniff = subprocess.Popen(["ip", "netns", "exec", net.sw, sys.executable, "-c", SNIFF],
                                  stdout=subprocess.PIPE, text=True)
         assert sniff.stdout.readline().strip() == "ready"
-        addrs = ",".join(h.ip for h in net.hosts)
-        code = PEER.format(root=str(ROOT))
-        rx, tx = _run_pair(net, 1500)
+        rx, tx = _run_pair(net, "mtu=1500")
         wire = json.loads(sniff.communicate(timeout=60)[0].strip().splitlines()[-1])
         assert tx["tx_data_packets"] >= rx["rx_data_packets"] > 0 and tx["send_errors"] == 0  # (+ resends)
         assert wire["frames"] >= rx["rx_data_packets"]
         assert wire["max_len"] <= 1500 + 14 and wire["bad_checksums"] == 0
 
 
-BURST_PEER = """
-import json, sys
-import numpy as np
-sys.path.insert(0, {root!r})
-from host.transport import Endpoint, Options
-from host.transport.cc import CCParams
-rank, addrs, send_buf = int(sys.argv[1]), sys.argv[2].split(","), int(sys.argv[3])
-# a first window of ~9 MB: far more than the host's 1 Gb/s tbf queue (20 ms, 2.5 MB) holds; its last packets leave
-# ~70 ms after the first, so the first timeout waits longer than that
-cc = CCParams(mss=8964, init_cwnd_pkts=1000, max_cwnd_bytes=16 << 20, rto_init=0.5)
-ep = Endpoint(rank, dict(enumerate(addrs)), 9, 9, Options(mtu=9000, peer_timeout=10, cc=cc, send_buf=send_buf))
-print("ready", flush=True)
-sys.stdin.readline()  # both bound: a first window sent before the receiver's socket exists would be lost
-x = np.arange(4 << 20, dtype=np.float32)
-if rank == 0:
-    ep.send(1, x, transfer_id=1).wait(30)
-else:
-    out = np.empty_like(x)
-    ep.recv(0, 1, out=out, timeout=30)
-    assert np.array_equal(out, x), "data differs"
-print(json.dumps(ep.stats()), flush=True)
-ep.close()
-"""
-
-
 def _host_egress_drops(net: Star, i: int) -> int:
     """Packets host i's own egress shaper dropped (the first qdisc of ``qdisc_stats``: the host side)."""
-    import re
-
     return int(re.findall(r"dropped (\d+)", net.qdisc_stats(i))[0])
 
 
@@ -195,19 +173,13 @@ def test_the_send_buffer_keeps_a_window_from_overflowing_the_host_queue(root_req
     """A window larger than the host's egress queue: with a 32 MiB send buffer the burst lands in the tbf queue and
     whole GSO runs are dropped there (then retransmitted); with the default send buffer (Options.send_buf) the
     socket makes the sender wait instead, as TCP Small Queues does, and nothing is dropped or resent."""
+    # a first window of ~9 MB: far more than the host's 1 Gb/s tbf queue (20 ms, 2.5 MB) holds; its last packets
+    # leave ~70 ms after the first, so the first timeout waits longer than that
+    size = send_buf if send_buf is not None else Options().send_buf
+    options = (f"mtu=9000, send_buf={size}, "
+               "cc=CCParams(mss=8964, init_cwnd_pkts=1000, max_cwnd_bytes=16 << 20, rto_init=0.5)")
     with Star(2, rate="1gbit", mtu=9000) as net:
-        addrs = ",".join(h.ip for h in net.hosts)
-        code = BURST_PEER.format(root=str(ROOT))
-        size = str(send_buf if send_buf is not None else Options().send_buf)
-        procs = [net.popen(i, [sys.executable, "-c", code, str(i), addrs, size], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, text=True) for i in (1, 0)]
-        for p in procs:
-            assert p.stdout.readline().strip() == "ready"
-        for p in procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        rx, tx = [json.loads(p.communicate(timeout=60)[0].strip().splitlines()[-1]) for p in procs]
-        assert all(p.returncode == 0 for p in procs)
+        rx, tx = _run_pair(net, options, n=4 << 20)
         drops = _host_egress_drops(net, 0)
     assert rx["transfers_received"] == 1  # (and the receiver checked every element)
     if send_buf is None:
