@@ -1272,6 +1272,8 @@ class Endpoint:
             o.pkts_sent -= len(seqs)
             new = [s for s in seqs if not o.retx[s]]  # (a burst: its retransmissions, then new packets)
             old = [s for s in seqs if o.retx[s]]
+            o.retransmissions -= len(old)  # (counted again when they go out)
+            c["retransmissions"] -= len(old)
             for s in seqs:
                 if o.inflight[s]:
                     o.inflight[s] = False
@@ -1281,16 +1283,12 @@ class Endpoint:
                 o.next_seq = new[0]
                 o.sent_order[new[0]:new[-1] + 1] = -1  # never sent: an ACK for them is not trusted
                 o.sent_time[new[0]:new[-1] + 1] = 0.0
-            elif new:  # (not a burst _pick_burst makes) resend them as retransmissions
-                old = sorted(old + new)
+            elif new:  # (not a burst _pick_burst makes) queue them with the retransmissions
                 o.retx[new] = True
-                o.retransmissions += len(new)
-                c["retransmissions"] += len(new)
+                old = sorted(old + new)
             for s in reversed(old):
                 o.retxq.appendleft(s)
                 o.queued[s] = True
-            o.retransmissions -= len(old)
-            c["retransmissions"] -= len(old)
             c["tx_buffer_full"] += 1
             self._tx_full = True
 
@@ -1353,22 +1351,21 @@ class Endpoint:
         """One send, ``fn(*args)`` (the socket's sendmsg, or the send lane's ``send_run``). None when the socket
         buffer is full (nothing sent; ``_tx_full`` is set), False when it failed (counted); a refused segmentation
         offload (a ``gso`` send failing) turns GSO off for good (the caller resends one by one)."""
-        while True:
-            try:
-                fn(*args)
-                return True
-            except BlockingIOError:
-                self._tx_full = True
-                return None
-            except OSError as e:
-                if gso and self._gso:
-                    self._gso = False
-                    log.info("dlcp rank %d: UDP segmentation offload refused (%s); sending datagrams one by one",
-                             self.rank, e)
-                    return False
-                with self._lock:
-                    self._c["send_errors"] += 1
+        try:
+            fn(*args)
+            return True
+        except BlockingIOError:
+            self._tx_full = True
+            return None
+        except OSError as e:
+            if gso and self._gso:
+                self._gso = False
+                log.info("dlcp rank %d: UDP segmentation offload refused (%s); sending datagrams one by one",
+                         self.rank, e)
                 return False
+            with self._lock:
+                self._c["send_errors"] += 1
+            return False
 
     def _tx_timers(self, now: float) -> None:
         for p in list(self._peers.values()):

@@ -187,3 +187,49 @@ def test_the_send_buffer_keeps_a_window_from_overflowing_the_host_queue(root_req
         assert drops == 0 and tx["retransmissions"] == 0, (drops, tx["retransmissions"])
     else:
         assert drops > 0 and tx["retransmissions"] > 0, (drops, tx["retransmissions"])
+
+
+class _RefusingSocket:
+    """A send path that now and then refuses a datagram as a full send buffer does (BlockingIOError, nothing sent)
+    and drops some data packets outright; it counts what reaches the real socket."""
+
+    def __init__(self, sock, refuse_every: int, drop_every: int):
+        self.sock, self.refuse_every, self.drop_every = sock, refuse_every, drop_every
+        self.calls = self.data_sent = self.data_dropped = self.refused = 0
+
+    def sendmsg(self, buffers, ancdata=(), flags=0, address=None):
+        self.calls += 1
+        if self.calls % self.refuse_every == 0:
+            self.refused += 1
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        if bytes(buffers[0][:1])[0] & 0x0F == 0:  # a DATA packet (message type 0)
+            if self.calls % self.drop_every == 0:
+                self.data_dropped += 1
+                return sum(len(b) for b in buffers)
+            self.data_sent += 1
+        return self.sock.sendmsg(buffers, ancdata, flags, address)
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
+def test_refused_sends_go_out_later_and_are_counted_once(make_endpoints):
+    """Bursts cut short by a full send buffer (with losses and retransmissions around them, ACKs and DONEs refused
+    too): the refused tail is sent later, the data arrives whole, and the counters match what reached the wire."""
+    wrappers = []
+
+    def wrap(sock):
+        wrappers.append(_RefusingSocket(sock, refuse_every=7, drop_every=23))
+        return wrappers[-1]
+
+    per = {0: Options(mtu=1500, socket_wrapper=wrap, peer_timeout=20),
+           1: Options(mtu=1500, socket_wrapper=lambda s: _RefusingSocket(s, refuse_every=5, drop_every=10**9))}
+    eps = make_endpoints(2, per_rank=per)
+    x, out, res = _transfer(eps, 500_000)
+    assert np.array_equal(x, out) and res.report.zero_filled == 0
+    w, tx = wrappers[0], eps[0].stats()
+    assert w.refused > 0 and w.data_dropped > 0 and tx["tx_buffer_full"] > 0
+    assert tx["tx_data_packets"] == w.data_sent + w.data_dropped  # counted once each, when it reached the wire
+    assert tx["tx_data_packets"] == res.stats["packets"] + tx["retransmissions"]
+    assert tx["retransmissions"] >= w.data_dropped
+    assert eps[1].stats()["send_errors"] == 0  # the receiver's refused ACKs/DONEs waited, none was lost
