@@ -156,3 +156,30 @@ def test_lost_ranges_of_small_transfers_equal_the_array_path(total, data):
         assert small == r.lost_ranges(n, 4)
     finally:
         reassembly.SMALL_TRANSFER = old
+
+
+@settings(max_examples=100, deadline=None)
+@given(total=st.integers(17, 60), data=st.data())
+def test_the_loss_report_of_a_complete_transfer_equals_the_merge(total, data):
+    """A complete transfer's report takes a shortcut when its packets tile the tensor in seq order; it must equal
+    the general merge for that layout, for the eligible-last order the sender uses with a loss bound, and for
+    packets that overlap or leave gaps (a sender that breaks the layout)."""
+    chunk = data.draw(st.integers(1, 40))
+    n = data.draw(st.integers((total - 1) * chunk + 1, total * chunk))
+    counts = [max(0, min(chunk, n - i * chunk)) for i in range(total)]
+    order = list(range(total))
+    layout = data.draw(st.sampled_from(["tiled", "eligible-last", "broken"]))
+    if layout == "eligible-last":
+        elig = data.draw(st.lists(st.booleans(), min_size=total, max_size=total))
+        order = sorted(order, key=lambda i: elig[i])
+    offsets = [i * chunk * 4 for i in order]
+    if layout == "broken":
+        k = data.draw(st.integers(1, total - 1))
+        offsets[k] = data.draw(st.integers(0, n - 1)) * 4
+    r = Reassembly(total)
+    for seq, pos in enumerate(order):
+        r.add(seq, offsets[seq], counts[pos], counts[pos] * 4, False)
+    assert r.complete
+    assert r.lost_ranges(n, 4) == r._lost_by_merge(n, 4)
+    if layout != "broken":
+        assert r.lost_ranges(n, 4) == []
