@@ -20,6 +20,7 @@ takes any object with the :class:`Policy` protocol (``Options.policy``).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -119,23 +120,18 @@ def packet_mean_abs(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return out
 
 
-_KERNEL: list = []
-
-
+@functools.cache
 def _abs_sums_kernel():
     """``_txlane.abs_sums``, or None without the build or with ``DLCP_NATIVE=0`` (the Python paths only, as the
     transport's fast lanes). Imported on first use: importing ``host.transport`` while this module loads would be
     circular."""
-    if not _KERNEL:
-        fn = None
-        if os.environ.get("DLCP_NATIVE", "1") != "0":
-            try:
-                from host.transport import _txlane
-                fn = _txlane.abs_sums
-            except ImportError:  # pragma: no cover - a broken install; the transport logs it
-                pass
-        _KERNEL.append(fn)
-    return _KERNEL[0]
+    if os.environ.get("DLCP_NATIVE", "1") == "0":
+        return None
+    try:
+        from host.transport import _txlane
+    except ImportError:  # pragma: no cover - a broken install; the transport logs it
+        return None
+    return _txlane.abs_sums
 
 
 @dataclass(frozen=True)

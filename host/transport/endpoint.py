@@ -445,7 +445,6 @@ class Endpoint:
         # one row per receive record of a batch: position in _rxbuf, bytes, TOS, GRO segment size, source key
         self._recs = np.zeros((_RX_BATCH, 5), np.int64)
         self._native_rx = opts.native and _rxlane is not None
-        self._src_keys: dict[tuple[str, int], int] = {}  # the Python path's cache of src_key
         # the send lane calls sendmsg on the socket itself: not with a socket_wrapper, which must see every datagram
         self._fast_tx = _txlane.send_run if opts.native and _txlane is not None and self._tx is sock else None
         self._ip4: dict[str, bytes] = {}
@@ -1488,7 +1487,7 @@ class Endpoint:
         if self._native_rx:
             return _rxlane.recv_batch(self._sock.fileno(), self._rxbuf, self._recs, _RX_BATCH, _RX_BATCH_BYTES,
                                       _MAX_DGRAM)
-        recv, mv, rows, keys = self._sock.recvmsg_into, self._rxmv, self._recs, self._src_keys
+        recv, mv, rows = self._sock.recvmsg_into, self._rxmv, self._recs
         ancsize = 2 * socket.CMSG_SPACE(4)
         pos = n = 0
         try:
@@ -1500,10 +1499,7 @@ class Endpoint:
                         tos = data[0]
                     elif typ == _UDP_GRO and lvl == _SOL_UDP:
                         seg = int.from_bytes(data[:4], sys.byteorder)
-                key = keys.get(addr)
-                if key is None:
-                    key = keys[addr] = src_key(addr)
-                rows[n] = (pos, nbytes, tos, seg, key)
+                rows[n] = (pos, nbytes, tos, seg, src_key(addr))
                 pos += nbytes
                 n += 1
         except BlockingIOError:
