@@ -124,11 +124,40 @@ def _combine(op: ReduceOp, acc: torch.Tensor, other: torch.Tensor) -> None:
         raise AssertionError(op)
 
 
+def _combine_into(op: ReduceOp, out: torch.Tensor, local: torch.Tensor, other: torch.Tensor) -> None:
+    """``out = other op local`` without touching ``local`` (the same bits as :func:`_combine` on a copy)."""
+    if op in (ReduceOp.SUM, ReduceOp.AVG):
+        torch.add(local, other, out=out)
+    elif op is ReduceOp.PRODUCT:
+        torch.mul(local, other, out=out)
+    elif op is ReduceOp.MIN:
+        torch.minimum(local, other, out=out)
+    elif op is ReduceOp.MAX:
+        torch.maximum(local, other, out=out)
+    else:  # pragma: no cover
+        raise AssertionError(op)
+
+
+Placed = tuple[int, torch.Tensor]
+"""A flat tensor standing for flat elements ``offset ..`` of a ring's buffer: ``(offset, tensor)``."""
+
+
+def _placed(where: Placed, a: int, b: int) -> torch.Tensor:
+    """Flat elements ``[a, b)`` of the placed tensor ``where``."""
+    off, t = where
+    return t[a - off:b - off]
+
+
 def _finish(op: ReduceOp, t: torch.Tensor, size: int) -> None:
     if op is ReduceOp.AVG:
         if not t.is_floating_point():
             raise TypeError(f"AVG needs a floating-point tensor, got {t.dtype}")
         t.div_(size)
+
+
+def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors are views of the same storage (so writing one may change the other)."""
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 def _consecutive(parts: Sequence[torch.Tensor], bounds: Sequence[int], dtype: torch.dtype) -> torch.Tensor | None:
@@ -379,14 +408,24 @@ class Collectives:
         return ring_plan(self.rank, self.size, bounds, k, reduce=reduce, gather=gather)
 
     def _run_ring(self, plan: RingPlan, buf: torch.Tensor, op: ReduceOp | None, *, base: int, layer: int,
-                  p: float, outcome: Outcome, finish: bool) -> None:
+                  p: float, outcome: Outcome, finish: bool, src: Placed | None = None,
+                  dst: Placed | None = None) -> None:
         """Execute ``plan`` on the flat ``buf`` (in place), messages named from sequence number ``base``.
 
         The calling thread walks the messages in order (step-major): takes the received segment, reduces it into
         ``buf`` (and applies AVG's division on the last reduce step if ``finish``), then starts forwarding that
         region as the same segment of the next step. ``RING_DEPTH`` receive threads post the receives ahead, each
         into its own scratch slot, waiting until the caller has consumed the slot's previous segment and, before
-        receiving straight into ``buf``, until the send that last read that region has completed."""
+        receiving straight into ``buf``, until the send that last read that region has completed.
+
+        ``src`` and ``dst`` let callers skip a working copy (each a :data:`Placed` tensor):
+
+        * ``src``: this rank's input, only read. The first step's sends read it, and every reduce step writes
+          ``buf = src op received``, so ``buf`` needs no initial contents. Without reduce steps (an all-gather)
+          the first step's chunk is copied from ``src`` into ``buf`` after its sends have started, so the wire
+          does not wait for the copy.
+        * ``dst``: elements of one chunk that live in ``dst``'s tensor instead of ``buf`` (a reduce-scatter's
+          output)."""
         K, steps = plan.segments, plan.steps
         G = len(steps)
         N = G * K
@@ -407,11 +446,18 @@ class Collectives:
         abort = threading.Event()
         timeout = self.timeout
 
+        def view(a: int, b: int) -> torch.Tensor:
+            """Where flat elements ``[a, b)`` (one segment) of the ring's result live."""
+            if dst is not None and dst[0] <= a and b <= dst[0] + dst[1].numel():
+                return _placed(dst, a, b)
+            return buf[a:b]
+
         def send(j: int) -> None:
             g, k = divmod(j, K)
             a, b = plan.region(steps[g][0], k)
             if b > a:
-                handles[j] = self.link.isend(right, buf[a:b], self._tid_at(base, j), layer=layer, loss_bound=p)
+                data = _placed(src, a, b) if src is not None and g == 0 else view(a, b)
+                handles[j] = self.link.isend(right, data, self._tid_at(base, j), layer=layer, loss_bound=p)
             posted[j].set()
 
         def wait_guard(g: int, k: int) -> None:
@@ -435,7 +481,7 @@ class Collectives:
                 out = slots[slot][:b - a]
             else:
                 wait_guard(g, k)
-                out = buf[a:b]
+                out = view(a, b)
             return self.link.recv(left, out, self._tid_at(base, j), loss_bound=p, timeout=timeout)
 
         def receiver(t: int) -> None:
@@ -459,6 +505,10 @@ class Collectives:
                 send(k)
             for t in threads:
                 t.start()
+            if src is not None and not steps[0][2]:
+                for k in range(K):
+                    a, b = plan.region(steps[0][0], k)
+                    view(a, b).copy_(_placed(src, a, b))
             for j in range(N):
                 g, k = divmod(j, K)
                 _, rc, red = steps[g]
@@ -474,9 +524,13 @@ class Collectives:
                     outcome.add(a, rep)
                     if red:
                         wait_guard(g, k)
-                        _combine(op, buf[a:b], slots[j % nslots][:b - a])
+                        acc, got = view(a, b), slots[j % nslots][:b - a]
+                        if src is not None:
+                            _combine_into(op, acc, _placed(src, a, b), got)
+                        else:
+                            _combine(op, acc, got)
                         if finish and g == last_reduce:
-                            _finish(op, buf[a:b], self.size)
+                            _finish(op, acc, self.size)
                 consumed[j].set()
                 if g + 1 < G:
                     send(j + K)
@@ -500,37 +554,51 @@ class Collectives:
     # --- reduce-scatter / all-gather ----------------------------------------------------------------------
     def reduce_scatter_flat(self, buf: torch.Tensor, bounds: list[int], op: ReduceOp, *, layer: int = 0,
                             loss_bound: float = 0.0, hops_total: int | None = None, finish: bool = True,
-                            base: int | None = None, outcome: Outcome | None = None) -> torch.Tensor:
+                            base: int | None = None, outcome: Outcome | None = None,
+                            src: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         """Pipelined ring reduce-scatter of the flat ``buf`` (modified in place); returns this rank's reduced chunk
         (a view). ``bounds`` has ``size + 1`` entries; chunk ``i`` ends on group rank ``i``. ``base``: transfer
-        ids reserved by the caller (at least ``ring_plan(...).messages`` of them); default: reserve them here."""
+        ids reserved by the caller (at least ``ring_plan(...).messages`` of them); default: reserve them here.
+
+        With ``src`` (a flat tensor shaped like ``buf``) the input is read from ``src``, which stays unchanged, and
+        ``buf`` is only working space; ``out`` (flat, this rank's chunk size) then receives the reduced chunk
+        directly and is what is returned."""
         P, r = self.size, self.rank
         outcome = outcome if outcome is not None else Outcome()
         if finish:
             self._check_op(op, buf)
         plan = self.ring_plan(bounds, buf.element_size(), reduce=True, gather=False) if P > 1 else None
         base = self._take_ids(plan.messages if plan else 1) if base is None else base
+        if out is not None and (src is None or out.numel() != bounds[r + 1] - bounds[r]):
+            raise ValueError("reduce_scatter_flat: out needs src and this rank's chunk size")
         if plan is None:
             own = buf[bounds[0]:bounds[1]]
+            if src is not None:
+                own = out if out is not None else own
+                own.copy_(src[bounds[0]:bounds[1]])
             if finish:
                 _finish(op, own, 1)
             return own
         p = loss_bound / (hops_total or (P - 1))
-        self._run_ring(plan, buf, op, base=base, layer=layer, p=p, outcome=outcome, finish=finish)
-        return buf[bounds[r]:bounds[r + 1]]
+        self._run_ring(plan, buf, op, base=base, layer=layer, p=p, outcome=outcome, finish=finish,
+                       src=None if src is None else (0, src), dst=None if out is None else (bounds[r], out))
+        return out if out is not None else buf[bounds[r]:bounds[r + 1]]
 
     def all_gather_flat(self, buf: torch.Tensor, bounds: list[int], *, layer: int = 0, loss_bound: float = 0.0,
                         hops_total: int | None = None, base: int | None = None,
-                        outcome: Outcome | None = None) -> None:
-        """Pipelined ring all-gather in place: on entry chunk ``rank`` of ``buf`` is valid; on exit every chunk is."""
+                        outcome: Outcome | None = None, src: Placed | None = None) -> None:
+        """Pipelined ring all-gather in place: on entry chunk ``rank`` of ``buf`` is valid (or, with ``src``, held
+        by ``src``'s tensor, from which it is sent and copied into ``buf``); on exit every chunk is."""
         P = self.size
         outcome = outcome if outcome is not None else Outcome()
         plan = self.ring_plan(bounds, buf.element_size(), reduce=False, gather=True) if P > 1 else None
         base = self._take_ids(plan.messages if plan else 1) if base is None else base
         if plan is None:
+            if src is not None:
+                buf[src[0]:src[0] + src[1].numel()].copy_(src[1])
             return
         p = loss_bound / (hops_total or (P - 1))
-        self._run_ring(plan, buf, None, base=base, layer=layer, p=p, outcome=outcome, finish=False)
+        self._run_ring(plan, buf, None, base=base, layer=layer, p=p, outcome=outcome, finish=False, src=src)
 
     # --- all-reduce -----------------------------------------------------------------------------------------
     def allreduce(self, t: torch.Tensor, op: ReduceOp = ReduceOp.SUM, *, layer: int = 0,
@@ -610,12 +678,20 @@ class Collectives:
         bounds = [0]
         for s in sizes:
             bounds.append(bounds[-1] + s)
-        buf = self._scratch("work", bounds[-1], output.dtype)  # the working copy: the inputs stay as they are
-        torch.cat([x.reshape(-1) for x in inputs], out=buf)
-        out = Outcome()
-        own = self.reduce_scatter_flat(buf, bounds, op, layer=layer, loss_bound=loss_bound, outcome=out)
-        output.copy_(own.view_as(output))
-        return out
+        # No working copy of the inputs: the ring reads them in place (they stay as they are) and reduces into
+        # scratch space, the last step straight into ``output``. Inputs not laid end to end are joined first.
+        src = _consecutive(inputs, bounds, output.dtype)
+        if src is None:
+            src = self._scratch("input", bounds[-1], output.dtype)
+            torch.cat([x.reshape(-1) for x in inputs], out=src)
+        direct = output.is_contiguous() and not _shares_storage(output, src)
+        res = Outcome()
+        own = self.reduce_scatter_flat(self._scratch("work", bounds[-1], output.dtype), bounds, op, layer=layer,
+                                       loss_bound=loss_bound, outcome=res, src=src,
+                                       out=output.view(-1) if direct else None)
+        if not direct:
+            output.copy_(own.view_as(output))
+        return res
 
     def all_gather(self, outputs: Sequence[torch.Tensor], inp: torch.Tensor, *, layer: int = 0,
                    loss_bound: float = 0.0) -> Outcome:
@@ -633,11 +709,16 @@ class Collectives:
         in_place = buf is not None
         if buf is None:
             buf = self._scratch("work", bounds[-1], inp.dtype)
-        mine = buf[bounds[self.rank]:bounds[self.rank + 1]]
+        lo = bounds[self.rank]
+        mine = buf[lo:bounds[self.rank + 1]]
+        src = None
         if mine.data_ptr() != inp.data_ptr() or not inp.is_contiguous():
-            mine.copy_(inp.reshape(-1))
+            if inp.is_contiguous() and not _shares_storage(inp, buf):
+                src = (lo, inp.view(-1))  # sent from ``inp``; copied into place while the wire is busy
+            else:
+                mine.copy_(inp.reshape(-1))
         out = Outcome()
-        self.all_gather_flat(buf, bounds, layer=layer, loss_bound=loss_bound, outcome=out)
+        self.all_gather_flat(buf, bounds, layer=layer, loss_bound=loss_bound, outcome=out, src=src)
         if not in_place:
             for i, o in enumerate(outputs):
                 o.copy_(buf[bounds[i]:bounds[i + 1]].view_as(o))
@@ -691,7 +772,8 @@ class Collectives:
     def reduce(self, t: torch.Tensor, root: int, op: ReduceOp = ReduceOp.SUM, *, layer: int = 0,
                loss_bound: float = 0.0) -> Outcome:
         """Reduction to group rank ``root``: ring reduce-scatter, then every chunk owner sends its chunk to root.
-        Only root's ``t`` is defined afterwards (other ranks' ``t`` holds partial sums, as with gloo)."""
+        Only root's ``t`` changes; the other ranks' ``t`` is read in place and left as it was (gloo leaves partial
+        sums there; its contents are unspecified by PyTorch)."""
         out = Outcome()
         self._check_op(op, t)
         if self.size == 1:
@@ -702,8 +784,11 @@ class Collectives:
         plan = self.ring_plan(bounds, t.element_size(), reduce=True, gather=False)
         base = self._take_ids(plan.messages + 1)  # the ring's messages, then one per owner -> root
         to_root = self._tid_at(base, plan.messages)
-        work = t if self.rank == root else t.clone()
-        self.reduce_scatter_flat(work, bounds, op, layer=layer, loss_bound=loss_bound / 2, base=base, outcome=out)
+        # root reduces in place; the others read t in place and reduce into scratch space (no copy of t)
+        src = None if self.rank == root else t
+        work = t if src is None else self._scratch("work", t.numel(), t.dtype)
+        self.reduce_scatter_flat(work, bounds, op, layer=layer, loss_bound=loss_bound / 2, base=base, outcome=out,
+                                 src=src)
         if self.rank == root:
             for i in range(self.size):
                 if i != root and bounds[i + 1] > bounds[i]:

@@ -231,6 +231,53 @@ def test_pipelined_equals_step_by_step(size: int) -> None:
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("size", [2, 3, 4])
+@pytest.mark.parametrize("op", [ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MIN, ReduceOp.PRODUCT])
+def test_inputs_read_in_place_without_a_working_copy(size: int, op: ReduceOp) -> None:
+    """reduce_scatter, all_gather and reduce read the caller's input where it lies (no working copy): the input
+    is never written (the strict link also fails a send whose buffer changes before it is taken), the results are
+    the documented order's bits, and the layouts that need care still work: one flat input whose chunks are the
+    inputs, an output that is its own chunk of that input (reduce_scatter_tensor in place), a non-contiguous
+    output, and all_gather from a separate input tensor."""
+    n = 997
+    xs = [x.clamp(-1.5, 1.5) for x in _inputs(size, n, torch.float32, seed=41)]
+    want = documented_order(xs, op)
+    bounds = chunk_bounds(n, size)
+
+    def body(r, link):
+        c = segmented(Collectives(link, list(range(size)), r), per_chunk=3)
+        a, b = bounds[r], bounds[r + 1]
+        flat = xs[r].clone()
+        parts = [flat[bounds[i]:bounds[i + 1]] for i in range(size)]  # laid end to end: read in place
+        out = torch.empty(b - a)
+        c.reduce_scatter(out, parts, op)
+        unchanged = torch.equal(flat, xs[r])
+        strided = torch.empty(2 * (b - a))[::2]  # a non-contiguous output
+        c.reduce_scatter(strided, parts, op)
+        aliased = xs[r].clone()  # the output is the rank's own chunk of the input
+        c.reduce_scatter(aliased[a:b], [aliased[bounds[i]:bounds[i + 1]] for i in range(size)], op)
+        gathered = torch.empty(n)
+        mine = out.clone()
+        c.all_gather([gathered[bounds[i]:bounds[i + 1]] for i in range(size)], mine)  # from a separate tensor
+        unchanged = unchanged and torch.equal(mine, out)
+        t = xs[r].clone()
+        c.reduce(t, 0, op if op is not ReduceOp.AVG else ReduceOp.SUM)
+        return out, strided.clone(), aliased[a:b].clone(), gathered, t, unchanged
+
+    res, errors, _ = run_strict(size, body, seed=5)
+    assert not errors, errors
+    red = documented_order(xs, op if op is not ReduceOp.AVG else ReduceOp.SUM)
+    for r, (out, strided, aliased, gathered, t, unchanged) in enumerate(res):
+        own = want[bounds[r]:bounds[r + 1]]
+        assert torch.equal(out, own) and torch.equal(strided, own) and torch.equal(aliased, own)
+        assert torch.equal(gathered, want)
+        assert unchanged, f"rank {r}'s input was written"
+        if r == 0:
+            torch.testing.assert_close(t, red)
+        else:
+            assert torch.equal(t, xs[r]), f"reduce wrote non-root rank {r}'s tensor"
+
+
 @pytest.mark.parametrize("size", [2, 3, 5])
 def test_reduce_scatter_all_gather_and_reduce_segmented(size: int) -> None:
     sizes = [40 + 23 * i for i in range(size)]  # uneven shares
