@@ -28,6 +28,7 @@ How it works:
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import os
 import queue
@@ -217,6 +218,15 @@ class DlcpWork(dist._Work):
         return self._result
 
 
+def _all_loopback(addr_map: dict[int, tuple[str, int]], ranks: list[int]) -> bool:
+    """Whether every rank of ``ranks`` has a loopback address (one host: memory-speed links). Every member sees
+    the same address map, so all agree."""
+    try:
+        return all(ipaddress.ip_address(addr_map[r][0]).is_loopback for r in ranks)
+    except ValueError:  # a host name: not known to be local
+        return False
+
+
 # --- the process group ----------------------------------------------------------------------------------------
 
 def _flat_views(tensors: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -249,7 +259,8 @@ class DlcpProcessGroup(dist.ProcessGroup):
         self._closed = False
         self._global_ranks, group_tag = self._rendezvous(store, rank, size)
         self._coll = Collectives(_Process.link, self._global_ranks, self._global_ranks[rank], group_tag=group_tag,
-                                 timeout=self.options.timeout)
+                                 timeout=self.options.timeout,
+                                 local=_all_loopback(_Process.endpoint.addr_map, self._global_ranks))
         self._queue: queue.Queue = queue.Queue()
         self._worker = threading.Thread(target=self._run, name=f"dlcp-pg{group_tag}-r{rank}", daemon=True)
         self._worker.start()

@@ -308,10 +308,14 @@ class Collectives:
     ALLREDUCE_REDUCE_BYTES_PER_S = 1.5e9  # one core adding fp32 tensors
     SMALL_BROADCAST_BYTES = 256 * 1024  # below this, binomial tree; above, pipelined chain
     SEGMENT_BYTES = 1 << 20  # pipelined chain segment (at most 255 segments: the step field is 8 bits)
-    # pipelined ring (see ring_segment_count): ~4 segments per chunk, each 4 .. 32 MiB. Measured side by side on
-    # 1 Gb/s links (docs/backend.md): 256 KiB - 1 MiB segments were slower than none (every transfer costs the
-    # transport fixed work and a completion); 4-16 MiB ones 20-25% faster than none for 64 MiB at 4 ranks.
-    RING_SEGMENT_MIN = 4 << 20
+    # pipelined ring (see ring_segment_count): ~4 segments per chunk, each RING_SEGMENT_MIN .. 32 MiB. Measured
+    # side by side (docs/backend.md): on 1 Gb/s links 256 KiB - 1 MiB segments were slower than none (every
+    # transfer costs the transport fixed work and a completion), 4-16 MiB ones 20-25% faster than none for 64 MiB
+    # at 4 ranks, and 2 MiB ones 3-14% faster than 4 MiB for 16 MiB at 4 ranks (four alternated pairs). On one
+    # host (loopback, memory-speed links: ``local``) a transfer's fixed cost weighs more: 2 MiB segments took
+    # 30-50% more CPU there than 4 MiB.
+    RING_SEGMENT_MIN = 2 << 20
+    RING_SEGMENT_MIN_LOCAL = 4 << 20
     RING_SEGMENT_MAX = 32 << 20
     RING_SEGMENTS_PER_CHUNK = 4
     RING_DEPTH = 2  # receive threads (and scratch slots) per pipelined ring; 0 = receive on the calling thread
@@ -321,7 +325,9 @@ class Collectives:
     SCRATCH_MAX_BYTES = 512 << 20
 
     def __init__(self, link: Link, ranks: Sequence[int], my_rank: int, group_tag: int = 0,
-                 timeout: float | None = 60.0):
+                 timeout: float | None = 60.0, local: bool = False):
+        """``local``: every member is on this host (loopback links), so the ring cuts larger segments
+        (``RING_SEGMENT_MIN_LOCAL``); every member must pass the same value."""
         if my_rank not in ranks:
             raise ValueError(f"rank {my_rank} is not a member of group {list(ranks)}")
         if not 0 <= group_tag < 64:
@@ -332,6 +338,7 @@ class Collectives:
         self.rank = self.ranks.index(my_rank)  # index within the group
         self.group_tag = group_tag
         self.timeout = timeout
+        self.local = local
         self._seq = 0
         self._p2p_counts: dict[tuple[int, int, str], int] = {}
         self._p2p_lock = threading.Lock()
@@ -403,7 +410,8 @@ class Collectives:
     def ring_plan(self, bounds: Sequence[int], itemsize: int, *, reduce: bool, gather: bool) -> RingPlan:
         """This rank's pipelined ring over chunks ``bounds`` (segments from the widest chunk, same on all ranks)."""
         widest = max(bounds[i + 1] - bounds[i] for i in range(self.size))
-        k = ring_segment_count(widest * itemsize, min_bytes=self.RING_SEGMENT_MIN, max_bytes=self.RING_SEGMENT_MAX,
+        k = ring_segment_count(widest * itemsize, max_bytes=self.RING_SEGMENT_MAX,
+                               min_bytes=self.RING_SEGMENT_MIN_LOCAL if self.local else self.RING_SEGMENT_MIN,
                                per_chunk=self.RING_SEGMENTS_PER_CHUNK)
         return ring_plan(self.rank, self.size, bounds, k, reduce=reduce, gather=gather)
 

@@ -143,6 +143,18 @@ def test_segment_count_rule() -> None:
     c = Collectives(None, [0, 1, 2, 3], 0)
     assert c.ring_plan(chunk_bounds(16 << 20, 4), 4, reduce=True, gather=True).segments == 4
     assert Collectives(None, [0, 1], 0).ring_plan(chunk_bounds(1 << 20, 2), 4, reduce=True, gather=True).segments == 1
+    # 16 MiB on 4 ranks: 4 MiB chunks in two 2 MiB segments over a network; one transfer per chunk on one host
+    assert c.ring_plan(chunk_bounds(4 << 20, 4), 4, reduce=True, gather=True).segments == 2
+    local = Collectives(None, [0, 1, 2, 3], 0, local=True)
+    assert local.ring_plan(chunk_bounds(4 << 20, 4), 4, reduce=True, gather=True).segments == 1
+    assert local.ring_plan(chunk_bounds(16 << 20, 4), 4, reduce=True, gather=True).segments == 4
+
+
+def test_a_group_is_local_only_when_every_member_has_a_loopback_address() -> None:
+    from host.backend import _all_loopback
+    lo = {0: ("127.0.0.1", 1), 1: ("127.0.0.2", 1), 2: ("10.0.0.3", 1), 3: ("::1", 1), 4: ("localhost", 1)}
+    assert _all_loopback(lo, [0, 1]) and _all_loopback(lo, [0, 3])
+    assert not _all_loopback(lo, [0, 2]) and not _all_loopback(lo, [0, 4])  # a host name is not known local
 
 
 def test_allreduce_algorithm_cost_model() -> None:
