@@ -112,20 +112,12 @@ class ReduceOp(enum.Enum):
 
 def _combine(op: ReduceOp, acc: torch.Tensor, other: torch.Tensor) -> None:
     """``acc = other op acc`` in place (commutative ops: the operand order only documents the convention)."""
-    if op in (ReduceOp.SUM, ReduceOp.AVG):
-        acc.add_(other)
-    elif op is ReduceOp.PRODUCT:
-        acc.mul_(other)
-    elif op is ReduceOp.MIN:
-        torch.minimum(acc, other, out=acc)
-    elif op is ReduceOp.MAX:
-        torch.maximum(acc, other, out=acc)
-    else:  # pragma: no cover
-        raise AssertionError(op)
+    _combine_into(op, acc, acc, other)
 
 
 def _combine_into(op: ReduceOp, out: torch.Tensor, local: torch.Tensor, other: torch.Tensor) -> None:
-    """``out = other op local`` without touching ``local`` (the same bits as :func:`_combine` on a copy)."""
+    """``out = other op local``; ``out`` may be ``local`` (in place) or another tensor (``local`` then stays as it
+    is). One elementwise kernel either way, so the bits are the same."""
     if op in (ReduceOp.SUM, ReduceOp.AVG):
         torch.add(local, other, out=out)
     elif op is ReduceOp.PRODUCT:
