@@ -678,16 +678,16 @@ class Collectives:
         bounds = [0]
         for s in sizes:
             bounds.append(bounds[-1] + s)
-        # No working copy of the inputs: the ring reads them in place (they stay as they are) and reduces into
-        # scratch space, the last step straight into ``output``. Inputs not laid end to end are joined first.
+        # Inputs laid end to end (reduce_scatter_tensor's) are read in place and stay as they are: the ring reduces
+        # into scratch space, the last step straight into ``output``. Others are joined into the scratch buffer
+        # (that copy is needed anyway), and the ring reduces there in place.
         src = _consecutive(inputs, bounds, output.dtype)
+        work = self._scratch("work", bounds[-1], output.dtype)
         if src is None:
-            src = self._scratch("input", bounds[-1], output.dtype)
-            torch.cat([x.reshape(-1) for x in inputs], out=src)
-        direct = output.is_contiguous() and not _shares_storage(output, src)
+            torch.cat([x.reshape(-1) for x in inputs], out=work)
+        direct = src is not None and output.is_contiguous() and not _shares_storage(output, src)
         res = Outcome()
-        own = self.reduce_scatter_flat(self._scratch("work", bounds[-1], output.dtype), bounds, op, layer=layer,
-                                       loss_bound=loss_bound, outcome=res, src=src,
+        own = self.reduce_scatter_flat(work, bounds, op, layer=layer, loss_bound=loss_bound, outcome=res, src=src,
                                        out=output.view(-1) if direct else None)
         if not direct:
             output.copy_(own.view_as(output))
