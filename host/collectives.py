@@ -304,10 +304,12 @@ class Collectives:
     # side by side (docs/backend.md): on 1 Gb/s links 256 KiB - 1 MiB segments were slower than none (every
     # transfer costs the transport fixed work and a completion), 4-16 MiB ones 20-25% faster than none for 64 MiB
     # at 4 ranks, and 2 MiB ones 3-14% faster than 4 MiB for 16 MiB at 4 ranks (four alternated pairs). On one
-    # host (loopback, memory-speed links: ``local``) a transfer's fixed cost weighs more: 2 MiB segments took
-    # 30-50% more CPU there than 4 MiB.
+    # host (loopback, memory-speed links: ``local``) a transfer's fixed cost outweighs what pipelining overlaps
+    # (every rank's CPU does the copies and the reductions anyway): 2 MiB segments took 30-50% more CPU there
+    # than 4 MiB, and one segment per chunk up to RING_SEGMENT_MAX was 7-28% faster than 4 MiB segments for
+    # 16-64 MiB all-reduces at 2 and 4 ranks (alternated runs, session 10), so a local chunk is cut only above it.
     RING_SEGMENT_MIN = 2 << 20
-    RING_SEGMENT_MIN_LOCAL = 4 << 20
+    RING_SEGMENT_MIN_LOCAL = 32 << 20
     RING_SEGMENT_MAX = 32 << 20
     RING_SEGMENTS_PER_CHUNK = 4
     RING_DEPTH = 2  # receive threads (and scratch slots) per pipelined ring; 0 = receive on the calling thread

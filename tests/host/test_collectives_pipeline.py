@@ -143,11 +143,14 @@ def test_segment_count_rule() -> None:
     c = Collectives(None, [0, 1, 2, 3], 0)
     assert c.ring_plan(chunk_bounds(16 << 20, 4), 4, reduce=True, gather=True).segments == 4
     assert Collectives(None, [0, 1], 0).ring_plan(chunk_bounds(1 << 20, 2), 4, reduce=True, gather=True).segments == 1
-    # 16 MiB on 4 ranks: 4 MiB chunks in two 2 MiB segments over a network; one transfer per chunk on one host
+    # 16 MiB on 4 ranks: 4 MiB chunks in two 2 MiB segments over a network; one transfer per chunk on one host,
+    # up to 32 MiB chunks (a 512 MiB fp32 all-reduce on 4 ranks: 128 MiB chunks, four 32 MiB segments)
     assert c.ring_plan(chunk_bounds(4 << 20, 4), 4, reduce=True, gather=True).segments == 2
     local = Collectives(None, [0, 1, 2, 3], 0, local=True)
     assert local.ring_plan(chunk_bounds(4 << 20, 4), 4, reduce=True, gather=True).segments == 1
-    assert local.ring_plan(chunk_bounds(16 << 20, 4), 4, reduce=True, gather=True).segments == 4
+    assert local.ring_plan(chunk_bounds(16 << 20, 4), 4, reduce=True, gather=True).segments == 1
+    assert local.ring_plan(chunk_bounds(32 << 20, 4), 4, reduce=True, gather=True).segments == 1
+    assert local.ring_plan(chunk_bounds(128 << 20, 4), 4, reduce=True, gather=True).segments == 4
 
 
 def test_a_group_is_local_only_when_every_member_has_a_loopback_address() -> None:
