@@ -503,10 +503,10 @@ class Collectives:
         threads = [threading.Thread(target=receiver, args=(t,), name=f"dlcp-ring-recv-{t}", daemon=True)
                    for t in range(depth)]
         try:
+            for t in threads:  # receives posted before this rank's first sends: the left neighbour's step-0
+                t.start()  # segments may arrive while those sends are being set up
             for k in range(K):
                 send(k)
-            for t in threads:
-                t.start()
             if src is not None and not steps[0][2]:
                 for k in range(K):
                     a, b = plan.region(steps[0][0], k)
