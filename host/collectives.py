@@ -48,12 +48,22 @@ from typing import Protocol, Sequence
 
 import torch
 
-__all__ = ["Link", "EndpointLink", "SendHandle", "RecvReport", "ReduceOp", "Outcome", "Collectives", "chunk_bounds",
+__all__ = ["Link", "EndpointLink", "SendHandle", "RecvHandle", "RecvReport", "ReduceOp", "Outcome", "Collectives", "chunk_bounds",
            "ring_reduce_scatter_schedule", "ring_segment_count", "RingPlan", "ring_plan", "allreduce_by_doubling"]
 
 
 class SendHandle(Protocol):
     def wait(self, timeout: float | None = None) -> object: ...
+
+    def done(self) -> bool: ...
+
+
+class RecvHandle(Protocol):
+    """A posted receive: ``out`` is written until ``wait()`` returns the :class:`RecvReport`."""
+
+    def wait(self) -> "RecvReport": ...
+
+    def cancel(self) -> None: ...
 
 
 @dataclass
@@ -72,6 +82,12 @@ class Link(Protocol):
     def recv(self, peer: int, out: torch.Tensor, transfer_id: int, *, loss_bound: float = 0.0,
              timeout: float | None = None) -> RecvReport: ...
 
+    def irecv(self, peer: int, out: torch.Tensor, transfer_id: int, *, loss_bound: float = 0.0,
+              timeout: float | None = None) -> RecvHandle:
+        """``recv`` posted now and waited for later: a rank that sends and receives at once posts first, so the
+        transport writes the peer's packets straight into ``out`` instead of staging and copying them."""
+        ...
+
 
 class EndpointLink:
     """A transport :class:`~host.transport.Endpoint` as a :class:`Link` (the one adapter every user shares).
@@ -87,9 +103,25 @@ class EndpointLink:
         return self.ep.send(peer, data, transfer_id=transfer_id, layer=min(layer, 0xFFFF), loss_bound=p)
 
     def recv(self, peer, out, transfer_id, *, loss_bound=0.0, timeout=None) -> RecvReport:
+        return self.irecv(peer, out, transfer_id, loss_bound=loss_bound, timeout=timeout).wait()
+
+    def irecv(self, peer, out, transfer_id, *, loss_bound=0.0, timeout=None) -> "_EndpointRecv":
         p = loss_bound if out.is_floating_point() else 0.0
-        res = self.ep.recv(peer, transfer_id, out, timeout=timeout, loss_bound=p)
-        return RecvReport(lost=list(res.report.lost_ranges))
+        return _EndpointRecv(self.ep.post_recv(peer, transfer_id, out, timeout=timeout, loss_bound=p))
+
+
+class _EndpointRecv:
+    """A transport :class:`~host.transport.RecvHandle` as a :class:`RecvHandle` (the report in the collectives'
+    terms)."""
+
+    def __init__(self, h):
+        self._h = h
+
+    def wait(self) -> RecvReport:
+        return RecvReport(lost=list(self._h.wait().report.lost_ranges))
+
+    def cancel(self) -> None:
+        self._h.cancel()
 
 
 class ReduceOp(enum.Enum):
@@ -389,13 +421,21 @@ class Collectives:
     # --- primitives ---------------------------------------------------------------------------------------
     def _exchange(self, send_to: int | None, data: torch.Tensor | None, recv_from: int | None,
                   out: torch.Tensor | None, tid: int, layer: int, p: float) -> RecvReport | None:
-        """Send ``data`` to one group member while receiving ``out`` from another (either may be None)."""
-        h = None
-        if send_to is not None and data is not None and data.numel():
-            h = self.link.isend(self._peer(send_to), data, tid, layer=layer, loss_bound=p)
-        rep = None
+        """Send ``data`` to one group member while receiving ``out`` from another (either may be None). The
+        receive is posted first: the partner sends at the same moment, and what arrives before a receive is
+        posted is staged and copied again (on loopback, half the exchanges of recursive doubling had been)."""
+        rh = None
         if recv_from is not None and out is not None and out.numel():
-            rep = self.link.recv(self._peer(recv_from), out, tid, loss_bound=p, timeout=self.timeout)
+            rh = self.link.irecv(self._peer(recv_from), out, tid, loss_bound=p, timeout=self.timeout)
+        h = None
+        try:
+            if send_to is not None and data is not None and data.numel():
+                h = self.link.isend(self._peer(send_to), data, tid, layer=layer, loss_bound=p)
+        except BaseException:
+            if rh is not None:
+                rh.cancel()
+            raise
+        rep = rh.wait() if rh is not None else None
         if h is not None:
             h.wait(self.timeout)
         return rep
@@ -473,7 +513,9 @@ class Collectives:
             if h is not None and not abort.is_set():
                 h.wait(timeout)
 
-        def receive(j: int, slot: int) -> RecvReport | None:
+        def post(j: int, slot: int) -> RecvHandle | None:
+            """Post the receive of message ``j`` (into scratch ``slot`` if it is reduced, else where it belongs,
+            once the send that read that region is complete)."""
             g, k = divmod(j, K)
             _, rc, red = steps[g]
             a, b = plan.region(rc, k)
@@ -484,7 +526,20 @@ class Collectives:
             else:
                 wait_guard(g, k)
                 out = view(a, b)
-            return self.link.recv(left, out, self._tid_at(base, j), loss_bound=p, timeout=timeout)
+            return self.link.irecv(left, out, self._tid_at(base, j), loss_bound=p, timeout=timeout)
+
+        def receive(j: int, slot: int) -> RecvReport | None:
+            h = post(j, slot)
+            return h.wait() if h is not None else None
+
+        def guard_done(j: int) -> bool:
+            """Could message ``j`` be posted now without waiting for a send?"""
+            g, k = divmod(j, K)
+            gd = plan.guard[g]
+            if gd is None:
+                return True
+            h = handles.get(gd * K + k)
+            return posted[gd * K + k].is_set() and (h is None or h.done())
 
         def receiver(t: int) -> None:
             for j in range(t, N, depth):
@@ -502,9 +557,15 @@ class Collectives:
 
         threads = [threading.Thread(target=receiver, args=(t,), name=f"dlcp-ring-recv-{t}", daemon=True)
                    for t in range(depth)]
+        # Without receive threads the calling thread posts each receive ahead itself, one at a time (one slot):
+        # message j+1 as soon as message j is consumed, before this rank's next send unless that would wait for
+        # an earlier send to complete. What arrives before its receive is posted is staged and copied again.
+        inline: dict[int, RecvHandle | None] = {}
         try:
             for t in threads:  # receives posted before this rank's first sends: the left neighbour's step-0
                 t.start()  # segments may arrive while those sends are being set up
+            if not depth:
+                inline[0] = post(0, 0)  # (step 0 overwrites nothing a send reads)
             for k in range(K):
                 send(k)
             if src is not None and not steps[0][2]:
@@ -522,7 +583,8 @@ class Collectives:
                             raise errors[j]
                         rep = results[j]
                     else:
-                        rep = receive(j, 0)
+                        h = inline.pop(j) if j in inline else post(j, 0)
+                        rep = h.wait() if h is not None else None
                     outcome.add(a, rep)
                     if red:
                         wait_guard(g, k)
@@ -534,14 +596,22 @@ class Collectives:
                         if finish and g == last_reduce:
                             _finish(op, acc, self.size)
                 consumed[j].set()
+                ahead = not depth and j + 1 < N
+                if ahead and guard_done(j + 1):
+                    inline[j + 1] = post(j + 1, 0)
                 if g + 1 < G:
                     send(j + K)
+                if ahead and j + 1 not in inline:
+                    inline[j + 1] = post(j + 1, 0)
             for h in handles.values():
                 h.wait(timeout)
         except BaseException:
             abort.set()
             for ev in (*posted, *consumed):
                 ev.set()
+            for rh in inline.values():
+                if rh is not None:
+                    rh.cancel()
             raise
         finally:
             for t in threads:

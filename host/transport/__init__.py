@@ -6,9 +6,9 @@ Modules: ``endpoint`` (sockets, threads, the public API), ``chunking`` (packets 
 ``faults`` (lossy socket wrapper for tests). The priority policy is ``host.policy``.
 """
 
-from host.transport.endpoint import (Endpoint, LossReport, Options, RecvResult, SendHandle, TransportError,
-                                     path_mtu)
+from host.transport.endpoint import (Endpoint, LossReport, Options, RecvHandle, RecvResult, SendHandle,
+                                     TransportError, path_mtu)
 from host.transport.faults import LossySocket
 
-__all__ = ["Endpoint", "Options", "SendHandle", "RecvResult", "LossReport", "TransportError", "LossySocket",
-           "path_mtu"]
+__all__ = ["Endpoint", "Options", "SendHandle", "RecvHandle", "RecvResult", "LossReport", "TransportError",
+           "LossySocket", "path_mtu"]

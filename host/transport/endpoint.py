@@ -245,6 +245,38 @@ class SendHandle:
         self._event.set()
 
 
+class RecvHandle:
+    """A receive posted by :meth:`Endpoint.post_recv`: the transport writes arriving packets straight into its
+    ``out`` buffer from the moment it is posted. ``wait()`` blocks until the transfer completes and returns its
+    :class:`RecvResult`, or raises :class:`TransportError` (a timeout abandons the receive); ``cancel()`` abandons
+    it without waiting. The caller must not touch ``out`` until ``wait()`` returned."""
+
+    def __init__(self, ep: "Endpoint", inc: "_In", timeout: float):
+        self._ep, self._inc, self.timeout = ep, inc, timeout
+        self.peer, self.transfer_id = inc.peer, inc.tid
+
+    def done(self) -> bool:
+        return self._inc.event.is_set()
+
+    def wait(self, timeout: float | None = None) -> RecvResult:
+        """Block up to ``timeout`` seconds (default: the one given to ``post_recv``) for the transfer."""
+        inc = self._inc
+        timeout = self.timeout if timeout is None else timeout
+        if not inc.event.wait(timeout):
+            got = f"{inc.st.npackets}/{inc.st.total} packets" if inc.st else "no packet"
+            self._ep._abandon(inc, f"receive of transfer {inc.tid} from rank {inc.peer} at "
+                                   f"{self._ep.addr_map.get(inc.peer)} timed out after {timeout}s ({got})")
+        if inc.error is not None:
+            raise inc.error
+        assert inc.result is not None
+        return inc.result
+
+    def cancel(self) -> None:
+        """Stop receiving into ``out`` (later packets of the transfer are dropped; ``wait()`` raises)."""
+        self._ep._abandon(self._inc, f"receive of transfer {self._inc.tid} from rank {self._inc.peer} cancelled",
+                          count=False)
+
+
 # --- internal state ---------------------------------------------------------------------------------------------
 
 class _Out:
@@ -437,7 +469,7 @@ class Endpoint:
             "acks_sent", "nacks_sent", "dones_sent", "acks_rx", "nacks_rx", "dones_rx", "stale_feedback",
             "ecn_ce_rx", "ecn_echo_rx", "zero_filled_elements", "transfers_sent", "transfers_received",
             "send_errors", "recv_timeouts", "peer_timeouts", "rto_timeouts", "internal_errors", "tx_gso_sends",
-            "rx_gro_buffers", "rx_fast_datagrams", "premature_nacks", "tx_buffer_full"), 0)
+            "rx_gro_buffers", "rx_fast_datagrams", "premature_nacks", "tx_buffer_full", "staged_transfers"), 0)
         self._reo: dict[int, float] = {}  # per sending peer: the adaptive wait after LAST (see _REORDER_MAX)
         self._malformed_by_field: dict[str, int] = {}
         self._rxbuf = bytearray(_RX_BUF)
@@ -513,6 +545,13 @@ class Endpoint:
         ``timeout`` (default ``Options.recv_timeout``). ``loss_bound``: the receiver's own bound; when given,
         missing eligible packets are requested until ``(1 - loss_bound)`` of the elements are present (enforced if
         posted before the transfer completes; checked afterwards either way)."""
+        return self.post_recv(peer, transfer_id, out, timeout=timeout, loss_bound=loss_bound).wait()
+
+    def post_recv(self, peer: int, transfer_id: int, out: Any, *, timeout: float | None = None,
+                  loss_bound: float | None = None) -> RecvHandle:
+        """:meth:`recv` without the wait: post the receive and return at once. Posting before the sender starts
+        lets every packet go straight to ``out``; a packet that arrives earlier is staged and copied again (a
+        process that sends and receives at once should post its receive first)."""
         if isinstance(out, tuple) and len(out) == 2 and not hasattr(out, "shape"):
             out = allocate(*out)
         tv = view_tensor(out, writable=True)
@@ -534,21 +573,23 @@ class Endpoint:
             self._post(inc, tv, loss_bound)
             if inc.done and inc.result is None and inc.error is None:
                 self._deliver(inc)
-        if not inc.event.wait(timeout):
-            with self._lock:
-                if not inc.event.is_set():
-                    self._c["recv_timeouts"] += 1
-                    self._incoming.pop(key, None)
-                    self._tombstone(key, "abandoned")
-                    got = f"{inc.st.npackets}/{inc.st.total} packets" if inc.st else "no packet"
-                    inc.error = TransportError(
-                        f"receive of transfer {transfer_id} from rank {peer} at {self.addr_map.get(peer)} timed "
-                        f"out after {timeout}s ({got})", peer)
-                    inc.event.set()
-        if inc.error is not None:
-            raise inc.error
-        assert inc.result is not None
-        return inc.result
+        return RecvHandle(self, inc, timeout)
+
+    def _abandon(self, inc: _In, why: str, *, count: bool = True) -> None:
+        """A posted receive nobody waits for any more: forget the transfer (its later packets get DONE and are
+        dropped) and fail its handle, unless it completed meanwhile. ``count``: a receive timeout."""
+        with self._lock:
+            if inc.event.is_set():
+                return
+            if count:
+                self._c["recv_timeouts"] += 1
+            key = (inc.peer, inc.tid)
+            self._incoming.pop(key, None)
+            self._release_stage(inc)
+            self._tombstone(key, "abandoned")
+            inc.error = TransportError(why, inc.peer)
+            inc.done = True
+            inc.event.set()
 
     def stats(self) -> dict[str, Any]:
         """Totals, malformed drops by field, and the congestion state per peer."""
@@ -726,6 +767,8 @@ class Endpoint:
                 room = max(0, self.opts.max_staged_bytes - self._staged_bytes)
                 size = max(top, min(max(2 * len(stage), full * total), room))
                 new = np.empty(size, np.uint8)
+                if not len(stage):
+                    c["staged_transfers"] += 1  # data came before its receive was posted
                 used = min(len(stage), st.max_end)
                 new[:used] = stage[:used]
                 self._staged_bytes += size - len(stage)

@@ -21,6 +21,25 @@ class _Done:
     def wait(self, timeout=None):
         return None
 
+    def done(self) -> bool:
+        return True
+
+
+class DeferredRecv:
+    """A posted receive of an in-memory link: the data moves when it is waited for. ``out`` must be unchanged
+    from posting to waiting (the real transport writes it meanwhile), which ``wait`` checks."""
+
+    def __init__(self, recv, out: torch.Tensor):
+        self._recv, self._out, self._snapshot = recv, out, out.clone()
+
+    def wait(self):
+        assert torch.equal(self._out.view(torch.uint8), self._snapshot.view(torch.uint8)), \
+            "the caller changed a posted receive's buffer before waiting for it"
+        return self._recv()
+
+    def cancel(self) -> None:
+        pass
+
 
 class MemNetwork:
     def __init__(self, size: int, *, loss: bool = False, seed: int = 0):
@@ -48,6 +67,9 @@ class MemLink:
         self.sent.append((peer, transfer_id, layer))
         self.net.box(self.rank, peer, transfer_id).put((data.clone(), loss_bound))
         return _Done()
+
+    def irecv(self, peer, out, transfer_id, *, loss_bound=0.0, timeout=None):
+        return DeferredRecv(lambda: self.recv(peer, out, transfer_id, loss_bound=loss_bound, timeout=timeout), out)
 
     def recv(self, peer, out, transfer_id, *, loss_bound=0.0, timeout=None):
         data, sender_bound = self.net.box(peer, self.rank, transfer_id).get(timeout=timeout or 30)

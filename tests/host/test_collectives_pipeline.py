@@ -20,7 +20,7 @@ import torch
 from host.collectives import (Collectives, EndpointLink, RecvReport, ReduceOp, allreduce_by_doubling, chunk_bounds,
                               ring_plan, ring_segment_count)
 
-from .memlink import assert_loss_only_where_reported, run_ranks, run_threads
+from .memlink import DeferredRecv, assert_loss_only_where_reported, run_ranks, run_threads
 
 
 class _Pending:
@@ -32,6 +32,9 @@ class _Pending:
         if not self.taken.wait(timeout or 30):
             raise TimeoutError("send not received")
         return None
+
+    def done(self) -> bool:
+        return self.taken.is_set()
 
 
 class StrictNet:
@@ -64,6 +67,9 @@ class StrictLink:
         pend = _Pending(data)
         self.net.box(key).put(pend)
         return pend
+
+    def irecv(self, peer, out, transfer_id, *, loss_bound=0.0, timeout=None):
+        return DeferredRecv(lambda: self.recv(peer, out, transfer_id, loss_bound=loss_bound, timeout=timeout), out)
 
     def recv(self, peer, out, transfer_id, *, loss_bound=0.0, timeout=None):
         with self.net.lock:

@@ -176,6 +176,45 @@ def test_send_before_recv_and_recv_after_completion(make_endpoints):
         b.recv(0, 100, out=torch.empty_like(xs[0]), timeout=1)
 
 
+def test_a_posted_receive_takes_the_data_directly_and_can_time_out_or_be_cancelled(make_endpoints):
+    """post_recv() returns at once; the data then goes straight into ``out`` (nothing staged) and wait() returns
+    what recv() would. A wait that times out abandons the receive (counted, TransportError); cancel() abandons it
+    without waiting, and the transfer's packets are then dropped as late, never written into ``out``."""
+    a, b = make_endpoints(2, Options(**FAST))
+    x = torch.randn(100_000)
+    out = torch.empty_like(x)
+    rh = b.post_recv(0, 500, out, timeout=5)
+    assert not rh.done()
+    a.send(1, x, transfer_id=500).wait(5)
+    r = rh.wait()
+    assert rh.done() and r.data is out and torch.equal(out, x) and r.report.zero_filled == 0
+    assert b.stats()["staged_transfers"] == 0
+    a.send(1, x, transfer_id=501).wait(5)  # the other way round: staged, then claimed
+    assert torch.equal(b.recv(0, 501, out=torch.empty_like(x), timeout=5).data, x)
+    assert b.stats()["staged_transfers"] == 1
+
+    late = b.post_recv(0, 502, torch.empty(10), timeout=0.05)
+    with pytest.raises(TransportError, match="transfer 502 from rank 0 .* timed out after 0.05s"):
+        late.wait()
+    assert b.stats()["recv_timeouts"] == 1
+
+    untouched = torch.full((100_000,), 7.0)
+    rh = b.post_recv(0, 503, untouched, timeout=5)
+    rh.cancel()
+    with pytest.raises(TransportError, match="cancelled"):
+        rh.wait()
+    late0 = b.stats()["late"]
+    a.send(1, x, transfer_id=503)  # (the sender fails later: an abandoned receive is never answered)
+    deadline = time.monotonic() + 5
+    while b.stats()["late"] == late0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert b.stats()["late"] > late0  # its packets arrived and were dropped
+    assert torch.equal(untouched, torch.full((100_000,), 7.0))
+    assert b.stats()["recv_timeouts"] == 1  # a cancel is not a timeout
+    with pytest.raises(ValueError, match="already received"):
+        b.post_recv(0, 503, torch.empty_like(x))
+
+
 def test_staging_budget_holds_back_new_transfers_until_recv(make_endpoints):
     """Data for a transfer nobody has called recv() for is staged, sized for the whole transfer at once; once the
     staged bytes reach max_staged_bytes, packets of further unclaimed transfers are dropped (counted), and those
