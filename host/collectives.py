@@ -880,16 +880,24 @@ class Collectives:
         if self.rank == root:
             if outputs is None or len(outputs) != self.size:
                 raise ValueError(f"gather at the root needs {self.size} output tensors")
-            for i, o in enumerate(outputs):
-                if i == root:
-                    o.copy_(inp.view_as(o))
-                elif o.numel():
-                    flat = o.reshape(-1) if o.is_contiguous() else torch.empty(o.numel(), dtype=o.dtype)
-                    out.add(sum(x.numel() for x in outputs[:i]),
-                            self.link.recv(self._peer(i), flat, self._tid(seq, 0), loss_bound=loss_bound,
-                                           timeout=self.timeout))
+            posted = []  # every member sends at once: post all receives before waiting for any
+            try:
+                for i, o in enumerate(outputs):
+                    if i != root and o.numel():
+                        flat = o.reshape(-1) if o.is_contiguous() else torch.empty(o.numel(), dtype=o.dtype)
+                        posted.append((i, o, flat, self.link.irecv(self._peer(i), flat, self._tid(seq, 0),
+                                                                   loss_bound=loss_bound, timeout=self.timeout)))
+                outputs[root].copy_(inp.view_as(outputs[root]))
+                while posted:
+                    i, o, flat, h = posted[0]
+                    out.add(sum(x.numel() for x in outputs[:i]), h.wait())
+                    posted.pop(0)
                     if flat.data_ptr() != o.data_ptr():
                         o.copy_(flat.view_as(o))
+            except BaseException:
+                for *_, h in posted:
+                    h.cancel()
+                raise
         elif inp.numel():
             self.link.isend(self._peer(root), inp.reshape(-1).contiguous(), self._tid(seq, 0), layer=layer,
                             loss_bound=loss_bound).wait(self.timeout)

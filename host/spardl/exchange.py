@@ -143,13 +143,20 @@ class LinkExchange:
         try:
             rnd = next(program)
             while True:
-                handles = [self.link.isend(self.ranks[s.peer], s.data, self._tid(s.peer, "s", s.tag))
-                           for s in rnd.sends]
-                bufs = []
-                for v in rnd.recvs:
-                    b = torch.empty(v.nbytes, dtype=torch.uint8)
-                    self.link.recv(self.ranks[v.peer], b, self._tid(v.peer, "r", v.tag), timeout=self.timeout)
-                    bufs.append(b)
+                bufs = [torch.empty(v.nbytes, dtype=torch.uint8) for v in rnd.recvs]
+                # receives posted before the round's sends: the peers send at the same moment, and what arrives
+                # before its receive is posted is staged and copied again
+                posted = [self.link.irecv(self.ranks[v.peer], b, self._tid(v.peer, "r", v.tag), timeout=self.timeout)
+                          for v, b in zip(rnd.recvs, bufs)]
+                try:
+                    handles = [self.link.isend(self.ranks[s.peer], s.data, self._tid(s.peer, "s", s.tag))
+                               for s in rnd.sends]
+                    for h in posted:
+                        h.wait()
+                except BaseException:
+                    for h in posted:
+                        h.cancel()
+                    raise
                 for h in handles:
                     h.wait(self.timeout)
                 rnd = program.send(bufs)
