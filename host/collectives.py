@@ -48,8 +48,9 @@ from typing import Protocol, Sequence
 
 import torch
 
-__all__ = ["Link", "EndpointLink", "SendHandle", "RecvHandle", "RecvReport", "ReduceOp", "Outcome", "Collectives", "chunk_bounds",
-           "ring_reduce_scatter_schedule", "ring_segment_count", "RingPlan", "ring_plan", "allreduce_by_doubling"]
+__all__ = ["Link", "EndpointLink", "SendHandle", "RecvHandle", "RecvReport", "ReduceOp", "Outcome", "Collectives",
+           "chunk_bounds", "ring_reduce_scatter_schedule", "ring_segment_count", "RingPlan", "ring_plan",
+           "allreduce_by_doubling"]
 
 
 class SendHandle(Protocol):

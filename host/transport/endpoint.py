@@ -54,8 +54,8 @@ except ImportError as _e:  # pragma: no cover - only a broken install gets here
     _rxlane = _txlane = None
     logging.getLogger(__name__).warning("dlcp: C fast lanes not built (%s): using the Python paths only", _e)
 
-__all__ = ["Endpoint", "Options", "SendHandle", "RecvResult", "LossReport", "TransportError", "path_mtu", "HDR", "decode_words",
-           "pack_control_header"]
+__all__ = ["Endpoint", "Options", "SendHandle", "RecvHandle", "RecvResult", "LossReport", "TransportError", "path_mtu",
+           "HDR", "decode_words", "pack_control_header"]
 
 log = logging.getLogger("host.transport")
 
@@ -576,20 +576,14 @@ class Endpoint:
         return RecvHandle(self, inc, timeout)
 
     def _abandon(self, inc: _In, why: str, *, count: bool = True) -> None:
-        """A posted receive nobody waits for any more: forget the transfer (its later packets get DONE and are
-        dropped) and fail its handle, unless it completed meanwhile. ``count``: a receive timeout."""
+        """A posted receive nobody waits for any more: fail it (see :meth:`_drop_in`) unless it completed
+        meanwhile. ``count``: a receive timeout."""
         with self._lock:
             if inc.event.is_set():
                 return
             if count:
                 self._c["recv_timeouts"] += 1
-            key = (inc.peer, inc.tid)
-            self._incoming.pop(key, None)
-            self._release_stage(inc)
-            self._tombstone(key, "abandoned")
-            inc.error = TransportError(why, inc.peer)
-            inc.done = True
-            inc.event.set()
+            self._drop_in(inc, TransportError(why, inc.peer))
 
     def stats(self) -> dict[str, Any]:
         """Totals, malformed drops by field, and the congestion state per peer."""
@@ -894,11 +888,17 @@ class Endpoint:
 
     def _fail_in(self, inc: _In, why: str) -> None:
         self._c["inconsistent"] += 1
+        self._drop_in(inc, TransportError(f"transfer {inc.tid} from rank {inc.peer}: {why}", inc.peer))
+
+    def _drop_in(self, inc: _In, error: BaseException) -> None:
+        """End an incoming transfer with ``error`` (lock held): forget it, so its later packets are dropped as
+        late and never answered (the sender fails after its peer timeout), give back its staging, wake the
+        receiver."""
         key = (inc.peer, inc.tid)
         self._incoming.pop(key, None)
         self._tombstone(key, "abandoned")
         self._release_stage(inc)
-        inc.error = TransportError(f"transfer {inc.tid} from rank {inc.peer}: {why}", inc.peer)
+        inc.error = error
         inc.done = True
         inc.event.set()
 
