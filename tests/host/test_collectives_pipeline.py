@@ -412,6 +412,89 @@ def test_a_dead_peer_fails_the_ring_within_the_timeout_and_leaves_no_thread() ->
     assert not [t for t in threading.enumerate() if t.name.startswith("dlcp-ring-recv")]
 
 
+# --- halving-doubling (one host, power-of-two groups) ------------------------------------------------------------
+
+def halving_doubling(c: Collectives) -> Collectives:
+    """Force halving-doubling: a one-host group, doubling never chosen (no latency), any size up to the limit."""
+    c.local = True
+    c.SMALL_ALLREDUCE_BYTES, c.ALLREDUCE_LATENCY_S = 0, 0.0
+    return c
+
+
+def hypercube_order(xs: list[torch.Tensor], op: ReduceOp) -> torch.Tensor:
+    """Halving-doubling's documented order, computed directly: chunk c is a tree over the hypercube, pairs at
+    distance P/2 combined first, then P/4, .., 1; the result is the value at rank c; AVG divides once."""
+    P = len(xs)
+    bounds = chunk_bounds(xs[0].numel(), P)
+    out = torch.empty_like(xs[0])
+    fn = {ReduceOp.SUM: torch.add, ReduceOp.AVG: torch.add, ReduceOp.PRODUCT: torch.mul, ReduceOp.MIN: torch.minimum,
+          ReduceOp.MAX: torch.maximum}[op]
+    for c in range(P):
+        a, b = bounds[c], bounds[c + 1]
+        vals = [x[a:b] for x in xs]
+        d = P // 2
+        while d:
+            vals = [fn(vals[i], vals[i ^ d]) for i in range(P)]
+            d //= 2
+        out[a:b] = vals[c] / P if op is ReduceOp.AVG else vals[c]
+    return out
+
+
+@pytest.mark.parametrize("size", [4, 8])
+@pytest.mark.parametrize("op,dtype", CASES)
+def test_halving_doubling_bits_follow_the_documented_order(size: int, op: ReduceOp, dtype: torch.dtype) -> None:
+    """Every rank ends with the bits of the hypercube order, in 2 log2(P) transfers per rank, each transfer id
+    used once and no buffer changed before its send completed (the strict link checks both)."""
+    n = 3001  # uneven chunks
+    xs = _inputs(size, n, dtype, seed=size * 10 + len(op.value))
+    if op is ReduceOp.PRODUCT:
+        xs = [x.clamp(-1.5, 1.5) for x in xs]
+
+    def body(r, link):
+        t = xs[r].clone()
+        halving_doubling(Collectives(link, list(range(size)), r)).allreduce(t, op, layer=5, loss_bound=0.0)
+        return t
+
+    res, errors, net = run_strict(size, body, seed=size)
+    assert not errors, errors
+    assert len(net.sends) == size * 2 * (size.bit_length() - 1)
+    assert {(s[3], s[4]) for s in net.sends} == {(5, 0.0)}
+    want = hypercube_order(xs, op)
+    if op is ReduceOp.SUM and dtype.is_floating_point:
+        assert not torch.equal(want, documented_order(xs, op)), "the ring's order gives the same bits: no evidence"
+    for t in res:
+        assert torch.equal(t, want), "differs from the documented hypercube order"
+
+
+@pytest.mark.parametrize("size,local,nbytes,algorithm", [
+    (4, True, 1 << 20, "halving-doubling"), (8, True, 64 << 20, "halving-doubling"),
+    (4, True, (64 << 20) + 4, "ring"), (4, False, 1 << 20, "ring"), (3, True, 1 << 20, "ring"),
+    (6, True, 1 << 20, "ring"), (2, True, 1 << 20, "ring")])
+def test_halving_doubling_only_for_one_host_power_of_two_groups(size, local, nbytes, algorithm) -> None:
+    """Which all-reduce a group runs beyond doubling's range: halving-doubling needs one host, a power of two of at
+    least 4 (at 2 it is the ring) and at most HALVING_DOUBLING_MAX_LOCAL bytes. Told apart by the transfers."""
+    c = Collectives(None, list(range(size)), 0, local=local)
+    c.SMALL_ALLREDUCE_BYTES, c.ALLREDUCE_LATENCY_S = 0, 0.0
+    calls = []
+    c._halving_doubling = lambda *a: calls.append("halving-doubling")
+    c._run_ring = lambda *a, **k: calls.append("ring")
+    c.allreduce(torch.empty(nbytes // 4))
+    assert calls == [algorithm]
+
+
+@pytest.mark.parametrize("size", [4, 8])
+def test_bounded_loss_only_at_reported_elements_halving_doubling(size: int) -> None:
+    n, p = 50_000, 0.05
+    xs = [torch.rand(n, generator=torch.Generator().manual_seed(r)) + 1 for r in range(size)]
+
+    def body(r, link):
+        t = xs[r].clone()
+        return t, halving_doubling(Collectives(link, list(range(size)), r)).allreduce(t, loss_bound=p).merged()
+
+    res = run_ranks(size, body, loss=True, seed=size)
+    assert_loss_only_where_reported(res, sum(xs), p)
+
+
 # --- over the real transport ----------------------------------------------------------------------------------------
 
 def test_pipelined_allreduce_over_dlcp_endpoints(make_endpoints) -> None:
@@ -478,18 +561,25 @@ def _ring_vs_gloo() -> None:
     in the same processes, with segments small enough to cut every chunk; prints one line per check."""
     import torch.distributed as dist
 
+    from host.backend import transport_stats
+
     torch.set_num_threads(1)
-    Collectives.RING_SEGMENT_MIN, Collectives.RING_SEGMENTS_PER_CHUNK = 256 << 10, 4
+    # the processes share one host: the group is local, so its ring cuts chunks by the _LOCAL limit; halving-
+    # doubling is off until its own check at the end
+    Collectives.RING_SEGMENT_MIN_LOCAL, Collectives.RING_SEGMENTS_PER_CHUNK = 256 << 10, 4
+    hd_max, Collectives.HALVING_DOUBLING_MAX_LOCAL = Collectives.HALVING_DOUBLING_MAX_LOCAL, 0
     dist.init_process_group("dlcp")
     gloo = dist.new_group(backend="gloo")
     r, P = dist.get_rank(), dist.get_world_size()
     g = torch.Generator().manual_seed(r)
-    n = 1_500_001  # 6 MB of fp32: the ring (cost model), uneven chunks, 2 segments per chunk at 4 ranks
+    n = 1_500_001  # 6 MB of fp32: beyond doubling (cost model), uneven chunks, each cut into 4 segments
     for dtype, op in ((torch.float32, dist.ReduceOp.SUM), (torch.float32, dist.ReduceOp.AVG),
                       (torch.bfloat16, dist.ReduceOp.SUM)):
         x = torch.randn(n, generator=g).to(dtype)
         mine, ref = x.clone(), x.clone()
+        before = transport_stats()["transfers_sent"]
         dist.all_reduce(mine, op=op)
+        assert transport_stats()["transfers_sent"] - before > 2 * (P - 1), "the ring did not cut its chunks"
         dist.all_reduce(ref, op=op, group=gloo)
         tol = 1e-5 if dtype == torch.float32 else 5e-2
         torch.testing.assert_close(mine.float(), ref.float(), rtol=tol, atol=tol * P)
@@ -508,6 +598,19 @@ def _ring_vs_gloo() -> None:
     dist.all_gather_into_tensor(full_ref, out, group=gloo)
     assert torch.equal(full, full_ref)
     print("reduce_scatter all_gather ok", flush=True)
+    if P in (4, 8):
+        Collectives.HALVING_DOUBLING_MAX_LOCAL = hd_max
+        x = torch.randn(n, generator=g)
+        mine, ref = x.clone(), x.clone()
+        before = transport_stats()["transfers_sent"]
+        dist.all_reduce(mine)
+        assert transport_stats()["transfers_sent"] - before == 2 * (P.bit_length() - 1), "not halving-doubling"
+        dist.all_reduce(ref, group=gloo)
+        torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-5 * P)
+        everyone = torch.empty(P * n)
+        dist.all_gather_into_tensor(everyone, mine, group=gloo)
+        assert all(torch.equal(everyone[q * n:(q + 1) * n], mine) for q in range(P)), "ranks differ"
+        print("halving-doubling ok", flush=True)
     dist.barrier(group=gloo)
     dist.destroy_process_group()
 
@@ -519,7 +622,7 @@ def test_pipelined_ring_through_the_backend_matches_gloo(size: int) -> None:
 
     outs = check(launch("tests.host.test_collectives_pipeline", "ring-vs-gloo", size, timeout=240))
     for out in outs:
-        assert out.count(" ok") == 4, out
+        assert out.count(" ok") == (5 if size == 4 else 4), out
 
 
 if __name__ == "__main__":
