@@ -1,4 +1,5 @@
-"""Collective algorithms over point-to-point transfers (ring, recursive doubling, trees, pipelined chains).
+"""Collective algorithms over point-to-point transfers (ring, recursive halving and doubling, trees, pipelined
+chains).
 
 The algorithms only need a :class:`Link`: an asynchronous send of a flat tensor to a peer and a blocking receive
 into a flat tensor, each transfer named by ``(peer, transfer_id)``. The DLCP transport's endpoint is the Link in
@@ -11,10 +12,11 @@ Bit-identical results on every rank (summation order):
   ``c`` only, so it is the same everywhere it is later copied to.
 * **all-reduce, large** = ring reduce-scatter + ring all-gather: every rank receives the owner's bytes of every
   chunk, so all ranks hold identical bits.
-* **all-reduce, medium, one host, power-of-two size P >= 4** = halving-doubling: chunk ``c`` is reduced as a
-  tree over the hypercube, pairs at distance ``P/2`` first, then ``P/4``, .., 1 (at P = 4:
-  ``(x[c] op x[c^2]) op (x[c^1] op x[c^3])``, operand order immaterial as below); the result exists on rank ``c``
-  only and is then copied to the others as bytes.
+* **reduce-scatter by recursive halving** (one host, power-of-two size P >= 4, up to ``HALVING_MAX_LOCAL``):
+  chunk ``c`` is reduced as a tree over the hypercube, pairs at distance ``P/2`` first, then ``P/4``, .., 1 (at
+  P = 4: ``(x[c] op x[c^2]) op (x[c^1] op x[c^3])``, operand order immaterial as below); the result exists on rank
+  ``c`` only. **All-reduce, medium, on such a group** = that, then all-gather by recursive doubling, which copies
+  the owner's bytes everywhere (Rabenseifner).
 * **all-reduce, small** = recursive doubling. Partners compute ``a op b`` and ``b op a``; SUM, PRODUCT, MIN and MAX
   are commutative in IEEE arithmetic bit for bit, so both hold the same bits after every round. With a
   non-power-of-two size the first ``2*rem`` ranks pair up first (odd rank computes ``x[r-1] op x[r]``) and the
@@ -349,13 +351,19 @@ class Collectives:
     RING_SEGMENT_MIN_LOCAL = 32 << 20
     RING_SEGMENT_MAX = 32 << 20
     RING_SEGMENTS_PER_CHUNK = 4
-    # One host, power-of-two group of 4 or more: all-reduces above doubling's range and up to this size use
-    # halving-doubling (Rabenseifner), not the ring: the same bytes in 2 log2(P) transfers instead of 2(P-1), and on
-    # loopback a transfer's fixed cost, not the wire, is what pipelining would hide. Measured at P=4, call by call
-    # in the same processes (session 11): the ring took 1.17-1.22x its time at 4 MiB, 1.11-1.13x at 16 MiB,
-    # 1.05-1.10x at 64 MiB, the same at 256 MiB. On 1 Gb/s links the pipelined ring wins (16 MiB: 0.93 of the
-    # ideal time against 0.84; 64 MiB: 0.975 against 0.93), so networked groups keep it.
-    HALVING_DOUBLING_MAX_LOCAL = 64 << 20
+    # One host, power-of-two group of 4 or more: hypercube algorithms instead of the ring -- all-gather by
+    # recursive doubling, reduce-scatter by recursive halving (up to HALVING_MAX_LOCAL bytes of input), all-reduce
+    # above doubling's range by both (Rabenseifner, up to the same size). The same bytes in log2(P) transfers per
+    # phase instead of P-1: on loopback a transfer's fixed CPU cost, not the wire, is what the ring's pipelining
+    # would hide. Measured at P=4, call by call in the same processes (session 11), ring time / hypercube time:
+    # all-reduce 1.17-1.22 at 4 MiB, 1.11-1.13 at 16, 1.05-1.10 at 64, 0.97-1.00 at 256 MiB; reduce-scatter 1.35
+    # at 1 MiB, 1.09-1.13 at 4, 1.11 at 16, 1.02-1.08 at 64, 0.96-1.01 at 256; all-gather 1.39 at 1 MiB,
+    # 1.13-1.16 at 4, 1.08-1.14 at 16, 0.98-1.09 at 64, 1.13-1.15 at 256. Halving keeps a scratch copy of half its
+    # input, so above the size where it stops paying the ring (32 MiB segments) takes over. On 1 Gb/s links the
+    # pipelined ring wins (all-reduce 16 MiB: 0.93 of the ideal time against 0.84; 64 MiB: 0.975 against 0.93),
+    # so networked groups keep it.
+    HYPERCUBE_LOCAL = True
+    HALVING_MAX_LOCAL = 64 << 20
     RING_DEPTH = 2  # receive threads (and scratch slots) per pipelined ring; 0 = receive on the calling thread
     # Scratch buffers (a reduce-scatter's working copy, a ring's receive slots, a gather buffer) are kept per thread
     # and reused, up to this many bytes each: on this VM the first write to fresh pages cost ~1.5 ms per MB
@@ -642,7 +650,8 @@ class Collectives:
                             src: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         """Pipelined ring reduce-scatter of the flat ``buf`` (modified in place); returns this rank's reduced chunk
         (a view). ``bounds`` has ``size + 1`` entries; chunk ``i`` ends on group rank ``i``. ``base``: transfer
-        ids reserved by the caller (at least ``ring_plan(...).messages`` of them); default: reserve them here.
+        ids reserved by the caller (at least ``ring_plan(...).messages`` of them) for the ring; default: reserve
+        them here, and in a one-host power-of-two group of 4 or more use recursive halving instead.
 
         With ``src`` (a flat tensor shaped like ``buf``) the input is read from ``src``, which stays unchanged, and
         ``buf`` is only working space; ``out`` (flat, this rank's chunk size) then receives the reduced chunk
@@ -651,10 +660,17 @@ class Collectives:
         outcome = outcome if outcome is not None else Outcome()
         if finish:
             self._check_op(op, buf)
-        plan = self.ring_plan(bounds, buf.element_size(), reduce=True, gather=False) if P > 1 else None
-        base = self._take_ids(plan.messages if plan else 1) if base is None else base
         if out is not None and (src is None or out.numel() != bounds[r + 1] - bounds[r]):
             raise ValueError("reduce_scatter_flat: out needs src and this rank's chunk size")
+        p = loss_bound / (hops_total or max(P - 1, 1))
+        if base is None and self._hypercube(bounds[-1] * buf.element_size()):
+            own = self._halving_reduce_scatter(buf, bounds, op, self._take_ids(P.bit_length() - 1), layer, p,
+                                               outcome, src, out)
+            if finish:
+                _finish(op, own, P)
+            return own
+        plan = self.ring_plan(bounds, buf.element_size(), reduce=True, gather=False) if P > 1 else None
+        base = self._take_ids(plan.messages if plan else 1) if base is None else base
         if plan is None:
             own = buf[bounds[0]:bounds[1]]
             if src is not None:
@@ -663,7 +679,6 @@ class Collectives:
             if finish:
                 _finish(op, own, 1)
             return own
-        p = loss_bound / (hops_total or (P - 1))
         self._run_ring(plan, buf, op, base=base, layer=layer, p=p, outcome=outcome, finish=finish,
                        src=None if src is None else (0, src), dst=None if out is None else (bounds[r], out))
         return out if out is not None else buf[bounds[r]:bounds[r + 1]]
@@ -672,24 +687,94 @@ class Collectives:
                         hops_total: int | None = None, base: int | None = None,
                         outcome: Outcome | None = None, src: Placed | None = None) -> None:
         """Pipelined ring all-gather in place: on entry chunk ``rank`` of ``buf`` is valid (or, with ``src``, held
-        by ``src``'s tensor, from which it is sent and copied into ``buf``); on exit every chunk is."""
+        by ``src``'s tensor, from which it is sent and copied into ``buf``); on exit every chunk is. Without a
+        caller's ``base``, a one-host power-of-two group of 4 or more uses recursive doubling instead."""
         P = self.size
         outcome = outcome if outcome is not None else Outcome()
+        p = loss_bound / (hops_total or max(P - 1, 1))
+        if base is None and self._hypercube(0):
+            self._doubling_all_gather(buf, bounds, self._take_ids(P.bit_length() - 1), 0, layer, p, outcome, src)
+            return
         plan = self.ring_plan(bounds, buf.element_size(), reduce=False, gather=True) if P > 1 else None
         base = self._take_ids(plan.messages if plan else 1) if base is None else base
         if plan is None:
             if src is not None:
                 buf[src[0]:src[0] + src[1].numel()].copy_(src[1])
             return
-        p = loss_bound / (hops_total or (P - 1))
         self._run_ring(plan, buf, None, base=base, layer=layer, p=p, outcome=outcome, finish=False, src=src)
+
+    # --- hypercube (power-of-two groups on one host) --------------------------------------------------------
+    def _hypercube(self, nbytes: int) -> bool:
+        """Halving / doubling instead of the ring (unless ``HYPERCUBE_LOCAL`` is off): a one-host group of a
+        power-of-two size of at least 4, and at most
+        ``HALVING_MAX_LOCAL`` bytes to halve (0 for an all-gather). Every member decides alike."""
+        P = self.size
+        return self.HYPERCUBE_LOCAL and self.local and P > 2 and P & (P - 1) == 0 and nbytes <= self.HALVING_MAX_LOCAL
+
+    def _halving_reduce_scatter(self, buf: torch.Tensor, bounds: list[int], op: ReduceOp, base: int, layer: int,
+                                p: float, outcome: Outcome, src: torch.Tensor | None = None,
+                                out: torch.Tensor | None = None) -> torch.Tensor:
+        """Reduce-scatter by recursive halving, messages ``0 .. log2 P - 1`` of ``base``: at distance ``d = P/2,
+        P/4, .., 1`` a rank keeps the half of its chunk range that holds its own chunk, sends the other half to
+        ``rank ^ d`` and reduces the partner's copy of the kept half (``local op received``) into ``buf``; then
+        chunk ``rank`` is final. ``src``/``out`` as in :meth:`reduce_scatter_flat` (the first step reads ``src``;
+        the last writes ``out``). Returns the reduced chunk. The same bytes as the ring's ``P - 1`` steps in
+        ``log2 P`` transfers."""
+        P, r = self.size, self.rank
+        tmp = self._scratch("halving", bounds[P // 2] - bounds[0], buf.dtype)  # the widest half (larger first)
+        lo, hi = 0, P  # chunk range this rank still reduces
+        d, j = P // 2, 0
+        while d:
+            mid = lo + d
+            keep, give = ((lo, mid), (mid, hi)) if not r & d else ((mid, hi), (lo, mid))
+            ka, kb, ga, gb = bounds[keep[0]], bounds[keep[1]], bounds[give[0]], bounds[give[1]]
+            local = src if src is not None and j == 0 else buf
+            got = tmp[:kb - ka]
+            outcome.add(ka, self._exchange(r ^ d, local[ga:gb], r ^ d, got, self._tid_at(base, j), layer, p))
+            acc = out if out is not None and d == 1 else buf[ka:kb]
+            _combine_into(op, acc, local[ka:kb], got)
+            lo, hi = keep
+            d //= 2
+            j += 1
+        return out if out is not None else buf[bounds[r]:bounds[r + 1]]
+
+    def _doubling_all_gather(self, buf: torch.Tensor, bounds: list[int], base: int, first: int, layer: int,
+                             p: float, outcome: Outcome, src: Placed | None = None) -> None:
+        """All-gather by recursive doubling, messages ``first ..`` of ``base``: at distance ``d = 1, 2, .., P/2`` a
+        rank sends its block of ``d`` chunks to ``rank ^ d`` and receives the partner's block: ``log2 P``
+        transfers instead of the ring's ``P - 1`` for the same bytes. With ``src`` (this rank's chunk held
+        elsewhere) the first send reads it, and it is copied into ``buf`` while that exchange is under way."""
+        r = self.rank
+        d, j = 1, first
+        while d < self.size:
+            mine, theirs = r & ~(d - 1), (r ^ d) & ~(d - 1)  # first chunk of each side's block
+            ma, mb, ta, tb = bounds[mine], bounds[mine + d], bounds[theirs], bounds[theirs + d]
+            peer, tid = self._peer(r ^ d), self._tid_at(base, j)
+            rh = self.link.irecv(peer, buf[ta:tb], tid, loss_bound=p, timeout=self.timeout) if tb > ta else None
+            h = None
+            try:
+                if mb > ma:
+                    data = _placed(src, ma, mb) if src is not None and d == 1 else buf[ma:mb]
+                    h = self.link.isend(peer, data, tid, layer=layer, loss_bound=p)
+                if src is not None and d == 1:
+                    buf[ma:mb].copy_(_placed(src, ma, mb))
+            except BaseException:
+                if rh is not None:
+                    rh.cancel()
+                raise
+            if rh is not None:
+                outcome.add(ta, rh.wait())
+            if h is not None:
+                h.wait(self.timeout)
+            d *= 2
+            j += 1
 
     # --- all-reduce -----------------------------------------------------------------------------------------
     def allreduce(self, t: torch.Tensor, op: ReduceOp = ReduceOp.SUM, *, layer: int = 0,
                   loss_bound: float = 0.0) -> Outcome:
         """In-place all-reduce of the flat contiguous tensor ``t``: recursive doubling when small (below
         ``SMALL_ALLREDUCE_BYTES`` or where :func:`allreduce_by_doubling` says so); in a one-host power-of-two group
-        of 4 or more, halving-doubling up to ``HALVING_DOUBLING_MAX_LOCAL``; otherwise the pipelined ring
+        of 4 or more, halving-doubling up to ``HALVING_MAX_LOCAL``; otherwise the pipelined ring
         (reduce-scatter steps, then all-gather steps, fused into one pipeline)."""
         out = Outcome()
         self._check_op(op, t)
@@ -703,9 +788,13 @@ class Collectives:
                 reduce_bytes_per_s=self.ALLREDUCE_REDUCE_BYTES_PER_S):
             seq = self._take_ids(1)
             self._recursive_doubling(t, op, seq, layer, loss_bound, out)
-        elif self.local and self.size > 2 and self.size & (self.size - 1) == 0 \
-                and nbytes <= self.HALVING_DOUBLING_MAX_LOCAL:
-            self._halving_doubling(t, op, self._take_ids(2 * (self.size.bit_length() - 1)), layer, loss_bound, out)
+        elif self._hypercube(nbytes):
+            # Rabenseifner: halving reduce-scatter, then doubling all-gather, in place. Each transfer gets the
+            # ring's bound: all of them together carry 2(P-1) tensors' worth of elements, as the ring's do.
+            bounds, log2 = chunk_bounds(t.numel(), self.size), self.size.bit_length() - 1
+            base, p = self._take_ids(2 * log2), loss_bound / (2 * (self.size - 1))
+            _finish(op, self._halving_reduce_scatter(t, bounds, op, base, layer, p, out), self.size)
+            self._doubling_all_gather(t, bounds, base, log2, layer, p, out)
         else:
             bounds = chunk_bounds(t.numel(), self.size)
             plan = self.ring_plan(bounds, t.element_size(), reduce=True, gather=True)
@@ -713,46 +802,6 @@ class Collectives:
             p = loss_bound / (2 * (self.size - 1))
             self._run_ring(plan, t, op, base=base, layer=layer, p=p, outcome=out, finish=True)
         return out
-
-    def _halving_doubling(self, t: torch.Tensor, op: ReduceOp, base: int, layer: int, loss_bound: float,
-                          out: Outcome) -> None:
-        """Rabenseifner's all-reduce for a power-of-two group: reduce-scatter by recursive halving, then
-        all-gather by recursive doubling, ``2 log2(P)`` exchanges with partners ``rank ^ d``.
-
-        Every rank sends and reduces what the ring does (``2(P-1)/P`` and ``(P-1)/P`` of the tensor) in fewer,
-        larger transfers (4 instead of 6 at P = 4), without the ring's pipelining. Halving keeps, at distance
-        ``d = P/2, P/4, .., 1``, the half of its chunk range that holds chunk ``rank`` (of :func:`chunk_bounds`),
-        sends the other half to its partner and reduces the partner's copy of the kept half into ``t``; after it
-        rank ``r`` owns the reduced chunk ``r``. Each chunk's final value is computed by one rank (its owner) and
-        copied to the others as bytes, so every rank ends with the same bits. Loss bound per transfer as the
-        ring's, ``loss_bound / (2(P-1))``: all transfers together carry ``2(P-1)`` tensors' worth of elements."""
-        P, r = self.size, self.rank
-        bounds = chunk_bounds(t.numel(), P)
-        p = loss_bound / (2 * (P - 1))
-        tmp = self._scratch("halving", bounds[P // 2] - bounds[0], t.dtype)  # the widest half (larger chunks first)
-        lo, hi = 0, P  # chunk range this rank still reduces
-        step = 0
-        d = P // 2
-        while d >= 1:
-            mid = lo + d
-            keep, give = ((lo, mid), (mid, hi)) if not r & d else ((mid, hi), (lo, mid))
-            ka, kb = bounds[keep[0]], bounds[keep[1]]
-            ga, gb = bounds[give[0]], bounds[give[1]]
-            got = tmp[:kb - ka]
-            out.add(ka, self._exchange(r ^ d, t[ga:gb], r ^ d, got, self._tid_at(base, step), layer, p))
-            _combine(op, t[ka:kb], got)
-            lo, hi = keep
-            step += 1
-            d //= 2
-        _finish(op, t[bounds[r]:bounds[r + 1]], P)
-        d = 1
-        while d < P:
-            mine, theirs = r & ~(d - 1), (r ^ d) & ~(d - 1)  # first chunk of each side's block of d chunks
-            ma, mb = bounds[mine], bounds[mine + d]
-            ta, tb = bounds[theirs], bounds[theirs + d]
-            out.add(ta, self._exchange(r ^ d, t[ma:mb], r ^ d, t[ta:tb], self._tid_at(base, step), layer, p))
-            step += 1
-            d *= 2
 
     def _recursive_doubling(self, t: torch.Tensor, op: ReduceOp, seq: int, layer: int, loss_bound: float,
                             out: Outcome) -> None:

@@ -135,6 +135,25 @@ def documented_order(xs: list[torch.Tensor], op: ReduceOp) -> torch.Tensor:
     return out
 
 
+def hypercube_order(xs: list[torch.Tensor], op: ReduceOp) -> torch.Tensor:
+    """Halving-doubling's documented order, computed directly: chunk c is a tree over the hypercube, pairs at
+    distance P/2 combined first, then P/4, .., 1; the result is the value at rank c; AVG divides once."""
+    P = len(xs)
+    bounds = chunk_bounds(xs[0].numel(), P)
+    out = torch.empty_like(xs[0])
+    fn = {ReduceOp.SUM: torch.add, ReduceOp.AVG: torch.add, ReduceOp.PRODUCT: torch.mul, ReduceOp.MIN: torch.minimum,
+          ReduceOp.MAX: torch.maximum}[op]
+    for c in range(P):
+        a, b = bounds[c], bounds[c + 1]
+        vals = [x[a:b] for x in xs]
+        d = P // 2
+        while d:
+            vals = [fn(vals[i], vals[i ^ d]) for i in range(P)]
+            d //= 2
+        out[a:b] = vals[c] / P if op is ReduceOp.AVG else vals[c]
+    return out
+
+
 # --- the pure parts ---------------------------------------------------------------------------------------------
 
 def test_segment_count_rule() -> None:
@@ -252,21 +271,22 @@ def test_pipelined_equals_step_by_step(size: int) -> None:
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("size", [2, 3, 4])
+@pytest.mark.parametrize("size,local", [(2, False), (3, False), (4, False), (4, True), (8, True)])
 @pytest.mark.parametrize("op", [ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MIN, ReduceOp.PRODUCT])
-def test_inputs_read_in_place_without_a_working_copy(size: int, op: ReduceOp) -> None:
+def test_inputs_read_in_place_without_a_working_copy(size: int, local: bool, op: ReduceOp) -> None:
     """reduce_scatter, all_gather and reduce read the caller's input where it lies (no working copy): the input
     is never written (the strict link also fails a send whose buffer changes before it is taken), the results are
     the documented order's bits, and the layouts that need care still work: one flat input whose chunks are the
     inputs, an output that is its own chunk of that input (reduce_scatter_tensor in place), a non-contiguous
-    output, and all_gather from a separate input tensor."""
+    output, and all_gather from a separate input tensor. ``local``: a one-host group of 4 or 8, whose
+    reduce-scatter halves and whose all-gather doubles (reduce keeps the ring)."""
     n = 997
     xs = [x.clamp(-1.5, 1.5) for x in _inputs(size, n, torch.float32, seed=41)]
-    want = documented_order(xs, op)
+    want = (hypercube_order if local else documented_order)(xs, op)
     bounds = chunk_bounds(n, size)
 
     def body(r, link):
-        c = segmented(Collectives(link, list(range(size)), r), per_chunk=3)
+        c = segmented(Collectives(link, list(range(size)), r, local=local), per_chunk=3)
         a, b = bounds[r], bounds[r + 1]
         flat = xs[r].clone()
         parts = [flat[bounds[i]:bounds[i + 1]] for i in range(size)]  # laid end to end: read in place
@@ -421,25 +441,6 @@ def halving_doubling(c: Collectives) -> Collectives:
     return c
 
 
-def hypercube_order(xs: list[torch.Tensor], op: ReduceOp) -> torch.Tensor:
-    """Halving-doubling's documented order, computed directly: chunk c is a tree over the hypercube, pairs at
-    distance P/2 combined first, then P/4, .., 1; the result is the value at rank c; AVG divides once."""
-    P = len(xs)
-    bounds = chunk_bounds(xs[0].numel(), P)
-    out = torch.empty_like(xs[0])
-    fn = {ReduceOp.SUM: torch.add, ReduceOp.AVG: torch.add, ReduceOp.PRODUCT: torch.mul, ReduceOp.MIN: torch.minimum,
-          ReduceOp.MAX: torch.maximum}[op]
-    for c in range(P):
-        a, b = bounds[c], bounds[c + 1]
-        vals = [x[a:b] for x in xs]
-        d = P // 2
-        while d:
-            vals = [fn(vals[i], vals[i ^ d]) for i in range(P)]
-            d //= 2
-        out[a:b] = vals[c] / P if op is ReduceOp.AVG else vals[c]
-    return out
-
-
 @pytest.mark.parametrize("size", [4, 8])
 @pytest.mark.parametrize("op,dtype", CASES)
 def test_halving_doubling_bits_follow_the_documented_order(size: int, op: ReduceOp, dtype: torch.dtype) -> None:
@@ -466,20 +467,36 @@ def test_halving_doubling_bits_follow_the_documented_order(size: int, op: Reduce
         assert torch.equal(t, want), "differs from the documented hypercube order"
 
 
-@pytest.mark.parametrize("size,local,nbytes,algorithm", [
-    (4, True, 1 << 20, "halving-doubling"), (8, True, 64 << 20, "halving-doubling"),
-    (4, True, (64 << 20) + 4, "ring"), (4, False, 1 << 20, "ring"), (3, True, 1 << 20, "ring"),
-    (6, True, 1 << 20, "ring"), (2, True, 1 << 20, "ring")])
-def test_halving_doubling_only_for_one_host_power_of_two_groups(size, local, nbytes, algorithm) -> None:
-    """Which all-reduce a group runs beyond doubling's range: halving-doubling needs one host, a power of two of at
-    least 4 (at 2 it is the ring) and at most HALVING_DOUBLING_MAX_LOCAL bytes. Told apart by the transfers."""
-    c = Collectives(None, list(range(size)), 0, local=local)
-    c.SMALL_ALLREDUCE_BYTES, c.ALLREDUCE_LATENCY_S = 0, 0.0
-    calls = []
-    c._halving_doubling = lambda *a: calls.append("halving-doubling")
-    c._run_ring = lambda *a, **k: calls.append("ring")
-    c.allreduce(torch.empty(nbytes // 4))
-    assert calls == [algorithm]
+@pytest.mark.parametrize("size,local,nbytes,expect", [
+    (4, True, 1 << 20, ("halving+doubling", "halving", "doubling")),
+    (8, True, 64 << 20, ("halving+doubling", "halving", "doubling")),
+    (4, True, (64 << 20) + 32, ("ring", "ring", "doubling")),  # above HALVING_MAX_LOCAL: all-gather still doubles
+    (4, False, 1 << 20, ("ring", "ring", "ring")), (3, True, 1 << 20, ("ring", "ring", "ring")),
+    (6, True, 1 << 20, ("ring", "ring", "ring")), (2, True, 1 << 20, ("ring", "ring", "ring"))])
+def test_hypercube_only_for_one_host_power_of_two_groups(size, local, nbytes, expect) -> None:
+    """Which algorithm all-reduce (beyond doubling's range), reduce-scatter and all-gather run: halving and
+    doubling need one host and a power of two of at least 4 (at 2 they are the ring), halving at most
+    HALVING_MAX_LOCAL bytes of input; HYPERCUBE_LOCAL off gives the ring everywhere."""
+    def run(c):
+        calls = []
+        c._halving_reduce_scatter = lambda buf, bounds, *a: (calls.append("halving"), buf[bounds[0]:bounds[1]])[1]
+        c._doubling_all_gather = lambda *a: calls.append("doubling")
+        c._run_ring = lambda *a, **k: calls.append("ring")
+        c.SMALL_ALLREDUCE_BYTES, c.ALLREDUCE_LATENCY_S = 0, 0.0
+        n = nbytes // 4
+        c.allreduce(torch.empty(n))
+        ar = "+".join(calls)
+        calls.clear()
+        c.reduce_scatter(torch.empty(n // size), list(torch.empty(n // size * size).chunk(size)), ReduceOp.SUM)
+        rs = "+".join(calls)
+        calls.clear()
+        c.all_gather(list(torch.empty(n // size * size).chunk(size)), torch.empty(n // size))
+        return ar, rs, "+".join(calls)
+
+    assert run(Collectives(None, list(range(size)), 0, local=local)) == expect
+    off = Collectives(None, list(range(size)), 0, local=local)
+    off.HYPERCUBE_LOCAL = False
+    assert run(off) == ("ring", "ring", "ring")
 
 
 @pytest.mark.parametrize("size", [4, 8])
@@ -493,6 +510,36 @@ def test_bounded_loss_only_at_reported_elements_halving_doubling(size: int) -> N
 
     res = run_ranks(size, body, loss=True, seed=size)
     assert_loss_only_where_reported(res, sum(xs), p)
+
+
+@pytest.mark.parametrize("size", [4, 8])
+def test_bounded_loss_only_at_reported_elements_halving_and_doubling_alone(size: int) -> None:
+    """Reduce-scatter by halving and all-gather by doubling under loss: each rank's result (its own chunk; the
+    whole gathered tensor) differs from the exact one only inside the union of the ranks' reported ranges, in the
+    coordinates of the concatenated inputs / outputs, and that union stays within the bound."""
+    n, p = 40_000, 0.05
+    bounds = chunk_bounds(n, size)
+    xs = [torch.rand(n, generator=torch.Generator().manual_seed(r)) + 1 for r in range(size)]
+    exact = sum(xs)
+
+    def rs(r, link):
+        c = Collectives(link, list(range(size)), r, local=True)
+        out = torch.empty(bounds[r + 1] - bounds[r])
+        lost = c.reduce_scatter(out, [xs[r][bounds[i]:bounds[i + 1]] for i in range(size)], ReduceOp.SUM,
+                                loss_bound=p).merged()
+        whole = exact.clone()
+        whole[bounds[r]:bounds[r + 1]] = out  # the other chunks are not this rank's result
+        return whole, lost
+
+    def ag(r, link):
+        c = Collectives(link, list(range(size)), r, local=True)
+        gathered = torch.empty(n)
+        lost = c.all_gather([gathered[bounds[i]:bounds[i + 1]] for i in range(size)],
+                            exact[bounds[r]:bounds[r + 1]].clone(), loss_bound=p).merged()
+        return gathered, lost
+
+    assert_loss_only_where_reported(run_ranks(size, rs, loss=True, seed=size), exact, p)
+    assert_loss_only_where_reported(run_ranks(size, ag, loss=True, seed=size + 1), exact, p)
 
 
 # --- over the real transport ----------------------------------------------------------------------------------------
@@ -564,10 +611,10 @@ def _ring_vs_gloo() -> None:
     from host.backend import transport_stats
 
     torch.set_num_threads(1)
-    # the processes share one host: the group is local, so its ring cuts chunks by the _LOCAL limit; halving-
-    # doubling is off until its own check at the end
+    # the processes share one host: the group is local, so its ring cuts chunks by the _LOCAL limit; the
+    # hypercube algorithms are off until their own check at the end
     Collectives.RING_SEGMENT_MIN_LOCAL, Collectives.RING_SEGMENTS_PER_CHUNK = 256 << 10, 4
-    hd_max, Collectives.HALVING_DOUBLING_MAX_LOCAL = Collectives.HALVING_DOUBLING_MAX_LOCAL, 0
+    Collectives.HYPERCUBE_LOCAL = False
     dist.init_process_group("dlcp")
     gloo = dist.new_group(backend="gloo")
     r, P = dist.get_rank(), dist.get_world_size()
@@ -598,19 +645,32 @@ def _ring_vs_gloo() -> None:
     dist.all_gather_into_tensor(full_ref, out, group=gloo)
     assert torch.equal(full, full_ref)
     print("reduce_scatter all_gather ok", flush=True)
-    if P in (4, 8):
-        Collectives.HALVING_DOUBLING_MAX_LOCAL = hd_max
+    if P in (4, 8):  # halving and doubling, each counted by its transfers
+        Collectives.HYPERCUBE_LOCAL = True
+        log2 = P.bit_length() - 1
+
+        def counted(fn, transfers):
+            before = transport_stats()["transfers_sent"]
+            fn()
+            assert transport_stats()["transfers_sent"] - before == transfers, "not the hypercube algorithm"
+
         x = torch.randn(n, generator=g)
         mine, ref = x.clone(), x.clone()
-        before = transport_stats()["transfers_sent"]
-        dist.all_reduce(mine)
-        assert transport_stats()["transfers_sent"] - before == 2 * (P.bit_length() - 1), "not halving-doubling"
+        counted(lambda: dist.all_reduce(mine), 2 * log2)
         dist.all_reduce(ref, group=gloo)
         torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-5 * P)
         everyone = torch.empty(P * n)
         dist.all_gather_into_tensor(everyone, mine, group=gloo)
         assert all(torch.equal(everyone[q * n:(q + 1) * n], mine) for q in range(P)), "ranks differ"
-        print("halving-doubling ok", flush=True)
+        x = torch.randn(P * m, generator=g)
+        out, ref = torch.empty(m), torch.empty(m)
+        counted(lambda: dist.reduce_scatter_tensor(out, x), log2)
+        dist.reduce_scatter_tensor(ref, x, group=gloo)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5 * P)
+        counted(lambda: dist.all_gather_into_tensor(full, out), log2)
+        dist.all_gather_into_tensor(full_ref, out, group=gloo)
+        assert torch.equal(full, full_ref)
+        print("hypercube ok", flush=True)
     dist.barrier(group=gloo)
     dist.destroy_process_group()
 
