@@ -810,7 +810,7 @@ class Collectives:
         rem = P - pof2
         rounds = int(math.log2(pof2)) + (2 if rem else 0)
         p = loss_bound / max(rounds, 1)
-        tmp = torch.empty_like(t)
+        tmp = self._scratch("doubling", t.numel(), t.dtype)
         step = 0
         # fold the extra ranks in: even r < 2*rem gives its data to r+1 and waits for the result
         if r < 2 * rem:
