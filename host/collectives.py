@@ -706,8 +706,8 @@ class Collectives:
     # --- hypercube (power-of-two groups on one host) --------------------------------------------------------
     def _hypercube(self, nbytes: int) -> bool:
         """Halving / doubling instead of the ring (unless ``HYPERCUBE_LOCAL`` is off): a one-host group of a
-        power-of-two size of at least 4, and at most
-        ``HALVING_MAX_LOCAL`` bytes to halve (0 for an all-gather). Every member decides alike."""
+        power-of-two size of at least 4, and at most ``HALVING_MAX_LOCAL`` bytes to halve (0 for an all-gather).
+        Every member decides alike."""
         P = self.size
         return self.HYPERCUBE_LOCAL and self.local and P > 2 and P & (P - 1) == 0 and nbytes <= self.HALVING_MAX_LOCAL
 
@@ -743,29 +743,16 @@ class Collectives:
         """All-gather by recursive doubling, messages ``first ..`` of ``base``: at distance ``d = 1, 2, .., P/2`` a
         rank sends its block of ``d`` chunks to ``rank ^ d`` and receives the partner's block: ``log2 P``
         transfers instead of the ring's ``P - 1`` for the same bytes. With ``src`` (this rank's chunk held
-        elsewhere) the first send reads it, and it is copied into ``buf`` while that exchange is under way."""
+        elsewhere) the first send reads it, and it is copied into ``buf`` before the second."""
         r = self.rank
         d, j = 1, first
         while d < self.size:
             mine, theirs = r & ~(d - 1), (r ^ d) & ~(d - 1)  # first chunk of each side's block
             ma, mb, ta, tb = bounds[mine], bounds[mine + d], bounds[theirs], bounds[theirs + d]
-            peer, tid = self._peer(r ^ d), self._tid_at(base, j)
-            rh = self.link.irecv(peer, buf[ta:tb], tid, loss_bound=p, timeout=self.timeout) if tb > ta else None
-            h = None
-            try:
-                if mb > ma:
-                    data = _placed(src, ma, mb) if src is not None and d == 1 else buf[ma:mb]
-                    h = self.link.isend(peer, data, tid, layer=layer, loss_bound=p)
-                if src is not None and d == 1:
-                    buf[ma:mb].copy_(_placed(src, ma, mb))
-            except BaseException:
-                if rh is not None:
-                    rh.cancel()
-                raise
-            if rh is not None:
-                outcome.add(ta, rh.wait())
-            if h is not None:
-                h.wait(self.timeout)
+            data = _placed(src, ma, mb) if src is not None and d == 1 else buf[ma:mb]
+            outcome.add(ta, self._exchange(r ^ d, data, r ^ d, buf[ta:tb], self._tid_at(base, j), layer, p))
+            if src is not None and d == 1:
+                buf[ma:mb].copy_(data)
             d *= 2
             j += 1
 
