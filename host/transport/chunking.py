@@ -13,6 +13,11 @@ ones ``k..total-1``. Three things follow, all used by the receiver (``reassembly
 * positions of missing packets are not needed: lost element ranges are the complement of the received ones.
 
 Every header is the transfer's template (one checked :meth:`host.wire.Header.pack`) with its per-packet words set.
+
+A transfer without drop-eligible packets has seq = position, so everything but the magnitude classes is known before
+any payload is read: :func:`plan_in_order` lays out such a plan with its headers unwritten and :func:`write_headers`
+writes them a range of seqs at a time, as the sender classifies the tensor slice by slice (``Options.classify_slice``
+in ``endpoint.py``: its first packets leave while the rest is still being classified).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from host import wire
 from host.wire import DType, Flag, MsgType
 
 __all__ = ["IPV4_UDP_OVERHEAD", "MAX_UDP_PAYLOAD", "payload_capacity", "chunk_elems", "Plan", "plan_packets",
-           "tos_byte"]
+           "plan_in_order", "write_headers", "tos_byte"]
 
 #: IPv4 header (no options) + UDP header.
 IPV4_UDP_OVERHEAD = 28
@@ -68,6 +73,8 @@ class Plan:
     eligible: np.ndarray  # bool, per seq
     headers: np.ndarray  # WIRE_DTYPE, per seq (``headers.view(np.uint8)`` is the 36-byte headers back to back)
     tos: np.ndarray  # uint8 IP TOS byte per seq
+    itemsize: int  # bytes per element
+    template: bytes  # the transfer's header with the per-packet words zero
 
 
 def plan_packets(*, nelems: int, dtype: DType, mtu: int,
@@ -84,11 +91,59 @@ def plan_packets(*, nelems: int, dtype: DType, mtu: int,
         priority = classes.priority
         if np.shape(classes.eligible) != (npk,):
             raise ValueError(f"policy classified {np.shape(classes.eligible)} packets, the plan has {npk}")
-    # every header is the transfer's template (one Header.pack, checked there) with its per-packet words set
-    template = wire.Header(msg_type=MsgType.DATA, priority=priority, dtype=DType(dtype), layer=layer, rank=rank,
-                           job_id=job_id, transfer_id=transfer_id, step=step, total=npk, nonce=nonce).pack()
-    build = _plan_lists if npk <= SMALL_PLAN else _plan_arrays
-    return build(nelems, itemsize, chunk, npk, classes, priority, template)
+    template = _template(priority, dtype, layer, rank, job_id, transfer_id, step, npk, nonce)
+    if npk <= SMALL_PLAN:
+        return _plan_lists(nelems, itemsize, chunk, npk, classes, priority, template)
+    if classes is None or not np.any(classes.eligible):
+        plan = _layout_in_order(nelems, itemsize, chunk, npk, priority, template)
+        write_headers(plan, 0, npk, None if classes is None else classes.mag_class)
+        return plan
+    return _plan_arrays(nelems, itemsize, chunk, npk, classes, priority, template)
+
+
+def plan_in_order(*, nelems: int, dtype: DType, mtu: int, priority: int = 0, layer: int = 0, rank: int = 0,
+                  job_id: int = 0, transfer_id: int = 0, step: int = 0, nonce: int = 0) -> Plan:
+    """The plan of a transfer without drop-eligible packets (seq = position), its headers not yet written: the
+    caller writes each range of seqs with :func:`write_headers` before it sends any of them."""
+    itemsize = DType(dtype).itemsize
+    chunk = chunk_elems(mtu, itemsize)
+    npk = max(1, -(-nelems // chunk))
+    template = _template(priority, dtype, layer, rank, job_id, transfer_id, step, npk, nonce)
+    return _layout_in_order(nelems, itemsize, chunk, npk, priority, template)
+
+
+def write_headers(plan: Plan, lo: int, hi: int, mag_class=None) -> None:
+    """Write the headers of seqs ``lo..hi-1`` of an in-order plan (:func:`plan_in_order`); ``mag_class``: their
+    magnitude classes (``None``: class 0). Gives the bytes :func:`plan_packets` gives for the same classes."""
+    h = plan.headers[lo:hi]
+    h[...] = np.frombuffer(plan.template, wire.WIRE_DTYPE)[0]
+    flags = np.zeros(hi - lo, np.uint8)
+    if hi == plan.total:
+        flags[-1] = int(Flag.LAST)
+    h[_W_FLAGS] = flags
+    if mag_class is not None:
+        mag = np.asarray(mag_class, np.uint8)
+        if mag.shape != (hi - lo,):
+            raise ValueError(f"{mag.shape} magnitude classes for seqs {lo}..{hi - 1}")
+        if mag.any():
+            h[_W_MAG] = h[_W_MAG] | (mag.astype(h[_W_MAG].dtype) << _MAG_SHIFT)
+    h[_W_SEQ] = np.arange(lo, hi, dtype=np.uint32)
+    h[_W_OFFSET] = plan.offsets[lo:hi]
+    h[_W_COUNT] = plan.lengths[lo:hi] // plan.itemsize
+
+
+def _template(priority, dtype, layer, rank, job_id, transfer_id, step, npk, nonce) -> bytes:
+    """Every header is the transfer's template (one Header.pack, checked there) with its per-packet words set."""
+    return wire.Header(msg_type=MsgType.DATA, priority=priority, dtype=DType(dtype), layer=layer, rank=rank,
+                       job_id=job_id, transfer_id=transfer_id, step=step, total=npk, nonce=nonce).pack()
+
+
+def _layout_in_order(nelems: int, itemsize: int, chunk: int, npk: int, priority: int, template) -> Plan:
+    pos = np.arange(npk, dtype=np.int64)
+    lengths = np.minimum(chunk, nelems - pos * chunk).clip(min=0) * itemsize
+    return Plan(total=npk, chunk=chunk, offsets=pos * (chunk * itemsize), lengths=lengths,
+                eligible=np.zeros(npk, bool), headers=np.empty(npk, wire.WIRE_DTYPE),
+                tos=np.full(npk, tos_byte(priority, False), np.uint8), itemsize=itemsize, template=template)
 
 
 #: Packets up to which a plan is built from Python lists: below it numpy's per-call cost (two dozen calls, 1-7 us
@@ -118,20 +173,18 @@ def _plan_lists(nelems: int, itemsize: int, chunk: int, npk: int, classes, prior
     tp, te = tos_byte(priority, False), tos_byte(priority, True)
     return Plan(total=npk, chunk=chunk, offsets=np.array(offsets, np.int64),
                 lengths=np.array([c * itemsize for c in cnt], np.int64), eligible=np.array(eligible, bool),
-                headers=h, tos=np.array([te if e else tp for e in eligible], np.uint8))
+                headers=h, tos=np.array([te if e else tp for e in eligible], np.uint8), itemsize=itemsize,
+                template=template)
 
 
 def _plan_arrays(nelems: int, itemsize: int, chunk: int, npk: int, classes, priority: int, template: bytes) -> Plan:
+    """A plan with drop-eligible packets (without any, :func:`_layout_in_order` and :func:`write_headers`)."""
     pos = np.arange(npk, dtype=np.int64)
     counts = np.minimum(chunk, nelems - pos * chunk).clip(min=0)
-    if classes is None:
-        elig_pos = np.zeros(npk, bool)
-        mag_pos = np.zeros(npk, np.uint8)
-    else:
-        elig_pos = np.asarray(classes.eligible, bool)
-        mag_pos = np.asarray(classes.mag_class, np.uint8)
+    elig_pos = np.asarray(classes.eligible, bool)
+    mag_pos = np.asarray(classes.mag_class, np.uint8)
     # seq order: protected positions first, then eligible ones, each in position order (stable)
-    order = np.argsort(elig_pos, kind="stable") if elig_pos.any() else np.arange(npk, dtype=np.int64)
+    order = np.argsort(elig_pos, kind="stable")
     eligible = elig_pos[order]
     mag = mag_pos[order]
     cnt = counts[order]
@@ -147,4 +200,4 @@ def _plan_arrays(nelems: int, itemsize: int, chunk: int, npk: int, classes, prio
     h[_W_COUNT] = cnt
     tos = np.where(eligible, tos_byte(priority, True), tos_byte(priority, False)).astype(np.uint8)
     return Plan(total=npk, chunk=chunk, offsets=offsets.astype(np.int64), lengths=(cnt * itemsize).astype(np.int64),
-                eligible=eligible, headers=h, tos=tos)
+                eligible=eligible, headers=h, tos=tos, itemsize=itemsize, template=template)

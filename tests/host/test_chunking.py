@@ -137,3 +137,31 @@ def test_small_plans_from_lists_equal_the_array_builder(npk, short, dt, mtu, wit
         assert a.dtype == b.dtype and np.array_equal(a, b), f
     assert got.headers.dtype == want.headers.dtype
     assert got.headers.tobytes() == want.headers.tobytes()
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 60000), mtu=st.sampled_from([576, 1500, 9000]),
+       dt=st.sampled_from([DType.FLOAT32, DType.FLOAT16, DType.INT64, DType.UINT8]), data=st.data())
+def test_headers_written_a_range_at_a_time_equal_the_whole_plan(n, mtu, dt, data):
+    """A send classified in slices writes its headers range by range (``plan_in_order`` + ``write_headers``); the
+    result must be the plan ``plan_packets`` builds from the same classes, byte for byte, however it is cut."""
+    from host.policy import PacketClasses
+    from host.transport.chunking import plan_in_order, write_headers
+    chunk = chunk_elems(mtu, dt.itemsize)
+    npk = max(1, -(-n // chunk))
+    mag = np.array(data.draw(st.lists(st.integers(0, 7), min_size=npk, max_size=npk)), np.uint8)
+    ids = dict(layer=3, rank=2, job_id=41, transfer_id=99, step=6, nonce=0x1234)
+    want = plan_packets(nelems=n, dtype=dt, mtu=mtu, classes=PacketClasses(4, mag, np.zeros(npk, bool)), **ids)
+    got = plan_in_order(nelems=n, dtype=dt, mtu=mtu, priority=4, **ids)
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, npk), max_size=6))) | {npk})
+    lo = 0
+    for hi in cuts:
+        write_headers(got, lo, hi, mag[lo:hi])
+        lo = hi
+    assert got.headers.tobytes() == want.headers.tobytes()
+    for f in ("total", "chunk", "itemsize", "template"):
+        assert getattr(got, f) == getattr(want, f), f
+    for f in ("offsets", "lengths", "eligible", "tos"):
+        assert np.array_equal(getattr(got, f), getattr(want, f)), f
+    with pytest.raises(ValueError):
+        write_headers(got, 0, npk, mag[:-1] if npk > 1 else np.zeros(2, np.uint8))
