@@ -529,7 +529,7 @@ class Endpoint:
         chunk = chunk_elems(self.opts.mtu, tv.dtype.itemsize)
         npk = max(1, -(-tv.nelems // chunk))
         counts = np.minimum(chunk, tv.nelems - np.arange(npk, dtype=np.int64) * chunk).clip(min=0)
-        per_slice = max(1, self.opts.classify_slice // (chunk * tv.dtype.itemsize))
+        per_slice = max(1, -(-self.opts.classify_slice // (chunk * tv.dtype.itemsize)))  # (a 4 MiB tensor: 1 slice)
         ids = dict(layer=layer, rank=self.rank, job_id=self.job_id, transfer_id=transfer_id, step=step,
                    nonce=self.nonce)
         if loss_bound == 0 and self.opts.classify_slice > 0 and npk > per_slice and self._slice_to[peer]:

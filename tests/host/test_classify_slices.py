@@ -86,6 +86,9 @@ if rank == 0:
     else:
         ep.send(1, x, transfer_id=1, loss_bound=0.1 if scenario == "lossy" else 0.0).wait(30)
         out["headers"] = taps[0].headers
+        out["calls"] = list(calls)
+        ep.send(1, x[: {slice} // 4], transfer_id=2).wait(30)  # exactly one slice's bytes: classified whole
+        out["one_slice_calls"] = calls[len(out["calls"]):]
 else:
     if scenario == "fail":
         try:
@@ -98,6 +101,8 @@ else:
         tid = 1
     got = np.empty_like(x)
     res = ep.recv(0, tid, out=got, timeout=30)
+    if scenario != "fail":
+        ep.recv(0, 2, out=np.empty({slice} // 4, np.float32), timeout=30)
     out["identical"] = bool(np.array_equal(got, x)) if scenario != "lossy" else None
     out["zero_filled"] = res.report.zero_filled
 print(json.dumps(out), flush=True)
@@ -129,7 +134,7 @@ def _pair(scenario: str) -> tuple[dict, dict]:
 
 def _layout() -> tuple[int, int, int]:
     chunk = chunk_elems(1500, 4)
-    return chunk, -(-N // chunk), SLICE // (chunk * 4)
+    return chunk, -(-N // chunk), -(-SLICE // (chunk * 4))  # a slice: the fewest packets holding SLICE bytes
 
 
 @pytest.mark.netns
@@ -143,6 +148,7 @@ def test_slices_leave_while_the_rest_is_classified_and_carry_their_own_classes(r
     assert [c[1] for c in calls[:-1]] == [per * chunk] * (len(calls) - 1) and sum(c[1] for c in calls) == N
     # the first slice's packets were on the wire and ACKed before the second slice was classified
     assert calls[0][2] == 0 and calls[1][2] > 0
+    assert [c[:2] for c in tx["one_slice_calls"]] == [[per, SLICE // 4]]
     # on the wire: seq = position, no drop-eligible packet, LAST on the last one only, and each slice's packets
     # with the classes the policy gives that slice as a tensor of its own
     x = np.random.default_rng(5).standard_normal(N).astype(np.float32)
