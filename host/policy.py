@@ -6,8 +6,9 @@ This is the "gradient bytes are not all equal" half of DLCP/MLT (``docs/transpor
   pass, so their packets get the higher switch queue.
 * **magnitude class** (0 smallest .. 7 largest) of a packet is the octile of its payload's mean ``|x|`` among the
   per-packet means of the tensor it is given: the whole tensor, or one slice of it when the transport classifies a
-  large reliable send slice by slice (``Options.classify_slice``). Octiles of the per-packet means (rather than of single elements) spread the
-  packets evenly over the 8 classes, so the class is informative for a switch that looks at it.
+  large reliable send slice by slice (``Options.classify_slice``). Octiles of the per-packet means (rather than of
+  single elements) spread the packets evenly over the 8 classes, so the class is informative for a switch that
+  looks at it.
 * **drop eligibility** goes to the packets with the smallest mean ``|x|``, smallest first, while their element
   count stays within ``floor(p * n)`` (p = the tensor's loss bound, n = its elements). The eligible elements can
   therefore never exceed the loss bound, whatever the network drops. Since eligible packets are the smallest ones,
