@@ -191,8 +191,8 @@ class Options:
     send_buf: int = 1 << 20
     max_staged_bytes: int = 1 << 30  # data buffered for transfers nobody has called recv() for yet
     # A reliable send (loss bound 0) of more than this many bytes is classified a slice of this size at a time:
-    # the first slice's packets leave at once and the caller of send() classifies the next slices while they are on
-    # the wire (magnitude classes are then octiles within each slice). Classifying all of a 64 MiB tensor first
+    # send() classifies the first slice and returns; the I/O thread classifies each next slice while the previous
+    # one's packets are on the wire (magnitude classes are then octiles within each slice). Classifying all of a 64 MiB tensor first
     # kept the link idle for 19 ms at MTU 1500 (docs/transport.md). A send with drop-eligible packets is classified
     # whole (its eligible packets take the last seqs), and so is every send to a peer on a loopback address (see
     # Endpoint.__init__). 0: every send is classified whole.
@@ -332,6 +332,9 @@ class _Out:
         # the transfer alone until it is done, or its next burst would race the first one onto the wire and
         # arrive ahead of it (seen on loopback: the tail packet first, then a NACK for everything before it)
         self.sending = False
+        # a send classified in slices, until its last slice is: (classify(lo, hi), packets per slice); the I/O
+        # thread classifies the next slice when the unsent headers run low (Endpoint._classify_slices)
+        self.slicer: tuple[Callable, int] | None = None
 
     def has_work(self) -> bool:
         return bool(self.retxq) or self.next_seq < self.ready
@@ -485,6 +488,7 @@ class Endpoint:
         self._created = itertools.count()
         self._rr = 0
         self._next_tick = 0.0
+        self._sliced: dict[_Out, None] = {}  # sends with slices still to classify (_Out.slicer), oldest first
         self._ctl_buf = bytearray(wire.HEADER_LEN + 9000)
         # the send buffer is full (Options.send_buf): nothing more is sent until select says the socket is writable
         # (half the buffer free), and control messages that met the full buffer wait here, to go before any data
@@ -552,6 +556,9 @@ class Endpoint:
             now = time.monotonic()
             o = _Out(peer, transfer_id, tv, plan, next(self._created), now, ready)
             o.layer, o.step, o.loss_bound = layer, step, loss_bound
+            if ready < npk:
+                o.slicer = (classify, per_slice)
+                self._sliced[o] = None
             if not p.active:
                 p.last_feedback = now  # the peer timeout counts from the first outstanding send
             p.out[transfer_id] = o
@@ -573,23 +580,44 @@ class Endpoint:
                     o.sending = False
                     p.rto_at = max(p.rto_at, time.monotonic() + p.cc.rto)  # the RTO counts from when they left
                     self._wake()
-        while ready < npk:  # the remaining slices; each is sendable once its headers are written
-            hi = min(npk, ready + per_slice)
+        return o.handle
+
+    def _classify_slices(self) -> None:
+        """On the I/O thread: classify the next slice of every sliced send with less than half a slice of written
+        headers left to send, and make its packets sendable. Here and not in send()'s caller: a caller classifying
+        while the I/O thread runs hands the GIL back and forth with it (up to the switch interval, 5 ms, per
+        handoff), so a host sending 16 MiB to three peers started the third flow 15-50 ms after the first; and a
+        classifier thread of its own competed with the I/O thread the same way (docs/transport.md). A slice is
+        0.5-1 ms of work for 4 MiB. A policy that fails on a slice fails that transfer (its handle raises)."""
+        with self._lock:
+            due = []
+            for o in list(self._sliced):
+                if o.handle.done() or o.slicer is None:
+                    del self._sliced[o]
+                elif o.ready - o.next_seq <= o.slicer[1] // 2:
+                    due.append(o)
+        for o in due:
+            classify, per = o.slicer
+            lo, hi = o.ready, min(o.total, o.ready + per)
             try:
-                write_headers(plan, ready, hi, classify(ready, hi).mag_class)
-            except BaseException as e:  # (a policy that fails on a later slice): the transfer fails, not hangs
-                with self._lock:
-                    if not o.handle.done():
-                        self._finish_out(p, o, TransportError(f"send of transfer {transfer_id} to rank {peer} "
-                                                              f"failed while classifying: {e!r}", peer))
-                raise
+                write_headers(o.plan, lo, hi, classify(lo, hi).mag_class)
+                err = None
+            except Exception as e:  # (a policy that fails on a later slice): the transfer fails, not hangs
+                err = e
             with self._lock:
                 if o.handle.done():  # failed meanwhile (peer timeout, close): nothing more to send
-                    break
+                    self._sliced.pop(o, None)
+                    continue
+                if err is not None:
+                    self._sliced.pop(o, None)
+                    self._finish_out(self._peers[o.peer], o, TransportError(
+                        f"send of transfer {o.tid} to rank {o.peer} failed while classifying packets {lo}-{hi - 1}: "
+                        f"{err!r}", o.peer))
+                    continue
                 o.extend(hi)
-                self._wake()
-            ready = hi
-        return o.handle
+                if hi == o.total:
+                    o.slicer = None
+                    self._sliced.pop(o, None)
 
     def _slice_classifier(self, values: np.ndarray | None, counts: np.ndarray, chunk: int, layer: int):
         """``classify(lo, hi)``: the policy's classes of packets ``lo..hi-1`` as a tensor of their own (loss bound
@@ -1540,6 +1568,8 @@ class Endpoint:
                         self._c["internal_errors"] += 1
                         log.exception("dlcp timers")
                     self._next_tick = now + tick
+            if self._sliced:
+                self._classify_slices()
             sent = 0
             wait = 1.0
             if self._tx_full and select.select([], [sock], [], 0)[1]:  # (receiving without a pause never sleeps
