@@ -3,7 +3,9 @@
 Cases (each a candidate/baseline pair of :mod:`harness`):
 
 * point-to-point, 2 namespaces on a bridge, links shaped to 1 Gb/s by tbf, MTU 1500 and 9000;
-* all-to-all between 4 namespaces (every host sends one tensor to every other at once), shaped, MTU 9000;
+* all-to-all between 4 namespaces (every host sends one tensor to every other at once), shaped, MTU 9000, with
+  the transport's default congestion control and with FAST's delay law (``CCParams.fast_alpha``, the backend's
+  ``congestion_control="fast"``), which gives flows through one queue equal shares;
 * point-to-point on loopback without shaping (two processes, 127.x addresses), MTU 9000.
 
 The candidate is DLCP (``host.transport.Endpoint``, loss bound 0 = fully reliable); the baseline is a Python TCP
@@ -54,7 +56,10 @@ def _worker(args: argparse.Namespace) -> None:
     result: dict = {"rank": me}
     if args.proto == "dlcp":
         from host.transport import Endpoint, Options
-        ep = Endpoint(me, {r: a for r, a in enumerate(addrs)}, 1, 1, Options(mtu=args.mtu, peer_timeout=20))
+        from host.transport.cc import FAST_ALPHA, CCParams
+        from host.transport.chunking import payload_capacity
+        cc = CCParams(mss=payload_capacity(args.mtu), fast_alpha=FAST_ALPHA) if args.cc == "fast" else None
+        ep = Endpoint(me, {r: a for r, a in enumerate(addrs)}, 1, 1, Options(mtu=args.mtu, peer_timeout=20, cc=cc))
         print("ready", flush=True)
         sys.stdin.readline()
         t0, c0 = time.monotonic(), time.process_time()
@@ -138,12 +143,12 @@ def _worker(args: argparse.Namespace) -> None:
 
 # --- parent side -------------------------------------------------------------------------------------------------
 
-def _run(proto: str, addrs: list[str], cmd_for, nbytes: int, mtu: int, all_to_all: bool) -> dict:
+def _run(proto: str, addrs: list[str], cmd_for, nbytes: int, mtu: int, all_to_all: bool, cc: str = "default") -> dict:
     """Start one worker per host, release them together, collect their JSON lines."""
     procs = []
     for i in range(len(addrs)):
         argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--proto", proto, "--rank", str(i),
-                "--addrs", ",".join(addrs), "--bytes", str(nbytes), "--mtu", str(mtu)]
+                "--addrs", ",".join(addrs), "--bytes", str(nbytes), "--mtu", str(mtu), "--cc", cc]
         if all_to_all:
             argv.append("--all-to-all")
         procs.append(subprocess.Popen(cmd_for(i, argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
@@ -186,6 +191,7 @@ def main() -> None:
     ap.add_argument("--bytes", type=int, default=64 << 20)
     ap.add_argument("--mtu", type=int, default=9000)
     ap.add_argument("--all-to-all", action="store_true")
+    ap.add_argument("--cc", choices=["default", "fast"], default="default", help="DLCP congestion control")
     ap.add_argument("--repetitions", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="smaller tensors, 2 repetitions")
     ap.add_argument("--only", default="", help="run only the cases whose name contains this text")
@@ -205,7 +211,8 @@ def main() -> None:
                                       "repetitions": reps, "baseline": "Python TCP stream (sendall/recv_into)",
                                       "candidate": "DLCP endpoint, loss_bound=0"})
 
-    def case(name: str, n_hosts: int, mtu: int, nbytes: int, all_to_all: bool, shaped: bool) -> None:
+    def case(name: str, n_hosts: int, mtu: int, nbytes: int, all_to_all: bool, shaped: bool,
+             cc: str = "default") -> None:
         if args.only not in name:
             return
         if shaped:
@@ -219,9 +226,9 @@ def main() -> None:
 
             def cmd_for(i, argv):
                 return argv
-        params = {"hosts": n_hosts, "mtu": mtu, "bytes": nbytes, "shaped": rate if shaped else None}
+        params = {"hosts": n_hosts, "mtu": mtu, "bytes": nbytes, "shaped": rate if shaped else None, "cc": cc}
         try:
-            res = rep.compare(name, candidate=lambda: _run("dlcp", addrs, cmd_for, nbytes, mtu, all_to_all),
+            res = rep.compare(name, candidate=lambda: _run("dlcp", addrs, cmd_for, nbytes, mtu, all_to_all, cc),
                               baseline=lambda: _run("tcp", addrs, cmd_for, nbytes, mtu, all_to_all), metric="gbps",
                               higher_is_better=True, repetitions=reps, warmup=1, candidate_name="dlcp",
                               baseline_name="tcp", params=params)
@@ -239,6 +246,7 @@ def main() -> None:
     case("p2p 1Gb/s tbf, MTU 9000", 2, 9000, p2p_bytes, False, True)
     case("p2p 1Gb/s tbf, MTU 1500", 2, 1500, p2p_bytes, False, True)
     case("all-to-all 4 hosts 1Gb/s tbf, MTU 9000", 4, 9000, a2a_bytes, True, True)
+    case("all-to-all 4 hosts 1Gb/s tbf, MTU 9000, FAST cc", 4, 9000, a2a_bytes, True, True, cc="fast")
     case("p2p loopback unshaped, MTU 9000", 2, 9000, p2p_bytes, False, False)
     rep.write()
 

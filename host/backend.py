@@ -46,7 +46,7 @@ import torch.distributed as dist
 
 from host import wire
 from host.collectives import Collectives, EndpointLink, Outcome, ReduceOp
-from host.transport.cc import CCParams
+from host.transport.cc import FAST_ALPHA, CCParams
 from host.transport.chunking import payload_capacity
 from host.transport.endpoint import Endpoint, Options, TransportError, path_mtu
 
@@ -64,8 +64,8 @@ class DlcpOptions:
     loss_bound: float = 0.0  # fraction of a gradient all-reduce that may be zero-filled (0 = exact)
     mtu: int | None = None  # None: the smallest path MTU towards the peers (65535 on loopback, 1500 on Ethernet)
     policy: str = "layer-magnitude"  # the transport's priority policy (host.policy)
-    # "on": DCTCP-style window on ECN marks and on queueing delay (paths whose queues only drop);
-    # "ecn": ECN marks only (every switch marks: the DLCP P4 program); "off": a fixed large window (lossless fabrics).
+    # "on": DCTCP-style window on ECN marks and on queueing delay (paths whose queues only drop); "fast": the same
+    # with FAST's delay law (equal shares for flows through one queue: all-to-all traffic); "ecn": ECN marks only (every switch marks: the DLCP P4 program); "off": a fixed large window (lossless fabrics).
     # True/False are accepted for "on"/"off".
     congestion_control: str | bool = "on"
     timeout: float = 60.0  # seconds an operation may take before wait() raises
@@ -133,8 +133,21 @@ class _Process:
     groups: int = 0
 
 
+def _cc_params(mode: str, mtu: int) -> CCParams | None:
+    """The transport's congestion-control parameters for a ``_cc_mode`` (None: the transport's defaults)."""
+    mss = payload_capacity(mtu)
+    if mode == "off":  # a fixed window large enough for any one transfer, no delay signal
+        return CCParams(mss=mss, init_cwnd_pkts=1 << 14, min_cwnd_pkts=1 << 14, max_cwnd_bytes=1 << 30,
+                        delay_target=None)
+    if mode == "ecn":
+        return CCParams(mss=mss, delay_target=None)
+    if mode == "fast":  # FAST's delay law: equal shares for flows through one queue (host/transport/cc.py)
+        return CCParams(mss=mss, fast_alpha=FAST_ALPHA)
+    return None
+
+
 def _cc_mode(v: str | bool) -> str:
-    """Normalise a congestion-control setting to "on", "ecn" or "off"."""
+    """Normalise a congestion-control setting to "on", "fast", "ecn" or "off"."""
     if isinstance(v, bool):
         return "on" if v else "off"
     s = str(v).strip().lower()
@@ -142,9 +155,9 @@ def _cc_mode(v: str | bool) -> str:
         return "off"
     if s in ("1", "on", "true", "yes", "dctcp", ""):
         return "on"
-    if s == "ecn":
-        return "ecn"
-    raise ValueError(f"congestion control {v!r}: expected on, ecn or off")
+    if s in ("ecn", "fast"):
+        return s
+    raise ValueError(f"congestion control {v!r}: expected on, fast, ecn or off")
 
 
 def _auto_addr(rank: int) -> str:
@@ -292,15 +305,7 @@ class DlcpProcessGroup(dist.ProcessGroup):
             from host.policy import LayerMagnitudePolicy
             if o.policy not in ("layer-magnitude", "default"):
                 raise ValueError(f"unknown priority policy {o.policy!r} (known: layer-magnitude)")
-            # congestion control off: a fixed window large enough for any one transfer, no delay signal
-            mode = _cc_mode(o.congestion_control)
-            if mode == "off":
-                cc = CCParams(mss=payload_capacity(o.mtu), init_cwnd_pkts=1 << 14, min_cwnd_pkts=1 << 14,
-                              max_cwnd_bytes=1 << 30, delay_target=None)
-            elif mode == "ecn":
-                cc = CCParams(mss=payload_capacity(o.mtu), delay_target=None)
-            else:
-                cc = None
+            cc = _cc_params(_cc_mode(o.congestion_control), o.mtu)
             ep = Endpoint(rank, addrs, job_id=job_id, nonce=nonce,
                           options=Options(mtu=o.mtu, policy=LayerMagnitudePolicy(), recv_timeout=o.timeout,
                                           peer_timeout=o.peer_timeout, cc=cc))

@@ -91,7 +91,7 @@ class RunSpec:
     dataset_path: str | None = None
     algorithm: str = "dlcp-allreduce"
     loss_bound: float = 0.0
-    congestion_control: str = "ecn"     # dlcp transport: on (ECN + delay), ecn (the switches mark), off
+    congestion_control: str = "ecn"     # dlcp transport: on (ECN + delay), fast (on with FAST), ecn (the switches mark), off
     density: float = 0.01               # spardl: fraction of gradient elements sent
     teams: int = 1                      # spardl: d
     acid_step_seconds: float = 0.02     # acid: each gradient step padded to this (an emulated accelerator step, so
@@ -228,8 +228,8 @@ def _check(spec: RunSpec) -> None:
         raise bad("density", "must be in (0, 1]")
     if spec.steps < 1 or spec.batch_size < 1 or spec.eval_every < 1:
         raise bad("steps", "steps, batch_size and eval_every must be >= 1")
-    if spec.congestion_control not in ("on", "ecn", "off"):
-        raise bad("congestion_control", f"{spec.congestion_control!r} is not one of on, ecn, off")
+    if spec.congestion_control not in ("on", "fast", "ecn", "off"):
+        raise bad("congestion_control", f"{spec.congestion_control!r} is not one of on, fast, ecn, off")
     if spec.optimizer not in ("sgd", "adam", "adamw"):
         raise bad("optimizer", f"{spec.optimizer!r} is not one of sgd, adam, adamw")
     if not 1 <= spec.priority_queues <= 8:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from host.transport.cc import CCParams, DctcpWindow
+from host.transport.cc import FAST_ALPHA, CCParams, DctcpWindow
 
 MSS = 1000
 
@@ -203,3 +203,57 @@ def test_window_stretches_over_ack_delay_only():
     capped = DctcpWindow(params(max_ack_stretch=0.5))
     capped.rate, capped.ack_delay = 1e9, 1.0
     assert capped.window() == int(1.5 * capped.cwnd)
+
+
+def _shared_queue(flows: list[DctcpWindow], rounds: int, *, base: float = 200e-6, link: float = 125e6,
+                  dt: float = 100e-6) -> list[tuple[float, list[float]]]:
+    """A fluid FIFO queue at ``link`` bytes/s shared by ``flows`` (one-way delay ``base``, no ECN): every ``dt``
+    each flow delivers its share of the link in proportion to the bytes it keeps in flight (FIFO), and the ACKs
+    carry the queue's delay. Returns (queueing delay, windows) every round of ``dt``."""
+    out = []
+    now = 0.0
+    for f in flows:  # the first packets find the queue empty: the min RTT
+        f.on_ack(f.p.mss, rtt=base, qdelay=0.0, now=now)
+    for _ in range(rounds):
+        inflight = [f.window() for f in flows]
+        bdp = link * base
+        q = max(0.0, (sum(inflight) - bdp) / link)
+        for f, w in zip(flows, inflight):
+            rate = min(link, w / (base + q)) if sum(inflight) <= bdp else link * w / sum(inflight)
+            f.on_ack(int(rate * dt), rtt=base + q, qdelay=q, now=now)
+        now += dt
+        out.append((q, [f.cwnd for f in flows]))
+    return out
+
+
+def test_fast_flows_through_one_queue_converge_to_equal_windows():
+    """FAST: flows that start with very unequal windows through one FIFO queue end with equal ones (so equal
+    rates) within 3000 rounds of 100 us, each keeping about fast_alpha queued; delay marks alone leave them unequal
+    over the same time."""
+    def run(**kw) -> list[float]:
+        flows = [DctcpWindow(CCParams(mss=8936, init_cwnd_pkts=n, max_cwnd_bytes=8 << 20, **kw))
+                 for n in (4, 40, 250)]
+        for f in flows:
+            f.ssthresh = f.cwnd  # out of slow start: the law alone
+        trace = _shared_queue(flows, 3000)
+        return trace[-1]
+
+    q, w = run(fast_alpha=FAST_ALPHA)
+    assert max(w) / min(w) < 1.1
+    assert abs(q * 125e6 - 3 * FAST_ALPHA) < 0.25 * 3 * FAST_ALPHA  # the queue holds fast_alpha per flow
+    _, w_marks = run()
+    assert max(w_marks) / min(w_marks) > 1.5
+
+
+def test_fast_keeps_its_target_queue_and_is_bounded_by_the_delay_target():
+    """One flow settles with about fast_alpha queued; with many flows, the delay target still caps the queue."""
+    one = DctcpWindow(CCParams(mss=8936, fast_alpha=FAST_ALPHA))
+    one.ssthresh = one.cwnd
+    q, _ = _shared_queue([one], 3000)[-1]
+    assert 0.5 * one.p.fast_alpha <= q * 125e6 <= 1.5 * one.p.fast_alpha
+    many = [DctcpWindow(CCParams(mss=8936, fast_alpha=FAST_ALPHA)) for _ in range(12)]  # 12 * 256 KiB: 25 ms of queue at 1 Gb/s
+    for f in many:
+        f.ssthresh = f.cwnd
+    trace = _shared_queue(many, 6000)
+    assert max(q for q, _ in trace[-1000:]) < 2 * many[0].p.delay_target
+    assert sum(f.cuts for f in many) > 0
