@@ -143,7 +143,8 @@ def _worker(args: argparse.Namespace) -> None:
 
 # --- parent side -------------------------------------------------------------------------------------------------
 
-def _run(proto: str, addrs: list[str], cmd_for, nbytes: int, mtu: int, all_to_all: bool, cc: str = "default") -> dict:
+def _run(proto: str, addrs: list[str], cmd_for, nbytes: int, mtu: int, all_to_all: bool,
+         cc: str = "default") -> dict:
     """Start one worker per host, release them together, collect their JSON lines."""
     procs = []
     for i in range(len(addrs)):

@@ -65,7 +65,8 @@ class DlcpOptions:
     mtu: int | None = None  # None: the smallest path MTU towards the peers (65535 on loopback, 1500 on Ethernet)
     policy: str = "layer-magnitude"  # the transport's priority policy (host.policy)
     # "on": DCTCP-style window on ECN marks and on queueing delay (paths whose queues only drop); "fast": the same
-    # with FAST's delay law (equal shares for flows through one queue: all-to-all traffic); "ecn": ECN marks only (every switch marks: the DLCP P4 program); "off": a fixed large window (lossless fabrics).
+    # with FAST's delay law (equal shares for flows through one queue: all-to-all traffic); "ecn": ECN marks only
+    # (every switch marks: the DLCP P4 program); "off": a fixed large window (lossless fabrics).
     # True/False are accepted for "on"/"off".
     congestion_control: str | bool = "on"
     timeout: float = 60.0  # seconds an operation may take before wait() raises

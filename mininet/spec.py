@@ -91,7 +91,8 @@ class RunSpec:
     dataset_path: str | None = None
     algorithm: str = "dlcp-allreduce"
     loss_bound: float = 0.0
-    congestion_control: str = "ecn"     # dlcp transport: on (ECN + delay), fast (on with FAST), ecn (the switches mark), off
+    # dlcp transport: on (ECN + delay), fast (on with FAST's delay law), ecn (the switches mark), off
+    congestion_control: str = "ecn"
     density: float = 0.01               # spardl: fraction of gradient elements sent
     teams: int = 1                      # spardl: d
     acid_step_seconds: float = 0.02     # acid: each gradient step padded to this (an emulated accelerator step, so

@@ -42,8 +42,8 @@ clock passed in, never sockets, so it is tested alone (``tests/host/test_cc.py``
   all-reduce of 64 MiB, one flow per link, lost 5 of 5 (0.87-0.94 of the ideal against 0.96-0.97). So it is
   opt-in, not the default. ``fast_alpha`` is in bytes, as FAST's alpha is in packets: n flows at a
   link of rate C queue ``n * fast_alpha / C``; with many flows or slow links the delay target caps it.
-* **Conservative growth on an empty queue** (without FAST). Out of slow start, a window whose smallest queueing-delay sample
-  stays under ``probe_delay`` (1 ms) is below the path's capacity (the queue is empty), so it grows by
+* **Conservative growth on an empty queue** (without FAST). Out of slow start, a window whose smallest
+  queueing-delay sample stays under ``probe_delay`` (1 ms) is below the path's capacity (the queue is empty), so it grows by
   ``css_growth`` (1/4) per ACKed byte, as RFC 9406's conservative slow start, instead of one MSS per RTT; once a
   queue stands, additive increase resumes. A flow that cut while its partner's data delayed its ACKs otherwise
   needed hundreds of RTTs to refill an idle link.
@@ -296,5 +296,5 @@ class DctcpWindow:
                 "min_rtt_us": None if self.min_rtt is None else round(self.min_rtt * 1e6, 1),
                 "rto_ms": round(self.rto * 1e3, 3), "pacing_gbps": round(self.pacing_rate() * 8e-9, 3)
                 if self.srtt else None, "ecn_marks": self.ecn_marks, "delay_marks": self.delay_marks,
-                "cuts": self.cuts, "fast_cuts": self.fast_cuts, "timeouts": self.timeouts, "hystart_exits": self.hystart_exits,
-                "spurious_timeouts": self.spurious_timeouts}
+                "cuts": self.cuts, "fast_cuts": self.fast_cuts, "timeouts": self.timeouts,
+                "hystart_exits": self.hystart_exits, "spurious_timeouts": self.spurious_timeouts}

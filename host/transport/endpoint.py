@@ -192,10 +192,10 @@ class Options:
     max_staged_bytes: int = 1 << 30  # data buffered for transfers nobody has called recv() for yet
     # A reliable send (loss bound 0) of more than this many bytes is classified a slice of this size at a time:
     # send() classifies the first slice and returns; the I/O thread classifies each next slice while the previous
-    # one's packets are on the wire (magnitude classes are then octiles within each slice). Classifying all of a 64 MiB tensor first
-    # kept the link idle for 19 ms at MTU 1500 (docs/transport.md). A send with drop-eligible packets is classified
-    # whole (its eligible packets take the last seqs), and so is every send to a peer on a loopback address (see
-    # Endpoint.__init__). 0: every send is classified whole.
+    # one's packets are on the wire (magnitude classes are then octiles within each slice). Classifying all of a
+    # 64 MiB tensor first kept the link idle for 19 ms at MTU 1500 (docs/transport.md). A send with drop-eligible
+    # packets is classified whole (its eligible packets take the last seqs), and so is every send to a peer on a
+    # loopback address (see Endpoint.__init__). 0: every send is classified whole.
     classify_slice: int = 4 << 20
     tombstones: int = 1 << 16  # completed transfers remembered (late packets get DONE again)
     socket_wrapper: Callable[[socket.socket], Any] | None = None  # fault injection on the send path

@@ -251,7 +251,8 @@ def test_fast_keeps_its_target_queue_and_is_bounded_by_the_delay_target():
     one.ssthresh = one.cwnd
     q, _ = _shared_queue([one], 3000)[-1]
     assert 0.5 * one.p.fast_alpha <= q * 125e6 <= 1.5 * one.p.fast_alpha
-    many = [DctcpWindow(CCParams(mss=8936, fast_alpha=FAST_ALPHA)) for _ in range(12)]  # 12 * 256 KiB: 25 ms of queue at 1 Gb/s
+    # 12 * 256 KiB would be 25 ms of queue at 1 Gb/s
+    many = [DctcpWindow(CCParams(mss=8936, fast_alpha=FAST_ALPHA)) for _ in range(12)]
     for f in many:
         f.ssthresh = f.cwnd
     trace = _shared_queue(many, 6000)
