@@ -56,9 +56,9 @@ def _worker(args: argparse.Namespace) -> None:
     result: dict = {"rank": me}
     if args.proto == "dlcp":
         from host.transport import Endpoint, Options
-        from host.transport.cc import FAST_ALPHA, CCParams
+        from host.transport.cc import params_for_mode
         from host.transport.chunking import payload_capacity
-        cc = CCParams(mss=payload_capacity(args.mtu), fast_alpha=FAST_ALPHA) if args.cc == "fast" else None
+        cc = params_for_mode("on" if args.cc == "default" else args.cc, payload_capacity(args.mtu))
         ep = Endpoint(me, {r: a for r, a in enumerate(addrs)}, 1, 1, Options(mtu=args.mtu, peer_timeout=20, cc=cc))
         print("ready", flush=True)
         sys.stdin.readline()

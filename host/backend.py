@@ -46,7 +46,7 @@ import torch.distributed as dist
 
 from host import wire
 from host.collectives import Collectives, EndpointLink, Outcome, ReduceOp
-from host.transport.cc import FAST_ALPHA, CCParams
+from host.transport.cc import CCParams, params_for_mode
 from host.transport.chunking import payload_capacity
 from host.transport.endpoint import Endpoint, Options, TransportError, path_mtu
 
@@ -135,16 +135,8 @@ class _Process:
 
 
 def _cc_params(mode: str, mtu: int) -> CCParams | None:
-    """The transport's congestion-control parameters for a ``_cc_mode`` (None: the transport's defaults)."""
-    mss = payload_capacity(mtu)
-    if mode == "off":  # a fixed window large enough for any one transfer, no delay signal
-        return CCParams(mss=mss, init_cwnd_pkts=1 << 14, min_cwnd_pkts=1 << 14, max_cwnd_bytes=1 << 30,
-                        delay_target=None)
-    if mode == "ecn":
-        return CCParams(mss=mss, delay_target=None)
-    if mode == "fast":  # FAST's delay law: equal shares for flows through one queue (host/transport/cc.py)
-        return CCParams(mss=mss, fast_alpha=FAST_ALPHA)
-    return None
+    """The transport's congestion-control parameters for a ``_cc_mode`` at this MTU (None: the defaults)."""
+    return params_for_mode(mode, payload_capacity(mtu))
 
 
 def _cc_mode(v: str | bool) -> str:

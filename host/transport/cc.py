@@ -64,7 +64,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["CCParams", "DctcpWindow", "FAST_ALPHA"]
+__all__ = ["CCParams", "DctcpWindow", "FAST_ALPHA", "params_for_mode"]
 
 FAST_ALPHA = 256 << 10  # bytes per flow for CCParams.fast_alpha: 2 ms of a 1 Gb/s link (see the module docstring)
 
@@ -90,6 +90,22 @@ class CCParams:
     max_ack_stretch: float = 3.0  # the stretch is at most this times cwnd
     fast_alpha: float | None = None  # FAST: bytes each flow keeps queued (FAST_ALPHA; see above); None = delay marks
     fast_gamma: float = 0.5  # FAST: the step towards its target per observation window
+
+
+def params_for_mode(mode: str, mss: int) -> CCParams | None:
+    """The parameters of a named congestion-control mode (None: the defaults). ``"on"``: ECN and delay marks;
+    ``"fast"``: the same with FAST's delay law; ``"ecn"``: ECN marks only (every switch marks, as the DLCP P4
+    program does); ``"off"``: a fixed window large enough for any one transfer, no delay signal."""
+    if mode == "off":
+        return CCParams(mss=mss, init_cwnd_pkts=1 << 14, min_cwnd_pkts=1 << 14, max_cwnd_bytes=1 << 30,
+                        delay_target=None)
+    if mode == "ecn":
+        return CCParams(mss=mss, delay_target=None)
+    if mode == "fast":
+        return CCParams(mss=mss, fast_alpha=FAST_ALPHA)
+    if mode == "on":
+        return None
+    raise ValueError(f"congestion control mode {mode!r}: expected on, fast, ecn or off")
 
 
 @dataclass

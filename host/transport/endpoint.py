@@ -537,7 +537,7 @@ class Endpoint:
         ids = dict(layer=layer, rank=self.rank, job_id=self.job_id, transfer_id=transfer_id, step=step,
                    nonce=self.nonce)
         if loss_bound == 0 and self.opts.classify_slice > 0 and npk > per_slice and self._slice_to[peer]:
-            # in slices (Options.classify_slice): the first one now, the rest below while its packets leave
+            # in slices (Options.classify_slice): the first one now, the rest on the I/O thread (_classify_slices)
             classify = self._slice_classifier(values, counts, chunk, layer)
             first = classify(0, per_slice)
             plan = plan_in_order(nelems=tv.nelems, dtype=tv.dtype, mtu=self.opts.mtu, priority=first.priority, **ids)
@@ -592,7 +592,7 @@ class Endpoint:
         with self._lock:
             due = []
             for o in list(self._sliced):
-                if o.handle.done() or o.slicer is None:
+                if o.handle.done():
                     del self._sliced[o]
                 elif o.ready - o.next_seq <= o.slicer[1] // 2:
                     due.append(o)
