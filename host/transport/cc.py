@@ -43,10 +43,10 @@ clock passed in, never sockets, so it is tested alone (``tests/host/test_cc.py``
   opt-in, not the default. ``fast_alpha`` is in bytes, as FAST's alpha is in packets: n flows at a
   link of rate C queue ``n * fast_alpha / C``; with many flows or slow links the delay target caps it.
 * **Conservative growth on an empty queue** (without FAST). Out of slow start, a window whose smallest
-  queueing-delay sample stays under ``probe_delay`` (1 ms) is below the path's capacity (the queue is empty), so it grows by
-  ``css_growth`` (1/4) per ACKed byte, as RFC 9406's conservative slow start, instead of one MSS per RTT; once a
-  queue stands, additive increase resumes. A flow that cut while its partner's data delayed its ACKs otherwise
-  needed hundreds of RTTs to refill an idle link.
+  queueing-delay sample stays under ``probe_delay`` (1 ms) is below the path's capacity (the queue is empty), so it
+  grows by ``css_growth`` (1/4) per ACKed byte, as RFC 9406's conservative slow start, instead of one MSS per RTT;
+  once a queue stands, additive increase resumes. A flow that cut while its partner's data delayed its ACKs
+  otherwise needed hundreds of RTTs to refill an idle link.
 * **Slow start** doubles the window per RTT (cwnd += ACKed bytes) until the first mark or ``ssthresh``; then
   additive increase of one MSS per RTT. As Linux's HyStart, slow start also ends once the window's smallest RTT
   sample exceeds ``min_rtt + hystart_delay``; the window is then scaled by ``(min_rtt + hystart_delay) / rtt``,
