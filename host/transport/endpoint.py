@@ -189,6 +189,14 @@ class Options:
     # own egress queue, which drops whole GSO bursts (the P=4 ring on 1 Gb/s tbf links: 70-140 such drops and 450-940
     # retransmissions in 20 all-reduces of 16 MiB with 32 MiB here, none with 1 MiB; see docs/transport.md).
     send_buf: int = 1 << 20
+    # SO_SNDBUF while data goes to two or more peers at once (send_buf again when one is left). The host's queue is
+    # one FIFO every flow's packets wait in, so its depth is delay in every flow's RTT: 2 MiB is ~16 ms at 1 Gb/s,
+    # past the 10 ms delay target. Windows were then cut for a queue the host built itself, unequally, and a
+    # sender's flows finished 75-115 ms apart in the 4-host all-to-all (1 Gb/s tbf links). Kept shallow, the queue
+    # leaves the windows open and the I/O thread's round-robin over peers splits the link evenly: 20-30 ms apart,
+    # 0.91 against 0.84 Gb/s (docs/transport.md). One peer keeps the deep buffer, which rides out the I/O thread's
+    # scheduling gaps (the ring's transfers).
+    send_buf_shared: int = 256 << 10
     max_staged_bytes: int = 1 << 30  # data buffered for transfers nobody has called recv() for yet
     # A reliable send (loss bound 0) of more than this many bytes is classified a slice of this size at a time:
     # send() classifies the first slice and returns; the I/O thread classifies each next slice while the previous
@@ -425,6 +433,17 @@ def src_key(addr: tuple[str, int]) -> int:
 
 # --- the endpoint -------------------------------------------------------------------------------------------------
 
+_SOCK_BUF_FORCE = {socket.SO_RCVBUF: 33, socket.SO_SNDBUF: 32}  # SO_RCVBUFFORCE, SO_SNDBUFFORCE
+
+
+def _set_sock_buf(sock: socket.socket, opt: int, size: int) -> None:
+    """Set SO_RCVBUF or SO_SNDBUF to ``size``, forced past the sysctl maximum when the process may (root)."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SOCK_BUF_FORCE[opt], size)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, opt, size)
+
+
 class Endpoint:
     """One rank's DLCP transport. Thread-safe: any thread may call send/recv concurrently."""
 
@@ -448,12 +467,9 @@ class Endpoint:
 
         self._sock = sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        for opt, force, size in ((socket.SO_RCVBUF, 33, opts.sock_buf),  # SO_{RCV,SND}BUFFORCE
-                                 (socket.SO_SNDBUF, 32, opts.send_buf)):
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, force, size)
-            except OSError:
-                sock.setsockopt(socket.SOL_SOCKET, opt, size)
+        _set_sock_buf(sock, socket.SO_RCVBUF, opts.sock_buf)
+        _set_sock_buf(sock, socket.SO_SNDBUF, opts.send_buf)
+        self._send_buf = opts.send_buf  # what SO_SNDBUF is set to now (see _pick_burst)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, _TOS_CONTROL)
         try:
@@ -1314,6 +1330,13 @@ class Endpoint:
             return None, 1.0
         wait = 1.0
         k = len(peers)
+        want = self.opts.send_buf if k == 1 else self.opts.send_buf_shared
+        if want != self._send_buf:  # (a smaller buffer than what is queued only holds sends back until it drains)
+            self._send_buf = want
+            try:
+                _set_sock_buf(self._sock, socket.SO_SNDBUF, want)
+            except OSError:  # closed under us: the I/O loop ends on its own
+                pass
         for i in range(k):
             p = peers[(self._rr + i) % k]
             if now < p.next_send:
