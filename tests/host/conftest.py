@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
+from typing import Any, Mapping, Sequence
 
 import pytest
 
@@ -15,6 +19,27 @@ def loopback_map(n: int, rng: random.Random | None = None) -> dict[int, str]:
     rng = rng or random.Random()
     a, b = rng.randrange(1, 255), rng.randrange(1, 255)
     return {r: f"127.{a}.{b}.{r + 1}" for r in range(n)}
+
+
+def run_on_hosts(net, code: str, args: Mapping[int, Sequence[str]], timeout: float = 90) -> dict[int, Any]:
+    """Run ``python -c code *args[i]`` in host i of ``net`` (a ``testbed.netns.Star``) for each i in ``args``. Each
+    script prints "ready" once its endpoint is bound and then waits for a line on stdin, so nothing is sent before
+    every socket exists. Returns each host's last line of output, parsed as JSON, once every script exited 0."""
+    procs = {i: net.popen(i, [sys.executable, "-c", code, *a], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True) for i, a in args.items()}
+    try:
+        for p in procs.values():
+            assert p.stdout.readline().strip() == "ready"
+        for p in procs.values():
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = {i: p.communicate(timeout=timeout)[0] for i, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+    assert all(p.returncode == 0 for p in procs.values()), outs
+    return {i: json.loads(o.strip().splitlines()[-1]) for i, o in outs.items()}
 
 
 @pytest.fixture

@@ -7,9 +7,6 @@ Slicing needs a peer that is not on a loopback address, so the two ends run in n
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +16,7 @@ from host.policy import LayerMagnitudePolicy
 from host.transport import Options
 from host.transport.chunking import chunk_elems
 from testbed.netns import Star
+from tests.host.conftest import run_on_hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 1 << 19  # float32 elements: 2 MiB
@@ -112,22 +110,9 @@ def _pair(scenario: str) -> tuple[dict, dict]:
     """Host 0 sends to host 1 in namespaces (no shaping); their JSON results (sender, receiver)."""
     with Star(2, rate=None, mtu=1500) as net:
         addrs = ",".join(h.ip for h in net.hosts)
-        code = PEER.format(root=str(ROOT), slice=SLICE, n=N)
-        procs = [net.popen(i, [sys.executable, "-c", code, str(i), addrs, scenario], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, text=True) for i in (0, 1)]
-        try:
-            for p in procs:
-                assert p.stdout.readline().strip() == "ready"
-            for p in procs:
-                p.stdin.write("go\n")
-                p.stdin.flush()
-            outs = [p.communicate(timeout=90)[0] for p in procs]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-        assert all(p.returncode == 0 for p in procs), outs
-        return tuple(json.loads(o.strip().splitlines()[-1]) for o in outs)
+        out = run_on_hosts(net, PEER.format(root=str(ROOT), slice=SLICE, n=N),
+                           {i: [str(i), addrs, scenario] for i in (0, 1)})
+        return out[0], out[1]
 
 
 def _layout() -> tuple[int, int, int]:

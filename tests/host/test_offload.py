@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from host.transport import Endpoint, Options
+from host.transport import Options
 from host.transport.faults import LossySocket
 from testbed.netns import Star, run
+from tests.host.conftest import run_on_hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,17 +90,9 @@ def _run_pair(net: Star, options: str, n: int = 400_000) -> tuple[dict, dict]:
     """Host 0 sends ``n`` float32 (1.6 MB by default) to host 1, both with ``Options(peer_timeout=10, <options>)``
     (Python source), started together once both are bound; their final stats (receiver, sender)."""
     addrs = ",".join(h.ip for h in net.hosts)
-    code = PEER.format(root=str(ROOT), options=options, n=n)
-    procs = [net.popen(i, [sys.executable, "-c", code, str(i), addrs], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                       text=True) for i in (1, 0)]
-    for p in procs:
-        assert p.stdout.readline().strip() == "ready"
-    for p in procs:
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    stats = [json.loads(p.communicate(timeout=60)[0].strip().splitlines()[-1]) for p in procs]
-    assert all(p.returncode == 0 for p in procs)
-    return stats[0], stats[1]
+    out = run_on_hosts(net, PEER.format(root=str(ROOT), options=options, n=n), {1: ["1", addrs], 0: ["0", addrs]},
+                       timeout=60)
+    return out[1], out[0]
 
 
 @pytest.mark.netns
@@ -292,18 +285,9 @@ def test_the_host_queue_is_kept_shallow_while_sending_to_several_peers(root_requ
     opts = Options()
     with Star(peers + 1, rate="1gbit", mtu=9000) as net:
         addrs = ",".join(h.ip for h in net.hosts)
-        code = FANOUT.format(root=str(ROOT))
         dsts = ",".join(str(d) for d in range(1, peers + 1))
-        procs = [net.popen(i, [sys.executable, "-c", code, str(i), addrs, "" if i else dsts], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, text=True) for i in range(peers, -1, -1)]
-        for p in procs:
-            assert p.stdout.readline().strip() == "ready"
-        for p in procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        outs = [p.communicate(timeout=90)[0] for p in procs]
-        assert all(p.returncode == 0 for p in procs), outs
-    res = json.loads(outs[-1].strip().splitlines()[-1])
+        res = run_on_hosts(net, FANOUT.format(root=str(ROOT)), {i: [str(i), addrs, "" if i else dsts]
+                                                                for i in range(peers + 1)})[0]
     assert res["samples"] >= 10, res  # a 16 MiB transfer lasts ~135 ms or more at 1 Gb/s
     # the kernel allows twice the SO_SNDBUF value, counted in buffer sizes (at least the bytes queued); the send
     # that crosses it is still taken (a GSO send: up to 64 KiB), and ACKs go out through the same queue. Without
