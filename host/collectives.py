@@ -364,7 +364,7 @@ class Collectives:
     # so networked groups keep it.
     HYPERCUBE_LOCAL = True
     HALVING_MAX_LOCAL = 64 << 20
-    RING_DEPTH = 2  # receive threads (and scratch slots) per pipelined ring; 0 = receive on the calling thread
+    RING_DEPTH = 2  # threads posting receives ahead (and scratch slots) per pipelined ring; 0: the caller posts
     # Scratch buffers (a reduce-scatter's working copy, a ring's receive slots, a gather buffer) are kept per thread
     # and reused, up to this many bytes each: on this VM the first write to fresh pages cost ~1.5 ms per MB
     # (a 64 MiB torch.cat took 113-142 ms, the same copy into a reused buffer 18-42 ms). Larger ones are fresh.
@@ -476,9 +476,12 @@ class Collectives:
 
         The calling thread walks the messages in order (step-major): takes the received segment, reduces it into
         ``buf`` (and applies AVG's division on the last reduce step if ``finish``), then starts forwarding that
-        region as the same segment of the next step. ``RING_DEPTH`` receive threads post the receives ahead, each
+        region as the same segment of the next step. ``RING_DEPTH`` poster threads post the receives ahead, each
         into its own scratch slot, waiting until the caller has consumed the slot's previous segment and, before
-        receiving straight into ``buf``, until the send that last read that region has completed.
+        receiving straight into ``buf``, until the send that last read that region has completed. The calling
+        thread waits on each posted receive itself: the transport's I/O thread wakes it directly. (A poster that
+        also waited for the data and then woke the caller put a second thread wake-up, 0.4-0.5 ms median and up to
+        15 ms with four ranks on two cores, between each segment's arrival and its forwarding; docs/backend.md.)
 
         ``src`` and ``dst`` let callers skip a working copy (each a :data:`Placed` tensor):
 
@@ -502,8 +505,8 @@ class Collectives:
         handles: dict[int, SendHandle] = {}
         posted = [threading.Event() for _ in range(N)]  # send of message j started (or empty)
         consumed = [threading.Event() for _ in range(N)]  # the caller is done with message j's receive
-        ready = [threading.Event() for _ in range(N)]
-        results: list[RecvReport | None] = [None] * N
+        ready = [threading.Event() for _ in range(N)]  # message j's receive is posted (or failed to be)
+        receives: list[RecvHandle | None] = [None] * N  # posted by the threads, waited for by the caller
         errors: list[BaseException | None] = [None] * N
         abort = threading.Event()
         timeout = self.timeout
@@ -548,10 +551,6 @@ class Collectives:
                 out = view(a, b)
             return self.link.irecv(left, out, self._tid_at(base, j), loss_bound=p, timeout=timeout)
 
-        def receive(j: int, slot: int) -> RecvReport | None:
-            h = post(j, slot)
-            return h.wait() if h is not None else None
-
         def guard_done(j: int) -> bool:
             """Could message ``j`` be posted now without waiting for a send?"""
             g, k = divmod(j, K)
@@ -561,23 +560,23 @@ class Collectives:
             h = handles.get(gd * K + k)
             return posted[gd * K + k].is_set() and (h is None or h.done())
 
-        def receiver(t: int) -> None:
+        def poster(t: int) -> None:
             for j in range(t, N, depth):
                 try:
                     if j >= depth:
                         consumed[j - depth].wait()  # the slot is free again
                     if abort.is_set():
                         return
-                    results[j] = receive(j, t)
+                    receives[j] = post(j, t)
                 except BaseException as e:  # noqa: BLE001 - handed to the calling thread
                     errors[j] = e
                     ready[j].set()
                     return
                 ready[j].set()
 
-        threads = [threading.Thread(target=receiver, args=(t,), name=f"dlcp-ring-recv-{t}", daemon=True)
+        threads = [threading.Thread(target=poster, args=(t,), name=f"dlcp-ring-post-{t}", daemon=True)
                    for t in range(depth)]
-        # Without receive threads the calling thread posts each receive ahead itself, one at a time (one slot):
+        # Without poster threads the calling thread posts each receive ahead itself, one at a time (one slot):
         # message j+1 as soon as message j is consumed, before this rank's next send unless that would wait for
         # an earlier send to complete. What arrives before its receive is posted is staged and copied again.
         inline: dict[int, RecvHandle | None] = {}
@@ -601,7 +600,8 @@ class Collectives:
                         ready[j].wait()
                         if errors[j] is not None:
                             raise errors[j]
-                        rep = results[j]
+                        h, receives[j] = receives[j], None
+                        rep = h.wait() if h is not None else None
                     else:
                         h = inline.pop(j) if j in inline else post(j, 0)
                         rep = h.wait() if h is not None else None
@@ -637,6 +637,9 @@ class Collectives:
             for t in threads:
                 if t.ident is not None:  # started
                     t.join()
+            for rh in receives:  # posted, never waited for (the call failed): stop writing into the buffers
+                if rh is not None:
+                    rh.cancel()
 
     def _check_op(self, op: ReduceOp, t: torch.Tensor) -> None:
         """Refuse a reduction before any transfer (every rank refuses alike, so none is left waiting)."""

@@ -429,7 +429,7 @@ def test_a_dead_peer_fails_the_ring_within_the_timeout_and_leaves_no_thread() ->
     assert isinstance(errors[1], ConnectionError)
     assert all(isinstance(errors[r], TimeoutError) for r in (0, 2))
     time.sleep(0.1)
-    assert not [t for t in threading.enumerate() if t.name.startswith("dlcp-ring-recv")]
+    assert not [t for t in threading.enumerate() if t.name.startswith("dlcp-ring-post")]
 
 
 # --- halving-doubling (one host, power-of-two groups) ------------------------------------------------------------
@@ -572,6 +572,31 @@ def test_pipelined_allreduce_over_dlcp_endpoints(make_endpoints) -> None:
         assert torch.equal(t, want)
         assert torch.equal(gathered, results[0][2])
         torch.testing.assert_close(gathered, sum(x[:m] for x in xs))
+
+
+def test_a_failed_ring_over_dlcp_endpoints_leaves_no_receive_posted(make_endpoints) -> None:
+    """Rank 1 never joins: ranks 0 and 2 fail within the timeout, their poster threads are gone, and none of the
+    receives the threads had posted ahead is still writing into the caller's buffers."""
+    size, n = 3, 120_000
+    eps = make_endpoints(size)
+
+    def body(r):
+        if r == 1:
+            return None
+        c = Collectives(EndpointLink(eps[r]), list(range(size)), r, timeout=1.0)
+        c.RING_SEGMENT_MIN, c.RING_SEGMENTS_PER_CHUNK = 16 << 10, 6
+        c.allreduce(torch.randn(n))
+
+    t0 = time.monotonic()
+    _, errors = run_threads(size, body)
+    assert time.monotonic() - t0 < 10
+    assert set(errors) == {0, 2}
+    assert all("timed out" in str(e) for e in errors.values()), errors
+    time.sleep(0.1)
+    assert not [t for t in threading.enumerate() if t.name.startswith("dlcp-ring-post")]
+    for r in (0, 2):
+        posted = [key for key, inc in eps[r]._incoming.items() if inc.posted]
+        assert posted == [], f"rank {r}: receives {posted} still posted after the call failed"
 
 
 @pytest.mark.parametrize("contiguous", [True, False])
