@@ -601,10 +601,9 @@ class Collectives:
                         if errors[j] is not None:
                             raise errors[j]
                         h, receives[j] = receives[j], None
-                        rep = h.wait() if h is not None else None
                     else:
                         h = inline.pop(j) if j in inline else post(j, 0)
-                        rep = h.wait() if h is not None else None
+                    rep = h.wait() if h is not None else None
                     outcome.add(a, rep)
                     if red:
                         wait_guard(g, k)
