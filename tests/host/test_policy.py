@@ -122,6 +122,35 @@ def test_single_packet_classes_equal_the_general_path(n, special, p, dtype, seed
     assert np.array_equal(got.eligible, want_elig) and got.priority == LayerMagnitudePolicy().priority(2)
 
 
+@settings(max_examples=300, deadline=None)
+@given(npk=st.integers(2, 64), chunk=st.sampled_from([1, 3, 366, 2240, 16377]), tail=st.floats(0.01, 1.0),
+       special=st.sampled_from([None, np.nan, np.inf, -np.inf, 3e38, 0.0]), ties=st.booleans(),
+       p=st.sampled_from([0.0, 0.01, 0.3, 0.5, 0.999]), dtype=st.sampled_from([np.float32, np.float64, np.float16]),
+       seed=st.integers(0, 2**16))
+def test_few_packet_classes_equal_the_array_functions(npk, chunk, tail, special, ties, p, dtype, seed):
+    """Up to SMALL_CLASSIFY packets classify() works on Python lists: bit for bit the classes and eligibility of
+    the array functions (packet_mean_abs, magnitude_classes, eligible_smallest), with non-finite values, equal
+    means (ties), a short last packet and dtypes the C kernel does not take (float16)."""
+    import host.policy as policy
+
+    assert npk <= policy.SMALL_CLASSIFY
+    rng = np.random.default_rng(seed)
+    size = chunk * (npk - 1) + max(1, int(chunk * tail))
+    x = (rng.standard_normal(size) * rng.choice([1e-3, 1.0, 1e3], size)).astype(dtype)
+    if ties:
+        x = np.abs(x[:1]).repeat(size) if seed % 2 else np.ones(size, dtype)
+    if special is not None:
+        x[seed % size] = special
+    counts = np.minimum(chunk, size - np.arange(npk, dtype=np.int64) * chunk)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        got = LayerMagnitudePolicy().classify(x, counts, layer=1, loss_bound=p)
+        means = packet_mean_abs(x, counts)
+        want_mag, want_elig = magnitude_classes(means), eligible_smallest(means, counts, p)
+    assert got.mag_class.dtype == want_mag.dtype and np.array_equal(got.mag_class, want_mag)
+    assert got.eligible.dtype == want_elig.dtype and np.array_equal(got.eligible, want_elig)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("seed", range(4))
 def test_the_c_kernel_gives_the_numpy_paths_means(dtype, seed, monkeypatch):
