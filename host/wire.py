@@ -24,7 +24,8 @@ import numpy as np
 
 __all__ = [
     "UDP_PORT", "VERSION", "HEADER_LEN", "FIELDS", "Field", "MsgType", "Flag", "DType", "Header", "WireError",
-    "WIRE_DTYPE", "FIELDS_DTYPE", "field_word", "pack_batch", "unpack_batch", "headers_to_batch", "batch_row", "parse_datagram", "pack_bitmap", "unpack_bitmap",
+    "WIRE_DTYPE", "WORD_STRUCT", "FIELDS_DTYPE", "field_word", "pack_batch", "unpack_batch", "headers_to_batch",
+    "batch_row", "parse_datagram", "pack_bitmap", "unpack_bitmap",
     "ECN_NOT_ECT", "ECN_ECT0", "ECN_CE", "dscp_for_priority",
 ]
 
@@ -191,7 +192,10 @@ def field_word(name: str) -> tuple[str, int]:
                 return f"w{i}", shift
     raise KeyError(f"no DLCP header field {name!r}")
 
-_STRUCT = struct.Struct("!" + "".join({1: "B", 2: "H", 4: "I"}[w.size] for w in _WORDS))
+#: The 36-byte header as its 14 big-endian words, for code that reads or writes headers a word at a time (the
+#: transport's hot paths: one struct call instead of a Header). ``field_word`` says which word holds a field.
+WORD_STRUCT = struct.Struct("!" + "".join({1: "B", 2: "H", 4: "I"}[w.size] for w in _WORDS))
+_STRUCT = WORD_STRUCT
 assert _STRUCT.size == HEADER_LEN == 36
 
 #: The header as it lies on the wire: one big-endian column per word (sub-byte fields share a word).

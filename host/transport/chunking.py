@@ -22,6 +22,7 @@ in ``endpoint.py``: its first packets leave while the rest is still being classi
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,7 +41,8 @@ MAX_UDP_PAYLOAD = 65507
 
 _W_FLAGS, _W_SEQ, _W_OFFSET, _W_COUNT = (wire.field_word(f)[0] for f in ("flags", "seq", "offset", "count"))
 _W_MAG, _MAG_SHIFT = wire.field_word("mag_class")
-assert all(wire.field_word(f)[1] == 0 for f in ("flags", "seq", "offset", "count")), "per-packet fields fill their words"
+assert all(wire.field_word(f)[1] == 0 for f in ("flags", "seq", "offset", "count")), \
+    "per-packet fields fill their words"
 
 
 def payload_capacity(mtu: int) -> int:
@@ -133,9 +135,24 @@ def write_headers(plan: Plan, lo: int, hi: int, mag_class=None) -> None:
 
 
 def _template(priority, dtype, layer, rank, job_id, transfer_id, step, npk, nonce) -> bytes:
-    """Every header is the transfer's template (one Header.pack, checked there) with its per-packet words set."""
+    """Every header is the transfer's template (one Header.pack, checked there) with its per-packet words set.
+    The checked header without its transfer id is kept per sender, layer and size (a Header costs 30 us, 90 us on
+    a cold cache, and a collective's transfers differ only in their ids); the id fills its own 32-bit word."""
+    if not 0 <= transfer_id < 1 << 32:
+        raise wire.WireError("transfer_id", f"value {transfer_id} does not fit in 32 bits")
+    base = _checked_template(priority, DType(dtype), layer, rank, job_id, step, npk, nonce)
+    return base[:_TID_AT] + transfer_id.to_bytes(4, "big") + base[_TID_AT + 4:]
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_template(priority, dtype, layer, rank, job_id, step, npk, nonce) -> bytes:
     return wire.Header(msg_type=MsgType.DATA, priority=priority, dtype=DType(dtype), layer=layer, rank=rank,
-                       job_id=job_id, transfer_id=transfer_id, step=step, total=npk, nonce=nonce).pack()
+                       job_id=job_id, transfer_id=0, step=step, total=npk, nonce=nonce).pack()
+
+
+_W_TID, _TID_SHIFT = wire.field_word("transfer_id")
+_TID_AT = wire.WIRE_DTYPE.fields[_W_TID][1]  # byte offset of the transfer id's word
+assert _TID_SHIFT == 0 and wire.WIRE_DTYPE[_W_TID].itemsize == 4, "the transfer id fills its word"
 
 
 def _layout_in_order(nelems: int, itemsize: int, chunk: int, npk: int, priority: int, template) -> Plan:

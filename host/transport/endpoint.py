@@ -62,12 +62,10 @@ __all__ = ["Endpoint", "Options", "SendHandle", "RecvHandle", "RecvResult", "Los
 log = logging.getLogger("host.transport")
 
 # --- fast header access -----------------------------------------------------------------------------------------
-#: The 36-byte header as its 14 wire words (derived from wire.WIRE_DTYPE, so it follows the wire format). The hot
-#: receive path unpacks these words with one struct call instead of building a Header; anything that fails the
-#: cheap checks below is re-parsed by ``wire.parse_datagram`` to name the bad field.
-HDR = struct.Struct("!" + "".join({1: "B", 2: "H", 4: "I"}[wire.WIRE_DTYPE[n].itemsize]
-                                  for n in wire.WIRE_DTYPE.names))
-assert HDR.size == wire.HEADER_LEN
+#: The 36-byte header as its 14 wire words. The hot receive path unpacks these words with one struct call instead
+#: of building a Header; anything that fails the cheap checks below is re-parsed by ``wire.parse_datagram`` to name
+#: the bad field.
+HDR = wire.WORD_STRUCT
 # word indices (tests/host/test_chunking.py checks them against wire.Header)
 W_VT, W_FLAGS, W_PMR, W_DTYPE, W_LAYER, W_RANK, W_JOB, W_TID, W_STEP, W_SEQ, W_TOTAL, W_OFFSET, W_COUNT, W_NONCE = \
     range(14)

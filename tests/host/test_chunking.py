@@ -67,6 +67,28 @@ def test_plan_covers_tensor_protected_first(n, mtu, dt, p):
         assert np.all(h[name] == want), name
 
 
+@settings(max_examples=150, deadline=None)
+@given(prio=st.integers(0, 7), dt=st.sampled_from(list(DType)), layer=st.integers(0, 0xFFFF),
+       rank=st.integers(0, 0xFFFF), job=st.integers(0, 2**32 - 1), tids=st.lists(st.integers(0, 2**32 - 1), min_size=1,
+                                                                             max_size=4),
+       step=st.integers(0, 2**32 - 1), npk=st.integers(1, 2**32 - 1), nonce=st.integers(0, 0xFFFF))
+def test_a_transfer_header_template_is_the_checked_header(prio, dt, layer, rank, job, tids, step, npk, nonce):
+    """The template a plan's headers start from is kept per sender and size without its transfer id and gets the
+    id patched in: byte for byte the checked Header.pack of the same fields, for every id in a row; bad fields
+    still raise the wire's error naming the field."""
+    from host.transport import chunking
+
+    for tid in tids:
+        want = wire.Header(msg_type=wire.MsgType.DATA, priority=prio, dtype=dt, layer=layer, rank=rank, job_id=job,
+                           transfer_id=tid, step=step, total=npk, nonce=nonce).pack()
+        assert chunking._template(prio, dt, layer, rank, job, tid, step, npk, nonce) == want
+    for bad, field in (((prio, dt, layer, rank, job, 2**32, step, npk, nonce), "transfer_id"),
+                       ((prio, dt, layer, rank, job, 0, step, 0, nonce), "total"),
+                       ((prio, dt, 1 << 16, rank, job, 0, step, npk, nonce), "layer")):
+        with pytest.raises(wire.WireError, match=field):
+            chunking._template(*bad)
+
+
 def test_fast_decode_matches_wire_header():
     hd = wire.Header(msg_type=wire.MsgType.DATA, flags=Flag.DROP_ELIGIBLE | Flag.LAST, priority=5, mag_class=3,
                      dtype=DType.BFLOAT16, layer=300, rank=65000, job_id=0xDEADBEEF, transfer_id=123456789,
