@@ -71,8 +71,9 @@ def view_tensor(obj: Any, *, writable: bool = False) -> TensorView:
     """Flat zero-copy view of a CPU torch tensor or numpy array. Non-contiguous inputs are rejected for writing
     (the data would land in a copy) and copied once for sending."""
     if torch is not None and isinstance(obj, torch.Tensor):
-        t = obj.detach()
-        if t.device.type != "cpu":
+        # (detach() and .device each cost 30-50 us on a cold cache, the state a collective's call starts in)
+        t = obj.detach() if obj.requires_grad else obj
+        if not t.is_cpu:
             raise TypeError(f"the DLCP transport sends CPU tensors; got one on {t.device}")
         code = dtype_code(t.dtype)
         if not t.is_contiguous():

@@ -125,6 +125,13 @@ def test_views_are_zero_copy_and_dtypes_map():
         view_tensor(torch.zeros(4, 4).t(), writable=True)
     assert view_tensor(torch.zeros(4, 4).t()).nelems == 16  # sending copies a non-contiguous tensor once
     assert isinstance(allocate((2, 3), torch.float16), torch.Tensor) and allocate(5, np.uint8).dtype == np.uint8
+    w = torch.ones(5, requires_grad=True)  # a parameter: viewed without autograd, still its memory
+    vw = view_tensor(w)
+    with torch.no_grad():
+        w[1] = 7.0
+    assert vw.array[1] == 7.0 and vw.obj is w
+    with pytest.raises(TypeError, match="CPU tensors; got one on meta"):
+        view_tensor(torch.empty(3, device="meta"))
 
 
 @settings(max_examples=120, deadline=None)
