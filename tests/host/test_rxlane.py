@@ -115,8 +115,10 @@ class _Twin:
 
     def __init__(self, native: bool, post: bool, n: int, dtype):
         amap = {0: SENDER, 1: ("127.0.0.1", 0)}
+        # no timers (tick): the twins' states must change only by what they are fed. With the 1 ms tick, a twin
+        # whose feeds paused for the reordering wait after LAST (a loaded machine) NACKed on its own (seen once in a full run)
         self.ep = Endpoint(1, amap, JOB, NONCE, Options(native=native, peer_timeout=30, recv_timeout=30,
-                                                        nack_idle=30, grace=30))
+                                                        nack_idle=30, grace=30, tick=3600))
         self.out = np.full(n, 0, dtype)
         self.res = self.err = None
         self.thread = None
