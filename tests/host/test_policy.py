@@ -112,14 +112,21 @@ def test_single_packet_classes_equal_the_general_path(n, special, p, dtype, seed
     x = np.random.default_rng(seed).standard_normal(n).astype(dtype)
     if special is not None:
         x[seed % n] = special
-    counts = np.array([n], np.int64)
+    got = _classify_as_the_array_functions(x, np.array([n], np.int64), layer=2, p=p)
+    assert got.priority == LayerMagnitudePolicy().priority(2)
+
+
+def _classify_as_the_array_functions(x, counts, *, layer, p):
+    """classify()'s answer, after checking its classes and eligibility equal those of packet_mean_abs,
+    magnitude_classes and eligible_smallest bit for bit (dtypes included)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        got = LayerMagnitudePolicy().classify(x, counts, layer=2, loss_bound=p)
+        got = LayerMagnitudePolicy().classify(x, counts, layer=layer, loss_bound=p)
         means = packet_mean_abs(x, counts)
         want_mag, want_elig = magnitude_classes(means), eligible_smallest(means, counts, p)
     assert got.mag_class.dtype == want_mag.dtype and np.array_equal(got.mag_class, want_mag)
-    assert np.array_equal(got.eligible, want_elig) and got.priority == LayerMagnitudePolicy().priority(2)
+    assert got.eligible.dtype == want_elig.dtype and np.array_equal(got.eligible, want_elig)
+    return got
 
 
 @settings(max_examples=300, deadline=None)
@@ -141,14 +148,7 @@ def test_few_packet_classes_equal_the_array_functions(npk, chunk, tail, special,
         x = np.abs(x[:1]).repeat(size) if seed % 2 else np.ones(size, dtype)
     if special is not None:
         x[seed % size] = special
-    counts = np.minimum(chunk, size - np.arange(npk, dtype=np.int64) * chunk)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        got = LayerMagnitudePolicy().classify(x, counts, layer=1, loss_bound=p)
-        means = packet_mean_abs(x, counts)
-        want_mag, want_elig = magnitude_classes(means), eligible_smallest(means, counts, p)
-    assert got.mag_class.dtype == want_mag.dtype and np.array_equal(got.mag_class, want_mag)
-    assert got.eligible.dtype == want_elig.dtype and np.array_equal(got.eligible, want_elig)
+    _classify_as_the_array_functions(x, np.minimum(chunk, size - np.arange(npk, dtype=np.int64) * chunk), layer=1, p=p)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
