@@ -178,8 +178,8 @@ class LayerMagnitudePolicy:
             fits = math.floor(loss_bound * int(counts[0]) + 1e-9) >= counts[0]
             return PacketClasses(prio, np.array([0 if finite else 7], np.uint8), np.array([finite and fits]))
         if n <= SMALL_CLASSIFY:
-            means = _small_means(values, counts)
             cl = counts.tolist()
+            means = _small_means(values, counts, cl)
             return PacketClasses(prio, np.array(_small_classes(means), np.uint8),
                                  np.array(_small_eligible(means, cl, loss_bound), bool))
         means = packet_mean_abs(values, counts)
@@ -193,19 +193,20 @@ class LayerMagnitudePolicy:
 SMALL_CLASSIFY = 64
 
 
-def _small_means(values: np.ndarray, counts: np.ndarray) -> list[float]:
-    """:func:`packet_mean_abs` as a list, for a few packets: the C kernel's sums divided in Python (the same
-    float64 division numpy does), the array function for what the kernel does not take."""
-    n = len(counts)
-    c0 = int(counts[0])
+def _small_means(values: np.ndarray, counts: np.ndarray, cl: list[int]) -> list[float]:
+    """:func:`packet_mean_abs` as a list, for a few packets (``cl``: ``counts`` as a list): the C kernel's sums
+    divided in Python (the same float64 division numpy does), the array function for what the kernel does not
+    take."""
+    n = len(cl)
+    c0 = cl[0]
     kernel = _abs_sums_kernel()
     if (kernel is None or values.dtype not in (np.float32, np.float64) or not values.flags.c_contiguous or c0 <= 0
-            or c0 * (n - 1) + int(counts[-1]) != values.size or not (counts[:-1] == c0).all()):
+            or c0 * (n - 1) + cl[-1] != values.size or any(c != c0 for c in cl[:-1])):
         return packet_mean_abs(values, counts).tolist()
     sums = np.zeros(n, np.float64)
     kernel(values, c0, sums)
     out = []
-    for s, c in zip(sums.tolist(), counts.tolist()):
+    for s, c in zip(sums.tolist(), cl):
         m = s / c if c > 0 else 0.0
         out.append(m if math.isfinite(m) else math.inf)
     return out

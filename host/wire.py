@@ -195,8 +195,7 @@ def field_word(name: str) -> tuple[str, int]:
 #: The 36-byte header as its 14 big-endian words, for code that reads or writes headers a word at a time (the
 #: transport's hot paths: one struct call instead of a Header). ``field_word`` says which word holds a field.
 WORD_STRUCT = struct.Struct("!" + "".join({1: "B", 2: "H", 4: "I"}[w.size] for w in _WORDS))
-_STRUCT = WORD_STRUCT
-assert _STRUCT.size == HEADER_LEN == 36
+assert WORD_STRUCT.size == HEADER_LEN == 36
 
 #: The header as it lies on the wire: one big-endian column per word (sub-byte fields share a word).
 WIRE_DTYPE = np.dtype([(f"w{i}", f">u{w.size}") for i, w in enumerate(_WORDS)])
@@ -251,7 +250,7 @@ class Header:
             words.append(v)
         if len(buf) - offset < HEADER_LEN:
             raise WireError("header", f"buffer has {len(buf) - offset} bytes at offset {offset}, need {HEADER_LEN}")
-        _STRUCT.pack_into(buf, offset, *words)
+        WORD_STRUCT.pack_into(buf, offset, *words)
 
     @classmethod
     def unpack(cls, buf, offset: int = 0) -> "Header":
@@ -261,7 +260,7 @@ class Header:
             missing = next(f for f, end in _field_ends() if end > avail)
             raise WireError(missing.name, f"truncated header: {avail} of {HEADER_LEN} bytes "
                             f"(field {missing.name!r} ends at byte {_end_of(missing.name)})")
-        vals = _split_words(_STRUCT.unpack_from(buf, offset))
+        vals = _split_words(WORD_STRUCT.unpack_from(buf, offset))
         _check_version(vals["version"], None)
         _check_consistency(vals, None)
         return cls._from_vals(vals)

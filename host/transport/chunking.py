@@ -146,7 +146,7 @@ def _template(priority, dtype, layer, rank, job_id, transfer_id, step, npk, nonc
 
 @functools.lru_cache(maxsize=256)
 def _checked_template(priority, dtype, layer, rank, job_id, step, npk, nonce) -> bytes:
-    return wire.Header(msg_type=MsgType.DATA, priority=priority, dtype=DType(dtype), layer=layer, rank=rank,
+    return wire.Header(msg_type=MsgType.DATA, priority=priority, dtype=dtype, layer=layer, rank=rank,
                        job_id=job_id, transfer_id=0, step=step, total=npk, nonce=nonce).pack()
 
 
