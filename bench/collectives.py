@@ -14,7 +14,10 @@ Report (harness): per case ``seconds`` (dlcp vs gloo); on the shaped links also 
 ring time over the measured time, the ideal being ``2(P-1)/P * S/B`` for all-reduce and ``(P-1)/P * S/B`` for
 reduce-scatter / all-gather (``S`` the full tensor, ``B`` = 1 Gb/s; framing overhead makes ~0.99 the ceiling).
 Plot: ``bench/results/collectives.png`` (time vs size per collective, world and network; dlcp, gloo, ideal).
-Process CPU seconds per call are recorded too (``cpu_s``), to tell a CPU-bound gap from a network-bound one.
+Process CPU seconds per call are recorded too (``cpu_s``, and the kernel's part of them ``sys_s``), to tell a
+CPU-bound gap from a network-bound one and user-space work from the kernel's (system calls, copies, wake-ups). The
+total is the precise process CPU clock; Linux splits it into user and system in proportion to tick samples, so the
+split is an estimate (good as a median over many calls).
 
 ``--quick`` (or ``DLCP_BENCH_QUICK=1``): sizes up to 16 MiB, fewer repetitions. ``--only TEXT``: only cases whose
 name (``<net> P=<P> <op> <size>``) contains TEXT (repeatable; a case runs if any matches). Without root only
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -93,6 +97,7 @@ def _worker(args: argparse.Namespace) -> None:
     P = dist.get_world_size()
     times: list[float] = []  # flat, in plan order: per (size, op): dlcp reps, gloo reps
     cpus: list[float] = []
+    syss: list[float] = []  # the system (kernel) part of cpus
     for nbytes, ops, reps in plan:
         n = (nbytes // 4) // P * P
         x = torch.randn(n)
@@ -106,27 +111,30 @@ def _worker(args: argparse.Namespace) -> None:
         for op in ops:
             got = {"dlcp": [], "gloo": []}
             cpu = {"dlcp": [], "gloo": []}
+            sys_ = {"dlcp": [], "gloo": []}
             for rnd in range(reps + 1):
                 order = [("dlcp", None), ("gloo", gloo)]
                 for label, g in (order if rnd % 2 == 0 else order[::-1]):
                     dist.barrier(group=gloo)
-                    c0 = time.process_time()
+                    c0, k0 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
                     t0 = time.perf_counter()
                     calls[op](g)
                     dt = time.perf_counter() - t0
-                    dc = time.process_time() - c0
+                    c1, k1 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
                     if rnd:  # round 0 warms up
                         got[label].append(dt)
-                        cpu[label].append(dc)
+                        cpu[label].append(c1 - c0)
+                        sys_[label].append(k1 - k0)
             times += got["dlcp"] + got["gloo"]
             cpus += cpu["dlcp"] + cpu["gloo"]
+            syss += sys_["dlcp"] + sys_["gloo"]
     t = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=gloo)  # a repetition ends when the slowest rank is done
-    c = torch.tensor(cpus, dtype=torch.float64)
+    c = torch.tensor([cpus, syss], dtype=torch.float64)
     dist.all_reduce(c, group=gloo)  # mean CPU per rank
     c /= P
     if dist.get_rank() == 0:
-        Path(args.out).write_text(json.dumps({"times": t.tolist(), "cpu": c.tolist()}))
+        Path(args.out).write_text(json.dumps({"times": t.tolist(), "cpu": c[0].tolist(), "sys": c[1].tolist()}))
     dist.barrier(group=gloo)
     dist.destroy_process_group()
 
@@ -185,9 +193,9 @@ def run_world(net_kind: str, world: int, plan: list, tune: dict, timeout: float 
     rows, pos = [], 0
     for nbytes, ops, reps in plan:
         for op in ops:
-            t, c = got["times"][pos:pos + 2 * reps], got["cpu"][pos:pos + 2 * reps]
-            rows.append({"net": net_kind, "world": world, "op": op, "bytes": nbytes,
-                         "dlcp": t[:reps], "gloo": t[reps:], "cpu_dlcp": c[:reps], "cpu_gloo": c[reps:]})
+            t, c, k = (got[key][pos:pos + 2 * reps] for key in ("times", "cpu", "sys"))
+            rows.append({"net": net_kind, "world": world, "op": op, "bytes": nbytes, "dlcp": t[:reps], "gloo": t[reps:],
+                         "cpu_dlcp": c[:reps], "cpu_gloo": c[reps:], "sys_dlcp": k[:reps], "sys_gloo": k[reps:]})
             pos += 2 * reps
     return rows
 
@@ -225,12 +233,15 @@ def plot(rows: list[dict], path: Path) -> Path:
 
 
 def summary(rows: list[dict]) -> str:
-    """One line per case: medians, gloo/dlcp, fractions of the ideal, and whether the issue's goal is met."""
+    """One line per case: medians, gloo/dlcp, fractions of the ideal, CPU ms per call and rank as user + system,
+    and whether the issue's goal is met."""
     out = [f"{'case':36} {'dlcp ms':>9} {'gloo ms':>9} {'gloo/dlcp':>9} {'dlcp/ideal':>10} {'gloo/ideal':>10}"
-           f" {'cpu dlcp':>8} {'cpu gloo':>8}  goal"]
+           f" {'cpu dlcp u+s':>13} {'cpu gloo u+s':>13}  goal"]
+    med = statistics.median
     for r in rows:
-        d, g = statistics.median(r["dlcp"]), statistics.median(r["gloo"])
-        cd, cg = statistics.median(r["cpu_dlcp"]), statistics.median(r["cpu_gloo"])
+        d, g = med(r["dlcp"]), med(r["gloo"])
+        cpu = {b: f"{(med(r['cpu_' + b]) - med(r['sys_' + b])) * 1e3:.1f}+{med(r['sys_' + b]) * 1e3:.1f}"
+               for b in ("dlcp", "gloo")}
         line = f"{case_name(r['net'], r['world'], r['op'], r['bytes']):36} {d * 1e3:9.2f} {g * 1e3:9.2f} {g / d:9.2f}"
         if r["net"] == "loopback":
             line += f" {'':>10} {'':>10}"
@@ -239,7 +250,7 @@ def summary(rows: list[dict]) -> str:
             ideal = ideal_seconds(r["op"], r["bytes"], r["world"])
             line += f" {ideal / d:10.3f} {ideal / g:10.3f}"
             goal = "met" if ideal / d >= GOAL_IDEAL and d <= g else "NOT met"
-        out.append(line + f" {cd * 1e3:8.1f} {cg * 1e3:8.1f}  {goal}")
+        out.append(line + f" {cpu['dlcp']:>13} {cpu['gloo']:>13}  {goal}")
     return "\n".join(out)
 
 
@@ -291,7 +302,8 @@ def main() -> None:
     for r in rows:
         name = case_name(r["net"], r["world"], r["op"], r["bytes"])
         params = {"bytes": r["bytes"], "world": r["world"], "op": r["op"], "network": r["net"],
-                  "cpu_s_median": {"dlcp": statistics.median(r["cpu_dlcp"]), "gloo": statistics.median(r["cpu_gloo"])}}
+                  "cpu_s_median": {"dlcp": statistics.median(r["cpu_dlcp"]), "gloo": statistics.median(r["cpu_gloo"])},
+                  "sys_s_median": {"dlcp": statistics.median(r["sys_dlcp"]), "gloo": statistics.median(r["sys_gloo"])}}
         it_c, it_b = iter(r["dlcp"]), iter(r["gloo"])
         if r["net"] != "loopback":
             params["ideal_s"] = ideal_seconds(r["op"], r["bytes"], r["world"])
