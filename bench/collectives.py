@@ -17,7 +17,8 @@ Plot: ``bench/results/collectives.png`` (time vs size per collective, world and 
 Process CPU seconds per call are recorded too (``cpu_s``, and the kernel's part of them ``sys_s``), to tell a
 CPU-bound gap from a network-bound one and user-space work from the kernel's (system calls, copies, wake-ups). The
 total is the precise process CPU clock; Linux splits it into user and system in proportion to tick samples, so the
-split is an estimate (good as a median over many calls).
+system part is an estimate (good as a median over many calls; the summary's user part is the total less it, at
+least 0).
 
 ``--quick`` (or ``DLCP_BENCH_QUICK=1``): sizes up to 16 MiB, fewer repetitions. ``--only TEXT``: only cases whose
 name (``<net> P=<P> <op> <size>``) contains TEXT (repeatable; a case runs if any matches). Without root only
@@ -240,7 +241,7 @@ def summary(rows: list[dict]) -> str:
     med = statistics.median
     for r in rows:
         d, g = med(r["dlcp"]), med(r["gloo"])
-        cpu = {b: f"{(med(r['cpu_' + b]) - med(r['sys_' + b])) * 1e3:.1f}+{med(r['sys_' + b]) * 1e3:.1f}"
+        cpu = {b: f"{max(0.0, med(r['cpu_' + b]) - med(r['sys_' + b])) * 1e3:.1f}+{med(r['sys_' + b]) * 1e3:.1f}"
                for b in ("dlcp", "gloo")}
         line = f"{case_name(r['net'], r['world'], r['op'], r['bytes']):36} {d * 1e3:9.2f} {g * 1e3:9.2f} {g / d:9.2f}"
         if r["net"] == "loopback":
