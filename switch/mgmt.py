@@ -16,6 +16,8 @@ arbitration.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import grpc
 
 from . import mgmt_pb2 as pb
@@ -23,7 +25,7 @@ from . import mgmt_pb2_grpc as pb_grpc
 from .device import Device, PortStats, QueueStats, SwitchStats
 from .errors import SwitchError
 
-__all__ = ["MgmtClient", "MgmtError", "MgmtService", "SwitchStats", "PortStats", "QueueStats"]
+__all__ = ["MgmtClient", "MgmtError", "MgmtService", "QueueDefaults", "SwitchStats", "PortStats", "QueueStats"]
 
 
 class MgmtService(pb_grpc.SwitchManagementServicer):
@@ -59,8 +61,12 @@ class MgmtService(pb_grpc.SwitchManagementServicer):
         return pb.SetLinkResponse()
 
     def GetStats(self, request, context):
-        st = self._dev(request.device_id, context).stats()
-        return stats_to_proto(st)
+        dev = self._dev(request.device_id, context)
+        r = stats_to_proto(dev.stats())
+        with dev.lock:
+            r.default_queue_depth = dev.settings.queue_depth
+            r.default_queue_rate_pps = dev.settings.queue_rate_pps
+        return r
 
 
 def stats_to_proto(st: SwitchStats) -> pb.GetStatsResponse:
@@ -86,6 +92,14 @@ def stats_from_proto(r: pb.GetStatsResponse) -> SwitchStats:
             p.loss if p.HasField("loss") else None)
     st.drops = {(d.port, d.priority, d.reason): d.count for d in r.drops}
     return st
+
+
+@dataclass(frozen=True)
+class QueueDefaults:
+    """Capacity (packets) and rate (packets/s, 0 = unlimited) of a queue nothing has set."""
+
+    depth: int
+    rate_pps: float
 
 
 class MgmtError(RuntimeError):
@@ -129,6 +143,15 @@ class MgmtClient:
 
     def stats(self) -> SwitchStats:
         return stats_from_proto(self._call("GetStats", pb.GetStatsRequest(device_id=self.device_id)))
+
+    def stats_and_defaults(self) -> tuple[SwitchStats, QueueDefaults | None]:
+        """Statistics and the queue settings the switch falls back to (None from a server that does not report
+        them), in one call: what a controller compares against to restore settings its file dropped."""
+        r = self._call("GetStats", pb.GetStatsRequest(device_id=self.device_id))
+        d = None
+        if r.HasField("default_queue_depth") and r.HasField("default_queue_rate_pps"):
+            d = QueueDefaults(r.default_queue_depth, r.default_queue_rate_pps)
+        return stats_from_proto(r), d
 
     def close(self) -> None:
         self._channel.close()

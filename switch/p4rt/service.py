@@ -10,6 +10,7 @@ no server lock).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -29,6 +30,9 @@ API_VERSION = "1.5.0"
 _GET = p4r.GetForwardingPipelineConfigRequest
 _SET = p4r.SetForwardingPipelineConfigRequest
 READ_BATCH = 500            # entities per ReadResponse
+#: Test mode (environment DLCP_SWITCH_TEST_REVERSE_WRITES=1): apply the updates of each WriteRequest last to
+#: first, as P4Runtime allows a server to; controllers' tests use it to show they never rely on batch order.
+REVERSE_WRITE_BATCHES = os.environ.get("DLCP_SWITCH_TEST_REVERSE_WRITES", "") not in ("", "0")
 
 
 def _code(name: str) -> grpc.StatusCode:
@@ -120,24 +124,27 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             self.arbiter.check_primary(request.device_id, request.role, self._eid(request))
             if request.atomicity != p4r.WriteRequest.CONTINUE_ON_ERROR:
                 raise SwitchError("UNIMPLEMENTED", "only CONTINUE_ON_ERROR atomicity is supported")
-            errors: list[p4r.Error] = []
+            errors: list[p4r.Error] = [p4r.Error()] * len(request.updates)
             failed = 0
+            order = range(len(request.updates))
+            if REVERSE_WRITE_BATCHES:
+                order = reversed(order)
             with dev.lock:
                 pl = dev.require_pipeline()
-                for u in request.updates:
+                for i in order:
                     try:
-                        pl.runtime.write(u)
-                        errors.append(p4r.Error(canonical_code=rpc_code.OK))
+                        pl.runtime.write(request.updates[i])
+                        errors[i] = p4r.Error(canonical_code=rpc_code.OK)
                         dev.write_updates += 1
                     except SwitchError as e:
                         failed += 1
-                        errors.append(p4r.Error(canonical_code=rpc_code.Code.Value(e.code)
-                                                if e.code in rpc_code.Code.keys() else rpc_code.UNKNOWN,
-                                                message=e.message))
+                        errors[i] = p4r.Error(canonical_code=rpc_code.Code.Value(e.code)
+                                              if e.code in rpc_code.Code.keys() else rpc_code.UNKNOWN,
+                                              message=e.message)
                     except Exception as e:        # a bug must not take the server down: report it per update
                         log.exception("internal error in a Write update")
                         failed += 1
-                        errors.append(p4r.Error(canonical_code=rpc_code.INTERNAL, message=f"internal error: {e!r}"))
+                        errors[i] = p4r.Error(canonical_code=rpc_code.INTERNAL, message=f"internal error: {e!r}")
             if failed:
                 st = rpc_status.Status(code=rpc_code.UNKNOWN,
                                        message=f"{failed} of {len(request.updates)} updates failed")
