@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from . import netfile, state, tm as tmmod
 from .client import READER_ELECTION_ID, Program, SwitchClient, load_program, send_packets, writer_election_id
 from .errors import ControllerError, ProgramError, UsageError
 from .netfile import format_mac
-from .topology import NextHop, Route, compute_routes, router_mac
+from .topology import NextHop, Route, compute_routes, ecmp_groups, router_mac
 
 __all__ = ["Network", "ApplyResult", "SwitchApplyResult", "SwitchStats", "PrioCounters", "INGRESS_DROP_REASONS"]
 
@@ -187,13 +188,17 @@ class Network:
             raise ProgramError(f"{program.path} lacks what dlcpctl programs: {', '.join(missing)} "
                                f"(see docs/p4-program.md)")
 
-    def desired(self, switch: str) -> list[p4r.Entity]:
-        """The desired P4Runtime entities of one switch (encoded with its program's P4Info)."""
+    def desired(self, switch: str, actual: Iterable[p4r.Entity] | None = None) -> list[p4r.Entity]:
+        """The desired P4Runtime entities of one switch (encoded with its program's P4Info). With ``actual``
+        (what the switch holds) equal-cost groups keep the ids they have there (:func:`state.assign_groups`)."""
         program = self.program(switch)
         self._check_program(program)
         schema = fy.P4Schema(program.p4info)
         try:
-            return [e.encode(schema) for e in state.desired_entities(self.spec, switch)]
+            groups = None
+            if actual is not None:
+                groups = state.assign_groups(self.spec, switch, actual, schema, state.Names(program.p4info))
+            return [e.encode(schema) for e in state.desired_entities(self.spec, switch, groups)]
         except (ValueError, KeyError) as e:
             raise ProgramError(f"{program.path}: cannot encode the desired state of {switch}: {e}") from None
 
@@ -205,39 +210,53 @@ class Network:
                     for r in state.MANAGED_REGISTERS]
         return await c.read(filters)
 
-    async def _apply_switch(self, switch: str, dry_run: bool, tm: bool) -> SwitchApplyResult:
+    async def reconcile(self, c: SwitchClient, *, dry_run: bool = False, tm: bool = True) -> SwitchApplyResult:
+        """Make one switch, on an open session ``c``, match the file: pipeline, tables and registers (written in
+        dependency order, one Write per phase of :class:`state.Plan`), traffic manager. With ``dry_run`` nothing
+        is written and the result lists the drift."""
+        switch = c.spec.name
         program = self.program(switch)
-        desired = self.desired(switch)
         res = SwitchApplyResult(switch, dry_run=dry_run)
-        async with self._client(switch, writer=True, p4info=program.p4info) as c:
-            if dry_run:
-                res.pipeline_pushed = await c.pipeline_cookie() != program.cookie
-            else:
-                res.pipeline_pushed = await c.ensure_pipeline(program)
-            actual = [] if res.pipeline_pushed and dry_run else await self.read_managed(c)
-            names = c.names
-            plan = state.diff(desired, actual, managed_tables=[names.table_ids[t] for t in state.MANAGED_TABLES],
-                              managed_registers=[names.register_ids[r] for r in state.MANAGED_REGISTERS],
-                              ecmp_table=names.table_ids["ecmp_nhop"])
-            res.inserts, res.modifies, res.deletes = plan.inserts, plan.modifies, plan.deletes
-            kinds = {p4r.Update.INSERT: "+", p4r.Update.MODIFY: "~", p4r.Update.DELETE: "-"}
-            res.updates = [f"{kinds[u.type]} {state.describe_entity(u.entity, names)}" for u in plan.updates]
-            if not dry_run:
-                await c.write(plan.updates)
+        if dry_run:
+            res.pipeline_pushed = await c.pipeline_cookie() != program.cookie
+        else:
+            res.pipeline_pushed = await c.ensure_pipeline(program)
+        actual = [] if res.pipeline_pushed and dry_run else await self.read_managed(c)
+        desired = self.desired(switch, actual)
+        names = state.Names(program.p4info)
+        plan = state.diff(desired, actual, managed_tables=[names.table_ids[t] for t in state.MANAGED_TABLES],
+                          managed_registers=[names.register_ids[r] for r in state.MANAGED_REGISTERS],
+                          ecmp_table=names.table_ids["ecmp_nhop"])
+        res.inserts, res.modifies, res.deletes = plan.inserts, plan.modifies, plan.deletes
+        kinds = {p4r.Update.INSERT: "+", p4r.Update.MODIFY: "~", p4r.Update.DELETE: "-"}
+        res.updates = [f"{kinds[u.type]} {state.describe_entity(u.entity, names)}" for u in plan.updates]
+        if not dry_run:
+            for phase in plan.phases:  # separate Writes: a server may reorder the updates of one
+                await c.write(phase)
         if tm:
-            plan_tm = tmmod.desired_tm(self.spec, switch)
-            if plan_tm.links or plan_tm.queues:
-                if dry_run:
-                    res.tm_changes = tmmod.describe_plan(plan_tm)
-                else:
-                    res.tm_changes = await asyncio.to_thread(self._apply_tm_sync, switch, plan_tm)
+            res.tm_changes = await asyncio.to_thread(self._tm_sync, switch, dry_run)
         return res
 
-    def _apply_tm_sync(self, switch: str, plan_tm: tmmod.TmPlan) -> list[str]:
-        t = tmmod.open_tm(self.spec.switches[switch], self.spec.connect_timeout)
+    async def _apply_switch(self, switch: str, dry_run: bool, tm: bool) -> SwitchApplyResult:
+        async with self._client(switch, writer=True, p4info=self.program(switch).p4info) as c:
+            return await self.reconcile(c, dry_run=dry_run, tm=tm)
+
+    def _tm_sync(self, switch: str, dry_run: bool) -> list[str]:
+        """Traffic-manager reconciliation of one switch (blocking: run in a thread)."""
+        spec = self.spec.switches[switch]
+        plan_tm = tmmod.desired_tm(self.spec, switch)
+        if spec.target == "bmv2" and not plan_tm.links and not plan_tm.queues and shutil.which(tmmod.BMV2_CLI) is None:
+            return []  # nothing asked and no CLI to reset BMv2 with: leave its traffic manager alone
+        if dry_run and spec.target == "bmv2":
+            return [ch.line() for ch in tmmod.tm_changes(plan_tm, None)]
+        t = tmmod.open_tm(spec, self.spec.connect_timeout)
         try:
+            if dry_run:
+                return [ch.line() for ch in tmmod.tm_changes(plan_tm, tmmod.read_tm(t))]
             return tmmod.apply_tm(plan_tm, t)
         finally:
+            if isinstance(t, tmmod.Bmv2TM):
+                t.commands.clear()  # apply_tm flushed what it wrote; an error leaves nothing half-sent
             t.close()
 
     async def apply_async(self, switches: Iterable[str] | None = None, *, dry_run: bool = False, tm: bool = True,
@@ -524,9 +543,9 @@ class Network:
             if len(nhs) > 1:
                 n = c.names
                 members = await c.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=n.table_ids["ecmp_nhop"]))])
-                used = [int.from_bytes(e.table_entry.match[0].exact.value, "big") for e in members
-                        if e.table_entry.match]
-                groups[tuple(nhs)] = max(used, default=0) + 1
+                _, used = state.groups_on_switch(self.spec, switch, members, c.schema, n)
+                # a new group, never one a live route uses: the content-derived id, or the next free one
+                groups = ecmp_groups([Route(net, tuple(nhs), "cli")], None, used, state.group_id_limit(n))
             ents = state.route_entities(self.spec, switch, [Route(net, tuple(nhs), "cli")], groups)
             return [p4r.Update(type=p4r.Update.INSERT, entity=state.canonical(e.encode(c.schema))) for e in ents]
 

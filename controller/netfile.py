@@ -154,7 +154,7 @@ class TLSSpec:
 class LinkProps:
     """Traffic-manager settings of one link direction (applied to the switch egress port(s) on it).
 
-    ``None`` leaves the switch's own setting alone."""
+    ``None``: not set by the file, so the controller wants the switch's default there."""
 
     rate_bps: float | None = None
     delay_us: int | None = None

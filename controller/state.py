@@ -24,10 +24,10 @@ import finsy as fy
 from finsy.proto import p4r
 
 from .netfile import LB_MODES, Network, ThresholdRule
-from .topology import NextHop, Route, compute_routes, ecmp_groups, router_mac
+from .topology import MAX_GROUP_ID, NextHop, Route, compute_routes, ecmp_groups, router_mac
 
 __all__ = ["MANAGED_TABLES", "MANAGED_REGISTERS", "NUM_PRIOS", "slot", "desired_entities", "threshold_values",
-           "canonical", "entity_key", "diff", "Plan", "describe_entity", "route_entities", "Names",
+           "canonical", "entity_key", "diff", "Plan", "groups_on_switch", "assign_groups", "group_id_limit", "describe_entity", "route_entities", "Names",
            "entity_to_dict", "format_value"]
 
 MANAGED_TABLES = ("ipv4_lpm", "ecmp_nhop", "dlcp_priority", "dscp_priority")
@@ -98,10 +98,15 @@ def _rule_matches(r: ThresholdRule, switch: str, port: int, prio: int) -> bool:
     return _selects(r.switches, switch) and _selects(r.ports, port) and _selects(r.priorities, prio)
 
 
-def desired_entities(net: Network, switch: str) -> list[fy.P4Entity]:
-    """Everything ``apply`` wants on one switch (tables and non-zero registers), as finsy entities."""
+def desired_entities(net: Network, switch: str,
+                     groups: dict[tuple[NextHop, ...], int] | None = None) -> list[fy.P4Entity]:
+    """Everything ``apply`` wants on one switch (tables and non-zero registers), as finsy entities.
+
+    ``groups`` are the ECMP group ids to use (:func:`assign_groups`, which keeps the ids the switch holds);
+    without them every group gets its content-derived id."""
     routes = compute_routes(net)[switch]
-    groups = ecmp_groups(routes)
+    if groups is None:
+        groups = ecmp_groups(routes)
     out: list[fy.P4Entity] = list(route_entities(net, switch, routes, groups))
     nranks = max((r.rank for r in net.dlcp_rules), default=-1) + 1
     for r in net.dlcp_rules:
@@ -126,6 +131,66 @@ def desired_entities(net: Network, switch: str) -> list[fy.P4Entity]:
     if lb:
         out.append(fy.P4RegisterEntry("lb_mode", index=0, data=lb))
     return out
+
+
+def groups_on_switch(net: Network, switch: str, actual: Iterable[p4r.Entity], schema: fy.P4Schema,
+                     names: "Names") -> tuple[dict[tuple[NextHop, ...], int], set[int]]:
+    """The complete ECMP groups a switch holds, as {next-hop set: group id}, and every group id in use.
+
+    A group counts as complete when its members are exactly indexes 0..n-1 and each is the ``set_nhop`` this
+    controller writes for its next hop; partial or foreign groups are only "in use" (a new group never takes
+    their id, and the diff deletes them once no route needs them)."""
+    table = names.table_ids["ecmp_nhop"]
+    fields = {name: fid for fid, (name, _, _) in names.tables[table][1].items()}
+    members: dict[int, dict[int, p4r.Entity]] = {}
+    for e in actual:
+        if e.WhichOneof("entity") != "table_entry" or e.table_entry.table_id != table \
+                or e.table_entry.is_default_action:
+            continue
+        c = canonical(e)
+        m = {f.field_id: int.from_bytes(f.exact.value, "big") for f in c.table_entry.match}
+        members.setdefault(m.get(fields["ecmp_group"], 0), {})[m.get(fields["ecmp_index"], 0)] = c
+    existing: dict[tuple[NextHop, ...], int] = {}
+    for gid in sorted(members):
+        by_index = members[gid]
+        if set(by_index) != set(range(len(by_index))) or len(by_index) < 2:
+            continue
+        nhs = []
+        for i in range(len(by_index)):
+            act = by_index[i].table_entry.action.action
+            aname, params = names.actions.get(act.action_id, ("", {}))
+            if aname != "set_nhop":
+                break
+            vals = {params[p.param_id][0]: int.from_bytes(p.value, "big") for p in act.params if p.param_id in params}
+            nhs.append(NextHop(vals.get("port", -1), vals.get("dmac", -1)))
+        else:
+            key = tuple(nhs)
+            if key == tuple(sorted(set(key))) and key not in existing:
+                want = [canonical(m.encode(schema)) for m in route_entities(net, switch, [], {key: gid})]
+                if all(w.SerializeToString(deterministic=True) == by_index[i].SerializeToString(deterministic=True)
+                       for i, w in enumerate(want)):
+                    existing[key] = gid
+    return existing, set(members)
+
+
+def group_id_limit(names: "Names") -> int:
+    """Largest usable ECMP group id of a program: below the size of its per-group ``spray_position`` register
+    when it has one (dlcp.p4: 1024 entries), else what ``set_ecmp``'s ``group`` parameter can hold."""
+    for rid, (rname, _, size) in names.registers.items():
+        if rname == "spray_position" and size > 1:
+            return size - 1
+    for aname, params in names.actions.values():
+        if aname == "set_ecmp":
+            width = next((w for n, w in params.values() if n == "group"), 16)
+            return (1 << width) - 1
+    return MAX_GROUP_ID
+
+
+def assign_groups(net: Network, switch: str, actual: Iterable[p4r.Entity], schema: fy.P4Schema,
+                  names: "Names", max_id: int = MAX_GROUP_ID) -> dict[tuple[NextHop, ...], int]:
+    """ECMP group ids for the desired routes of one switch, keeping the ids of groups already on it."""
+    existing, used = groups_on_switch(net, switch, actual, schema, names)
+    return ecmp_groups(compute_routes(net)[switch], existing, used, min(max_id, group_id_limit(names)))
 
 
 # ---- canonical forms and diffing ---------------------------------------------------------------------------------
@@ -197,10 +262,18 @@ def _value(e: p4r.Entity) -> bytes:
 
 @dataclass
 class Plan:
-    """Updates for one switch, in a safe order (ECMP members before the routes that use them, routes deleted
-    before their members), with counts per type."""
+    """Updates for one switch in dependency order, as phases that go to the switch in separate Write calls.
 
-    updates: list[p4r.Update] = field(default_factory=list)
+    P4Runtime lets a server apply the updates of one WriteRequest in any order, so an update that needs another
+    in place must be in a later Write: (1) ECMP members inserted or changed, (2) every other insert and modify
+    (routes then point at complete groups), (3) deletes of routes and other entries, (4) deletes of ECMP members
+    (no route uses them any more). Within a phase no update depends on another."""
+
+    phases: list[list[p4r.Update]] = field(default_factory=list)
+
+    @property
+    def updates(self) -> list[p4r.Update]:
+        return [u for ph in self.phases for u in ph]
 
     def count(self, kind: int) -> int:
         return sum(1 for u in self.updates if u.type == kind)
@@ -218,7 +291,7 @@ class Plan:
         return self.count(p4r.Update.DELETE)
 
     def __len__(self) -> int:
-        return len(self.updates)
+        return sum(len(ph) for ph in self.phases)
 
 
 def diff(desired: Iterable[p4r.Entity], actual: Iterable[p4r.Entity], *, managed_tables: Iterable[int],
@@ -287,10 +360,9 @@ def diff(desired: Iterable[p4r.Entity], actual: Iterable[p4r.Entity], *, managed
         return ecmp_table is not None and u.entity.WhichOneof("entity") == "table_entry" \
             and u.entity.table_entry.table_id == ecmp_table
 
-    first = [u for u in ins + mod if is_ecmp(u)]
-    middle = [u for u in ins + mod if not is_ecmp(u)] + [u for u in dele if not is_ecmp(u)]
-    last = [u for u in dele if is_ecmp(u)]
-    return Plan(first + middle + last)
+    phases = [[u for u in ins + mod if is_ecmp(u)], [u for u in ins + mod if not is_ecmp(u)],
+              [u for u in dele if not is_ecmp(u)], [u for u in dele if is_ecmp(u)]]
+    return Plan([ph for ph in phases if ph])
 
 
 class Names:

@@ -1,13 +1,20 @@
 """Traffic-manager settings (queue depth and rate, link rate, delay and loss): not P4Runtime, so per target.
 
-* embedded ``dlcp-switch``: its management service (``switch.mgmt.MgmtClient``, same gRPC port as P4Runtime
-  unless the switch sets ``mgmt_address``); queue settings are read back from its statistics, so an unchanged
-  queue is not written again.
-* BMv2 ``simple_switch_grpc``: ``simple_switch_CLI --thrift-port N`` (``set_queue_depth``, ``set_queue_rate``)
-  when the binary is on PATH; otherwise :class:`~controller.errors.TrafficManagerError` naming it. BMv2 has no
-  link emulation (rate in bits/s, delay, loss) and no queue statistics: asking for them is an error that says so.
+Reconciliation is full: every setting the file does not name is wanted at the switch's default (queues: the
+depth and rate the switch falls back to; links: unlimited rate, no delay, no loss), so removing a setting from
+the file and applying puts the default back.
 
-:func:`desired_tm` is the pure part: what a network file wants on one switch.
+* embedded ``dlcp-switch``: its management service (``switch.mgmt.MgmtClient``, same gRPC port as P4Runtime
+  unless the switch sets ``mgmt_address``); queue and link settings and the queue defaults are read back from
+  its statistics, and only what differs is written (a second apply writes nothing).
+* BMv2 ``simple_switch_grpc``: ``simple_switch_CLI --thrift-port N`` (``set_queue_depth``, ``set_queue_rate``)
+  when the binary is on PATH; otherwise :class:`~controller.errors.TrafficManagerError` naming it. BMv2 cannot
+  report queue settings, so every queue of every connected port is written on each apply (the file's value or
+  BMv2's default: 64 packets, rate 0 = unlimited). BMv2 has no link emulation (rate in bits/s, delay, loss) and
+  no queue statistics: asking for them is an error that says so.
+
+:func:`desired_tm` is the pure part: what a network file wants on one switch; :func:`tm_changes` compares it
+with what a switch has.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from typing import Any, Protocol
 from .errors import SwitchUnreachable, TrafficManagerError
 from .netfile import LinkProps, Network, SwitchSpec
 
-__all__ = ["QueueSetting", "TmPlan", "desired_tm", "TrafficManager", "EmbeddedTM", "Bmv2TM", "open_tm",
+__all__ = ["QueueSetting", "TmPlan", "TmState", "TmChange", "tm_changes", "read_tm", "desired_tm", "TrafficManager", "EmbeddedTM", "Bmv2TM", "open_tm",
            "apply_tm", "describe_plan", "BMV2_CLI"]
 
 BMV2_CLI = "simple_switch_CLI"
@@ -32,12 +39,49 @@ class QueueSetting:
     rate_pps: float | None = None
 
 
+#: BMv2 simple_switch's queue settings when nothing set them (its egress buffers hold 64 packets; rate 0 means
+#: no rate limit in its queueing logic).
+BMV2_DEFAULT_QUEUE = QueueSetting(64, 0.0)
+#: Link settings of a port nothing set: unlimited rate, no delay, no loss.
+DEFAULT_LINK = (0.0, 0, 0.0)
+
+
 @dataclass
 class TmPlan:
-    """Wanted settings of one switch: link emulation per port, queue settings per (port, priority)."""
+    """Wanted settings of one switch: link emulation per port, queue settings per (port, priority). Settings
+    not given are wanted at the switch's default; ``ports`` and ``priority_queues`` say which queues a switch
+    that cannot be read back (BMv2) gets written."""
 
     links: dict[int, LinkProps]
     queues: dict[tuple[int, int], QueueSetting]
+    ports: tuple[int, ...] = ()
+    priority_queues: int = 8
+
+
+@dataclass(frozen=True)
+class TmState:
+    """What a switch's traffic manager has: (capacity, rate) per (port, priority), (rate_bps, delay_us, loss) per
+    port, and the queue setting of queues nothing set."""
+
+    queues: dict[tuple[int, int], tuple[int, float]]
+    links: dict[int, tuple[float, int, float]]
+    default: QueueSetting
+
+
+@dataclass(frozen=True)
+class TmChange:
+    """One write to a traffic manager: a queue's depth and/or rate, or a port's link settings (None: unchanged)."""
+
+    port: int
+    priority: int | None = None  # None: a link change
+    depth: int | None = None
+    rate_pps: float | None = None
+    link: LinkProps | None = None
+
+    def line(self) -> str:
+        if self.link is not None:
+            return _link_line(self.port, self.link)
+        return _queue_line(self.port, self.priority, self.depth, self.rate_pps)
 
 
 def desired_tm(net: Network, switch: str) -> TmPlan:
@@ -62,7 +106,8 @@ def desired_tm(net: Network, switch: str) -> TmPlan:
                 old = queues.get((port, prio), QueueSetting())
                 queues[(port, prio)] = QueueSetting(r.depth if r.depth is not None else old.depth,
                                                     r.rate_pps if r.rate_pps is not None else old.rate_pps)
-    return TmPlan(links={p: v for p, v in sorted(links.items())}, queues=dict(sorted(queues.items())))
+    return TmPlan(links={p: v for p, v in sorted(links.items())}, queues=dict(sorted(queues.items())),
+                  ports=tuple(sorted(ports)), priority_queues=spec.priority_queues)
 
 
 class TrafficManager(Protocol):
@@ -117,6 +162,21 @@ class EmbeddedTM:
             return self.client.stats()
         except Exception as e:  # noqa: BLE001
             raise self._err("stats", e) from None
+
+    def current(self) -> TmState:
+        """The queue and link settings the switch has now, and its queue defaults."""
+        try:
+            st, d = self.client.stats_and_defaults()
+        except Exception as e:  # noqa: BLE001
+            raise self._err("stats", e) from None
+        if d is None:
+            raise TrafficManagerError(f"switch {self.spec.name} management service at {self.address} does not "
+                                      f"report its queue defaults (an older dlcp-switch): cannot restore settings "
+                                      f"the file no longer names; update the switch")
+        queues = {(port, prio): (q.capacity, q.rate_pps) for port, ps in st.ports.items()
+                  for prio, q in ps.queues.items()}
+        links = {port: (ps.rate_bps or 0.0, ps.delay_us or 0, ps.loss or 0.0) for port, ps in st.ports.items()}
+        return TmState(queues, links, QueueSetting(d.depth, d.rate_pps))
 
     def close(self) -> None:
         self.client.close()
@@ -195,31 +255,57 @@ def describe_plan(plan: TmPlan) -> list[str]:
             + [_link_line(p, lp) for p, lp in plan.links.items()])
 
 
-def apply_tm(plan: TmPlan, tm: EmbeddedTM | Bmv2TM) -> list[str]:
-    """Make the switch's traffic manager match ``plan``; returns a line per setting written.
+def tm_changes(plan: TmPlan, current: TmState | None) -> list[TmChange]:
+    """What to write so a traffic manager matches ``plan`` exactly (absent settings at the default).
 
-    Queue settings the switch reports as already in place are skipped. Link settings cannot be read back from
-    the management service, so they are (idempotently) re-sent and reported as ``link`` lines."""
-    changes: list[str] = []
-    current: dict[tuple[int, int], tuple[int, float]] = {}
-    if isinstance(tm, EmbeddedTM) and plan.queues:
-        st = tm.stats()
-        for port, ps in st.ports.items():
-            for prio, q in ps.queues.items():
-                current[(port, prio)] = (q.capacity, q.rate_pps)
-    for (port, prio), q in plan.queues.items():
-        cur = current.get((port, prio))
-        depth = q.depth if q.depth is not None and (cur is None or cur[0] != q.depth) else None
-        rate = q.rate_pps if q.rate_pps is not None and (cur is None or cur[1] != q.rate_pps) else None
-        if depth is None and rate is None:
-            continue
-        tm.set_queue(port, prio, depth=depth, rate_pps=rate)
-        changes.append(_queue_line(port, prio, depth, rate))
-    for port, lp in plan.links.items():
-        if lp.rate_bps is None and lp.delay_us is None and lp.loss is None:
-            continue
-        tm.set_link(port, rate_bps=lp.rate_bps, delay_us=lp.delay_us, loss=lp.loss)
-        changes.append(_link_line(port, lp))
+    ``current`` is what the switch has (:meth:`EmbeddedTM.current`); None for a switch that cannot be read back
+    (BMv2): then every queue of ``plan.ports`` is written with the file's value or BMv2's default, and the links
+    the file sets (BMv2 refuses them)."""
+    out: list[TmChange] = []
+    if current is None:
+        keys = {(p, q) for p in plan.ports for q in range(plan.priority_queues)} | set(plan.queues)
+        for key in sorted(keys):
+            want = plan.queues.get(key, QueueSetting())
+            out.append(TmChange(key[0], key[1],
+                                want.depth if want.depth is not None else BMV2_DEFAULT_QUEUE.depth,
+                                want.rate_pps if want.rate_pps is not None else BMV2_DEFAULT_QUEUE.rate_pps))
+        out += [TmChange(p, link=lp) for p, lp in plan.links.items()
+                if lp.rate_bps is not None or lp.delay_us is not None or lp.loss is not None]
+        return out
+    d = current.default
+    for key in sorted(set(current.queues) | set(plan.queues)):
+        want = plan.queues.get(key, QueueSetting())
+        wd = want.depth if want.depth is not None else d.depth
+        wr = want.rate_pps if want.rate_pps is not None else d.rate_pps
+        cd, cr = current.queues.get(key, (d.depth, d.rate_pps))
+        if cd != wd or cr != wr:
+            out.append(TmChange(key[0], key[1], wd if cd != wd else None, wr if cr != wr else None))
+    for port in sorted(set(current.links) | set(plan.links)):
+        lp = plan.links.get(port, LinkProps())
+        want_l = (lp.rate_bps if lp.rate_bps is not None else DEFAULT_LINK[0],
+                  lp.delay_us if lp.delay_us is not None else DEFAULT_LINK[1],
+                  lp.loss if lp.loss is not None else DEFAULT_LINK[2])
+        cur_l = current.links.get(port, DEFAULT_LINK)
+        if want_l != cur_l:
+            diff = [w if w != c else None for w, c in zip(want_l, cur_l)]
+            out.append(TmChange(port, link=LinkProps(diff[0], diff[1], diff[2], None)))
+    return out
+
+
+def read_tm(tm: EmbeddedTM | Bmv2TM) -> TmState | None:
+    """What the switch has (None: BMv2, which cannot say)."""
+    return tm.current() if isinstance(tm, EmbeddedTM) else None
+
+
+def apply_tm(plan: TmPlan, tm: EmbeddedTM | Bmv2TM) -> list[str]:
+    """Make the switch's traffic manager match ``plan`` (settings it does not name back at their defaults);
+    returns a line per write. An embedded switch is read first and only what differs is written."""
+    changes = tm_changes(plan, read_tm(tm))
+    for ch in changes:
+        if ch.link is not None:
+            tm.set_link(ch.port, rate_bps=ch.link.rate_bps, delay_us=ch.link.delay_us, loss=ch.link.loss)
+        else:
+            tm.set_queue(ch.port, ch.priority, depth=ch.depth, rate_pps=ch.rate_pps)
     if isinstance(tm, Bmv2TM):
         tm.flush()
-    return changes
+    return [ch.line() for ch in changes]

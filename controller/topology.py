@@ -12,6 +12,7 @@ neighbouring switch uses for frames it sends to this one.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import ipaddress
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from .netfile import Network
 
 __all__ = ["NextHop", "Route", "router_mac", "distances_to", "shortest_next_hops", "compute_routes", "ecmp_groups",
-           "adjacency"]
+           "adjacency", "group_hash_id", "MAX_GROUP_ID"]
 
 
 @dataclass(frozen=True, order=True)
@@ -121,8 +122,46 @@ def peer_mac(net: Network, attachment: tuple[str, object]) -> int:
     return router_mac(net, peer_switch, peer_port)
 
 
-def ecmp_groups(routes: list[Route]) -> dict[tuple[NextHop, ...], int]:
-    """Group ids (1, 2, ...) for the distinct multi-next-hop sets of one switch, in sorted order of the sets, so
-    routes sharing a set share a group and ids do not depend on the order hosts are listed in."""
+#: Largest ECMP group id: dlcp.p4 keeps per-group state (``spray_position``) in a register of MAX_ECMP_GROUPS = 1024
+#: entries, so ids are 1..1023 (0 is left unused: it reads like "no group" in dumps).
+MAX_GROUP_ID = 1023
+
+
+def group_hash_id(nexthops: tuple[NextHop, ...], max_id: int = MAX_GROUP_ID) -> int:
+    """The preferred id of an equal-cost group, derived from its content (the sorted next hops): the same set
+    gets the same id on every apply and on every switch, whatever else the network holds."""
+    text = ",".join(f"{nh.port}@{nh.dmac:012x}" for nh in nexthops)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") % max_id + 1
+
+
+def ecmp_groups(routes: list[Route], existing: dict[tuple[NextHop, ...], int] | None = None,
+                used: set[int] | frozenset[int] = frozenset(), max_id: int = MAX_GROUP_ID
+                ) -> dict[tuple[NextHop, ...], int]:
+    """Group ids for the distinct multi-next-hop sets of one switch. Routes sharing a set share a group.
+
+    Ids are stable: a set the switch already holds as a complete group keeps that group's id (``existing``,
+    read back from the switch); a new set gets :func:`group_hash_id`, or the next free id after it when that id
+    is taken (by another set, or by any group still on the switch: ``used``), so a change never rewrites the
+    members of a group that live routes point at. Sets are visited in sorted order, so the result does not
+    depend on the order hosts are listed in."""
+    existing = existing or {}
     sets = sorted({r.nexthops for r in routes if len(r.nexthops) > 1})
-    return {nhs: i + 1 for i, nhs in enumerate(sets)}
+    out: dict[tuple[NextHop, ...], int] = {}
+    taken = set(used)
+    for nhs in sets:
+        if nhs in existing:
+            out[nhs] = existing[nhs]
+            taken.add(existing[nhs])
+    for nhs in sets:
+        if nhs in out:
+            continue
+        gid = group_hash_id(nhs, max_id)
+        for _ in range(max_id):
+            if gid not in taken:
+                break
+            gid = gid % max_id + 1
+        else:
+            raise ValueError(f"more than {max_id} equal-cost groups on one switch")
+        out[nhs] = gid
+        taken.add(gid)
+    return out

@@ -20,6 +20,7 @@ from scapy.layers.l2 import Ether
 
 from controller import Network, netfile, state
 from controller.errors import EXIT_CODES
+from controller.topology import NextHop, group_hash_id, router_mac
 from switch.mgmt import MgmtClient
 
 from .conftest import ROOT, dlcpctl
@@ -92,7 +93,9 @@ def test_apply_installs_and_reapply_writes_nothing(daemons, netpath) -> None:
     assert len([e for e in s1 if e.table_id == "ecmp_nhop"]) == 2
     by_ip = {lpm_key(e)[0]: e.action for e in s1 if e.table_id == "ipv4_lpm"}
     assert by_ip["10.0.0.1"].name == "set_nhop" and by_ip["10.0.0.1"].args["port"] == 1
-    assert by_ip["10.0.0.2"].name == "set_ecmp" and by_ip["10.0.0.2"].args == {"group": 1, "size": 2}
+    uplinks = tuple(NextHop(p, router_mac(net.spec, "s2", p)) for p in (2, 3))
+    assert by_ip["10.0.0.2"].name == "set_ecmp"
+    assert by_ip["10.0.0.2"].args == {"group": group_hash_id(uplinks), "size": 2}  # id from the group's content
     assert by_ip["10.0.0.3"].args == by_ip["10.0.0.2"].args  # h2 and h3 share the group
     members = sorted((e.match["ecmp_index"], e.action.args["port"]) for e in s1 if e.table_id == "ecmp_nhop")
     assert members == [(0, 2), (1, 3)]
@@ -112,8 +115,8 @@ def test_apply_installs_and_reapply_writes_nothing(daemons, netpath) -> None:
     for n in daemons:
         assert after[n].write_updates == before[n].write_updates, n
         assert after[n].writes == before[n].writes, n  # not even an empty Write RPC
-    # only link emulation (not readable from the switch) is re-sent; queues are compared and skipped
-    assert all(c.startswith("link ") for r in again.switches.values() for c in r.tm_changes)
+    # queue and link settings are read back and compared: nothing to write
+    assert all(not r.tm_changes for r in again.switches.values())
 
 
 def test_one_key_change_is_one_update(daemons, netpath, tmp_path) -> None:
@@ -137,7 +140,9 @@ def test_imperative_changes_and_apply_restores(daemons, netpath) -> None:
     Network.from_file(netpath).apply()
     r = dlcpctl(*n, "route", "add", "10.8.0.0/16", "--via", "2", "--via", "3", "-s", "s1")
     assert r.returncode == 0, r.stderr
-    assert "+ ipv4_lpm dst_addr=10.8.0.0/16 -> set_ecmp(group=2, size=2)" in r.stdout
+    uplinks = tuple(NextHop(p, router_mac(Network.from_file(netpath).spec, "s2", p)) for p in (2, 3))
+    # the same next hops as the file's group, but a new group: never one that live routes use
+    assert f"+ ipv4_lpm dst_addr=10.8.0.0/16 -> set_ecmp(group={group_hash_id(uplinks) + 1}, size=2)" in r.stdout
     r = dlcpctl(*n, "set", "threshold", "-s", "s3", "--port", "1", "--priority", "0", "--drop", "9")
     assert r.returncode == 0 and f"~ drop_threshold[{state.slot(1, 0)}] = 9" in r.stdout, r.stderr
     r = dlcpctl(*n, "set", "priority-map", "dscp", "10", "3", "-s", "s2")

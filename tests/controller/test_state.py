@@ -10,6 +10,7 @@ from finsy.proto import p4r
 
 from controller import netfile, state
 from controller.client import load_program
+from controller.topology import MAX_GROUP_ID, NextHop, group_hash_id, router_mac
 
 from .test_topology import LEAFSPINE
 
@@ -54,12 +55,14 @@ def test_routes_become_nhop_and_ecmp_entries(schema, names) -> None:
     assert lpm["10.0.1.1/32"]["action"] == "set_nhop"
     assert lpm["10.0.1.1/32"]["params"] == {"dmac": "00:00:00:00:01:01", "smac": net_mac(net, "leaf1", 1),
                                             "port": 1, "nhop_id": 1}
+    gid = group_hash_id((NextHop(3, router_mac(net, "spine1", 1)), NextHop(4, router_mac(net, "spine2", 1))))
+    assert 1 <= gid <= MAX_GROUP_ID
     assert lpm["10.0.2.1/32"] == {"table": "ipv4_lpm", "match": {"dst_addr": "10.0.2.1/32"}, "action": "set_ecmp",
-                                  "params": {"group": 1, "size": 2}}
+                                  "params": {"group": gid, "size": 2}}
     members = dicts(ents, names, "ecmp_nhop")
     assert [(m["match"], m["params"]["port"], m["params"]["dmac"]) for m in members] == [
-        ({"ecmp_group": 1, "ecmp_index": 0}, 3, net_mac(net, "spine1", 1)),
-        ({"ecmp_group": 1, "ecmp_index": 1}, 4, net_mac(net, "spine2", 1))]
+        ({"ecmp_group": gid, "ecmp_index": 0}, 3, net_mac(net, "spine1", 1)),
+        ({"ecmp_group": gid, "ecmp_index": 1}, 4, net_mac(net, "spine2", 1))]
     # the spines have one next hop per host: no groups
     assert dicts(encoded(net, "spine1", schema), names, "ecmp_nhop") == []
 

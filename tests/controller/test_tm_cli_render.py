@@ -64,8 +64,13 @@ def test_bmv2_cli_commands(tmp_path: Path, monkeypatch) -> None:
         tm.apply_tm(plan, t)  # the link s1:2-s2:2 has loss: refused before anything is sent
     assert not log.exists()
     t = tm.open_tm(net().switches["s2"])
-    assert tm.apply_tm(tm.TmPlan(links={}, queues=plan.queues), t) == [f"queue 1/{q}: depth=30" for q in range(8)]
-    assert log.read_text().splitlines() == [f"set_queue_depth 30 1 {q}" for q in range(8)]
+    # BMv2 cannot be read back: every queue of every connected port is written, the file's value or BMv2's
+    # default (64 packets, no rate limit), so a setting dropped from the file goes back to the default
+    assert plan.ports == (1, 2)
+    assert tm.apply_tm(tm.TmPlan(links={}, queues=plan.queues, ports=plan.ports), t) == \
+        [f"queue 1/{q}: depth=30 rate_pps=0" for q in range(8)] + [f"queue 2/{q}: depth=64 rate_pps=0" for q in range(8)]
+    assert log.read_text().splitlines() == [ln for p, d in ((1, 30), (2, 64)) for q in range(8)
+                                            for ln in (f"set_queue_depth {d} {p} {q}", f"set_queue_rate 0 {p} {q}")]
     assert (tmp_path / "args.txt").read_text().split() == ["--thrift-port", "9191"]
     with pytest.raises(TrafficManagerError, match="no queue statistics"):
         t.stats()
