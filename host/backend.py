@@ -15,10 +15,15 @@ How it works:
   port) and its global rank; rank 0 publishes a random per-job nonce. One transport
   :class:`~host.transport.endpoint.Endpoint` per process serves every group; subgroups (``new_group``) share it,
   each with its own 6-bit group tag in the transfer ids.
+* **Registration**: the creator returns a C++ ``c10d::Backend`` (``host/dlcp_c10d.cpp``, built on first use by
+  :mod:`host.backend_ext`) that forwards every operation to a :class:`DlcpBackend`; torch wraps it in its own
+  ``ProcessGroup``, so group names, the dispatcher's ops, functional collectives, DeviceMesh, DTensor and FSDP2
+  reach it like gloo.
 * **Execution**: each group runs its collectives in issue order on one worker thread (every rank issues them in
-  the same order, so their transfers match); point-to-point send/recv run on a small pool so that a blocking
-  receive does not hold back collectives. Every call returns a :class:`DlcpWork` at once; ``wait()`` blocks and
-  re-raises the operation's error (a dead peer becomes a ``TransportError`` within the timeout).
+  the same order, so their transfers match); point-to-point sends and receives are posted to the transport when
+  issued, with no thread per operation, so receives posted before their sends never deadlock. Every call returns
+  a :class:`DlcpWork` at once; ``wait()`` blocks and re-raises the operation's error (a dead peer becomes a
+  ``TransportError`` within the timeout).
 * **Options** (:class:`DlcpOptions`, or environment variables ``DLCP_LOSS_BOUND``, ``DLCP_MTU``,
   ``DLCP_POLICY``, ``DLCP_CC``, ``DLCP_TIMEOUT``, ``DLCP_PEER_TIMEOUT``, ``DLCP_ADDR``, ``DLCP_PORT``,
   ``DLCP_JOB_ID``): the loss bound applies to gradient all-reduces; control traffic (barrier, broadcast of
@@ -35,8 +40,9 @@ import queue
 import random
 import socket
 import threading
+import time
 import zlib
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable
@@ -45,12 +51,12 @@ import torch
 import torch.distributed as dist
 
 from host import wire
-from host.collectives import Collectives, EndpointLink, Outcome, ReduceOp
+from host.collectives import Collectives, EndpointLink, Outcome, RecvReport, ReduceOp
 from host.transport.cc import CCParams, params_for_mode
 from host.transport.chunking import payload_capacity
 from host.transport.endpoint import Endpoint, Options, TransportError, path_mtu
 
-__all__ = ["DlcpOptions", "DlcpProcessGroup", "DlcpWork", "create_dlcp_process_group", "loss_bound_scope",
+__all__ = ["DlcpOptions", "DlcpBackend", "DlcpWork", "create_dlcp_process_group", "dlcp_backend", "loss_bound_scope",
            "BACKEND_NAME", "transport_stats"]
 
 log = logging.getLogger("host.backend")
@@ -171,19 +177,31 @@ def _auto_addr(rank: int) -> str:
 
 # --- work objects ---------------------------------------------------------------------------------------------
 
-class DlcpWork(dist._Work):
-    """Completion of one operation. ``wait()`` blocks and re-raises its error; ``lost_ranges`` lists what bounded
-    loss zero-filled (see ``host.collectives.Outcome``)."""
+class DlcpWork:
+    """Completion of one operation, seen by torch through the C++ ``DlcpWork`` of ``host/dlcp_c10d.cpp`` (which
+    calls these methods). ``wait()`` blocks and re-raises the operation's error; ``lost_ranges`` lists what
+    bounded loss zero-filled (see ``host.collectives.Outcome``).
 
-    def __init__(self, result: list[torch.Tensor]):
-        super().__init__()
+    Collectives are completed by their group's worker thread (:meth:`_complete`). Point-to-point operations have
+    no thread: they are posted to the transport when issued and finished by whoever waits first (``finish``,
+    given the timeout) or finds them ready (``ready``); only ``get_future()`` on one still pending starts a
+    thread that waits for it."""
+
+    def __init__(self, result: list[torch.Tensor], *, finish: Callable[[float | None], Outcome | None] | None = None,
+                 ready: Callable[[], bool] | None = None, cancel: Callable[[], None] | None = None):
         self._fut: torch.futures.Future = torch.futures.Future()
         self._result = result
         self._exc: BaseException | None = None
         self._done = threading.Event()
+        self._finish, self._ready, self._cancel = finish, ready, cancel
+        self._lock = threading.Lock()  # one finisher at a time
+        self._waiter: threading.Thread | None = None
+        self.source: int = -1  # the sender of a receive from any source
         self.lost_ranges: list[tuple[int, int]] = []
 
     def _complete(self, outcome: Outcome | None, exc: BaseException | None) -> None:
+        if self._done.is_set():
+            return
         if outcome is not None:
             self.lost_ranges = outcome.merged()
         self._exc = exc
@@ -193,22 +211,39 @@ class DlcpWork(dist._Work):
         else:
             self._fut.set_exception(exc)
 
+    def _drive(self, timeout: float | None) -> None:
+        """Run the finishing step of a work completed by its waiter (point-to-point)."""
+        with self._lock:
+            if self._done.is_set():
+                return
+            try:
+                outcome = self._finish(timeout)  # type: ignore[misc]
+            except BaseException as e:  # noqa: BLE001 - handed to the caller through wait()
+                self._complete(None, e)
+            else:
+                self._complete(outcome if isinstance(outcome, Outcome) else None, None)
+
     def is_completed(self) -> bool:
+        if not self._done.is_set() and self._finish is not None and self._ready is not None and self._ready():
+            self._drive(None)
         return self._done.is_set()
 
     def is_success(self) -> bool:
-        return self._done.is_set() and self._exc is None
+        return self.is_completed() and self._exc is None
 
-    def exception(self):
+    def exception(self) -> BaseException | None:
         return self._exc
 
     def source_rank(self) -> int:
-        return -1
+        return self.source
 
-    def wait(self, timeout: timedelta | None = None) -> bool:
-        secs = timeout.total_seconds() if isinstance(timeout, timedelta) and timeout.total_seconds() > 0 else None
-        if not self._done.wait(secs):
-            raise TransportError(f"dlcp operation not complete after {secs}s")
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until done (``timeout`` seconds at most; None: the operation's own timeout) and re-raise its
+        error."""
+        if self._finish is not None:
+            self._drive(timeout)
+        elif not self._done.wait(timeout):
+            raise TransportError(f"dlcp operation not complete after {timeout}s")
         if self._exc is not None:
             raise self._exc
         return True
@@ -216,12 +251,32 @@ class DlcpWork(dist._Work):
     def synchronize(self) -> None:
         self.wait()
 
+    def abort(self) -> None:
+        """Fail the operation now if it has not completed (a posted receive is cancelled)."""
+        if self._done.is_set():
+            return
+        if self._cancel is not None:
+            self._cancel()
+        self._complete(None, RuntimeError("dlcp operation aborted"))
+
     def get_future(self) -> torch.futures.Future:
+        if self._finish is not None and not self._done.is_set() and self._waiter is None:
+            self._waiter = threading.Thread(target=self._drive, args=(None,), daemon=True, name="dlcp-p2p-future")
+            self._waiter.start()
         return self._fut
 
     def result(self) -> list[torch.Tensor]:
         self.wait()
         return self._result
+
+
+def _joint_work(works: list[DlcpWork]) -> DlcpWork:
+    """One work for several (a coalescing block): done when all are, fails with the first failure."""
+    def finish(timeout: float | None) -> None:
+        for w in works:
+            w.wait(timeout)
+    return DlcpWork([t for w in works for t in w._result], finish=finish,
+                    ready=lambda: all(w.is_completed() for w in works))
 
 
 def _all_loopback(addr_map: dict[int, tuple[str, int]], ranks: list[int]) -> bool:
@@ -251,12 +306,26 @@ def _copy_back(pairs) -> None:
             orig.copy_(flat.view_as(orig))
 
 
-class DlcpProcessGroup(dist.ProcessGroup):
-    """A torch.distributed process group over the DLCP transport (CPU tensors)."""
+@dataclass
+class _Posted:
+    """A receive posted to the transport for the next message of one (peer, tag) stream ahead of the recv that
+    will take it (posted by a receive from any source that another sender won)."""
+
+    handle: Any  # host.transport.endpoint.RecvHandle
+    buf: torch.Tensor
+
+
+class DlcpBackend:
+    """The ``dlcp`` backend of one process group: what the C++ ``DlcpBackend`` (``host/dlcp_c10d.cpp``), which
+    PyTorch wraps in its ProcessGroup, calls for every operation. Method names and arguments are those of
+    ``torch.distributed.ProcessGroup``; each returns a :class:`DlcpWork` at once.
+
+    Collectives run in issue order on the group's worker thread (every rank issues them in the same order, so
+    their transfers match). Point-to-point operations are posted to the transport at once on the caller's thread
+    (a receive is a posted buffer, not a blocked thread), numbered per (peer, tag) in program order."""
 
     def __init__(self, store, rank: int, size: int, timeout: timedelta | None = None,
                  options: DlcpOptions | None = None):
-        super().__init__(rank, size)
         self.options = options or DlcpOptions.from_env()
         if timeout is not None and timeout.total_seconds() > 0:
             self.options.timeout = min(self.options.timeout, timeout.total_seconds())
@@ -267,12 +336,18 @@ class DlcpProcessGroup(dist.ProcessGroup):
         self._coll = Collectives(_Process.link, self._global_ranks, self._global_ranks[rank], group_tag=group_tag,
                                  timeout=self.options.timeout,
                                  local=_all_loopback(_Process.endpoint.addr_map, self._global_ranks))
+        self._endpoint = _Process.endpoint
         self._queue: queue.Queue = queue.Queue()
         self._worker = threading.Thread(target=self._run, name=f"dlcp-pg{group_tag}-r{rank}", daemon=True)
         self._worker.start()
-        self._p2p = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"dlcp-p2p{group_tag}")
         self._group_tag = group_tag
         self._owns_endpoint = group_tag == 0
+        self._seq = 0  # collectives issued (torch's sequence number for the group)
+        self._coalesced: list[DlcpWork] | None = None  # works issued inside a coalescing block
+        self._p2p_lock = threading.Lock()
+        self._ahead: dict[tuple[int, int], deque[_Posted]] = {}  # (group peer, tag) -> receives posted ahead
+        self._anysource: dict[int, DlcpWork] = {}  # tag -> the unresolved receive from any source
+        self._barriers = 0  # monitored barriers run
 
     # rendezvous ---------------------------------------------------------------------------------------------
     def _rendezvous(self, store, rank: int, size: int) -> tuple[list[int], int]:
@@ -336,27 +411,44 @@ class DlcpProcessGroup(dist.ProcessGroup):
         else:
             work._complete(outcome if isinstance(outcome, Outcome) else None, None)
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("dlcp process group has been shut down")
+
+    def _issued(self, work: DlcpWork) -> DlcpWork:
+        if self._coalesced is not None:
+            self._coalesced.append(work)
+        return work
+
     def _submit(self, fn: Callable[[], Outcome | None], result: list[torch.Tensor]) -> DlcpWork:
-        if self._closed:
-            raise RuntimeError("dlcp process group has been shut down")
+        self._check_open()
         work = DlcpWork(result)
+        self._seq += 1
         self._queue.put((fn, work))
-        return work
+        return self._issued(work)
 
-    def _submit_p2p(self, fn, result) -> DlcpWork:
-        if self._closed:
-            raise RuntimeError("dlcp process group has been shut down")
-        work = DlcpWork(result)
-        self._p2p.submit(self._execute, fn, work)
-        return work
+    # torch's hooks ----------------------------------------------------------------------------------------------
+    def sequence_number(self) -> int:
+        """Collectives issued so far (every member issues the same ones, so all agree)."""
+        return self._seq
 
-    # names ----------------------------------------------------------------------------------------------------
-    def getBackendName(self) -> str:  # noqa: N802 - torch's name
-        return BACKEND_NAME
+    def set_timeout(self, seconds: float) -> None:
+        if seconds > 0:
+            self.options.timeout = seconds
+            self._coll.timeout = seconds
 
-    @property
-    def name(self) -> str:  # type: ignore[override]
-        return BACKEND_NAME
+    def start_coalescing(self) -> None:
+        """Open a coalescing block (``batch_isend_irecv``, ``_coalescing_manager(device=...)``): operations
+        issue as usual and :meth:`end_coalescing` returns one work for all of them."""
+        if self._coalesced is not None:
+            raise RuntimeError("dlcp: a coalescing block is already open on this group")
+        self._coalesced = []
+
+    def end_coalescing(self) -> DlcpWork:
+        if self._coalesced is None:
+            raise RuntimeError("dlcp: end_coalescing without start_coalescing")
+        works, self._coalesced = self._coalesced, None
+        return _joint_work(works)
 
     # collectives ----------------------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
@@ -378,6 +470,7 @@ class DlcpProcessGroup(dist.ProcessGroup):
         bound, layer = _scoped(self.options.loss_bound)
         if len({t.dtype for t in tensors}) > 1:
             raise ValueError("allreduce_coalesced needs tensors of one dtype")
+        _flat_views(tensors)  # CPU only
 
         def run():
             flat = torch.cat([t.reshape(-1) for t in tensors]) if tensors else torch.empty(0)
@@ -393,17 +486,35 @@ class DlcpProcessGroup(dist.ProcessGroup):
         if len(input_tensors) != 1:
             raise ValueError("dlcp allgather takes one input tensor per process")
         outs, inp = list(output_tensors[0]), input_tensors[0]
+        _flat_views([inp, *outs])  # CPU only
         _, layer = _scoped(0.0)
         return self._submit(lambda: self._coll.all_gather(outs, inp, layer=layer), [outs])
+
+    def allgather_coalesced(self, output_lists, input_tensors, opts=None):
+        """``all_gather_coalesced``: one all-gather per input, run back to back as one operation."""
+        outs, ins = [list(o) for o in output_lists], list(input_tensors)
+        if len(outs) != len(ins):
+            raise ValueError(f"allgather_coalesced: {len(ins)} inputs but {len(outs)} output lists")
+        for o, i in zip(outs, ins):
+            if len(o) != self._size:
+                raise ValueError(f"allgather_coalesced: an output list has {len(o)} tensors for {self._size} ranks")
+            _flat_views([i, *o])
+        _, layer = _scoped(0.0)
+
+        def run():
+            for o, i in zip(outs, ins):
+                self._coll.all_gather(o, i, layer=layer)
+        return self._submit(run, [t for o in outs for t in o])
 
     def _allgather_base(self, output, input, opts=None):
         return self.all_gather_single(output, input, opts)
 
-    def all_gather_single(self, output, input, opts=None):
+    def _gather_into(self, output: torch.Tensor, input: torch.Tensor) -> Callable[[], Outcome]:
+        """The body of ``all_gather_into_tensor``: checked now, run later."""
         if output.numel() != input.numel() * self._size:
             raise ValueError(f"all_gather_into_tensor: output has {output.numel()} elements, expected "
                              f"{input.numel()} x {self._size}")
-        pairs = _flat_views([output])
+        pairs = _flat_views([output, input])[:1]
         _, layer = _scoped(0.0)  # priority from the caller's scope; never a loss bound for gathers
 
         def run():
@@ -413,13 +524,25 @@ class DlcpProcessGroup(dist.ProcessGroup):
                                         layer=layer)
             _copy_back(pairs)
             return out
-        return self._submit(run, [output])
+        return run
+
+    def all_gather_single(self, output, input, opts=None):
+        return self._submit(self._gather_into(output, input), [output])
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        runs = [self._gather_into(o, i) for o, i in zip(outputs, inputs, strict=True)]
+
+        def run():
+            for r in runs:
+                r()
+        return self._submit(run, list(outputs))
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         op = ReduceOp.from_torch(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         if len(output_tensors) != 1:
             raise ValueError("dlcp reduce_scatter takes one output tensor per process")
         out_t, ins = output_tensors[0], list(input_tensors[0])
+        _flat_views([out_t, *ins])  # CPU only
         bound, layer = _scoped(0.0)
         return self._submit(lambda: self._coll.reduce_scatter(out_t, ins, op, layer=layer, loss_bound=bound),
                             [out_t])
@@ -427,11 +550,13 @@ class DlcpProcessGroup(dist.ProcessGroup):
     def _reduce_scatter_base(self, output, input, opts=None):
         return self.reduce_scatter_single(output, input, opts)
 
-    def reduce_scatter_single(self, output, input, opts=None):
+    def _scatter_reduce_into(self, output: torch.Tensor, input: torch.Tensor, opts) -> Callable[[], Outcome]:
+        """The body of ``reduce_scatter_tensor``: checked now, run later."""
         op = ReduceOp.from_torch(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         if input.numel() != output.numel() * self._size:
             raise ValueError(f"reduce_scatter_tensor: input has {input.numel()} elements, expected "
                              f"{output.numel()} x {self._size}")
+        _flat_views([output, input])  # CPU only
         bound, layer = _scoped(0.0)
 
         def run():
@@ -439,7 +564,20 @@ class DlcpProcessGroup(dist.ProcessGroup):
             flat = input.reshape(-1)
             return self._coll.reduce_scatter(output, [flat[i * n:(i + 1) * n] for i in range(self._size)], op,
                                              layer=layer, loss_bound=bound)
-        return self._submit(run, [output])
+        return run
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        return self._submit(self._scatter_reduce_into(output, input, opts), [output])
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        runs = [self._scatter_reduce_into(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
+
+        def run():
+            out = Outcome()  # several outputs: their lost ranges are not in one coordinate system, so none kept
+            for r in runs:
+                r()
+            return out
+        return self._submit(run, list(outputs))
 
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
@@ -470,19 +608,59 @@ class DlcpProcessGroup(dist.ProcessGroup):
         root = opts.rootRank if opts is not None else 0
         outs = list(output_tensors[0]) if self._rank == root else None
         inp = input_tensors[0]
+        _flat_views([inp, *(outs or [])])  # CPU only
         return self._submit(lambda: self._coll.gather(outs, inp, root), [outs] if outs is not None else [])
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
         out_t = output_tensors[0]
         ins = list(input_tensors[0]) if self._rank == root else None
+        _flat_views([out_t, *(ins or [])])  # CPU only
         return self._submit(lambda: self._coll.scatter(out_t, ins, root), [out_t])
 
     def barrier(self, opts=None):
         return self._submit(self._coll.barrier, [])
 
+    def monitored_barrier(self, opts=None, wait_all_ranks: bool = False) -> None:
+        """A barrier that names the ranks that did not reach it within the timeout (``opts.timeout``, else the
+        group's): group rank 0 waits for every other rank's arrival in the group's store and raises
+        ``RuntimeError("Rank 2 failed to pass monitoredBarrier in 1000 ms")`` (every missing rank with
+        ``wait_all_ranks``, as gloo's); the others wait for rank 0's verdict and raise it too. Runs on the
+        caller's thread, beside the queued collectives."""
+        self._check_open()
+        t = getattr(opts, "timeout", None)
+        secs = t.total_seconds() if isinstance(t, timedelta) and t.total_seconds() > 0 else self.options.timeout
+        key = f"dlcp/monitored_barrier/{self._barriers}"
+        self._barriers += 1
+        if self._rank != 0:
+            self._store.set(f"{key}/{self._rank}", "1")
+            try:
+                self._store.wait([f"{key}/done"], timedelta(seconds=secs))
+            except Exception:  # noqa: BLE001 - the store's timeout, said in the barrier's terms
+                raise RuntimeError(f"Rank 0 failed to pass monitoredBarrier in {int(secs * 1000)} ms") from None
+            verdict = self._store.get(f"{key}/done").decode()
+            if verdict != "ok":
+                raise RuntimeError(verdict)
+            return
+        deadline = time.monotonic() + secs
+        missing = list(range(1, self._size))
+        while True:
+            missing = [r for r in missing if not self._store.check([f"{key}/{r}"])]
+            if not missing or time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)
+        if not missing:
+            self._store.set(f"{key}/done", "ok")
+            return
+        shown = missing if wait_all_ranks else missing[:1]
+        who = f"Ranks {', '.join(map(str, shown))}" if len(shown) > 1 else f"Rank {shown[0]}"
+        verdict = f"{who} failed to pass monitoredBarrier in {int(secs * 1000)} ms"
+        self._store.set(f"{key}/done", verdict)
+        raise RuntimeError(verdict)
+
     def alltoall(self, output_tensors, input_tensors, opts=None):
         outs, ins = list(output_tensors), list(input_tensors)
+        _flat_views([*outs, *ins])  # CPU only
         return self._submit(lambda: self._coll.all_to_all(outs, ins), outs)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
@@ -494,7 +672,7 @@ class DlcpProcessGroup(dist.ProcessGroup):
         in_splits = list(input_split_sizes) or [input.shape[0] // P] * P
         if sum(out_splits) != output.shape[0] or sum(in_splits) != input.shape[0]:
             raise ValueError("all_to_all_single: split sizes do not add up to the tensors' first dimension")
-        pairs = _flat_views([output])
+        pairs = _flat_views([output, input])[:1]
 
         def run():
             row_out = output[0].numel() if output.dim() and output.shape[0] else 1
@@ -512,45 +690,164 @@ class DlcpProcessGroup(dist.ProcessGroup):
         return self._submit(run, [output])
 
     # point to point ---------------------------------------------------------------------------------------------
-    def send(self, tensors, dstRank, tag):  # noqa: N803 - torch's names
-        t = tensors[0]
-        tid = self._coll._p2p_tid(dstRank, tag, "send")  # numbered in program order, on the caller's thread
-        flat = t.reshape(-1).contiguous()
+    def _check_peer(self, peer: int, what: str) -> None:
+        if not 0 <= peer < self._size or peer == self._rank:
+            raise ValueError(f"dlcp {what}: peer rank {peer} is not another member of this group of "
+                             f"{self._size} (this rank is {self._rank})")
 
-        def run():
-            self._coll.link.isend(self._global_ranks[dstRank], flat, tid).wait(self.options.timeout)
-        return self._submit_p2p(run, [t])
+    def send(self, tensors, dstRank, tag):  # noqa: N803 - torch's names
+        """Posted to the transport now; the work completes when the receiver has it all."""
+        self._check_open()
+        self._check_peer(dstRank, "send")
+        t = tensors[0]
+        flat = _flat_views([t])[0][1]
+        tid = self._coll._p2p_tid(dstRank, tag, "send")  # numbered in program order, on the caller's thread
+        h = self._coll.link.isend(self._global_ranks[dstRank], flat, tid)
+        return self._issued(DlcpWork([t], finish=lambda timeout: h.wait(timeout or self.options.timeout) and None,
+                                     ready=h.done))
+
+    def _post(self, src: int, tag: int, buf: torch.Tensor):
+        """Post the receive of the next message of (src, tag) into the flat tensor ``buf``."""
+        tid = self._coll._p2p_tid(src, tag, "recv")
+        return self._endpoint.post_recv(self._global_ranks[src], tid, buf, timeout=self.options.timeout)
+
+    def _settle_anysource(self, tag: int) -> None:
+        """Wait for an earlier receive from any source on ``tag`` to pick its sender: until it has, which posted
+        receive a new one on that tag may take is not known."""
+        w = self._anysource.get(tag)
+        if w is not None:
+            try:
+                w.wait()
+            except Exception:  # noqa: BLE001 - its own waiter sees the error; this one only needed it settled
+                pass
 
     def recv(self, tensors, srcRank, tag):  # noqa: N803
+        """Posted to the transport now (or taken over from a receive a recv from any source posted ahead); no
+        thread waits for it."""
+        self._check_open()
+        self._check_peer(srcRank, "recv")
         t = tensors[0]
-        tid = self._coll._p2p_tid(srcRank, tag, "recv")
         pairs = _flat_views([t])
+        self._settle_anysource(tag)
+        with self._p2p_lock:
+            ahead = self._ahead.get((srcRank, tag))
+            posted = ahead.popleft() if ahead else None
+        if posted is not None:
+            if posted.buf.numel() != t.numel() or posted.buf.dtype != t.dtype:
+                raise ValueError(f"dlcp recv from rank {srcRank} tag {tag}: a receive from any source posted "
+                                 f"this message's receive for {posted.buf.numel()} x {posted.buf.dtype}, this recv "
+                                 f"wants {t.numel()} x {t.dtype}")
+            h, buf = posted.handle, posted.buf
+        else:
+            buf = pairs[0][1]
+            h = self._post(srcRank, tag, buf)
 
-        def run():
+        def finish(timeout: float | None) -> Outcome:
             out = Outcome()
-            out.add(0, self._coll.link.recv(self._global_ranks[srcRank], pairs[0][1], tid,
-                                            timeout=self.options.timeout))
+            res = h.wait(timeout)
+            out.add(0, RecvReport(lost=list(res.report.lost_ranges)))
+            if buf.data_ptr() != pairs[0][1].data_ptr():
+                pairs[0][1].copy_(buf)
             _copy_back(pairs)
             return out
-        return self._submit_p2p(run, [t])
+        work = DlcpWork([t], finish=finish, ready=h.done, cancel=h.cancel)
+        work.source = srcRank
+        return self._issued(work)
+
+    def recv_anysource(self, tensors, tag):
+        """Receive the next message on ``tag`` from whichever member sends first: a receive for the next message
+        of every other member is posted (or one posted earlier reused); the first to complete is taken and its
+        sender becomes ``source_rank()``, the others stay posted for the recvs that come next from those members.
+        An earlier receive from any source on the same tag is settled first."""
+        self._check_open()
+        t = tensors[0]
+        pairs = _flat_views([t])
+        self._settle_anysource(tag)
+        cands: dict[int, _Posted] = {}
+        with self._p2p_lock:
+            for peer in range(self._size):
+                if peer == self._rank:
+                    continue
+                ahead = self._ahead.setdefault((peer, tag), deque())
+                if not ahead:
+                    buf = torch.empty(t.numel(), dtype=t.dtype)
+                    ahead.append(_Posted(self._post(peer, tag, buf), buf))
+                cands[peer] = ahead[0]
+        deadline = time.monotonic() + self.options.timeout
+
+        def finish(timeout: float | None) -> Outcome:
+            end = deadline if timeout is None else min(deadline, time.monotonic() + timeout)
+            pause = 0.0002
+            while True:  # the transport signals each receive on its own; poll the heads, backing off to 5 ms
+                done = [p for p, c in cands.items() if c.handle.done()]
+                if done:
+                    break
+                if time.monotonic() >= end:
+                    raise TransportError(f"recv from any source on tag {tag}: nothing from ranks "
+                                         f"{sorted(cands)} within {self.options.timeout}s")
+                time.sleep(pause)
+                pause = min(pause * 2, 0.005)
+            src = done[0]
+            with self._p2p_lock:
+                self._ahead[(src, tag)].popleft()
+            res = cands[src].handle.wait()
+            if cands[src].buf.numel() != t.numel() or cands[src].buf.dtype != t.dtype:
+                raise ValueError(f"recv from any source on tag {tag}: rank {src}'s message was received for "
+                                 f"{cands[src].buf.numel()} x {cands[src].buf.dtype}, this recv wants "
+                                 f"{t.numel()} x {t.dtype}")
+            pairs[0][1].copy_(cands[src].buf)
+            _copy_back(pairs)
+            work.source = src
+            out = Outcome()
+            out.add(0, RecvReport(lost=list(res.report.lost_ranges)))
+            return out
+        work = DlcpWork([t], finish=finish, ready=lambda: any(c.handle.done() for c in cands.values()))
+        self._anysource[tag] = work
+        return self._issued(work)
 
     # life cycle -------------------------------------------------------------------------------------------------
-    def shutdown(self) -> None:
-        """Finish queued work, join every thread; the default group also closes the process's endpoint."""
-        if self._closed:
-            return
-        self._closed = True
-        self._queue.put(None)
-        self._worker.join()
-        self._p2p.shutdown(wait=True)
+    def _cancel_ahead(self) -> None:
+        with self._p2p_lock:
+            posted = [p for q in self._ahead.values() for p in q]
+            self._ahead.clear()
+        for p in posted:
+            p.handle.cancel()
+
+    def _close_endpoint(self) -> None:
         if self._owns_endpoint:
             with _Process.lock:
                 ep, _Process.endpoint, _Process.link = _Process.endpoint, None, None
             if ep is not None:
                 ep.close()
 
+    def shutdown(self) -> None:
+        """Finish queued collectives, join the worker thread, cancel receives posted ahead; the default group also
+        closes the process's endpoint."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        self._worker.join()
+        self._cancel_ahead()
+        self._close_endpoint()
+
     def abort(self) -> None:
-        self.shutdown()
+        """Stop without waiting: queued collectives fail at once with "aborted", the running one fails with the
+        transport (the default group closes the endpoint, which fails every transfer in flight) or its timeout."""
+        if self._closed:
+            return
+        self._closed = True
+        err = RuntimeError("dlcp process group aborted")
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[1]._complete(None, err)
+        self._queue.put(None)
+        self._cancel_ahead()
+        self._close_endpoint()
 
     def transport_stats(self) -> dict[str, Any]:
         """The process's transport counters (bytes, packets, retransmissions, zero-filled elements, ...)."""
@@ -565,8 +862,20 @@ def transport_stats() -> dict[str, Any]:
 
 
 def create_dlcp_process_group(store, rank: int, size: int, timeout: timedelta | None = None):
-    """The creator registered with ``dist.Backend.register_backend``."""
-    return DlcpProcessGroup(store, rank, size, timeout)
+    """The creator registered with ``dist.Backend.register_backend``: the C++ ``c10d::Backend`` (built by
+    ``host.backend_ext``) around a :class:`DlcpBackend`, which torch wraps in its own ProcessGroup."""
+    from host.backend_ext import load
+
+    return load().DlcpBackend(rank, size, DlcpBackend(store, rank, size, timeout))
+
+
+def dlcp_backend(group=None) -> DlcpBackend:
+    """The :class:`DlcpBackend` of a dlcp process group (default: the default group), e.g. for its options."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    impl = getattr(pg._get_backend(torch.device("cpu")), "impl", None)
+    if not isinstance(impl, DlcpBackend):
+        raise ValueError(f"process group {pg.group_name} is not a dlcp group (backend {dist.get_backend(pg)})")
+    return impl
 
 
 from host.torch_plugin import register as _register  # noqa: E402  (registering needs the class above)
