@@ -93,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-tm", action="store_true", help="leave traffic-manager settings alone")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
+    p = sub.add_parser("diff", help="print how the switches differ from the network file (writes nothing)")
+    p.add_argument("file", nargs="?", metavar="NET", help="network file")
+    _net_option(p)
+    _switch_option(p)
+    p.add_argument("--no-tm", action="store_true", help="leave traffic-manager settings out")
+    p.add_argument("--json", action="store_true", help="print the drift as JSON")
+
     p = sub.add_parser("show", help="show switch state")
     p.add_argument("what", choices=("tables", "counters", "queues", "drops"))
     _net_option(p)
@@ -227,6 +234,23 @@ def _run(a: argparse.Namespace, console: Console) -> int:
             print(f"dlcpctl: {e}", file=sys.stderr)
         return next((e.exit_code for e in result.errors.values()), 0)
 
+    if a.cmd == "diff":
+        result = net.apply(a.switch, dry_run=True, tm=not a.no_tm, check=False)
+        drift = {n: drift_lines(r) for n, r in result.switches.items()}
+        if a.json:
+            print(json.dumps({"drift": drift, "errors": {n: str(e) for n, e in result.errors.items()}}, indent=2))
+        else:
+            for n, lines in drift.items():
+                if not lines:
+                    console.print(f"{n}: in sync", markup=False)
+                for ln in lines:
+                    console.print(f"{n}: {ln}", markup=False)
+        for n, e in result.errors.items():
+            print(f"dlcpctl: {e}", file=sys.stderr)
+        if result.errors:
+            return next(iter(result.errors.values())).exit_code
+        return EXIT_CODES["drift"] if any(drift.values()) else 0
+
     if a.cmd == "show":
         if a.what == "tables":
             data = net.tables(a.switch)
@@ -319,6 +343,13 @@ def _run(a: argparse.Namespace, console: Console) -> int:
         net.packet_in(sw, a.count, a.timeout, on_packet=show)
         return 0
     raise UsageError(f"unknown command {a.cmd!r}")
+
+
+def drift_lines(r) -> list[str]:
+    """How one switch differs from the file, one line per difference: ``pipeline`` when it runs another program,
+    ``+``/``~``/``-`` entries (missing, different, not in the file), ``tm`` settings to restore."""
+    out = ["pipeline: the switch runs another program (or none)"] if r.pipeline_pushed else []
+    return out + list(r.updates) + [f"tm {c}" for c in r.tm_changes]
 
 
 def _summary(frame: bytes) -> str:

@@ -23,6 +23,7 @@ EXIT_CODES = {
     "program": 6,          # the P4 program does not compile or lacks what the controller programs
     "tm": 7,               # traffic-manager settings failed (management service, simple_switch_CLI missing, ...)
     "timeout": 8,          # packet-in: fewer packets than asked for arrived in time
+    "drift": 9,            # diff: a switch differs from the network file (the differences are printed)
 }
 
 

@@ -36,10 +36,12 @@ class Daemon:
             self.proc.stdout.close()
 
 
-def start_daemon(name: str, *args: str, timeout: float = 60.0) -> Daemon:
-    """Start ``dlcp-switch`` and wait for its ``listening on HOST:PORT`` line (fail, with its stderr, if it dies)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([PY, "-m", "switch.daemon", "--grpc-server-addr", "127.0.0.1:0", "--cpu-port", "255",
+def start_daemon(name: str, *args: str, timeout: float = 60.0, env: dict[str, str] | None = None,
+                 address: str = "127.0.0.1:0") -> Daemon:
+    """Start ``dlcp-switch`` and wait for its ``listening on HOST:PORT`` line (fail, with its stderr, if it dies).
+    ``env`` adds environment variables (test modes); ``address`` a fixed address (a restart on the same port)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    proc = subprocess.Popen([PY, "-m", "switch.daemon", "--grpc-server-addr", address, "--cpu-port", "255",
                              "--log-level", "warn", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout

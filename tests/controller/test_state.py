@@ -8,7 +8,7 @@ import finsy as fy
 import pytest
 from finsy.proto import p4r
 
-from controller import netfile, state
+from controller import netfile, state, topology
 from controller.client import load_program
 from controller.topology import MAX_GROUP_ID, NextHop, group_hash_id, router_mac
 
@@ -165,3 +165,44 @@ def test_canonical_bytes_compare_equal(schema, names) -> None:
     padded.table_entry.action.action.params[0].value = b"\0\0\x01"
     assert state.entity_key(state.canonical(padded)) == state.entity_key(state.canonical(e))
     assert len(plan([e], [padded], names)) == 0
+
+
+def test_group_ids_come_from_content_and_survive_topology_changes() -> None:
+    net = net_of()
+    g1 = topology.ecmp_groups(topology.compute_routes(net)["leaf1"])
+    # another host and another spine-facing link elsewhere: leaf1's uplink group keeps its id
+    more = netfile.loads(textwrap.dedent(LEAFSPINE).replace(
+        "links:", '  h4: {ip: 10.0.2.2, mac: "00:00:00:00:02:02", attach: leaf2:2}\nlinks:'))
+    assert topology.ecmp_groups(topology.compute_routes(more)["leaf1"]) == g1
+    (nhs, gid), = g1.items()
+    assert gid == group_hash_id(nhs)
+    # an id that is taken (by a group still on the switch) moves the new set to the next free id
+    assert topology.ecmp_groups(topology.compute_routes(net)["leaf1"], used={gid})[nhs] == gid % MAX_GROUP_ID + 1
+    # a set the switch already holds keeps the id it has there
+    assert topology.ecmp_groups(topology.compute_routes(net)["leaf1"], {nhs: 77}, {77})[nhs] == 77
+
+
+def test_groups_read_back_from_the_switch(schema, names) -> None:
+    net = net_of()
+    routes = topology.compute_routes(net)["leaf1"]
+    (nhs, _), = topology.ecmp_groups(routes).items()
+    held = [e.encode(schema) for e in state.desired_entities(net, "leaf1", {nhs: 77})]
+    assert state.groups_on_switch(net, "leaf1", held, schema, names) == ({nhs: 77}, {77})
+    assert state.assign_groups(net, "leaf1", held, schema, names) == {nhs: 77}
+    assert len(plan(encoded_with(net, held, schema, names), held, names)) == 0  # kept: nothing to write
+    # a partial group (member 1 missing) is not reused, and its id is not given to anything else
+    partial = [e for e in held if not (e.table_entry.table_id == names.table_ids["ecmp_nhop"]
+                                       and e.table_entry.match[1].exact.value in (b"\x01", b"\0\x01"))]
+    assert state.groups_on_switch(net, "leaf1", partial, schema, names) == ({}, {77})
+    new = state.assign_groups(net, "leaf1", partial, schema, names)[nhs]
+    assert new != 77
+    p = plan(encoded_with(net, partial, schema, names), partial, names)
+    # new members first, then the routes move over, then the partial group goes: one Write per phase
+    kinds = [[(u.type, names.tables[u.entity.table_entry.table_id][0]) for u in ph] for ph in p.phases]
+    assert kinds == [[(p4r.Update.INSERT, "ecmp_nhop")] * 2, [(p4r.Update.MODIFY, "ipv4_lpm")],  # 10.0.2.1
+                     [(p4r.Update.DELETE, "ecmp_nhop")]]
+
+
+def encoded_with(net, actual, schema, names):
+    groups = state.assign_groups(net, "leaf1", actual, schema, names)
+    return [e.encode(schema) for e in state.desired_entities(net, "leaf1", groups)]
