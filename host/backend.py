@@ -625,8 +625,8 @@ class DlcpBackend:
         """A barrier that names the ranks that did not reach it within the timeout (``opts.timeout``, else the
         group's): group rank 0 waits for every other rank's arrival in the group's store and raises
         ``RuntimeError("Rank 2 failed to pass monitoredBarrier in 1000 ms")`` (every missing rank with
-        ``wait_all_ranks``, as gloo's); the others wait for rank 0's verdict and raise it too. Runs on the
-        caller's thread, beside the queued collectives."""
+        ``wait_all_ranks``, as gloo's); the others wait (up to twice the timeout) for rank 0's verdict and raise
+        it too. Runs on the caller's thread, beside the queued collectives."""
         self._check_open()
         t = getattr(opts, "timeout", None)
         secs = t.total_seconds() if isinstance(t, timedelta) and t.total_seconds() > 0 else self.options.timeout
@@ -634,10 +634,10 @@ class DlcpBackend:
         self._barriers += 1
         if self._rank != 0:
             self._store.set(f"{key}/{self._rank}", "1")
-            try:
-                self._store.wait([f"{key}/done"], timedelta(seconds=secs))
+            try:  # rank 0 may take the whole timeout to find a late rank: its verdict can take twice that
+                self._store.wait([f"{key}/done"], timedelta(seconds=2 * secs))
             except Exception:  # noqa: BLE001 - the store's timeout, said in the barrier's terms
-                raise RuntimeError(f"Rank 0 failed to pass monitoredBarrier in {int(secs * 1000)} ms") from None
+                raise RuntimeError(f"Rank 0 failed to pass monitoredBarrier in {int(2 * secs * 1000)} ms") from None
             verdict = self._store.get(f"{key}/done").decode()
             if verdict != "ok":
                 raise RuntimeError(verdict)
