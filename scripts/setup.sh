@@ -47,3 +47,7 @@ assert "dist-packages" in mininet.net.__file__, mininet.net.__file__
 import torch
 print(f"setup: ok (python {sys.version.split()[0]}, torch {torch.__version__}, mininet {mininet.net.__file__})")
 PY
+# The dlcp backend's C++ part, built against this torch now rather than by the first job (cached in torch's
+# extension directory; a changed source is rebuilt on first use).
+echo "setup: building the dlcp c10d backend (host/dlcp_c10d.cpp)"
+.venv/bin/python -m host.backend_ext >/dev/null

@@ -9,6 +9,14 @@ from .dist_run import check, launch
 MOD = "tests.host.backend_worker"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _built_extension() -> None:
+    """Build the C++ backend once here, so the ranks launched below load it instead of racing to build it."""
+    from host.backend_ext import load
+
+    load()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("size", [2, 3, 4])
 def test_every_collective_matches_gloo(size: int) -> None:
