@@ -9,6 +9,7 @@ the operation and closed after it. Errors are :mod:`controller.errors` exception
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import shutil
 import time
@@ -25,7 +26,7 @@ from .errors import ControllerError, ProgramError, UsageError
 from .netfile import format_mac
 from .topology import NextHop, Route, compute_routes, ecmp_groups, router_mac
 
-__all__ = ["Network", "ApplyResult", "SwitchApplyResult", "SwitchStats", "PrioCounters", "INGRESS_DROP_REASONS"]
+__all__ = ["Network", "StatsSessions", "ApplyResult", "SwitchApplyResult", "SwitchStats", "PrioCounters", "INGRESS_DROP_REASONS"]
 
 #: Reasons of dlcp.p4's ``ingress_drops`` counter, by index.
 INGRESS_DROP_REASONS = ("parser_error", "bad_checksum", "ttl_expired", "no_route", "early_eligible", "hairpin")
@@ -288,45 +289,56 @@ class Network:
         return sorted(ports)
 
     async def _stats_switch(self, switch: str, tm: bool) -> SwitchStats:
-        ports = self._slots(switch)
-        st = SwitchStats(switch, time.time())
         async with self._client(switch, writer=False) as c:
-            n = c.names
-            ents: list[p4r.Entity] = []
-
-            def counter(name: str, idx: int) -> None:
-                if name in n.counter_ids:
-                    ents.append(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=n.counter_ids[name],
-                                                                          index=p4r.Index(index=idx))))
-            for p in ports:
-                for q in range(state.NUM_PRIOS):
-                    for name in ("port_forwarded", "eligible_drops", "ecn_marks"):
-                        counter(name, state.slot(p, q))
-                counter("nhop_packets", p)
-            if "ingress_drops" in n.counter_ids:
-                ents.append(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=n.counter_ids["ingress_drops"])))
-            for e in await c.read(ents):
-                ce = e.counter_entry
-                name = n.counters.get(ce.counter_id, ("?",))[0]
-                idx, pk, by = ce.index.index, ce.data.packet_count, ce.data.byte_count
-                if name == "ingress_drops":
-                    reason = INGRESS_DROP_REASONS[idx] if idx < len(INGRESS_DROP_REASONS) else str(idx)
-                    if idx < len(INGRESS_DROP_REASONS) or pk:
-                        st.ingress_drops[reason] = pk
-                elif name == "nhop_packets":
-                    st.nhop_packets[idx] = (pk, by)
-                else:
-                    pc = st.ports.setdefault(idx // state.NUM_PRIOS, {}).setdefault(idx % state.NUM_PRIOS,
-                                                                                    PrioCounters())
-                    if name == "port_forwarded":
-                        pc.forwarded_packets, pc.forwarded_bytes = pk, by
-                    elif name == "eligible_drops":
-                        pc.eligible_drops = pk
-                    elif name == "ecn_marks":
-                        pc.ecn_marks = pk
+            st = await self._stats_on(c)
         if tm and self.spec.switches[switch].target == "embedded":
             st.tm = await asyncio.to_thread(self._tm_stats_sync, switch)
         return st
+
+    async def _stats_on(self, c: SwitchClient) -> SwitchStats:
+        """The P4 counters of one switch over an open session."""
+        switch = c.spec.name
+        ports = self._slots(switch)
+        st = SwitchStats(switch, time.time())
+        n = c.names
+        ents: list[p4r.Entity] = []
+
+        def counter(name: str, idx: int) -> None:
+            if name in n.counter_ids:
+                ents.append(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=n.counter_ids[name],
+                                                                      index=p4r.Index(index=idx))))
+        for p in ports:
+            for q in range(state.NUM_PRIOS):
+                for name in ("port_forwarded", "eligible_drops", "ecn_marks"):
+                    counter(name, state.slot(p, q))
+            counter("nhop_packets", p)
+        if "ingress_drops" in n.counter_ids:
+            ents.append(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=n.counter_ids["ingress_drops"])))
+        for e in await c.read(ents):
+            ce = e.counter_entry
+            name = n.counters.get(ce.counter_id, ("?",))[0]
+            idx, pk, by = ce.index.index, ce.data.packet_count, ce.data.byte_count
+            if name == "ingress_drops":
+                reason = INGRESS_DROP_REASONS[idx] if idx < len(INGRESS_DROP_REASONS) else str(idx)
+                if idx < len(INGRESS_DROP_REASONS) or pk:
+                    st.ingress_drops[reason] = pk
+            elif name == "nhop_packets":
+                st.nhop_packets[idx] = (pk, by)
+            else:
+                pc = st.ports.setdefault(idx // state.NUM_PRIOS, {}).setdefault(idx % state.NUM_PRIOS,
+                                                                                PrioCounters())
+                if name == "port_forwarded":
+                    pc.forwarded_packets, pc.forwarded_bytes = pk, by
+                elif name == "eligible_drops":
+                    pc.eligible_drops = pk
+                elif name == "ecn_marks":
+                    pc.ecn_marks = pk
+        return st
+
+    def stats_sessions(self, switches: Iterable[str] | None = None, *, tm: bool = True) -> "StatsSessions":
+        """Sessions kept open for repeated :meth:`StatsSessions.read` calls (``watch``): one P4Runtime session and
+        one management channel per switch for as long as the context lasts."""
+        return StatsSessions(self, self._select(switches), tm)
 
     def _tm_stats_sync(self, switch: str):
         t = tmmod.open_tm(self.spec.switches[switch], self.spec.connect_timeout)
@@ -648,3 +660,47 @@ class Network:
                   on_packet: Callable[[fy.P4PacketIn], None] | None = None) -> list[fy.P4PacketIn]:
         return self._run(self.packet_in_async(switch, count, timeout, on_packet))
 
+
+
+class StatsSessions:
+    """One read-only P4Runtime session (and, embedded target, one management channel) per switch, opened once
+    and read many times (``dlcpctl watch``); use ``async with``. A failure closes everything and raises."""
+
+    def __init__(self, net: Network, switches: list[str], tm: bool):
+        self.net, self.switches, self.tm = net, switches, tm
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._clients: dict[str, SwitchClient] = {}
+        self._tms: dict[str, tmmod.EmbeddedTM] = {}
+
+    async def __aenter__(self) -> "StatsSessions":
+        self._stack = contextlib.AsyncExitStack()
+        try:
+            clients = [self.net._client(s, writer=False) for s in self.switches]  # noqa: SLF001
+            opened = await asyncio.gather(*(self._stack.enter_async_context(c) for c in clients),
+                                          return_exceptions=True)
+            for r in opened:
+                if isinstance(r, BaseException):
+                    raise r
+            self._clients = dict(zip(self.switches, clients))
+            for s in self.switches:
+                spec = self.net.spec.switches[s]
+                if self.tm and spec.target == "embedded":
+                    t = tmmod.EmbeddedTM(spec, self.net.spec.connect_timeout)
+                    self._stack.callback(t.close)
+                    self._tms[s] = t
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self._stack is not None:
+            await self._stack.aclose()
+
+    async def read(self) -> dict[str, SwitchStats]:
+        """Counters of every switch now (P4 counters and traffic-manager statistics)."""
+        stats = await asyncio.gather(*(self.net._stats_on(self._clients[s]) for s in self.switches))  # noqa: SLF001
+        out = dict(zip(self.switches, stats))
+        for s, t in self._tms.items():
+            out[s].tm = await asyncio.to_thread(t.stats)
+        return out

@@ -100,6 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-tm", action="store_true", help="leave traffic-manager settings out")
     p.add_argument("--json", action="store_true", help="print the drift as JSON")
 
+    p = sub.add_parser("run", help="keep the switches matching the network file (long-running controller)")
+    p.add_argument("file", nargs="?", metavar="NET", help="network file")
+    _net_option(p)
+    _switch_option(p)
+    p.add_argument("--drift-interval", type=float, default=10.0,
+                   help="seconds between drift checks of each switch (0: never; default 10)")
+    p.add_argument("--poll", type=float, default=0.5, help="seconds between checks of the file (default 0.5)")
+    p.add_argument("--retry", type=float, default=0.1,
+                   help="seconds between reconnection attempts to a switch that is down (default 0.1)")
+    p.add_argument("--no-tm", action="store_true", help="leave traffic-manager settings alone")
+
     p = sub.add_parser("show", help="show switch state")
     p.add_argument("what", choices=("tables", "counters", "queues", "drops"))
     _net_option(p)
@@ -219,6 +230,8 @@ def _run(a: argparse.Namespace, console: Console) -> int:
     from .api import Network
     from . import render
 
+    if a.cmd == "run":
+        return _run_controller(a)
     net = Network.from_file(_net_path(a))
     if a.cmd == "apply":
         result = net.apply(a.switch, dry_run=a.dry_run, tm=not a.no_tm, check=False)
@@ -236,6 +249,8 @@ def _run(a: argparse.Namespace, console: Console) -> int:
 
     if a.cmd == "diff":
         result = net.apply(a.switch, dry_run=True, tm=not a.no_tm, check=False)
+        from .runner import drift_lines
+
         drift = {n: drift_lines(r) for n, r in result.switches.items()}
         if a.json:
             print(json.dumps({"drift": drift, "errors": {n: str(e) for n, e in result.errors.items()}}, indent=2))
@@ -345,13 +360,6 @@ def _run(a: argparse.Namespace, console: Console) -> int:
     raise UsageError(f"unknown command {a.cmd!r}")
 
 
-def drift_lines(r) -> list[str]:
-    """How one switch differs from the file, one line per difference: ``pipeline`` when it runs another program,
-    ``+``/``~``/``-`` entries (missing, different, not in the file), ``tm`` settings to restore."""
-    out = ["pipeline: the switch runs another program (or none)"] if r.pipeline_pushed else []
-    return out + list(r.updates) + [f"tm {c}" for c in r.tm_changes]
-
-
 def _summary(frame: bytes) -> str:
     try:
         from scapy.layers.l2 import Ether
@@ -359,6 +367,28 @@ def _summary(frame: bytes) -> str:
         return Ether(frame).summary()
     except Exception:  # noqa: BLE001 - a summary is a nicety
         return ""
+
+
+def _run_controller(a: argparse.Namespace) -> int:
+    """``dlcpctl run``: until SIGINT/SIGTERM; one line per event on stdout."""
+    import signal
+
+    from .runner import RunOptions, Runner
+
+    for name in ("drift_interval", "poll", "retry"):
+        if getattr(a, name) < 0 or (name != "drift_interval" and getattr(a, name) == 0):
+            raise UsageError(f"--{name.replace('_', '-')} must be positive")
+    runner = Runner(_net_path(a), a.switch, RunOptions(a.drift_interval, a.poll, a.retry, not a.no_tm),
+                    report=lambda line: print(line, flush=True))
+
+    async def main_loop() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, runner.stop)
+        await runner.run()
+
+    asyncio.run(main_loop())
+    return 0
 
 
 def _watch(net, a: argparse.Namespace, console: Console) -> int:
@@ -369,7 +399,11 @@ def _watch(net, a: argparse.Namespace, console: Console) -> int:
     frames = 1 if a.once else a.frames
 
     async def loop() -> None:
-        prev = await net.stats_async(a.switch)
+        async with net.stats_sessions(a.switch) as sessions:  # one connection per switch for every frame
+            await frames_loop(sessions)
+
+    async def frames_loop(sessions) -> None:
+        prev = await sessions.read()
         n = 0
         live = None
         if console.is_terminal:
@@ -380,7 +414,7 @@ def _watch(net, a: argparse.Namespace, console: Console) -> int:
         try:
             while not frames or n < frames:
                 await asyncio.sleep(a.interval)
-                cur = await net.stats_async(a.switch)
+                cur = await sessions.read()
                 n += 1
                 frame = render.watch_frame(prev, cur, n)
                 if live is not None:

@@ -22,9 +22,11 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator, Iterable
+from typing import AsyncIterator, Awaitable, Callable, Iterable
 
 import finsy as fy
+import finsy.p4client
+from finsy.grpcutil import GRPCOptions
 from finsy.p4client import P4ClientError
 from finsy.proto import p4i, p4r
 
@@ -39,6 +41,8 @@ __all__ = ["Program", "load_program", "SwitchClient", "writer_election_id", "REA
 WRITE_BATCH = 512
 #: Election id of read-only sessions (show, watch): low, so they never take the primary role from a writer.
 READER_ELECTION_ID = 1
+#: Seconds between connection attempts to a switch that refuses them (still starting) within connect_timeout.
+CONNECT_RETRY_S = 0.1
 
 _UPDATE_NAMES = {p4r.Update.INSERT: "INSERT", p4r.Update.MODIFY: "MODIFY", p4r.Update.DELETE: "DELETE"}
 _UNREACHABLE_CODES = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"}
@@ -119,6 +123,31 @@ def load_program(path: Path, include_dirs: Iterable[Path] = (), bmv2_json: Path 
 # ---- one switch session ------------------------------------------------------------------------------------------
 
 
+async def wait_listening(address: str, deadline: float) -> bool:
+    """Wait until ``address`` (``HOST:PORT``) accepts TCP connections, trying every :data:`CONNECT_RETRY_S`;
+    False when ``deadline`` (monotonic) passes first.
+
+    The retry after a refused connection waits here rather than in gRPC: gRPC shares a subchannel per address
+    between channels, with exponential reconnect backoff (up to 15 s under finsy), so channels opened while a
+    switch restarts would keep failing for seconds after it listens again. Probing with plain TCP keeps no
+    channel open, so the next channel starts without backoff."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    while True:
+        if time.monotonic() + CONNECT_RETRY_S >= deadline:
+            return False
+        await asyncio.sleep(CONNECT_RETRY_S)
+        if not port.isdigit():
+            return True  # not HOST:PORT (e.g. unix:PATH): let gRPC try again
+        try:
+            _, w = await asyncio.wait_for(asyncio.open_connection(host, int(port)),
+                                          max(deadline - time.monotonic(), 0.001))
+        except (OSError, asyncio.TimeoutError):
+            continue
+        w.close()
+        return True
+
+
 def _code(ex: P4ClientError) -> str:
     return ex.code.name if hasattr(ex.code, "name") else str(ex.code)
 
@@ -127,7 +156,7 @@ class SwitchClient:
     """An open P4Runtime session to one switch (use ``async with``)."""
 
     def __init__(self, spec: SwitchSpec, *, p4info: p4i.P4Info | None = None, election_id: int = READER_ELECTION_ID,
-                 timeout: float = 5.0):
+                 timeout: float = 5.0, ready_handler: Callable[[fy.Switch], Awaitable[None]] | None = None):
         self.spec = spec
         self.timeout = timeout
         creds = None
@@ -135,28 +164,36 @@ class SwitchClient:
             creds = fy.GRPCCredentialsTLS(cacert=spec.tls.ca, cert=spec.tls.cert, private_key=spec.tls.key,
                                           target_name_override=spec.tls.server_name)
         opts = fy.SwitchOptions(p4info=p4info, device_id=spec.device_id, initial_election_id=election_id,
-                                channel_credentials=creds)
+                                channel_credentials=creds, ready_handler=ready_handler)
         self.sw = fy.Switch(spec.name, spec.address, opts)
         self._names: Names | None = None
         self._open = False
 
     # -- session -------------------------------------------------------------------------------------------------
     async def __aenter__(self) -> "SwitchClient":
+        """Connect and arbitrate, waiting up to ``timeout`` seconds: a switch that refuses connections (still
+        starting, restarting) is retried every :data:`CONNECT_RETRY_S` until then."""
         t0 = time.monotonic()
-        try:
-            await asyncio.wait_for(self.sw.__aenter__(), self.timeout)
-        except asyncio.TimeoutError:
-            raise SwitchUnreachable(self.spec.name, self.spec.address, time.monotonic() - t0,
-                                    f"no P4Runtime answer within {self.timeout:g} s") from None
-        except P4ClientError as ex:
-            waited = time.monotonic() - t0
-            if _code(ex) in _UNREACHABLE_CODES:
-                raise SwitchUnreachable(self.spec.name, self.spec.address, waited,
-                                        f"{_code(ex)}: {ex.message}") from None
-            raise SwitchRequestFailed(self.spec.name, self.spec.address, "connect (arbitration)", _code(ex),
-                                      ex.message) from None
-        except (OSError, RuntimeError) as ex:
-            raise SwitchUnreachable(self.spec.name, self.spec.address, time.monotonic() - t0, str(ex)) from None
+        deadline = t0 + self.timeout
+        while True:
+            try:
+                await asyncio.wait_for(self.sw.__aenter__(), max(deadline - time.monotonic(), 0.001))
+                break
+            except asyncio.TimeoutError:
+                raise SwitchUnreachable(self.spec.name, self.spec.address, time.monotonic() - t0,
+                                        f"no P4Runtime answer within {self.timeout:g} s") from None
+            except P4ClientError as ex:
+                waited = time.monotonic() - t0
+                if _code(ex) not in _UNREACHABLE_CODES:
+                    raise SwitchRequestFailed(self.spec.name, self.spec.address, "connect (arbitration)", _code(ex),
+                                              ex.message) from None
+                if not await wait_listening(self.spec.address, deadline):
+                    raise SwitchUnreachable(self.spec.name, self.spec.address, waited,
+                                            f"{_code(ex)}: {ex.message}") from None
+            except (OSError, RuntimeError) as ex:
+                if not await wait_listening(self.spec.address, deadline):
+                    raise SwitchUnreachable(self.spec.name, self.spec.address, time.monotonic() - t0,
+                                            str(ex)) from None
         self._open = True
         return self
 
@@ -348,4 +385,17 @@ def _code_name(code: int) -> str:
         return str(code)
 
 
+class _LocalPoolOptions(GRPCOptions):
+    """finsy's channel options plus a subchannel pool of the channel's own.
+
+    gRPC shares one subchannel per address between a process's channels, with its reconnect backoff (1 s
+    growing to finsy's 15 s): after a switch restarts, a new session would keep failing on the old subchannel's
+    backoff for seconds although the switch listens. With a pool per channel every new session connects at
+    once. finsy 0.30 builds its options in ``P4Client.open`` from this module-level name (finsy is pinned)."""
+
+    def to_native(self):
+        return [*super().to_native(), ("grpc.use_local_subchannel_pool", 1)]
+
+
+finsy.p4client.GRPCOptions = _LocalPoolOptions  # type: ignore[misc]
 logging.getLogger("finsy").addHandler(logging.NullHandler())

@@ -116,10 +116,13 @@ class MgmtClient:
     def __init__(self, address: str, *, device_id: int = 0, root_certificates: bytes | None = None,
                  timeout: float = 5.0):
         self.address, self.device_id, self.timeout = address, device_id, timeout
+        # a subchannel of its own: a channel made after the switch restarted connects at once instead of
+        # inheriting the reconnect backoff that gRPC's shared subchannel built up while it was down
+        opts = [("grpc.use_local_subchannel_pool", 1)]
         if root_certificates is not None:
-            self._channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates))
+            self._channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates), opts)
         else:
-            self._channel = grpc.insecure_channel(address)
+            self._channel = grpc.insecure_channel(address, opts)
         self._stub = pb_grpc.SwitchManagementStub(self._channel)
 
     def _call(self, name: str, request):

@@ -1,0 +1,244 @@
+"""``dlcpctl run``: a long-running controller that keeps every switch matching the network file.
+
+One supervisor task per switch holds one P4Runtime session (a ``finsy.Switch`` used as a context manager, with
+finsy's ready handler) and reconciles (:meth:`controller.api.Network.reconcile`: pipeline, tables and
+registers in dependency order, traffic manager):
+
+* on every (re)connect, and whenever finsy reports the session ready again as primary (after another writer,
+  e.g. an imperative ``dlcpctl set``, held the primary role for a moment: its change is undone then);
+* when the file changes (polled every ``poll_interval`` seconds; an invalid file is reported and the last valid
+  one stays in force);
+* every ``drift_interval`` seconds it reads the switch, reports any drift (what ``dlcpctl diff`` prints) and
+  corrects it.
+
+A dropped session is re-opened at once and then every ``retry`` seconds, so a restarted switch is programmed as
+soon as it accepts connections. finsy's own ``Controller``/``Switch.run`` loop reconnects with gRPC's backoff
+(up to 15 s) and waits 10 s after a session that failed within 2 s, too slow for that; this module keeps
+finsy's session, events and ready handler and does the retrying itself. Errors are reported once per change of
+message (no flood while a switch is down); SIGINT/SIGTERM (:meth:`Runner.stop`) close every session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import finsy as fy
+
+from .api import Network, SwitchApplyResult
+from .client import SwitchClient, writer_election_id
+from .errors import ControllerError, SwitchUnreachable
+from .netfile import NetFileError
+
+__all__ = ["RunOptions", "Runner", "drift_lines"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    drift_interval: float = 10.0  # seconds between drift checks of a switch (0: never)
+    poll_interval: float = 0.5    # seconds between checks of the network file
+    retry: float = 0.1            # seconds between reconnection attempts
+    tm: bool = True               # reconcile traffic-manager settings too
+
+
+def drift_lines(r: SwitchApplyResult) -> list[str]:
+    """How one switch differs from the file, one line per difference: ``pipeline`` when it runs another program,
+    ``+``/``~``/``-`` entries (missing, different, not in the file), ``tm`` settings to restore."""
+    out = ["pipeline: the switch runs another program (or none)"] if r.pipeline_pushed else []
+    return out + list(r.updates) + [f"tm {c}" for c in r.tm_changes]
+
+
+def _summary(r: SwitchApplyResult) -> str:
+    if not r.writes and not r.tm_changes and not r.pipeline_pushed:
+        return "in sync"
+    parts = ["pipeline pushed"] if r.pipeline_pushed else []
+    parts.append(f"{r.inserts} inserts, {r.modifies} modifies, {r.deletes} deletes")
+    if r.tm_changes:
+        parts.append(f"{len(r.tm_changes)} traffic-manager changes")
+    return "applied: " + ", ".join(parts)
+
+
+def _file_signature(path: Path) -> bytes | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).digest()
+    except OSError:
+        return None
+
+
+class Runner:
+    """Keeps the switches of one network file (all, or ``switches``) matching it until :meth:`stop`."""
+
+    def __init__(self, path: str | Path, switches: list[str] | None = None, options: RunOptions = RunOptions(),
+                 report: Callable[[str], None] = print):
+        self.path = Path(path)
+        self.only = list(switches) if switches else None
+        self.options = options
+        self._report = report
+        self.net: Network | None = None
+        self._signature: bytes | None = None
+        self._supervisors: dict[str, asyncio.Task] = {}
+        self._wake: dict[str, asyncio.Event] = {}
+        self._stop = asyncio.Event()
+
+    def report(self, msg: str) -> None:
+        self._report(f"{time.strftime('%H:%M:%S')} {msg}")
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- the network file --------------------------------------------------------------------------------------
+    def _load(self) -> Network:
+        """Load and compile (blocking: run in a thread); NetFileError / ControllerError on a bad file."""
+        net = Network.from_file(self.path)
+        sel = net._select(self.only)  # noqa: SLF001 - same validation as every command
+        for s in sel:
+            net._check_program(net.program(s))  # noqa: SLF001
+        return net
+
+    def _selected(self, net: Network) -> list[str]:
+        return [s for s in net.switches if self.only is None or s in self.only]
+
+    async def _reload(self) -> None:
+        sig = _file_signature(self.path)
+        if sig is None or sig == self._signature:
+            return
+        self._signature = sig
+        try:
+            net = await asyncio.to_thread(self._load)
+        except NetFileError as e:
+            self.report(f"invalid network file, keeping the previous one: {e}")
+            return
+        except ControllerError as e:
+            self.report(f"network file not applied, keeping the previous one: {e}")
+            return
+        old = self.net
+        self.net = net
+        self.report(f"network file {self.path} changed: reconciling")
+        for s in list(self._supervisors):
+            if s not in self._selected(net) or old is None or \
+                    old.spec.switches[s] != net.spec.switches[s] or old.spec.connect_timeout != net.spec.connect_timeout:
+                self._supervisors.pop(s).cancel()  # gone, or a new address/target/TLS: a new session
+        for s in self._selected(net):
+            if s in self._supervisors:
+                self._wake[s].set()
+            else:
+                self._start(s)
+
+    # -- supervisors -------------------------------------------------------------------------------------------
+    def _start(self, switch: str) -> None:
+        self._wake[switch] = asyncio.Event()
+        self._supervisors[switch] = asyncio.create_task(self._supervise(switch), name=f"dlcpctl-run-{switch}")
+
+    async def _reconcile(self, c: SwitchClient, net: Network, why: str) -> bool:
+        """Apply; report. False when the session is gone (reconnect), True otherwise (errors are reported and
+        retried at the next trigger, not in a loop)."""
+        try:
+            r = await net.reconcile(c, tm=self.options.tm)
+        except SwitchUnreachable as e:
+            self.report(f"{c.spec.name}: {e}")
+            return False
+        except ControllerError as e:
+            self.report(f"{c.spec.name}: apply ({why}) failed: {e}")
+            return True
+        self.report(f"{c.spec.name}: {_summary(r)} ({why})")
+        return True
+
+    async def _check_drift(self, c: SwitchClient, net: Network) -> bool:
+        try:
+            r = await net.reconcile(c, dry_run=True, tm=self.options.tm)
+        except SwitchUnreachable as e:
+            self.report(f"{c.spec.name}: {e}")
+            return False
+        except ControllerError as e:
+            self.report(f"{c.spec.name}: drift check failed: {e}")
+            return True
+        lines = drift_lines(r)
+        if not lines:
+            return True
+        self.report(f"{c.spec.name}: drift from the network file ({len(lines)} differences):")
+        for ln in lines:
+            self._report(f"  {c.spec.name}: {ln}")
+        return await self._reconcile(c, net, "drift")
+
+    async def _supervise(self, switch: str) -> None:
+        last_error = None
+        wake = self._wake[switch]
+        while True:
+            net = self.net
+            assert net is not None
+            spec = net.spec.switches[switch]
+            down = asyncio.Event()
+            ready = asyncio.Event()
+
+            async def on_ready(sw: fy.Switch) -> None:  # finsy: the session is (again) ready
+                if sw.is_primary:  # as backup (another writer took over for a moment) there is nothing to do
+                    ready.set()
+
+            try:
+                async with SwitchClient(spec, p4info=net.program(switch).p4info, election_id=writer_election_id(),
+                                        timeout=net.spec.connect_timeout, ready_handler=on_ready) as c:
+                    c.sw.ee.on(fy.SwitchEvent.CHANNEL_DOWN, lambda *_: down.set())
+                    last_error = None
+                    self.report(f"{switch}: connected to {spec.address}")
+                    wake.clear()
+                    ok = await self._reconcile(c, net, "connected")
+                    ready.clear()
+                    next_check = time.monotonic() + self.options.drift_interval
+                    while ok and not down.is_set():
+                        timeout = next_check - time.monotonic() if self.options.drift_interval > 0 else None
+                        await _wait_any((down, ready, wake), timeout)
+                        if down.is_set():
+                            break
+                        if wake.is_set():
+                            wake.clear()
+                            net = self.net
+                            ok = await self._reconcile(c, net, "file changed")
+                        if ready.is_set():
+                            ready.clear()
+                            ok = ok and await self._reconcile(c, net, "session ready again")
+                        if self.options.drift_interval > 0 and time.monotonic() >= next_check:
+                            if c.is_primary:  # a backup leaves the switch to the primary controller
+                                ok = ok and await self._check_drift(c, net)
+                            next_check = time.monotonic() + self.options.drift_interval
+                    self.report(f"{switch}: session to {spec.address} lost; reconnecting")
+            except ControllerError as e:
+                if str(e) != last_error:
+                    self.report(f"{switch}: {e}; retrying every {self.options.retry:g} s")
+                    last_error = str(e)
+            await asyncio.sleep(self.options.retry)
+
+    # -- main loop ---------------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Run until :meth:`stop`. The file must be valid at start (NetFileError / ControllerError otherwise)."""
+        self._signature = _file_signature(self.path)
+        self.net = await asyncio.to_thread(self._load)
+        for s in self._selected(self.net):
+            self._start(s)
+        self.report(f"running: {len(self._supervisors)} switches from {self.path}")
+        try:
+            while not self._stop.is_set():
+                try:
+                    await asyncio.wait_for(self._stop.wait(), self.options.poll_interval)
+                except asyncio.TimeoutError:
+                    await self._reload()
+        finally:
+            tasks = list(self._supervisors.values())
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self.report("stopped")
+
+
+async def _wait_any(events: tuple[asyncio.Event, ...], timeout: float | None) -> None:
+    """Return when one of ``events`` is set or after ``timeout`` seconds."""
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, timeout=None if timeout is None else max(timeout, 0),
+                           return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
