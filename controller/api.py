@@ -21,7 +21,8 @@ import finsy as fy
 from finsy.proto import p4d, p4r
 
 from . import netfile, state, tm as tmmod
-from .client import READER_ELECTION_ID, Program, SwitchClient, load_program, send_packets, writer_election_id
+from .client import (READER_ELECTION_ID, Program, SwitchClient, load_p4info_program, load_program, send_packets,
+                     writer_election_id)
 from .errors import ControllerError, ProgramError, UsageError
 from .netfile import format_mac
 from .topology import NextHop, Route, compute_routes, ecmp_groups, router_mac
@@ -118,7 +119,7 @@ class Network:
 
     def __init__(self, spec: netfile.Network):
         self.spec = spec
-        self._programs: dict[Path | None, Program] = {}
+        self._programs: dict[tuple, Program] = {}
 
     @classmethod
     def from_file(cls, path: str | Path) -> "Network":
@@ -142,10 +143,19 @@ class Network:
         return compute_routes(self.spec)
 
     def program(self, switch: str | None = None) -> Program:
-        """The compiled program for a switch (BMv2 switches push their ``bmv2_json`` as device config)."""
-        key = self.spec.switches[switch].bmv2_json if switch else None
+        """The program for a switch: p4c's P4Info and device config when the file names them (``p4info`` /
+        ``device_config``), else ``program`` compiled here (BMv2 switches push their ``bmv2_json`` as device
+        config)."""
+        p4info, config = self.spec.artifacts(switch) if switch else (self.spec.p4info, self.spec.device_config)
+        if p4info is not None:
+            key: tuple = ("p4c", p4info, config)
+            if key not in self._programs:
+                self._programs[key] = load_p4info_program(p4info, config)
+            return self._programs[key]
+        bmv2 = self.spec.switches[switch].bmv2_json if switch else None
+        key = ("compile", bmv2)
         if key not in self._programs:
-            self._programs[key] = load_program(self.spec.program, self.spec.include_dirs, key)
+            self._programs[key] = load_program(self.spec.program, self.spec.include_dirs, bmv2)
         return self._programs[key]
 
     def _select(self, switches: Iterable[str] | None) -> list[str]:
@@ -207,6 +217,8 @@ class Network:
         """Everything ``apply`` manages, as the switch has it."""
         names = c.names
         filters = [p4r.Entity(table_entry=p4r.TableEntry(table_id=names.table_ids[t])) for t in state.MANAGED_TABLES]
+        filters += [p4r.Entity(table_entry=p4r.TableEntry(table_id=names.table_ids[t], is_default_action=True))
+                    for t in state.PRIORITY_TABLES]
         filters += [p4r.Entity(register_entry=p4r.RegisterEntry(register_id=names.register_ids[r]))
                     for r in state.MANAGED_REGISTERS]
         return await c.read(filters)

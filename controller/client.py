@@ -34,7 +34,7 @@ from .errors import ProgramError, RejectedUpdate, SwitchRequestFailed, SwitchUnr
 from .netfile import SwitchSpec
 from .state import Names, describe_entity
 
-__all__ = ["Program", "load_program", "SwitchClient", "writer_election_id", "READER_ELECTION_ID", "WRITE_BATCH",
+__all__ = ["Program", "load_program", "load_p4info_program", "SwitchClient", "writer_election_id", "READER_ELECTION_ID", "WRITE_BATCH",
            "send_packets"]
 
 #: Updates per WriteRequest (a failed batch reports every rejected update; the others in it are applied).
@@ -118,6 +118,33 @@ def load_program(path: Path, include_dirs: Iterable[Path] = (), bmv2_json: Path 
     else:
         config = inline_includes(path, include_dirs).encode()
     return Program(path, info, config)
+
+
+def load_p4info_program(p4info: Path, device_config: Path) -> Program:
+    """A program from p4c's output: its P4Info (text format, e.g. ``--p4runtime-files x.p4info.txt``; binary
+    ``.bin``/``.pb``; or ``.json``) and the device config pushed as is (e.g. p4c-bm2-ss's BMv2 JSON)."""
+    from google.protobuf import json_format, text_format
+
+    try:
+        raw = p4info.read_bytes()
+        config = device_config.read_bytes()
+    except OSError as e:
+        raise ProgramError(f"cannot read p4c's output: {e}") from None
+    info = p4i.P4Info()
+    name = p4info.name.lower()
+    fmt = "JSON" if name.endswith(".json") else "binary" if name.endswith((".bin", ".pb")) else "text format"
+    try:
+        if name.endswith(".json"):
+            json_format.Parse(raw.decode(), info)
+        elif name.endswith((".bin", ".pb")):
+            info.ParseFromString(raw)
+        else:
+            text_format.Parse(raw.decode(), info)
+    except (text_format.ParseError, json_format.ParseError, UnicodeDecodeError, ValueError) as e:
+        raise ProgramError(f"{p4info}: not a P4Info ({fmt}): {e}") from None
+    if not info.tables and not info.registers:
+        raise ProgramError(f"{p4info}: the P4Info holds no tables or registers (is it p4c's P4Info?)")
+    return Program(p4info, info, config)
 
 
 # ---- one switch session ------------------------------------------------------------------------------------------

@@ -31,6 +31,9 @@ MSG_TYPES = {"data": 0, "ack": 1, "nack": 2, "control": 3}
 #: Load-balancing modes and the value the controller writes into the ``lb_mode`` register.
 LB_MODES = {"spray": 0, "per-flow": 1}
 TARGETS = ("embedded", "bmv2")
+#: Which end of the queue numbers a target serves first (``priority_order``). The file always means "higher
+#: queue = more urgent" (dlcp.p4: 0 lowest); on a low-first target the controller writes queue N-1-q for q.
+PRIORITY_ORDERS = ("high-first", "low-first")
 MAX_PORT = 510  # 9-bit ports; 511 is the v1model drop port
 THRESHOLD_MAX = (1 << 19) - 1  # registers are bit<19>
 LAYER_MAX = 0xFFFF
@@ -175,6 +178,9 @@ class SwitchSpec:
     mgmt_address: str = ""  # embedded: management service address (default: the P4Runtime address)
     thrift_port: int = 9090  # bmv2: simple_switch_CLI --thrift-port
     bmv2_json: Path | None = None  # bmv2: p4c-bm2-ss output pushed as the device config
+    p4info: Path | None = None  # p4c's P4Info for this switch (with device_config; overrides the top level)
+    device_config: Path | None = None  # pushed as is (e.g. BMv2 JSON from p4c-bm2-ss)
+    priority_order: str = "high-first"  # high-first: the target serves queue N-1 first; low-first: queue 0
     cpu_port: int | None = None
     priority_queues: int = 8
     lb_mode: str = "spray"
@@ -266,6 +272,16 @@ class Network:
     lb_mode: str = "spray"
     connect_timeout: float = 5.0
     lines: dict[tuple, int] = field(default_factory=dict, repr=False)
+    p4info: Path | None = None  # p4c's P4Info (with device_config), instead of compiling ``program``
+    device_config: Path | None = None
+
+    def artifacts(self, switch: str) -> tuple[Path | None, Path | None]:
+        """The (P4Info, device config) files a switch gets: its own pair, else the file's, else (None, None)
+        (compile ``program`` with the embedded front end)."""
+        spec = self.switches[switch]
+        if spec.p4info is not None:
+            return spec.p4info, spec.device_config
+        return self.p4info, self.device_config
 
     def ports_of(self, switch: str) -> dict[int, tuple[str, Any]]:
         """Connected ports of a switch: port -> ("host", HostSpec) or ("link", (LinkSpec, peer (switch, port)))."""
@@ -444,9 +460,14 @@ class _Checker:
 
     def network(self, source: Path | None) -> Network:
         top = self.mapping(self.data, (), ("program", "include", "load_balancing", "connect_timeout", "switches",
-                                             "hosts", "links", "priorities", "thresholds", "queues", "routes"),
+                                             "hosts", "links", "priorities", "thresholds", "queues", "routes",
+                                             "p4info", "device_config"),
                            required=("switches",))
         program = self.path(top["program"], ("program",)) if "program" in top else DEFAULT_PROGRAM
+        p4info, device_config = self.artifact_pair(top, ())
+        if p4info is not None and "program" in top:
+            raise self.err(("p4info",), "give either program (compiled here) or p4info + device_config (p4c's "
+                                        "output), not both")
         incs = top.get("include", [])
         if not isinstance(incs, list):
             raise self.err(("include",), "expected a list of directories")
@@ -470,7 +491,8 @@ class _Checker:
         queues = self.queue_rules(top.get("queues", []), switches)
         net = Network(source=source, program=program, include_dirs=include_dirs, switches=switches, hosts=hosts,
                       links=links, dlcp_rules=dlcp_rules, dscp_map=dscp_map, thresholds=thresholds, queues=queues,
-                      routes=[], lb_mode=lb, connect_timeout=float(timeout), lines=self.doc.lines)
+                      routes=[], lb_mode=lb, connect_timeout=float(timeout), lines=self.doc.lines, p4info=p4info,
+                      device_config=device_config)
         net.routes = self.routes(top.get("routes", []), net)
         return net
 
@@ -485,7 +507,8 @@ class _Checker:
             if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name):
                 raise self.err(k, f"invalid switch name {name!r} (letters, digits, _ . -; not starting with a digit)")
             s = self.mapping(s, k, ("address", "device_id", "target", "tls", "mgmt_address", "thrift_port",
-                                    "bmv2_json", "cpu_port", "priority_queues", "load_balancing", "mac_base"),
+                                    "bmv2_json", "cpu_port", "priority_queues", "load_balancing", "mac_base",
+                                    "p4info", "device_config", "priority_order"),
                              required=("address",))
             addr = self.str_(s["address"], k + ("address",))
             if not re.fullmatch(r"(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}", addr):
@@ -511,16 +534,34 @@ class _Checker:
             if mgmt:
                 self.str_(mgmt, k + ("mgmt_address",))
             bmv2_json = self.path(s["bmv2_json"], k + ("bmv2_json",)) if "bmv2_json" in s else None
+            p4info, device_config = self.artifact_pair(s, k)
+            if p4info is not None and bmv2_json is not None:
+                raise self.err(k + ("bmv2_json",), "give either bmv2_json (with the program's P4Info) or p4info + "
+                                                   "device_config, not both")
+            order = s.get("priority_order", "high-first")
+            if order not in PRIORITY_ORDERS:
+                raise self.err(k + ("priority_order",), f"expected one of {', '.join(PRIORITY_ORDERS)}, got "
+                                                        f"{order!r}")
             out[name] = SwitchSpec(
                 name=name, address=addr,
                 device_id=self.int_(s.get("device_id", 0), k + ("device_id",), 0, 2**64 - 1),
                 target=target, tls=tls, mgmt_address=mgmt,
                 thrift_port=self.int_(s.get("thrift_port", 9090), k + ("thrift_port",), 1, 65535),
-                bmv2_json=bmv2_json,
+                bmv2_json=bmv2_json, p4info=p4info, device_config=device_config, priority_order=order,
                 cpu_port=self.int_(s["cpu_port"], k + ("cpu_port",), 0, MAX_PORT) if "cpu_port" in s else None,
                 priority_queues=self.int_(s.get("priority_queues", 8), k + ("priority_queues",), 1, 8),
                 lb_mode=lb, mac_base=mac_base)
         return out
+
+    def artifact_pair(self, m: dict, key: tuple) -> tuple[Path | None, Path | None]:
+        """``p4info`` and ``device_config`` of a mapping: both or neither."""
+        if ("p4info" in m) != ("device_config" in m):
+            missing = "device_config" if "p4info" in m else "p4info"
+            raise self.err(key + (("p4info",) if "p4info" in m else ("device_config",)),
+                           f"p4info and device_config go together (p4c writes both); {missing} is missing")
+        if "p4info" not in m:
+            return None, None
+        return self.path(m["p4info"], key + ("p4info",)), self.path(m["device_config"], key + ("device_config",))
 
     def tls(self, v: Any, key: tuple) -> TLSSpec:
         t = self.mapping(v, key, ("ca", "cert", "key", "server_name"), required=("ca",))

@@ -23,21 +23,33 @@ from typing import Iterable
 import finsy as fy
 from finsy.proto import p4r
 
-from .netfile import LB_MODES, Network, ThresholdRule
+from .netfile import LB_MODES, Network, SwitchSpec, ThresholdRule
 from .topology import MAX_GROUP_ID, NextHop, Route, compute_routes, ecmp_groups, router_mac
 
-__all__ = ["MANAGED_TABLES", "MANAGED_REGISTERS", "NUM_PRIOS", "slot", "desired_entities", "threshold_values",
+__all__ = ["MANAGED_TABLES", "MANAGED_REGISTERS", "PRIORITY_TABLES", "NUM_PRIOS", "slot", "target_queue", "desired_entities", "threshold_values",
            "canonical", "entity_key", "diff", "Plan", "groups_on_switch", "assign_groups", "group_id_limit", "describe_entity", "route_entities", "Names",
            "entity_to_dict", "format_value"]
 
 MANAGED_TABLES = ("ipv4_lpm", "ecmp_nhop", "dlcp_priority", "dscp_priority")
 MANAGED_REGISTERS = ("drop_threshold", "mark_threshold", "lb_mode")
+#: Tables whose default action the controller manages too (``set_priority`` of the lowest queue).
+PRIORITY_TABLES = ("dlcp_priority", "dscp_priority")
 NUM_PRIOS = 8  # the program's (port, priority) index is port * 8 + priority
 
 
 def slot(port: int, prio: int) -> int:
     """Register/counter index of a (port, priority) pair in dlcp.p4."""
     return port * NUM_PRIOS + prio
+
+
+def target_queue(spec: SwitchSpec, queue: int) -> int | None:
+    """The queue number the switch gets for the file's ``queue`` (file: higher = more urgent). A ``low-first``
+    target (queue 0 served first, as in some BMv2 versions) gets N-1-queue of its N priority queues; None when
+    that does not exist there."""
+    if spec.priority_order == "high-first":
+        return queue
+    q = spec.priority_queues - 1 - queue
+    return q if q >= 0 else None
 
 
 # ---- desired state ----------------------------------------------------------------------------------------------
@@ -76,17 +88,21 @@ def threshold_values(net: Network, switch: str) -> dict[tuple[str, int], int]:
         if r.ports and _selects(r.switches, switch):
             ports.update(r.ports)
     values: dict[tuple[str, int], int] = {}
+    spec = net.switches[switch]
     for port in sorted(ports):
         for prio in range(NUM_PRIOS):
+            tq = target_queue(spec, prio)
+            if tq is None:
+                continue
             drop = mark = 0
             for r in net.thresholds:
                 if _rule_matches(r, switch, port, prio):
                     drop = r.drop if r.drop is not None else drop
                     mark = r.mark if r.mark is not None else mark
             if drop:
-                values[("drop_threshold", slot(port, prio))] = drop
+                values[("drop_threshold", slot(port, tq))] = drop
             if mark:
-                values[("mark_threshold", slot(port, prio))] = mark
+                values[("mark_threshold", slot(port, tq))] = mark
     return values
 
 
@@ -108,23 +124,37 @@ def desired_entities(net: Network, switch: str,
     if groups is None:
         groups = ecmp_groups(routes)
     out: list[fy.P4Entity] = list(route_entities(net, switch, routes, groups))
+    spec = net.switches[switch]
+    lowest = target_queue(spec, 0) or 0
+
+    def set_prio(q: int) -> fy.P4TableAction:
+        tq = target_queue(spec, q)
+        return fy.P4TableAction("set_priority", prio=lowest if tq is None else tq)
+
     nranks = max((r.rank for r in net.dlcp_rules), default=-1) + 1
     for r in net.dlcp_rules:
         m = fy.P4TableMatch()
         if r.msg_type is not None:
             m["msg_type"] = r.msg_type
-        if r.priority is not None:
-            m["priority"] = r.priority
         if r.mag_class is not None:
             m["mag_class"] = r.mag_class
         if r.layer is not None and r.layer != (0, 0xFFFF):  # the full range is "don't care" (omitted on read)
             m["layer"] = f"{r.layer[0]}...{r.layer[1]}"
-        action = (fy.P4TableAction("trust_dlcp_priority") if r.queue is None
-                  else fy.P4TableAction("set_priority", prio=r.queue))
+        if r.queue is None and spec.priority_order != "high-first":
+            # trust on a low-first target: the sender's priority p means queue N-1-p there, one entry per p
+            for p in ([r.priority] if r.priority is not None else range(spec.priority_queues)):
+                mp = fy.P4TableMatch(m, priority=p)
+                out.append(fy.P4TableEntry("dlcp_priority", match=mp, action=set_prio(p), priority=nranks - r.rank))
+            continue
+        if r.priority is not None:
+            m["priority"] = r.priority
+        action = fy.P4TableAction("trust_dlcp_priority") if r.queue is None else set_prio(r.queue)
         out.append(fy.P4TableEntry("dlcp_priority", match=m, action=action, priority=nranks - r.rank))
     for dscp, q in sorted(net.dscp_map.items()):
-        out.append(fy.P4TableEntry("dscp_priority", match=fy.P4TableMatch(dscp=dscp),
-                                   action=fy.P4TableAction("set_priority", prio=q)))
+        out.append(fy.P4TableEntry("dscp_priority", match=fy.P4TableMatch(dscp=dscp), action=set_prio(q)))
+    for table in PRIORITY_TABLES:  # what matches no row: the lowest queue, whichever number that is there
+        out.append(fy.P4TableEntry(table, action=fy.P4TableAction("set_priority", prio=lowest),
+                                   is_default_action=True))
     for (reg, idx), v in sorted(threshold_values(net, switch).items()):
         out.append(fy.P4RegisterEntry(reg, index=idx, data=v))
     lb = LB_MODES[net.switches[switch].lb_mode]
@@ -247,6 +277,8 @@ def entity_key(e: p4r.Entity) -> tuple:
     kind = e.WhichOneof("entity")
     if kind == "table_entry":
         te = e.table_entry
+        if te.is_default_action:
+            return ("default", te.table_id)
         return ("table", te.table_id, tuple(f.SerializeToString(deterministic=True) for f in te.match), te.priority)
     if kind == "register_entry":
         return ("register", e.register_entry.register_id, e.register_entry.index.index)
@@ -322,10 +354,13 @@ def diff(desired: Iterable[p4r.Entity], actual: Iterable[p4r.Entity], *, managed
                 continue  # not wanted and already 0: nothing to do, nothing to keep
             have[k] = canonical(e)
         elif kind == "table_entry":
-            if e.table_entry.table_id not in managed_tables or e.table_entry.is_default_action:
+            if e.table_entry.table_id not in managed_tables:
                 continue
             c = canonical(e)
-            have[entity_key(c)] = c
+            k = entity_key(c)
+            if k[0] == "default" and k not in want:
+                continue  # a default action the file does not manage
+            have[k] = c
 
     ins: list[p4r.Update] = []
     mod: list[p4r.Update] = []
@@ -333,7 +368,7 @@ def diff(desired: Iterable[p4r.Entity], actual: Iterable[p4r.Entity], *, managed
     for k, w in want.items():
         h = have.get(k)
         if h is None:
-            if k[0] == "register":
+            if k[0] in ("register", "default"):
                 mod.append(p4r.Update(type=p4r.Update.MODIFY, entity=w))
             else:
                 ins.append(p4r.Update(type=p4r.Update.INSERT, entity=w))

@@ -106,6 +106,9 @@ def desired_tm(net: Network, switch: str) -> TmPlan:
                 old = queues.get((port, prio), QueueSetting())
                 queues[(port, prio)] = QueueSetting(r.depth if r.depth is not None else old.depth,
                                                     r.rate_pps if r.rate_pps is not None else old.rate_pps)
+    if spec.priority_order != "high-first":  # the file's queue q is the target's N-1-q (see state.target_queue)
+        n = spec.priority_queues
+        queues = {(p, n - 1 - q): v for (p, q), v in queues.items() if q < n}
     return TmPlan(links={p: v for p, v in sorted(links.items())}, queues=dict(sorted(queues.items())),
                   ports=tuple(sorted(ports)), priority_queues=spec.priority_queues)
 

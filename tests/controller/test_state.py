@@ -8,7 +8,7 @@ import finsy as fy
 import pytest
 from finsy.proto import p4r
 
-from controller import netfile, state, topology
+from controller import netfile, state, tm, topology
 from controller.client import load_program
 from controller.topology import MAX_GROUP_ID, NextHop, group_hash_id, router_mac
 
@@ -44,8 +44,10 @@ def plan(desired, actual, names) -> state.Plan:
                       ecmp_table=names.table_ids["ecmp_nhop"])
 
 
-def dicts(ents, names, table):
-    return [d for d in (state.entity_to_dict(state.canonical(e), names) for e in ents) if d.get("table") == table]
+def dicts(ents, names, table, default: bool = False):
+    """Rows of one table as plain data: its entries, or (``default``) its default action."""
+    return [d for d in (state.entity_to_dict(state.canonical(e), names) for e in ents)
+            if d.get("table") == table and bool(d.get("default")) == default]
 
 
 def test_routes_become_nhop_and_ecmp_entries(schema, names) -> None:
@@ -78,6 +80,9 @@ def test_priority_maps_and_defaults(schema, names) -> None:
         ({"msg_type": 3}, 2, "set_priority"), ({}, 1, "trust_dlcp_priority")]
     dscp = dicts(encoded(net_of(), "leaf1", schema), names, "dscp_priority")
     assert {d["match"]["dscp"]: d["params"]["prio"] for d in dscp} == {p << 3: p for p in range(8)}
+    for table in ("dlcp_priority", "dscp_priority"):  # no match: queue 0, the lowest (managed too)
+        assert dicts(encoded(net_of(), "leaf1", schema), names, table, default=True) == [
+            {"table": table, "match": {}, "default": True, "action": "set_priority", "params": {"prio": 0}}]
     custom = dicts(encoded(net_of("""\
 priorities:
   dlcp:
@@ -118,8 +123,10 @@ def test_diff_idempotent_and_minimal(schema, names) -> None:
     net = net_of("thresholds:\n  - {drop: 40}\n")
     want = encoded(net, "leaf1", schema)
     first = plan(want, [], names)
-    assert first.inserts == sum(1 for e in want if e.WhichOneof("entity") == "table_entry")
-    assert first.modifies == sum(1 for e in want if e.WhichOneof("entity") == "register_entry")
+    defaults = sum(1 for e in want if e.WhichOneof("entity") == "table_entry" and e.table_entry.is_default_action)
+    assert defaults == 2  # the priority maps' default actions: always there, so modified, never inserted
+    assert first.inserts == sum(1 for e in want if e.WhichOneof("entity") == "table_entry") - defaults
+    assert first.modifies == sum(1 for e in want if e.WhichOneof("entity") == "register_entry") + defaults
     # the switch returns what was written, with registers for every index (0 where unset)
     have = [u.entity for u in first.updates]
     zero = p4r.Entity(register_entry=p4r.RegisterEntry(register_id=names.register_ids["drop_threshold"],
@@ -206,3 +213,37 @@ def test_groups_read_back_from_the_switch(schema, names) -> None:
 def encoded_with(net, actual, schema, names):
     groups = state.assign_groups(net, "leaf1", actual, schema, names)
     return [e.encode(schema) for e in state.desired_entities(net, "leaf1", groups)]
+
+
+def test_low_first_target_gets_mirrored_queues(schema, names) -> None:
+    """priority_order: low-first (queue 0 served first, as some BMv2 versions do): the file's queue q is written
+    as N-1-q everywhere (maps, trusted priorities, default actions, threshold slots, traffic-manager queues)."""
+    net = netfile.loads(textwrap.dedent(LEAFSPINE).replace(
+        "leaf1: {address: 127.0.0.1:1}", "leaf1: {address: 127.0.0.1:1, priority_order: low-first, "
+                                         "priority_queues: 4}") + textwrap.dedent("""\
+        priorities:
+          dlcp:
+            - {msg_type: ack, queue: 3}
+            - {msg_type: data, trust: true}
+          dscp: {46: 3, 8: 1}
+        thresholds:
+          - {switch: leaf1, port: 1, priority: 3, drop: 10}
+          - {switch: leaf1, port: 1, priority: 0, mark: 5}
+        queues:
+          - {switch: leaf1, port: 2, priority: 3, depth: 9}
+        """))
+    ents = encoded(net, "leaf1", schema)
+    dlcp = dicts(ents, names, "dlcp_priority")
+    assert [(d["match"], d["params"]) for d in dlcp] == [
+        ({"msg_type": 1}, {"prio": 0}),
+        *[({"msg_type": 0, "priority": p}, {"prio": 3 - p}) for p in range(4)]]
+    assert {d["match"]["dscp"]: d["params"]["prio"] for d in dicts(ents, names, "dscp_priority")} == {46: 0, 8: 2}
+    for table in ("dlcp_priority", "dscp_priority"):
+        assert dicts(ents, names, table, default=True)[0]["params"] == {"prio": 3}
+    v = state.threshold_values(net, "leaf1")
+    assert v == {("drop_threshold", state.slot(1, 0)): 10, ("mark_threshold", state.slot(1, 3)): 5}
+    assert tm.desired_tm(net, "leaf1").queues == {(2, 0): tm.QueueSetting(9, None)}
+    # the high-first leaves of the same file are unchanged
+    assert state.threshold_values(net, "leaf2") == {}
+    assert {d["match"]["dscp"]: d["params"]["prio"] for d in dicts(encoded(net, "leaf2", schema), names,
+                                                                   "dscp_priority")} == {46: 3, 8: 1}
