@@ -22,17 +22,32 @@ Gradient clipping by global norm (``max_grad_norm``) needs two more methods, :cl
 ``local_sq_norm`` (this rank's share of the squared norm of the averaged gradient held in ``rs_result``, such
 that the sum over ranks is the squared global norm of the group) and ``scale`` (multiply the gradient held in
 ``rs_result`` by a factor, returning the new ``rs_result``).
+
+Re-planning (``fusion="auto"``, tuning, or a checkpoint loaded into another plan) changes which parameters a group
+index stands for. A compressor that keeps state per group (error-feedback residuals, adaptive budgets) implements
+``replan(layouts)``, :class:`ReplannableCompressor`: DeAR calls it with one :class:`GroupLayout` per group (which
+parameter, by name, lies at which offset of the group's flat buffer) each time it installs a plan, the first one
+included, and only while nothing is in flight (every handle of the old plan has been waited on). The compressor
+re-keys its state by parameter range then. A compressor with state to checkpoint implements ``state_dict()`` and
+``load_state_dict()`` (:class:`StatefulCompressor`): DeAR's own ``state_dict()`` carries it under
+``"compressor"`` (after flushing, so nothing is in flight), and loads it after installing the checkpoint's plan.
+
+Timeouts: DeAR passes ``wait(timeout=seconds)`` to handles whose ``wait`` takes a ``timeout`` argument (every handle
+in this package does); a handle that times out raises, and DeAR reports the group and the timeout.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["GroupCompressor", "CompressorHandle", "ClippableCompressor", "DenseCompressor", "RingReduceScatter",
+__all__ = ["GroupCompressor", "CompressorHandle", "ClippableCompressor", "ReplannableCompressor",
+           "StatefulCompressor", "ParamSlot", "GroupLayout", "DenseCompressor", "RingReduceScatter",
            "ring_reduce_scatter"]
 
 
@@ -56,14 +71,53 @@ class ClippableCompressor(GroupCompressor, Protocol):
     def scale(self, group_index: int, rs_result: object, factor: float) -> object: ...
 
 
+@dataclass(frozen=True)
+class ParamSlot:
+    """One parameter's place in a group's flat buffer: ``flat[offset:offset + numel]`` is its (flattened)
+    gradient. ``name`` is the parameter's name in the model (``model.named_parameters()``)."""
+
+    name: str
+    offset: int
+    numel: int
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """What a group index stands for in a plan: its parameters in buffer order and the padded buffer length."""
+
+    index: int
+    params: tuple[ParamSlot, ...]
+    padded_numel: int
+
+    @property
+    def key(self) -> tuple[tuple[str, int, int], ...]:
+        """Hashable identity of the layout (equal layouts hold the same parameters at the same offsets)."""
+        return tuple((s.name, s.offset, s.numel) for s in self.params)
+
+
+@runtime_checkable
+class ReplannableCompressor(GroupCompressor, Protocol):
+    def replan(self, layouts: Sequence[GroupLayout]) -> None: ...
+
+
+@runtime_checkable
+class StatefulCompressor(Protocol):
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
 class _WorkHandle:
     """A torch.distributed Work plus the value its completion stands for."""
 
     def __init__(self, work, value):
         self._work, self._value = work, value
 
-    def wait(self) -> object:
-        self._work.wait()
+    def wait(self, timeout: float | None = None) -> object:
+        if timeout is None:
+            self._work.wait()
+        else:
+            self._work.wait(timedelta(seconds=timeout))  # raises once it runs out (gloo, dlcp)
         return self._value
 
 
@@ -99,8 +153,8 @@ class _FutureHandle:
     def __init__(self, fut: Future, value):
         self._fut, self._value = fut, value
 
-    def wait(self) -> object:
-        self._fut.result()
+    def wait(self, timeout: float | None = None) -> object:
+        self._fut.result(timeout)  # concurrent.futures.TimeoutError once it runs out
         return self._value
 
 

@@ -39,6 +39,21 @@ class BayesTuner:
         self.ys: list[float] = []
         self.keys: list[Hashable] = []
 
+    def state_dict(self) -> dict:
+        """Everything :meth:`ask` depends on (bounds, observations, pending initial points, the random state)."""
+        return {"lo": self.lo, "hi": self.hi, "n_init": self.n_init, "xi": self.xi, "grid": len(self.grid),
+                "init": list(self._init), "xs": list(self.xs), "ys": list(self.ys), "keys": list(self.keys),
+                "rng": self._rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.lo, self.hi, self.n_init, self.xi = float(state["lo"]), float(state["hi"]), int(state["n_init"]), \
+            float(state["xi"])
+        self.grid = np.linspace(self.lo, self.hi, max(2, int(state["grid"])))
+        self._init = [float(v) for v in state["init"]]
+        self.xs, self.ys = [float(v) for v in state["xs"]], [float(v) for v in state["ys"]]
+        self.keys = [tuple(k) if isinstance(k, list) else k for k in state["keys"]]
+        self._rng.bit_generator.state = state["rng"]
+
     def tell(self, x: float, y: float, key: Hashable = None) -> None:
         if not math.isfinite(y):
             raise ValueError(f"objective must be finite, got {y}")

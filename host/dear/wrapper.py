@@ -14,7 +14,16 @@ See ``docs/dear.md`` for the user's view. The schedule of one iteration:
   that group's parameters (its own state, the hyperparameters of the ``step()`` call) with the averaged gradient.
 * **flush()** applies whatever is pending (evaluation, checkpointing; the model's and optimizer's ``state_dict()``
   call it through pre-hooks). It only issues the same all-gathers the next forward would, in the same order, so
-  it is safe on one rank alone.
+  it is collective-safe: one rank may flush while the others flush later or run their next forward (which issues
+  the same all-gathers). A rank whose peers will never issue them (they exited, or stopped training without a
+  forward or flush) gets a :class:`DeARError` after ``timeout`` seconds instead of waiting forever.
+* **buffers** (BatchNorm running statistics): as DDP does, rank 0's buffers are broadcast at the start of every
+  forward that has grad enabled and is not under ``no_sync()`` (``broadcast_buffers=False`` turns it off).
+* **unused parameters**: a parameter that gets no gradient keeps its group (and, since launches are in order,
+  every group below it) from launching until ``step()``. Once an iteration had such parameters (or always, with
+  ``find_unused_parameters=True``), DeAR walks the autograd graph from the forward's output, as DDP does, and
+  counts the parameters it cannot reach as complete (zero gradient, or the one accumulated under ``no_sync()``)
+  as soon as backward starts.
 
 Fusion groups are consecutive layers (parameter-owning modules) in *forward* order, detected from the first
 forward's module calls (modules never called come first). The plan (byte threshold) is fixed, one group per layer
@@ -26,20 +35,23 @@ over a short window, the best is kept. Plans change only at the start of a backw
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import inspect
 import math
 import statistics
 import time
 import zlib
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from host.dear.compressor import (ClippableCompressor, DenseCompressor, GroupCompressor, RingReduceScatter,
-                                  ring_reduce_scatter)
+from host.dear.compressor import (ClippableCompressor, DenseCompressor, GroupCompressor, GroupLayout, ParamSlot,
+                                  ReplannableCompressor, RingReduceScatter, StatefulCompressor, ring_reduce_scatter)
 from host.dear.fusion import CommModel, choose_threshold, efficiency_threshold, padded_numel, plan_groups
 from host.dear.tuner import BayesTuner
 
@@ -130,14 +142,19 @@ class DeAR:
     ``reduce_scatter_single``) or ``"auto"``: ring on gloo, whose own reduce-scatter moves a whole all-reduce's
     bytes, native elsewhere (dlcp's is a ring and takes the group's priority and loss bound); ``prefetch``:
     all-gathers in flight ahead of the forward pass (1 = DeAR's chain: group g+1's starts when group g's forward
-    is due; k: ``step()`` starts groups 0..k-1 and each pre-hook the one k ahead).
+    is due; k: ``step()`` starts groups 0..k-1 and each pre-hook the one k ahead); ``broadcast_buffers``: rank 0's
+    buffers to every rank at the start of each training forward, as DDP does; ``find_unused_parameters``: None
+    (default) = walk the autograd graph for parameters the forward did not use once an iteration had some, True =
+    always, False = never (unused parameters then hold their group back until ``step()``); ``timeout``: seconds
+    any wait for a collective may take before :class:`DeARError` (None: the process group's own timeout).
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, process_group=None, *,
                  fusion: str | int = "auto", compressor: GroupCompressor | None = None, average: bool = True,
                  max_grad_norm: float | None = None, loss_bound: float = 0.0, tune: bool | TunerConfig = False,
                  broadcast_init: bool = True, measure_iters: int = 2, comm_model: CommModel | None = None,
-                 reduce_scatter: str = "auto", prefetch: int = 1):
+                 reduce_scatter: str = "auto", prefetch: int = 1, broadcast_buffers: bool = True,
+                 find_unused_parameters: bool | None = None, timeout: float | None = None):
         if not dist.is_initialized():
             raise DeARError("DeAR needs torch.distributed initialised (dist.init_process_group) first")
         if not isinstance(model, nn.Module):
@@ -154,6 +171,18 @@ class DeAR:
         if not (isinstance(prefetch, int) and prefetch >= 1):
             raise ValueError(f"prefetch must be an int >= 1, got {prefetch!r}")
         self.prefetch = prefetch
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
+        if find_unused_parameters not in (None, True, False):
+            raise ValueError(f"find_unused_parameters must be None, True or False, got {find_unused_parameters!r}")
+        self.timeout = timeout
+        self.broadcast_buffers = broadcast_buffers
+        self.find_unused_parameters = find_unused_parameters
+        self._track_unused = find_unused_parameters is True
+        self._reachable: set[int] | None = None  # parameters reachable from this iteration's forward outputs
+        self._prefilled: set[int] = set()  # parameters counted complete at backward start (unreachable)
+        self._timeout_ok: dict[type, bool] = {}
+        self._wait_timeout: float | None = None  # flush(timeout=...) for the waits it makes
         if measure_iters < 1:
             raise ValueError(f"measure_iters must be >= 1, got {measure_iters}")
         self.model, self.optimizer, self.process_group = model, optimizer, process_group
@@ -206,6 +235,8 @@ class DeAR:
             if pid not in trainable:
                 raise ValueError("the optimizer holds a parameter that is not a trainable parameter of the model")
         self._param_name = names
+        self._trainable = trainable
+        self._buffers = [b for b in model.buffers()]
 
         # schedule state
         self._order: list[int] | None = None  # forward order of layer indices, once known
@@ -294,11 +325,14 @@ class DeAR:
             self._install_plan(self._next_threshold)
         G = len(self._groups)
         # groups some parameters of which got no gradient this iteration (or all accumulated under no_sync)
+        backward_ran = self._in_backward
         for g in range(self._launch_ptr, -1, -1):
             grp = self._groups[g]
             for slot, p in enumerate(grp.params):
                 if not grp.filled[slot]:
                     self._copy_in(grp, slot, p.grad)
+                    if backward_ran and self.find_unused_parameters is None:
+                        self._track_unused = True  # from now on: find them from the graph at backward start
             self._launch(g)
         self._launch_ptr = -1
         for g in range(G - 1, -1, -1):
@@ -316,24 +350,55 @@ class DeAR:
             grp.reset()
         self._launch_ptr = G - 1
         self._in_backward = False
+        self._reachable = None
+        self._prefilled = set()
         self._pending, self._next_apply = True, 0
         for g in range(self.prefetch):
             self._start_ag(g)
 
-    def flush(self) -> None:
-        """Apply every pending update now (before evaluation or checkpointing)."""
-        if self._pending:
+    def flush(self, timeout: float | None = None) -> None:
+        """Apply every pending update now (before evaluation or checkpointing).
+
+        Collective-safe: it waits for the all-gathers of the last ``step()`` and issues the remaining ones in the
+        order every rank's next forward (or flush) issues them, so ranks may flush at different points. Each wait
+        lasts at most ``timeout`` seconds (default: the constructor's ``timeout``); a peer that never issues its
+        side (it exited, or stopped without a forward or flush) gives :class:`DeARError` then, not a hang."""
+        if not self._pending:
+            return
+        self._check_usable()
+        self._wait_timeout = timeout
+        try:
             self._ensure(len(self._groups) - 1)
+        except DeARError as e:
+            raise DeARError(f"{e} (flush() waits for the same all-gathers on every rank: each rank must call "
+                            "flush() or run a forward pass after its last step())") from e
+        finally:
+            self._wait_timeout = None
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"model": ..., "optimizer": ...}`` after flushing, loadable by :meth:`load_state_dict` (or by the plain
-        model/optimizer)."""
+        """``{"model", "optimizer", "dear"}`` after flushing, loadable by :meth:`load_state_dict` (the first two
+        by the plain model/optimizer too). ``"dear"`` holds the forward order, the plan in force, the cost model,
+        the tuner's state and the compressor's (error-feedback residuals, if it keeps any), so a run resumed from
+        it continues as the uninterrupted run would."""
         self.flush()
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "dear": {"threshold": self.threshold, "steps": self.steps}}
+        dear: dict[str, Any] = {"threshold": self._threshold, "next_threshold": self._next_threshold,
+                                "steps": self.steps, "track_unused": self._track_unused,
+                                "order": self.forward_order, "n_uncalled": self._n_uncalled,
+                                "comm_model": None if self.comm_model is None else self.comm_model.as_list(),
+                                "tuning": self.tuning, "tune_x": self._tune_x,
+                                "tune_samples": list(self._tune_samples), "tune_iter": self._tune_iter,
+                                "tune_history": list(self.tune_history),
+                                "tuner": None if self.tuner is None else self.tuner.state_dict(),
+                                "layouts": [[(s.name, s.offset, s.numel) for s in lay.params]
+                                            for lay in self.layouts()]}
+        if isinstance(self._comp, StatefulCompressor):
+            dear["compressor"] = self._comp.state_dict()
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "dear": dear}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Load a :meth:`state_dict`; a pending update is drained (its all-gathers awaited) and dropped."""
+        """Load a :meth:`state_dict` (on every rank, before or between iterations); a pending update is drained
+        (its all-gathers awaited) and dropped. A checkpoint of the model and optimizer only (no ``"dear"``) is
+        accepted too: the plan and cost model then start afresh."""
         self._check_usable()
         if self._pending:
             for k in range(self._next_apply, len(self._groups)):
@@ -342,6 +407,53 @@ class DeAR:
             self._pending = False
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        d = state.get("dear")
+        if not d:
+            return
+        if d.get("order") is not None:
+            by_name = {layer.name: i for i, layer in enumerate(self._layers)}
+            missing = [n for n in d["order"] if n not in by_name]
+            if missing or len(d["order"]) != len(self._layers):
+                raise ValueError(f"DeAR checkpoint: its layers {d['order']} are not this model's "
+                                 f"{[la.name for la in self._layers]}")
+            order = [by_name[n] for n in d["order"]]
+            if self._order is None or self._order != order:
+                self._set_order(order, int(d.get("n_uncalled", 0)))
+        if d.get("comm_model") is not None:
+            self.comm_model = CommModel(*d["comm_model"])
+        self.steps = int(d.get("steps", self.steps))
+        self._track_unused = bool(d.get("track_unused", self._track_unused)) or self.find_unused_parameters is True
+        if self.find_unused_parameters is False:
+            self._track_unused = False
+        self.tune_history = [tuple(h) for h in d.get("tune_history", [])]
+        self.tuning = bool(d.get("tuning", False)) and self.tuner_cfg is not None
+        self._tune_x = d.get("tune_x")
+        self._tune_samples = list(d.get("tune_samples", []))
+        self._tune_iter = int(d.get("tune_iter", 0))
+        if d.get("tuner") is not None and self.tuner_cfg is not None:
+            cfg = self.tuner_cfg
+            self.tuner = BayesTuner(0.0, 1.0, n_init=cfg.n_init, seed=cfg.seed)
+            self.tuner.load_state_dict(d["tuner"])
+        if self._order is not None:
+            thr = d.get("threshold")
+            if thr is not None and (thr != self._threshold or not self._groups):
+                self._install_plan(int(thr))
+            self._next_threshold = d.get("next_threshold")
+        self._last_step_t = None
+        if "compressor" in d:
+            if not isinstance(self._comp, StatefulCompressor):
+                raise ValueError("DeAR checkpoint holds compressor state, but this DeAR's compressor has no "
+                                 "load_state_dict()")
+            self._comp.load_state_dict(d["compressor"])
+
+    def layouts(self) -> list[GroupLayout]:
+        """The plan in force as :class:`~host.dear.compressor.GroupLayout` (what each group's buffer holds)."""
+        out = []
+        for grp in self._groups:
+            slots = tuple(ParamSlot(self._param_name.get(id(p), f"<param {k}>"), off, n)
+                          for k, (p, off, n) in enumerate(zip(grp.params, grp.offsets, grp.numels)))
+            out.append(GroupLayout(grp.index, slots, grp.flat.numel()))
+        return out
 
     def close(self) -> None:
         """Flush and remove every hook; the model and optimizer are plain again."""
@@ -391,6 +503,9 @@ class DeAR:
 
     def _root_pre_hook(self, module, args):
         self._check_usable()
+        if self.broadcast_buffers and self._buffers and self.world > 1 and torch.is_grad_enabled() \
+                and not self._no_sync:
+            self._broadcast_tensors(self._buffers, "buffer broadcast")
         if self._measuring():
             self._fwd_t.append({})
         if self._pending and self._n_uncalled:
@@ -401,6 +516,9 @@ class DeAR:
     def _root_post_hook(self, module, args, output):
         if self._measuring():
             self._fwd_end = time.perf_counter()
+        if self._track_unused and torch.is_grad_enabled() and not self._no_sync:
+            found = _reachable_params(output)
+            self._reachable = found if self._reachable is None else self._reachable | found
         return None
 
     def _on_grad(self, p: torch.Tensor) -> None:
@@ -412,6 +530,10 @@ class DeAR:
         g, slot = self._slot[id(p)]
         grp = self._groups[g]
         if grp.launched:
+            if id(p) in self._prefilled:
+                raise DeARError(f"gradient of {self._param_name.get(id(p), '?')} arrived, but the forward's output "
+                                "does not reach it (it is used outside the model's forward): pass "
+                                "find_unused_parameters=False")
             raise DeARError(f"gradient of {self._param_name.get(id(p), '?')} arrived after fusion group {g} was "
                             "already sent: one backward per step() (accumulate with no_sync())")
         self._copy_in(grp, slot, p.grad)
@@ -420,9 +542,7 @@ class DeAR:
             self._layer_left[li] -= 1
             if self._layer_left[li] == 0:
                 self._ready_t[li] = time.perf_counter()
-        while self._launch_ptr >= 0 and self._groups[self._launch_ptr].complete:
-            self._launch(self._launch_ptr)
-            self._launch_ptr -= 1
+        self._launch_ready()
 
     # ------------------------------------------------------------------------------------------------ internals
     def _priority_scope(self):
@@ -440,14 +560,19 @@ class DeAR:
         return self.steps < self._measure_iters
 
     def _broadcast_state(self) -> None:
-        tensors = [p.data for p in self.model.parameters()] + list(self.model.buffers())
+        self._broadcast_tensors([p.data for p in self.model.parameters()] + list(self.model.buffers()),
+                                "initial broadcast")
+
+    def _broadcast_tensors(self, tensors: list[torch.Tensor], what: str) -> None:
+        """Rank 0's values of ``tensors`` to every rank, one broadcast per dtype."""
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
         for t in tensors:
             by_dtype.setdefault(t.dtype, []).append(t)
         src = dist.get_global_rank(self.process_group, 0) if self.process_group is not None else 0
         for ts in by_dtype.values():
             flat = torch.cat([t.detach().reshape(-1) for t in ts])
-            dist.broadcast(flat, src=src, group=self.process_group)
+            w = dist.broadcast(flat, src=src, group=self.process_group, async_op=True)
+            self._wait(_WorkWait(w), what)
             pos = 0
             with torch.no_grad():
                 for t in ts:
@@ -466,7 +591,14 @@ class DeAR:
         if int(chk[0]) != h or int(chk[1]) != -h:
             raise DeARError("ranks disagree on the forward order of the model's layers (different models or "
                             "data-dependent control flow in the first iteration)")
-        self._order, self._n_uncalled = order, len(uncalled)
+        thr = self._set_order(order, len(uncalled))
+        if self.tuner_cfg is not None and self.fusion != "auto":
+            self._start_tuning(thr)
+
+    def _set_order(self, order: list[int], n_uncalled: int) -> int:
+        """Fix the forward order, assign shared parameters to their first layer, install the initial plan;
+        returns its threshold."""
+        self._order, self._n_uncalled = order, n_uncalled
         taken: set[int] = set()
         self._layer_of_param: dict[int, int] = {}
         for i in order:
@@ -484,8 +616,7 @@ class DeAR:
             assert self.comm_model is not None
             thr = efficiency_threshold(self.comm_model)
         self._install_plan(thr)
-        if self.tuner_cfg is not None and self.fusion != "auto":
-            self._start_tuning(thr)
+        return thr
 
     def _layer_bytes(self) -> list[int]:
         assert self._order is not None
@@ -518,6 +649,8 @@ class DeAR:
         self._threshold = threshold
         self._next_threshold = None
         self._launch_ptr = len(self._groups) - 1
+        if isinstance(self._comp, ReplannableCompressor):  # nothing is in flight: re-key per-group state now
+            self._comp.replan(self.layouts())
 
     def _begin_backward(self) -> None:
         self._in_backward = True
@@ -529,6 +662,22 @@ class DeAR:
         if self._measuring():
             self._ready_t = {}
             self._layer_left = {i: len(self._layers[i].params) for i in self._order or []}
+        if self._track_unused and self._reachable is not None:
+            # parameters the forward's output cannot reach get no gradient in this backward: count them
+            # complete now (what they hold: zero, or what no_sync() accumulated) so their groups can launch
+            for pid, p in self._trainable.items():
+                if pid not in self._reachable:
+                    g, slot = self._slot[pid]
+                    self._copy_in(self._groups[g], slot, p.grad)
+                    self._prefilled.add(pid)
+            self._reachable = None
+            self._launch_ready()
+
+    def _launch_ready(self) -> None:
+        """Launch every complete group from the top down, stopping at the first incomplete one."""
+        while self._launch_ptr >= 0 and self._groups[self._launch_ptr].complete:
+            self._launch(self._launch_ptr)
+            self._launch_ptr -= 1
 
     def _copy_in(self, grp: _Group, slot: int, grad: torch.Tensor | None) -> None:
         view = grp.flat[grp.offsets[slot]:grp.offsets[slot + 1]]
@@ -563,11 +712,27 @@ class DeAR:
             raise DeARError(f"DeAR rank {self.rank}: {self._broken}") from e
 
     def _wait(self, handle, what: str):
+        timeout = self._wait_timeout if self._wait_timeout is not None else self.timeout
         try:
+            if timeout is not None and self._takes_timeout(handle):
+                return handle.wait(timeout=timeout)
             return handle.wait()
         except Exception as e:
-            self._broken = f"{what} failed: {type(e).__name__}: {e}"
+            if isinstance(e, concurrent.futures.TimeoutError) or "timed out" in str(e).lower():
+                self._broken = f"{what} did not complete within {timeout}s ({type(e).__name__}: {e})"
+            else:
+                self._broken = f"{what} failed: {type(e).__name__}: {e}"
             raise DeARError(f"DeAR rank {self.rank}: {self._broken}") from e
+
+    def _takes_timeout(self, handle) -> bool:
+        ok = self._timeout_ok.get(type(handle))
+        if ok is None:
+            try:
+                ok = "timeout" in inspect.signature(handle.wait).parameters
+            except (TypeError, ValueError):
+                ok = False
+            self._timeout_ok[type(handle)] = ok
+        return ok
 
     def _ensure(self, g: int) -> None:
         """Apply every pending group up to ``g`` in order (wait its all-gather, start the next, update)."""
@@ -745,3 +910,48 @@ class DeAR:
         self._tune_samples, self._tune_iter = [], 0
         if msg[0] == 1.0:
             self.tuning = False
+
+
+class _WorkWait:
+    """A bare torch.distributed Work as a handle whose wait takes a timeout in seconds."""
+
+    def __init__(self, work):
+        self._work = work
+
+    def wait(self, timeout: float | None = None) -> None:
+        if timeout is None:
+            self._work.wait()
+        else:
+            self._work.wait(timedelta(seconds=timeout))
+
+
+def _reachable_params(output: Any) -> set[int]:
+    """ids of the leaf tensors (parameters) the autograd graph of ``output``'s tensors reaches, as DDP's
+    ``find_unused_parameters`` finds them: every ``AccumulateGrad`` node behind the outputs' ``grad_fn``."""
+    stack: list[Any] = []
+    todo = [output]
+    found: set[int] = set()
+    while todo:
+        o = todo.pop()
+        if isinstance(o, torch.Tensor):
+            if o.grad_fn is not None:
+                stack.append(o.grad_fn)
+            elif o.requires_grad:
+                found.add(id(o))
+        elif isinstance(o, (list, tuple)):
+            todo.extend(o)
+        elif isinstance(o, dict):
+            todo.extend(o.values())
+    seen: set[Any] = set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        var = getattr(node, "variable", None)
+        if var is not None:
+            found.add(id(var))
+        for nxt, _ in node.next_functions:
+            if nxt is not None and nxt not in seen:
+                stack.append(nxt)
+    return found

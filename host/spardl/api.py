@@ -4,6 +4,14 @@
 Error feedback: a :class:`SparDLState` keeps, per key (a tensor name, a DDP bucket, a DeAR group), this rank's
 residual (added to the next input of the same key) and the adaptive h of the block it holds.
 
+Residual ownership: a residual belongs to **parameter ranges**, not to a bucket or group index. The DDP hook and
+the DeAR compressor both tell the state which parameter lies at which offset of a key's buffer (a *layout*: the
+hook reads it from DDP's bucket, DeAR hands it to :meth:`SparDLCompressor.replan`). When a key's layout changes
+(DDP rebuilt its buckets, DeAR re-planned its fusion groups) the residuals of every key that held any of its
+parameters are cut into per-parameter pieces and reassembled in the new layout, so no residual is dropped or
+added to the wrong parameter, and the sum of applied updates plus residuals stays the sum of the gradients. The
+same per-parameter pieces are what ``state_dict()`` saves.
+
 Asynchrony: the hook and the compressor run the multi-step send/recv schedule on one background thread each,
 over a **private process group** over the same ranks (``dist.new_group``, created in their constructors, which
 therefore must run on every rank of the default group in the same order). Jobs run in submission order, which is
@@ -17,7 +25,7 @@ import queue
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -31,41 +39,114 @@ __all__ = ["SparDLState", "SparseAllreduceResult", "sparse_allreduce", "SparDLHo
            "SparDLCompressor", "SparDLRSResult"]
 
 
+Layout = tuple[tuple[Hashable, int, int], ...]
+"""A key's buffer contents: ``(parameter key, offset, numel)`` per parameter, in buffer order."""
+
+
 class SparDLState:
-    """Per-key residuals (error feedback) and adaptive h of one rank."""
+    """Per-key residuals (error feedback) and adaptive h of one rank, tied to parameter ranges by layouts."""
 
     def __init__(self, error_feedback: bool = True):
         self.error_feedback = error_feedback
         self.residuals: dict[Hashable, torch.Tensor] = {}
         self.h: dict[Hashable, algo.AdaptiveH] = {}
+        self.layouts: dict[Hashable, Layout] = {}
+        self._loose: dict[Hashable, torch.Tensor] = {}  # per-parameter residuals no key holds (after a change)
+        self._loose_h: dict[Layout, int] = {}  # h of a layout whose key is not known yet (a loaded state)
 
-    def input_for(self, key: Hashable, flat: torch.Tensor) -> torch.Tensor:
+    def input_for(self, key: Hashable, flat: torch.Tensor, layout: Layout | None = None) -> torch.Tensor:
         """``flat`` plus the key's residual, built **in the residual's buffer** (no new gradient-sized tensor:
         the program then uses it as its live buffer and leaves the new residual in it). So a residual returned by
         an earlier call for ``key`` changes with this one. Without a residual (first call, no error feedback, or
         one of another shape/dtype: the key now names something else) a copy of ``flat``."""
-        buf, addend = self.buffers_for(key, flat)
+        buf, addend = self.buffers_for(key, flat, layout)
         return buf if addend is None else buf.add_(addend)
 
-    def buffers_for(self, key: Hashable, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def buffers_for(self, key: Hashable, flat: torch.Tensor,
+                    layout: Layout | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """What :meth:`input_for` adds, unadded: ``(residual, flat)``, for a program to add fused with its first
-        pass over the buffer (``addend=``), or ``(copy of flat, None)`` without a usable residual."""
+        pass over the buffer (``addend=``), or ``(copy of flat, None)`` without a usable residual. ``layout``:
+        which parameter ranges ``flat`` holds; when it differs from the key's last one the residuals are
+        regrouped by parameter first (see the module's docstring)."""
+        if layout is not None and self.layouts.get(key) != layout:
+            self._regroup(key, tuple(layout), flat)
         r = self.residuals.pop(key, None)
         if not self.error_feedback or r is None or r.shape != flat.shape or r.dtype != flat.dtype:
             return flat.detach().clone(), None
         return r, flat.detach()
+
+    def _regroup(self, key: Hashable, layout: Layout, flat: torch.Tensor) -> None:
+        """Give ``key`` the ``layout``: release the residuals of every key holding one of its parameters into
+        per-parameter pieces, then build the key's residual from the pieces of its parameters (zero where none)."""
+        wanted = {pk for pk, _, _ in layout}
+        for k in [k for k, lay in self.layouts.items() if k == key or any(pk in wanted for pk, _, _ in lay)]:
+            self._release(k)
+        self.residuals.pop(key, None)  # a residual without a layout cannot be placed
+        self.h.pop(key, None)
+        self.layouts[key] = layout
+        if not self.error_feedback:
+            return
+        pieces = [(off, n, self._loose.pop(pk)) for pk, off, n in layout
+                  if pk in self._loose and self._loose[pk].numel() == n]
+        if pieces:
+            buf = torch.zeros(flat.shape, dtype=flat.dtype)
+            flat_buf = buf.reshape(-1)
+            for off, n, piece in pieces:
+                flat_buf[off:off + n].copy_(piece)
+            self.residuals[key] = buf
+
+    def _release(self, key: Hashable) -> None:
+        lay = self.layouts.pop(key)
+        r = self.residuals.pop(key, None)
+        self.h.pop(key, None)
+        if r is None:
+            return
+        flat = r.reshape(-1)
+        for pk, off, n in lay:
+            self._loose[pk] = flat[off:off + n].clone()
 
     def h_for(self, key: Hashable, plan: Plan, rank: int) -> algo.AdaptiveH:
         j = rank % plan.m
         h = self.h.get(key)
         if h is None or (h.k, h.teams, h.block_len) != (plan.ks[j], plan.teams, plan.block_len(j)):
             h = self.h[key] = plan.new_h(rank)
+            saved = self._loose_h.pop(self.layouts.get(key), None) if key in self.layouts else None
+            if saved is not None:
+                h.h = max(h.lo, min(h.hi, saved))
         return h
 
     def finish(self, key: Hashable, plan: Plan, rank: int, out: SparDLOutput) -> None:
         if self.error_feedback:
             self.residuals[key] = out.residual
         self.h_for(key, plan, rank).update(out.union)
+
+    # --- per-parameter view: conservation checks and checkpoints -------------------------------------------------
+    def residuals_by_param(self) -> dict[Hashable, torch.Tensor]:
+        """This rank's residual of every parameter it holds one for (flat copies), wherever it is kept."""
+        out = {pk: t.clone() for pk, t in self._loose.items()}
+        for key, lay in self.layouts.items():
+            r = self.residuals.get(key)
+            if r is not None:
+                flat = r.reshape(-1)
+                for pk, off, n in lay:
+                    out[pk] = flat[off:off + n].clone()
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """Residuals per parameter and h per layout: independent of key numbering, so loadable into another
+        bucketing or fusion plan. Residuals of keys without a layout are not included."""
+        hs = [(list(map(list, lay)), self.h[k].h) for k, lay in self.layouts.items() if k in self.h]
+        hs += [(list(map(list, lay)), h) for lay, h in self._loose_h.items()]
+        return {"error_feedback": self.error_feedback, "residuals": self.residuals_by_param(), "h": hs}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Replace everything by ``state``; each key gets its residual back at its next call with a layout."""
+        self.error_feedback = bool(state.get("error_feedback", self.error_feedback))
+        self.residuals.clear()
+        self.h.clear()
+        self.layouts.clear()
+        self._loose = {pk: t.detach().clone().reshape(-1) for pk, t in state.get("residuals", {}).items()}
+        self._loose_h = {tuple(tuple(x) for x in lay): int(h) for lay, h in state.get("h", [])}
 
 
 @dataclass
@@ -164,13 +245,18 @@ class SparDLHookState:
         state = SparDLHookState(density=0.01, teams=1)
         ddp.register_comm_hook(state, spardl_hook)
 
-    The first ``dense_iterations`` iterations (default 2) all-reduce densely: DDP rebuilds its buckets after the
-    first iteration, and residuals are kept per bucket index, so they start once buckets are final.
+    The first ``dense_iterations`` iterations (default 2) all-reduce densely (a warm-up, as sparsified training
+    usually has). Residuals belong to parameter ranges read from each bucket (:class:`SparDLState`), so DDP's
+    bucket rebuild after the first iteration moves them with their parameters. ``model`` (the module DDP wraps)
+    names the parameters, which :meth:`state_dict` needs; without it they are keyed by object identity.
     """
 
     def __init__(self, density: float, teams: int = 1, process_group: dist.ProcessGroup | None = None, *,
-                 dense_iterations: int = 2, timeout: float = 60.0):
+                 dense_iterations: int = 2, timeout: float = 60.0, model: torch.nn.Module | None = None):
         algo.block_budget(1, density)  # validates density
+        if dense_iterations < 0:
+            raise ValueError(f"dense_iterations must be >= 0, got {dense_iterations}")
+        self._names = None if model is None else {id(p): n for n, p in model.named_parameters()}
         self.density, self.teams, self.process_group = density, teams, process_group
         self.dense_iterations, self.timeout = dense_iterations, timeout
         self.group, self.rank, self.world = _private_group(process_group)
@@ -183,10 +269,36 @@ class SparDLHookState:
     def close(self) -> None:
         self._worker.close()
 
-    def _run(self, key: int, buf: torch.Tensor) -> torch.Tensor:
+    def state_dict(self) -> dict[str, Any]:
+        """Residuals per parameter name, h, the iteration count (needs ``model=``). Call it between iterations
+        (nothing in flight); checkpoint it with the model and optimizer."""
+        if self._names is None:
+            raise ValueError("SparDLHookState.state_dict() needs the parameter names: pass model= to the "
+                             "constructor")
+        return {"iteration": self.iteration, "sparse": self.state.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self._names is None:
+            raise ValueError("SparDLHookState.load_state_dict() needs the parameter names: pass model= to the "
+                             "constructor")
+        self.iteration = int(state["iteration"])
+        self.state.load_state_dict(state["sparse"])
+
+    def layout_of(self, bucket: dist.GradBucket) -> Layout | None:
+        """The bucket's parameters and their ranges in its buffer (DDP packs their gradients back to back);
+        None if the buffer does not hold exactly that (then the residual stays keyed by the bucket index)."""
+        params = bucket.parameters()
+        lay, off = [], 0
+        for p in params:
+            pk = self._names.get(id(p), id(p)) if self._names is not None else id(p)
+            lay.append((pk, off, p.numel()))
+            off += p.numel()
+        return tuple(lay) if off == bucket.buffer().numel() else None
+
+    def _run(self, key: int, buf: torch.Tensor, layout: Layout | None = None) -> torch.Tensor:
         flat = buf.reshape(-1)
         plan = Plan.make(flat.numel(), self.world, self.teams, self.density, flat.dtype)
-        original, addend = self.state.buffers_for(key, flat)
+        original, addend = self.state.buffers_for(key, flat, layout)
         h = self.state.h_for(key, plan, self.rank)
         direct = buf.is_contiguous()
         out = run_on_group(spardl(plan, self.rank, original, h.h, own_input=True, addend=addend,
@@ -208,7 +320,7 @@ def spardl_hook(state: SparDLHookState, bucket: dist.GradBucket) -> torch.future
         world = state.world
         return work.get_future().then(lambda f: f.value()[0].div_(world))
     fut: torch.futures.Future = torch.futures.Future()
-    buf, key = bucket.buffer(), bucket.index()
+    buf, key, layout = bucket.buffer(), bucket.index(), state.layout_of(bucket)
 
     def done(cf: Future) -> None:
         e = cf.exception()
@@ -216,7 +328,7 @@ def spardl_hook(state: SparDLHookState, bucket: dist.GradBucket) -> torch.future
             fut.set_exception(e)
         else:
             fut.set_result(cf.result())
-    state._worker.submit(lambda: state._run(key, buf)).add_done_callback(done)
+    state._worker.submit(lambda: state._run(key, buf, layout)).add_done_callback(done)
     return fut
 
 
@@ -243,8 +355,8 @@ class _Handle:
     def __init__(self, fut: Future):
         self._fut = fut
 
-    def wait(self) -> object:
-        return self._fut.result()
+    def wait(self, timeout: float | None = None) -> object:
+        return self._fut.result(timeout)
 
 
 class SparDLCompressor:
@@ -253,8 +365,10 @@ class SparDLCompressor:
     ``process_group``'s ranks, default: the world).
 
     DeAR hands ``flat_grad`` already divided by the world size, so the all-gather returns the plain sum over
-    ranks (``average=False``, the default; ``average=True`` divides by the world size). Residuals and h are kept
-    per group index.
+    ranks (``average=False``, the default; ``average=True`` divides by the world size). Residuals belong to
+    parameter ranges: DeAR calls :meth:`replan` with every plan it installs, and a group's residual is rebuilt
+    from its parameters' pieces when its layout changed (see :class:`SparDLState`). :meth:`state_dict` (carried
+    by DeAR's) saves them per parameter name.
     """
 
     def __init__(self, density: float, teams: int = 1, process_group: dist.ProcessGroup | None = None, *,
@@ -265,7 +379,28 @@ class SparDLCompressor:
         algo.team_size(self.world, teams)
         self.state = SparDLState()
         self.bytes_sent = 0
+        self._layouts: dict[int, Layout] = {}
         self._worker = _SerialWorker(f"spardl-dear-r{self.rank}")
+
+    def replan(self, layouts: Sequence[Any]) -> None:
+        """DeAR's new fusion plan (``host.dear.GroupLayout`` per group). Runs on the worker thread, after every
+        job already submitted, so it never changes a layout under a running job."""
+        new = {lay.index: lay.key for lay in layouts}
+
+        def job() -> None:
+            self._layouts = new
+        self._worker.submit(job).result()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Residuals per parameter and h per layout (DeAR calls it after flushing: nothing in flight)."""
+        return self._worker.submit(self.state.state_dict).result()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._worker.submit(lambda: self.state.load_state_dict(state)).result()
+
+    def residuals_by_param(self) -> dict[Hashable, torch.Tensor]:
+        """This rank's current residual per parameter name (after DeAR flushed)."""
+        return self._worker.submit(self.state.residuals_by_param).result()
 
     def _check(self, process_group) -> None:
         if process_group is not None and dist.get_world_size(process_group) != self.world:
@@ -279,7 +414,7 @@ class SparDLCompressor:
 
         def job() -> SparDLRSResult:
             plan = Plan.make(flat_grad.numel(), self.world, self.teams, self.density, flat_grad.dtype)
-            original, addend = self.state.buffers_for(group_index, flat_grad)
+            original, addend = self.state.buffers_for(group_index, flat_grad, self._layouts.get(group_index))
             h = self.state.h_for(group_index, plan, self.rank)
             rs = run_on_group(spar_reduce_scatter(plan, self.rank, original, h.h, own_input=True, addend=addend),
                               self.group, self.timeout)
