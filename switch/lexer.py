@@ -33,6 +33,9 @@ class Token:
         return f"Token({self.kind},{self.text!r},{self.loc})"
 
 
+#: The longest integer literal accepted (the widest bit<W> the checker accepts is 4096 bits).
+MAX_LITERAL_BITS = 8192
+
 _OPS = sorted("""
 &&& |+| |-| ... .. ++ << <= >= == != && || += -= ( ) { } [ ] < > ; : , . = + - * / % & | ^ ~ ! ? @ #
 """.split(), key=len, reverse=True)
@@ -129,11 +132,21 @@ def lex(text: str, filename: str) -> list[Token]:
         at_line_start = False
         loc = Loc(filename, line, col)
         if kind == "num":
-            toks.append(Token("int", s, loc, parse_int(s)))
+            try:
+                value = parse_int(s)
+            except ValueError:            # more digits than Python converts (4300)
+                value = None
+            if value is None or value[0].bit_length() > MAX_LITERAL_BITS:
+                raise P4Error(loc, f"integer literal longer than {MAX_LITERAL_BITS} bits")
+            toks.append(Token("int", s, loc, value))
         elif kind == "id":
             toks.append(Token("kw" if s in KEYWORDS else "id", s, loc))
         elif kind == "str":
-            toks.append(Token("str", s, loc, bytes(s[1:-1], "utf-8").decode("unicode_escape")))
+            try:
+                value = bytes(s[1:-1], "utf-8").decode("unicode_escape")
+            except UnicodeDecodeError as e:
+                raise P4Error(loc, f"invalid escape sequence in string literal: {e.reason}") from None
+            toks.append(Token("str", s, loc, value))
         else:
             t = Token("op", s, loc)
             if s == ">" and m.end() < n and text[m.end()] == ">":

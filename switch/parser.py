@@ -492,7 +492,7 @@ class Parser:
                 j += 1
                 if depth == 0:
                     break
-        return self.toks[j].text == "("
+        return j < len(self.toks) and self.toks[j].text == "("
 
     def instantiation(self, annots) -> A.Instance:
         t = self.tok

@@ -5,6 +5,17 @@
 ``switch/p4include`` (written from the P4-16 and v1model specifications, same names as p4c's), so
 a program compiles unchanged here and with p4c.  Macros are expanded at token level, which keeps
 the position of every token pointing into the file the programmer wrote.
+
+A program may arrive from any P4Runtime client, so its text is untrusted:
+
+* ``#if``/``#elif`` conditions are evaluated by :mod:`switch.ppexpr` (C preprocessor integer semantics, no
+  Python ``eval``, 64-bit values);
+* ``#include`` is confined to the program's own directory (its bundle), the include directories the caller
+  configured (``-I``, the daemon's ``--include``) and the target's standard include directory.  A name that
+  resolves (symbolic links followed) outside all of them is a located error that says only that the path
+  leaves them: whether such a file exists, or what it holds, is never revealed;
+* macro expansion is iterative and capped at :data:`MAX_TOKENS` tokens, so a chain of macros that double at
+  each level is an error instead of a hang.
 """
 from __future__ import annotations
 
@@ -14,8 +25,11 @@ from pathlib import Path
 
 from .errors import Loc, P4Error, unsupported
 from .lexer import Token, lex
+from .ppexpr import evaluate, tokenize
 
 BUILTIN_INCLUDE = Path(__file__).with_name("p4include")
+#: Tokens a program may hold after preprocessing (every include and macro expansion counted).
+MAX_TOKENS = 300_000
 
 
 class Preprocessor:
@@ -28,24 +42,43 @@ class Preprocessor:
             self.macros[k] = [t for t in lex(str(v), "<command-line>") if t.kind != "eof"]
         self.out: list[Token] = []
         self.depth = 0
+        #: directories an ``#include`` may read from (resolved): set by :func:`preprocess` to the program's own
+        #: directory, the include directories and the standard include directory
+        self.roots: list[Path] = [p.resolve() for p in self.include_dirs] + [BUILTIN_INCLUDE.resolve()]
 
     # -- file handling -------------------------------------------------------------------------
+    def _confined(self, p: Path) -> bool:
+        return any(p == r or p.is_relative_to(r) for r in self.roots)
+
     def _find(self, name: str, angle: bool, current: Path, loc: Loc) -> Path:
+        """The file ``#include`` names: beside the including file (quoted form), then in the include
+        directories, then the standard ones; only inside :attr:`roots` (see the module docstring)."""
         cands = [] if angle else [current.parent / name]
         cands += [d / name for d in self.include_dirs] + [BUILTIN_INCLUDE / name]
+        escaped = False
         for c in cands:
-            if c.is_file():
-                return c
+            try:
+                r = c.resolve()
+            except (OSError, RuntimeError, ValueError):      # a symlink loop, a NUL byte...
+                continue
+            if not self._confined(r):
+                escaped = True
+                continue
+            if r.is_file():
+                return r
+        if escaped:
+            raise P4Error(loc, f"#include {name!r}: the path leaves the program's directory and the include "
+                               f"directories; only files inside them can be included")
         raise P4Error(loc, f"cannot find include file {name!r}")
 
     def run_file(self, path: Path, display: str) -> None:
         self.depth += 1
-        if self.depth > 50:
-            raise P4Error(None, f"#include nesting too deep at {display}")
         try:
             text = path.read_text()
         except OSError as e:
             raise P4Error(Loc(display, 1, 1), f"cannot read file: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise P4Error(Loc(display, 1, 1), f"not a UTF-8 text file (byte {e.start})") from None
         toks = lex(text, display)
         # stack of (active, taken_any, in_else) per conditional
         stack: list[list[bool]] = []
@@ -57,17 +90,29 @@ class Preprocessor:
                 active = self._directive(t, stack, active, path)
                 continue
             if active:
-                self._emit(t, set())
+                self._emit(t)
         if stack:
             raise P4Error(toks[-1].loc, "missing #endif")
         self.depth -= 1
 
-    def _emit(self, t: Token, hide: set[str]) -> None:
-        if t.kind == "id" and t.text in self.macros and t.text not in hide:
-            for r in self.macros[t.text]:
-                self._emit(Token(r.kind, r.text, t.loc, r.value, r.adjacent), hide | {t.text})
-        else:
-            self.out.append(t)
+    def _emit(self, t: Token, hide: frozenset = frozenset()) -> None:
+        """Append ``t`` to the output, expanding object-like macros (iteratively: a macro is not expanded
+        inside its own expansion; the expansion keeps ``t``'s position)."""
+        out = self.out
+        work = [(t, hide)]
+        while work:
+            x, h = work.pop()
+            if x.kind == "id" and x.text in self.macros and x.text not in h:
+                inner = h | {x.text}
+                work.extend((Token(r.kind, r.text, t.loc, r.value, r.adjacent), inner)
+                            for r in reversed(self.macros[x.text]))
+                if len(work) > MAX_TOKENS:
+                    raise P4Error(t.loc, f"macro expansion of {t.text!r} exceeds {MAX_TOKENS} tokens")
+            else:
+                out.append(x)
+                if len(out) > MAX_TOKENS:
+                    raise P4Error(t.loc, f"the program exceeds {MAX_TOKENS} tokens after preprocessing "
+                                         f"(here, expanding {t.text!r})")
 
     # -- directives ----------------------------------------------------------------------------
     def _directive(self, t: Token, stack: list[list[bool]], active: bool, path: Path) -> bool:
@@ -79,7 +124,9 @@ class Preprocessor:
             if name == "if":
                 val = outer and self._eval(rest, t.loc)
             else:
-                val = (rest.split()[0] in self.macros) if rest else False
+                if not re.match(r"[A-Za-z_]\w*$", rest.split()[0] if rest else ""):
+                    raise P4Error(t.loc, f"#{name} expects a macro name")
+                val = rest.split()[0] in self.macros
                 if name == "ifndef":
                     val = not val
             stack.append([outer and val, bool(val), outer])
@@ -109,7 +156,9 @@ class Preprocessor:
                 raise P4Error(t.loc, "#include expects \"file\" or <file>")
             fname = m2.group(1) or m2.group(2)
             p = self._find(fname, m2.group(2) is not None, path, t.loc)
-            disp = os.path.relpath(p) if not str(p).startswith(str(BUILTIN_INCLUDE)) else p.name
+            disp = p.name if p.is_relative_to(BUILTIN_INCLUDE.resolve()) else os.path.relpath(p)
+            if self.depth >= 50:
+                raise P4Error(t.loc, f"#include nesting deeper than 50 files (does {fname!r} include itself?)")
             self.run_file(p, disp)
             return active
         if name == "define":
@@ -133,33 +182,28 @@ class Preprocessor:
         raise P4Error(t.loc, f"unknown preprocessor directive #{name}")
 
     def _eval(self, expr: str, loc: Loc) -> bool:
-        """Evaluate a ``#if`` condition: integers, macros, defined(), comparisons, ! && ||."""
-        expr = re.sub(r"defined\s*\(\s*(\w+)\s*\)|defined\s+(\w+)",
-                      lambda m: "1" if (m.group(1) or m.group(2)) in self.macros else "0", expr)
-        for _ in range(20):
-            new = re.sub(r"[A-Za-z_]\w*",
-                         lambda m: " ".join(x.text for x in self.macros[m.group(0)]) if m.group(0) in self.macros
-                         else "0", expr)
-            if new == expr:
-                break
-            expr = new
-        py = expr.replace("&&", " and ").replace("||", " or ")
-        py = re.sub(r"!(?!=)", " not ", py)
-        if not re.fullmatch(r"[\d\s()<>=!+\-*/%andortx]*", py):
-            raise P4Error(loc, f"cannot evaluate #if expression {expr!r}")
-        try:
-            return bool(eval(py, {"__builtins__": {}}, {}))  # noqa: S307 - sanitised above
-        except Exception:
-            raise P4Error(loc, f"cannot evaluate #if expression {expr!r}") from None
+        """Evaluate a ``#if``/``#elif`` condition (see :mod:`switch.ppexpr`)."""
+        def body(name: str) -> list[str] | None:
+            toks = self.macros.get(name)
+            if toks is None:
+                return None
+            text = " ".join(x.text for x in toks)
+            try:
+                return tokenize(text, loc)
+            except P4Error:
+                raise P4Error(loc, f"#if: macro {name} ({text!r}) is not an integer expression") from None
+        return evaluate(expr, body, lambda n: n in self.macros, loc)
 
 
 def preprocess(path: str, include_dirs: list[str] | None = None,
                defines: dict[str, str] | None = None) -> list[Token]:
-    """Preprocess and lex ``path``; returns the token list ending with an ``eof`` token."""
+    """Preprocess and lex ``path``; returns the token list ending with an ``eof`` token.  Includes may read
+    from ``path``'s directory, ``include_dirs`` and the standard include directory only."""
     pp = Preprocessor(include_dirs, defines)
     p = Path(path)
     if not p.is_file():
         raise P4Error(Loc(str(path), 1, 1), "no such file")
+    pp.roots.insert(0, p.resolve().parent)
     pp.run_file(p, str(path))
     last = pp.out[-1].loc if pp.out else Loc(str(path), 1, 1)
     pp.out.append(Token("eof", "", last))
