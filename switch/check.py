@@ -14,6 +14,13 @@ from . import p4ast as A
 from .errors import Loc, P4Error, unsupported
 from .ir import BOOL, INTLIT, STR, VOID, Bits, Sym
 
+#: Target limits, so that a pushed program cannot make the compiler or the switch allocate without bound (BMv2
+#: has limits of its own; these are generous for real programs): the widest bit<W>/int<W>/varbit<W>, the largest
+#: header stack, the most cells of a counter, meter or register, and the largest compile-time integer.
+MAX_WIDTH = 4096
+MAX_STACK = 1024
+MAX_EXTERN_SIZE = 1 << 22
+MAX_CONST_BITS = 8192
 ARITH = {"+", "-", "*", "/", "%", "|+|", "|-|", "&", "|", "^"}
 COMPARE = {"==", "!=", "<", ">", "<=", ">="}
 SUPPORTED_EXTERNS = {"packet_in", "packet_out", "counter", "direct_counter", "meter", "direct_meter",
@@ -85,6 +92,7 @@ class Checker:
         self.header_types: dict[str, ir.Type] = {}
         self.main: A.Instance | None = None
         self.locals_all: list[Sym] = []
+        self.block_kind = ""          # "parser" or "control" while checking one (see member())
 
     # ---------------------------------------------------------------------------------------
     def run(self) -> ir.ProgramIR:
@@ -196,14 +204,18 @@ class Checker:
                 return INTLIT
             self.expr(tr.width, scope)
             w = self.const_eval(tr.width, scope)
-            if not isinstance(w, int) or w <= 0 or (k == "int" and w < 2 and False):
+            if not isinstance(w, int) or isinstance(w, bool) or w <= 0:
                 raise P4Error(tr.loc, f"invalid width {w} for {k}<W>")
+            if w > MAX_WIDTH:
+                raise P4Error(tr.loc, f"width {w} of {k}<W> exceeds this target's limit of {MAX_WIDTH} bits")
             return Bits(w, k == "int")
         if k == "varbit":
             self.expr(tr.width, scope)
             w = self.const_eval(tr.width, scope)
             if not isinstance(w, int) or isinstance(w, bool) or w <= 0:
                 raise P4Error(tr.loc, f"invalid width {w} for varbit<W>")
+            if w > MAX_WIDTH:
+                raise P4Error(tr.loc, f"width {w} of varbit<W> exceeds this target's limit of {MAX_WIDTH} bits")
             return ir.VarbitT(w)
         if k == "bool":
             return BOOL
@@ -225,8 +237,10 @@ class Checker:
                 raise P4Error(tr.loc, f"header stack elements must be headers, not {et}")
             self.expr(tr.size, scope)
             n = self.const_eval(tr.size, scope)
-            if not isinstance(n, int) or n <= 0:
+            if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
                 raise P4Error(tr.size.loc, "header stack size must be a positive constant")
+            if n > MAX_STACK:
+                raise P4Error(tr.size.loc, f"header stack size {n} exceeds this target's limit of {MAX_STACK}")
             return ir.StackT(et, n)
         if k == "name":
             if tvars is not None and tr.name in tvars:
@@ -243,6 +257,14 @@ class Checker:
 
     # ---- constants ----------------------------------------------------------------------------
     def const_eval(self, e: A.Expr, scope: Scope):
+        """The value of a compile-time constant expression; an integer beyond :data:`MAX_CONST_BITS` bits is an
+        error (untyped integers have arbitrary precision, so ``1 << 4000`` multiplied by itself would grow)."""
+        v = self._const_eval(e, scope)
+        if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > MAX_CONST_BITS:
+            raise P4Error(e.loc, f"constant value longer than {MAX_CONST_BITS} bits")
+        return v
+
+    def _const_eval(self, e: A.Expr, scope: Scope):
         if isinstance(e, A.Lit):
             return e.value if e.type is None or not isinstance(e.type, Bits) else wrap(e.value, e.type)
         if isinstance(e, A.BoolLit):
@@ -545,6 +567,9 @@ class Checker:
             raise P4Error(getattr(e, "name_loc", e.loc),
                           f"{'header' if isinstance(bt, ir.HeaderT) else 'struct'} {bt.name} has no field '{e.name}'")
         if isinstance(bt, ir.StackT):
+            if e.name in ("next", "last", "lastIndex") and self.block_kind != "parser":
+                # P4-16 8.18: they depend on the parser's nextIndex and "may only be used in a parser"
+                raise P4Error(e.loc, f"header stack '{e.name}' may only be used in a parser")
             if e.name in ("next", "last"):
                 return bt.elem
             if e.name in ("size", "lastIndex"):
@@ -787,6 +812,11 @@ class Checker:
             self.expr(s.init, scope, t)
             self.assignable(t, s.init, s.init.loc)
             scope.declare(Sym("const", s.name, t, s.loc, s, value=self.const_eval(s.init, scope)), s.name, s.loc)
+        elif isinstance(s, (A.Exit, A.Return)) and ctx.kind == "parser":
+            # P4-16 12.4: parser statements are assignments, calls, declarations, blocks and conditionals;
+            # a state ends only with its transition
+            what = "exit" if isinstance(s, A.Exit) else "return"
+            raise P4Error(s.loc, f"'{what}' is not allowed in a parser (a state ends with its transition)")
         elif isinstance(s, A.Exit):
             pass
         elif isinstance(s, A.Return):
@@ -843,6 +873,9 @@ class Checker:
         call = A.Call(d.loc, A.Name(d.loc, t.decl.name), [], d.args)
         self.bind_args(call, ctors[0].params, [], scope, dict(zip(t.decl.type_params, t.args)), what=t.decl.name)
         vals = [self.const_eval(a, scope) for a in d.args]
+        for prm, a, v in zip(ctors[0].params, d.args, vals):
+            if prm.name == "size" and isinstance(v, int) and not 0 < v <= MAX_EXTERN_SIZE:
+                raise P4Error(a.loc, f"{t.decl.name} size {v} out of range (1..{MAX_EXTERN_SIZE} on this target)")
         inst = ir.InstanceIR(d.name, self.qualify(prefix, d.name, d.annots), t.decl.name, t.args, vals,
                              d.annots, d.loc, len(self.instances))
         self.instances.append(inst)
@@ -1009,6 +1042,7 @@ class Checker:
 
     def block(self, d, role_params: list[Sym] | None = None) -> ir.BlockIR:
         kind = "parser" if isinstance(d, A.ParserDecl) else "control"
+        self.block_kind = kind
         scope = Scope(self.globals)
         params = []
         for p in d.params:

@@ -171,10 +171,13 @@ class Gen:
                 sb = self.addr(e.expr)
                 if self.fused:
                     raise NotFusable("header stack next/last")
+                # P4-16 8.18: next with nextIndex >= size, or last with nextIndex == 0, is the parser
+                # error StackOutOfBounds (never a write into the neighbouring header)
+                oob = self.err["StackOutOfBounds"]
                 if e.name == "next":
-                    return f"({sb} + 1 + s[{sb}] * {bt.elem.slots})"
+                    return f"({sb} + 1 + _stk_next(s[{sb}], {bt.size}, {oob}) * {bt.elem.slots})"
                 if e.name == "last":
-                    return f"({sb} + 1 + max(s[{sb}] - 1, 0) * {bt.elem.slots})"
+                    return f"({sb} + 1 + _stk_last(s[{sb}], {oob}) * {bt.elem.slots})"
             raise P4Error(e.loc, "expression is not addressable")
         if isinstance(e, A.Index):
             bt = e.expr.type
@@ -1388,7 +1391,8 @@ class Gen:
         RID, ITYPE = sm["egress_rid"], sm["instance_type"]
         EPORT, ENQ_TS, ENQ_QD = sm["egress_port"], sm["enq_timestamp"], sm["enq_qdepth"]
         DEQ_TD, DEQ_QD, EGT = sm["deq_timedelta"], sm["deq_qdepth"], sm["egress_global_timestamp"]
-        egress_set = {EPORT, ENQ_TS, ENQ_QD, DEQ_TD, DEQ_QD, EGT}
+        # set by the glue when egress starts (egress_spec is cleared there, as BMv2 does), so never carried
+        egress_set = {EPORT, ENQ_TS, ENQ_QD, DEQ_TD, DEQ_QD, EGT, ESPEC}
 
         # ingress side, then egress side: the deparser comes last, once every write is known
         # (headers only ever set by extract are emitted as the bytes they came from)
@@ -1405,7 +1409,7 @@ class Gen:
                                    self.fused_deparser(1, p.blocks["deparser"])))
         reads_e = self.reads | {ESPEC}
         self.read_anywhere = reads_i | reads_e | {PRIO, MGRP}
-        carried = sorted((reads_e & (writes_i | {I_PORT, PLEN, IGT, PERR, RID, ITYPE, ESPEC})) - egress_set)
+        carried = sorted((reads_e & (writes_i | {I_PORT, PLEN, IGT, PERR, RID, ITYPE})) - egress_set)
         self.carried = carried
         init = self.init
         v = self.sl
@@ -1483,9 +1487,7 @@ class Gen:
         out += unpack_init(reads_e - set(carried) - egress_set)
         if EPORT in reads_e:
             out.append(f"    {v(EPORT)} = g_port")
-        out += [f"    g_spec = {v(ESPEC)}",
-                "    if g_spec == 511:",
-                f"        {v(ESPEC)} = g_spec = g_port"]
+        out.append(f"    {v(ESPEC)} = 0")
         if ENQ_TS in reads_e:
             out.append(f"    {v(ENQ_TS)} = (g_enq // 1000) & 0xFFFFFFFF")
         if ENQ_QD in reads_e:
@@ -1499,7 +1501,7 @@ class Gen:
         if uses_now:
             out.append("    ENV.now_ns = g_now")
         out += eg
-        out += [f"    if {v(ESPEC)} == 511 and g_spec != 511:",
+        out += [f"    if {v(ESPEC)} == 511:",
                 "        TM_DROP(g_port, g_prio, 'pipeline_drop')",
                 "        return",
                 "    g_payload = pkt[off:]"]
@@ -1651,6 +1653,16 @@ def _shl(a, b, w, signed):
     if signed and v >> (w - 1):
         v -= 1 << w
     return v
+
+def _stk_next(i, size, code):
+    if i >= size:
+        raise _PErr(code)
+    return i
+
+def _stk_last(i, code):
+    if i == 0:
+        raise _PErr(code)
+    return i - 1
 
 def _look(pkt, off, w):
     nb = (w + 7) // 8

@@ -155,6 +155,8 @@ class P4InfoBuilder:
             m.size = t.size
             if t.const_entries:
                 m.is_const_table = True
+            if t.entries:
+                m.has_initial_entries = True      # const or not (P4Runtime 1.4), as p4c sets it
         for a in sorted(used_actions, key=lambda a: ids["actions"][a.fqname]):
             m = info.actions.add()
             pre(m, "actions", a.fqname, a.annots)

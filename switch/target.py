@@ -7,6 +7,8 @@ part 2 can be a thin translation layer.  Packet path (BMv2 simple_switch order):
 verifyChecksum -> ingress -> [multicast replication] -> traffic manager -> egress ->
 computeChecksum -> deparser -> link (delay, loss).  A parser error does not drop the packet: as
 in BMv2, ingress runs with ``standard_metadata.parser_error`` set (the error is also counted).
+As in BMv2, ``egress_spec`` is 0 when egress starts (``egress_port`` holds the port), and egress
+drops a packet by setting it to 511 (``mark_to_drop``).
 """
 from __future__ import annotations
 
@@ -149,9 +151,11 @@ class Switch:
             ns[f"TBL{t.index}"] = tb
             ns[f"TCACHE{t.index}"] = tb.cache
             self.tables[t.fqname] = tb
+            # initial entries: ``const entries`` are read-only; plain ``entries`` are ordinary entries the
+            # control plane reads, modifies and deletes (P4-16 14.2.1.4)
             for e in t.entries or []:
                 tb.insert(runtime.Entry(tuple(e.keys), e.priority or 0, e.action.index, tuple(e.args),
-                                        is_const=True))
+                                        is_const=t.const_entries))
         exec(compile(PRELUDE, "<switch-prelude>", "exec"), ns)
         exec(compile(src, f"<p4:{p.path}>", "exec"), ns)
         ns["ACTIONS"] = [ns.get(f"A{a.index}") for a in p.actions]    # fused code inlines actions
@@ -259,9 +263,7 @@ class Switch:
             s = list(e[0])
             enq_ns = e[1]
             s[EPORT] = port
-            spec_before = s[ESPEC]
-            if spec_before == DROP_PORT:
-                s[ESPEC] = spec_before = port
+            s[ESPEC] = 0              # BMv2 simple_switch clears egress_spec when egress starts
             s[ENQ_TS] = (enq_ns // 1000) & M32
             s[ENQ_QD] = e[2] if e[2] < QMAX else QMAX
             s[DEQ_TD] = ((now - enq_ns) // 1000) & M32
@@ -269,7 +271,7 @@ class Switch:
             s[EGT] = (now // 1000) & M48
             env.now_ns = now
             egress(s)
-            if s[ESPEC] == DROP_PORT and spec_before != DROP_PORT:
+            if s[ESPEC] == DROP_PORT:      # mark_to_drop() in egress
                 tm_drop(port, prio, "pipeline_drop")
                 return
             payload = s[PAY][s[POFF]:]
@@ -425,7 +427,10 @@ class Switch:
         return tuple(out)
 
     # ---- table entries --------------------------------------------------------------------------
-    def _entry(self, table, match, action, params, priority, member, group) -> tuple[runtime.Table, runtime.Entry]:
+    def _entry(self, table, match, action, params, priority, member, group,
+               oneshot: bool = False) -> tuple[runtime.Table, runtime.Entry]:
+        """Validate an entry and build it (not inserted).  ``oneshot``: the entry will name members or a group
+        made for it afterwards (a P4Runtime one-shot action set), so they are not looked up."""
         t = self._table(table)
         m = self._match(t, match)
         if t.has_prio:
@@ -434,7 +439,9 @@ class Switch:
         elif priority:
             raise SwitchError("INVALID_ARGUMENT", f"table {t.name} does not take a priority")
         e = runtime.Entry(m, priority or 0)
-        if t.profile is not None:
+        if t.profile is not None and oneshot:
+            pass
+        elif t.profile is not None:
             if (member is None) == (group is None):
                 raise SwitchError("INVALID_ARGUMENT", f"table {t.name} needs a member id or a group id")
             if group is not None and not t.profile.selector:
@@ -452,6 +459,19 @@ class Switch:
                 raise SwitchError("INVALID_ARGUMENT", f"action {a.fqname} is @defaultonly")
             e.action, e.args = a.index, self._args(a, params)
         return t, e
+
+    def check_entry(self, table, match=None, action=None, params=None, priority: int = 0,
+                    member: int | None = None, group: int | None = None, *, insert: bool = True,
+                    oneshot: bool = False) -> None:
+        """Raise the error :meth:`insert_entry` (``insert``) or :meth:`modify_entry` would raise, changing
+        nothing, so a caller can validate a whole update before applying any part of it."""
+        t, e = self._entry(table, match, action, params, priority, member, group, oneshot)
+        if t.ir.const_entries:
+            raise SwitchError("PERMISSION_DENIED", f"table {t.name} has const entries")
+        if insert:
+            t.check_insert(e)
+        elif t.get(e.match, e.priority) is None:
+            raise SwitchError("NOT_FOUND", f"no such entry in table {t.name}")
 
     def insert_entry(self, table, match=None, action=None, params=None, priority: int = 0,
                      member: int | None = None, group: int | None = None) -> None:
@@ -526,6 +546,15 @@ class Switch:
         if not isinstance(p, runtime.ActionProfile):
             raise SwitchError("NOT_FOUND", f"no action profile {name!r}")
         return p
+
+    def check_action(self, action, params=None) -> None:
+        """Raise the error an action with these parameters would cause (unknown action, bad parameters)."""
+        self._args(self._action(None, action), params)
+
+    def profile_room(self, profile) -> int:
+        """How many more members action profile ``profile`` holds."""
+        p = self._profile(profile)
+        return max(0, p.size - len(p.members))
 
     def insert_member(self, profile, member_id: int, action, params=None) -> None:
         p = self._profile(profile)
