@@ -56,6 +56,13 @@ class Entities:
         self.packet_out = ControllerHeader.from_p4info(info, "packet_out")
         self.cpu_port = cpu_port
         self.shadow: dict[int, dict[tuple, p4r.TableEntry]] = {t: {} for t in self.tables}
+        # the program's initial (non-const) ``entries``: ordinary entries that Read shows and Write may modify or
+        # delete, as P4Runtime 1.4 asks (const entries are read from the switch itself, see _table_entries)
+        for tid, t in self.tables.items():
+            if not t.is_const_table:
+                for d in sw.entries(tid):
+                    te = self._entry_msg(tid, d, False)
+                    self.shadow[tid][self._key(list(te.match), te.priority)] = te
         self.oneshot: dict[tuple, tuple[str, int | None, list[int]]] = {}   # (tid, key) -> (profile, group, members)
         self.groups: dict[tuple[int, int], p4r.ActionProfileGroup] = {}
         self.refs: Counter = Counter()            # ("m"|"g", profile id, id) -> table entries using it
@@ -234,9 +241,12 @@ class Entities:
             raise SwitchError("NOT_FOUND", f"no such entry in table {tn}")
         canon = p4r.TableEntry(table_id=tid, match=fms, priority=te.priority, metadata=te.metadata,
                                controller_metadata=te.controller_metadata)
+        # everything is validated before anything changes: a refused update leaves no trace (no entry, no hidden
+        # one-shot member, no counter value)
+        counter, meter = self._direct_config(t, te)
         kind = te.action.WhichOneof("type")
         kw: dict = {}
-        new_oneshot = None
+        oneshot_plan = None
         if kind is None:
             raise _bad(f"table {tn}: an action is required")
         if t.implementation_id:
@@ -253,7 +263,7 @@ class Entities:
                 kw["group"] = te.action.action_profile_group_id
                 canon.action.action_profile_group_id = kw["group"]
             else:
-                new_oneshot, kw, aset = self._make_oneshot(t, prof, te.action.action_profile_action_set)
+                oneshot_plan, aset = self._plan_oneshot(t, prof, te.action.action_profile_action_set)
                 canon.action.action_profile_action_set.CopyFrom(aset)
         else:
             if kind != "action":
@@ -261,7 +271,13 @@ class Entities:
             aid, params, ca = self._action(te.action.action, t)
             kw = {"action": aid, "params": params}
             canon.action.action.CopyFrom(ca)
+        self.sw.check_entry(tn, match, priority=te.priority, insert=ut == INSERT, oneshot=oneshot_plan is not None,
+                            **kw)
+        new_oneshot = None
         try:
+            if oneshot_plan is not None:
+                # the hidden members and group come first (the entry refers to them); a refusal removes them
+                new_oneshot, kw = self._make_oneshot(prof, *oneshot_plan)
             if ut == INSERT:
                 self.sw.insert_entry(tn, match, priority=te.priority, **kw)
             else:
@@ -270,9 +286,12 @@ class Entities:
             if new_oneshot is not None:
                 self._drop_oneshot(*new_oneshot)
             raise
-        if te.HasField("counter_data") or te.HasField("meter_config"):
+        if counter is not None or meter is not None:
             e = self.sw.get_entry(tn, match, te.priority)
-            self._set_direct(t, e, te)
+            if counter is not None:
+                e.packets, e.bytes = counter
+            if meter is not None:
+                e.meter.set(meter, self.sw.now_ns)
         if ut == MODIFY:
             self._unref(shadow[key], t)
             self._free_oneshot((tid, key))
@@ -281,15 +300,19 @@ class Entities:
         shadow[key] = canon
         self._ref(canon, t)
 
-    def _set_direct(self, t, e, te) -> None:
+    def _direct_config(self, t, te: p4r.TableEntry) -> tuple[tuple[int, int] | None, object]:
+        """The validated direct counter data ((packets, bytes) or None) and direct meter config (or None) that
+        a table entry write carries."""
+        counter = meter = None
         if te.HasField("counter_data"):
             if t.preamble.id not in self.direct_counter:
-                raise _bad(f"table {t.preamble.name} has no direct counter")
-            e.packets, e.bytes = te.counter_data.packet_count, te.counter_data.byte_count
+                raise _bad(f"table {t.preamble.name} has no direct counter: the entry cannot carry counter_data")
+            counter = (te.counter_data.packet_count, te.counter_data.byte_count)
         if te.HasField("meter_config"):
             if t.preamble.id not in self.direct_meter:
-                raise _bad(f"table {t.preamble.name} has no direct meter")
-            e.meter.set(self._meter_cfg(te.meter_config), self.sw.now_ns)
+                raise _bad(f"table {t.preamble.name} has no direct meter: the entry cannot carry meter_config")
+            meter = self._meter_cfg(te.meter_config)
+        return counter, meter
 
     def _ref(self, te: p4r.TableEntry, t) -> None:
         k = te.action.WhichOneof("type")
@@ -305,38 +328,53 @@ class Entities:
         elif k == "action_profile_group_id":
             self.refs[("g", t.implementation_id, te.action.action_profile_group_id)] -= 1
 
-    def _make_oneshot(self, t, prof, aset: p4r.ActionProfileActionSet):
-        """Hidden members (+ group for a selector) for a one-shot action set."""
+    def _plan_oneshot(self, t, prof, aset: p4r.ActionProfileActionSet):
+        """Validate a one-shot action set without creating anything: ((actions as [(action id, params, weight)],
+        random selection?), canonical set)."""
+        pn = prof.preamble.name
         if not aset.action_profile_actions:
             raise _bad(f"table {t.preamble.name}: empty one-shot action set")
         if aset.action_selection_mode == RANDOM and not prof.with_selector:
-            raise _bad(f"{prof.preamble.name} is not an action selector: no random selection")
+            raise _bad(f"{pn} is not an action selector: no random selection")
         canon = p4r.ActionProfileActionSet(action_selection_mode=aset.action_selection_mode,
                                            size_semantics=aset.size_semantics)
+        plan = []
+        for apa in aset.action_profile_actions:
+            if apa.weight < 1:
+                raise _bad(f"table {t.preamble.name}: one-shot action weight must be >= 1, got {apa.weight}")
+            aid, params, ca = self._action(apa.action, t)
+            self.sw.check_action(aid, params)
+            c = canon.action_profile_actions.add(action=ca, weight=apa.weight)
+            if apa.HasField("watch_port"):
+                c.watch_port = apa.watch_port
+            elif apa.HasField("watch"):
+                c.watch = apa.watch
+            plan.append((aid, params, apa.weight))
+        if not prof.with_selector and (len(plan) != 1 or plan[0][2] != 1):
+            raise _bad(f"{pn} is not an action selector: a one-shot set must hold one action of weight 1")
+        room = self.sw.profile_room(pn)
+        if len(plan) > room:
+            raise SwitchError("RESOURCE_EXHAUSTED", f"{pn} has room for {room} more member(s); the one-shot set "
+                                                    f"needs {len(plan)}")
+        return (plan, aset.action_selection_mode == RANDOM), canon
+
+    def _make_oneshot(self, prof, plan: list, random_selection: bool):
+        """Create the hidden members (+ group for a selector) of a planned one-shot set: ((profile, group,
+        members) to free it later, the Switch keyword naming it)."""
         pn = prof.preamble.name
         mids: list[int] = []
         members: list[int] = []
         try:
-            for apa in aset.action_profile_actions:
-                if apa.weight < 1:
-                    raise _bad(f"table {t.preamble.name}: one-shot action weight must be >= 1, got {apa.weight}")
-                aid, params, ca = self._action(apa.action, t)
-                c = canon.action_profile_actions.add(action=ca, weight=apa.weight)
-                if apa.HasField("watch_port"):
-                    c.watch_port = apa.watch_port
-                elif apa.HasField("watch"):
-                    c.watch = apa.watch
+            for aid, params, weight in plan:
                 mid = self._hid()
                 self.sw.insert_member(pn, mid, aid, params)
                 mids.append(mid)
-                members += [mid] * apa.weight
+                members += [mid] * weight
             if not prof.with_selector:
-                if len(members) != 1:
-                    raise _bad(f"{pn} is not an action selector: a one-shot set must hold one action of weight 1")
-                return (pn, None, mids), {"member": mids[0]}, canon
+                return (pn, None, mids), {"member": mids[0]}
             gid = self._hid()
-            self.sw.insert_group(pn, gid, members, 0, random_selection=aset.action_selection_mode == RANDOM)
-            return (pn, gid, mids), {"group": gid}, canon
+            self.sw.insert_group(pn, gid, members, 0, random_selection=random_selection)
+            return (pn, gid, mids), {"group": gid}
         except BaseException:
             self._drop_oneshot(pn, None, mids)
             raise
@@ -571,28 +609,34 @@ class Entities:
             raise SwitchError("UNIMPLEMENTED", f"{kind} is not supported by this target")
         return fn(getattr(entity, kind))
 
+    @staticmethod
+    def _entry_msg(tid: int, d: dict, is_const: bool) -> p4r.TableEntry:
+        """The canonical TableEntry of one entry as :meth:`Switch.entries` lists it."""
+        te = p4r.TableEntry(table_id=tid, priority=d["priority"], is_const=is_const)
+        for fid, m in sorted(d["match"].items()):
+            fm = te.match.add(field_id=fid)
+            if m[0] == "exact":
+                fm.exact.value = m[1]
+            elif m[0] == "optional":
+                fm.optional.value = m[1]
+            elif m[0] == "lpm":
+                fm.lpm.value, fm.lpm.prefix_len = m[1], m[2]
+            elif m[0] == "ternary":
+                fm.ternary.value, fm.ternary.mask = m[1], m[2]
+            else:
+                fm.range.low, fm.range.high = m[1], m[2]
+        if "action_id" in d:
+            te.action.action.action_id = d["action_id"]
+            for pid, v in sorted(d["params"].items()):
+                te.action.action.params.add(param_id=pid, value=v)
+        return te
+
     def _table_entries(self, t) -> Iterator[tuple[p4r.TableEntry, dict]]:
         """(canonical entry, Switch match) of every entry of table ``t``, const entries included."""
         tid = t.preamble.id
         if t.is_const_table:
             for d in self.sw.entries(tid):
-                te = p4r.TableEntry(table_id=tid, priority=d["priority"], is_const=True)
-                for fid, m in sorted(d["match"].items()):
-                    fm = te.match.add(field_id=fid)
-                    if m[0] == "exact":
-                        fm.exact.value = m[1]
-                    elif m[0] == "optional":
-                        fm.optional.value = m[1]
-                    elif m[0] == "lpm":
-                        fm.lpm.value, fm.lpm.prefix_len = m[1], m[2]
-                    elif m[0] == "ternary":
-                        fm.ternary.value, fm.ternary.mask = m[1], m[2]
-                    else:
-                        fm.range.low, fm.range.high = m[1], m[2]
-                if "action_id" in d:
-                    te.action.action.action_id = d["action_id"]
-                    for pid, v in sorted(d["params"].items()):
-                        te.action.action.params.add(param_id=pid, value=v)
+                te = self._entry_msg(tid, d, True)
                 yield te, self._match(t, te.match)[1]
             return
         for te in self.shadow[tid].values():
