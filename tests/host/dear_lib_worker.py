@@ -242,13 +242,13 @@ def conserve() -> None:
     assert len(set(plans)) >= 3, f"DeAR did not re-plan enough: {plans}"
     res = comp.residuals_by_param()
     assert set(res) <= set(names) and res, sorted(res)
+    assert sum(float(t.abs().sum()) for t in res.values()) > 0, "no residual at all: nothing was sparsified?"
     for n, p in params.items():
         applied = (p0[n] - p.detach().double()) / lr  # sum of the averaged updates applied
         resid = _sum_all(res[n].double().view_as(p)) if n in res else _sum_all(torch.zeros_like(p0[n]))
         want = _sum_all(grads[n]) / P
         _close(applied + resid, want, f"DeAR conservation of {n} across plans {sorted(set(plans))}",
                rtol=1e-4, atol=1e-5)
-        assert float(resid.abs().sum()) > 0, f"no residual for {n}: nothing was sparsified?"
     dear.close()
     comp.close()
 
