@@ -6,6 +6,7 @@ Thrift CLI is a recording stand-in."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import textwrap
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import finsy as fy
 import pytest
+from finsy.p4schema import P4ConfigResponseType
 from google.protobuf import text_format
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
@@ -94,10 +96,11 @@ def test_bmv2_path_with_p4c_output_and_low_first_queues(tmp_path: Path, monkeypa
 
         async def pipeline():
             async with fy.Switch("probe", d.address, fy.SwitchOptions(device_id=0, initial_election_id=2)) as sw:
-                return await sw._get_pipeline_config_request()  # noqa: SLF001 - the raw reply is the point
-        import asyncio
+                return await sw._get_pipeline_config_request(  # noqa: SLF001 - the raw reply is the point
+                    response_type=P4ConfigResponseType.ALL)
         reply = asyncio.run(pipeline())
         assert reply.config.cookie.cookie == prog.cookie and reply.config.p4info == prog.p4info
+        assert reply.config.p4_device_config == config.read_bytes()
         # queue numbers mirrored for a target that serves queue 0 first (4 queues: q -> 3 - q)
         dscp = {e.match["dscp"]: e.action.args["prio"] for e in finsy_read(d.address, fy.P4TableEntry("dscp_priority"))}
         assert dscp == {46: 0, 8: 2}
