@@ -172,7 +172,8 @@ def test_watch_keeps_one_connection_per_switch(tmp_path: Path) -> None:
                 proc.kill()
                 proc.wait(5)
         assert len(seen) >= 5, seen
-        # the same connections throughout (P4Runtime and the management channel), never a new one per frame
-        assert all(c == seen[0] for c in seen) and len(seen[0]) <= 2, seen
+        # the same connections throughout (P4Runtime, and the management channel from its first use), never a
+        # new one per frame: eight frames on sessions per frame would show up to 16
+        assert len(set().union(*seen)) <= 2 and seen[-1] == set().union(*seen), seen
     finally:
         d.stop()
