@@ -16,10 +16,12 @@ from .ir import BOOL, INTLIT, STR, VOID, Bits, Sym
 
 #: Target limits, so that a pushed program cannot make the compiler or the switch allocate without bound (BMv2
 #: has limits of its own; these are generous for real programs): the widest bit<W>/int<W>/varbit<W>, the largest
-#: header stack, the most cells of a counter, meter or register, and the largest compile-time integer.
+#: header stack, the most cells of a counter, meter or register, the largest table and the largest compile-time
+#: integer.
 MAX_WIDTH = 4096
 MAX_STACK = 1024
 MAX_EXTERN_SIZE = 1 << 22
+MAX_TABLE_SIZE = 1 << 24
 MAX_CONST_BITS = 8192
 ARITH = {"+", "-", "*", "/", "%", "|+|", "|-|", "&", "|", "^"}
 COMPARE = {"==", "!=", "<", ">", "<=", ">="}
@@ -967,6 +969,8 @@ class Checker:
         if d.size is not None:
             self.expr(d.size, scope)
             size = int(self.const_eval(d.size, scope))
+            if not 0 < size <= MAX_TABLE_SIZE:
+                raise P4Error(d.size.loc, f"table size {size} out of range (1..{MAX_TABLE_SIZE} on this target)")
         impl = None
         dc = dm = None
         for prop, ex in (("implementation", d.implementation), ("counters", d.counters), ("meters", d.meters)):

@@ -3,12 +3,15 @@ registers, hash and checksum algorithms with BMv2's values.
 
 Table entries are stored the way P4Runtime sees them: a match per key (by position, integers;
 the API layer converts to and from P4Runtime byte strings), an entry priority, and either an
-action with arguments or an action-profile member/group.  Lookups of non-exact tables scan the
-entries in priority order and memoise the result per key tuple (cleared on every change), so a
-steady flow pays one dict lookup per table.
+action with arguments or an action-profile member/group.  Each table keeps an index whose inserts
+are O(1) or O(log n) and whose lookups do not scan the entries: a dict for exact tables, a dict per
+prefix length for LPM tables, a dict per mask tuple for ternary/range tables (see
+``Table._index_add``).  Results are also memoised per key (cleared on every change), so a steady
+flow pays one dict lookup per table.
 """
 from __future__ import annotations
 
+import bisect as _bisect
 import random as _random
 import struct
 import zlib
@@ -213,6 +216,38 @@ class Entry:
     masks: tuple = ()
     values: tuple = ()
     ranges: tuple = ()
+    rank: int = 0                    # priority, or total prefix length for LPM tables (higher wins)
+    seq: int = 0                     # insertion order: among equal ranks the older entry wins
+
+
+class _Group:
+    """Entries of a non-exact, non-LPM table that share one tuple of masks (see :meth:`Table._find`)."""
+
+    __slots__ = ("masks", "values", "size", "ranks", "best")
+
+    def __init__(self, masks: tuple):
+        self.masks = masks
+        self.values: dict[tuple, list[Entry]] = {}     # masked values -> entries, best (rank, then oldest) first
+        self.size = 0
+        self.ranks: list[int] = []                     # every entry's rank, sorted (for ``best``)
+        self.best = 0
+
+    def add(self, e: Entry) -> None:
+        lst = self.values.setdefault(e.values, [])
+        keys = [(-x.rank, x.seq) for x in lst]
+        lst.insert(_bisect.bisect(keys, (-e.rank, e.seq)), e)
+        _bisect.insort(self.ranks, e.rank)
+        self.size += 1
+        self.best = self.ranks[-1]
+
+    def remove(self, e: Entry) -> None:
+        lst = self.values[e.values]
+        lst.remove(e)
+        if not lst:
+            del self.values[e.values]
+        del self.ranks[_bisect.bisect_left(self.ranks, e.rank)]
+        self.size -= 1
+        self.best = self.ranks[-1] if self.ranks else 0
 
 
 class ActionProfile:
@@ -268,7 +303,16 @@ class Table:
         self.exact_only = all(k == "exact" for k in kinds)
         self.has_prio = any(k in ("ternary", "range", "optional") for k in kinds)
         self.exact: dict[tuple, Entry] = {}
-        self.sorted: list[Entry] = []
+        # LPM tables (see _index_add): the lpm field's position, prefix length -> {masked key: entry}, and the
+        # (mask, dict) pairs to probe, longest prefix first
+        lpm = [i for i, k in enumerate(kinds) if k == "lpm"]
+        self.lpm_field: int | None = lpm[0] if len(lpm) == 1 and not self.has_prio and not self.exact_only else None
+        self.by_plen: dict[int, dict[tuple, Entry]] = {}
+        self.lpm_probe: list[tuple[int, dict]] = []
+        # other tables: mask tuple -> _Group, and the groups best-first
+        self.groups: dict[tuple, _Group] = {}
+        self.group_order: list[_Group] = []
+        self._seq = 0
         self.cache: dict = {}
         self.default = default
         self.initial_default = default
@@ -317,28 +361,27 @@ class Table:
                 values.append(0)
                 ranges.append((i, m[1], m[2]))
         e.masks, e.values, e.ranges = tuple(masks), tuple(values), tuple(ranges)
-
-    def _rank(self, e: Entry) -> int:
         if self.has_prio:
-            return e.priority
-        return sum(m[2] for m in e.match if m is not None and m[0] == "lpm")
+            e.rank = e.priority
+        else:                         # LPM: the longest prefix wins (BMv2 allows one lpm field; several add up)
+            e.rank = sum(m[2] for m in e.match if m is not None and m[0] == "lpm")
 
-    def _rebuild(self) -> None:
-        self.cache.clear()
-        if self.exact_only:
-            self.exact = {tuple(m[1] for m in e.match): e for e in self.entries.values()}
-        else:
-            self.sorted = sorted(self.entries.values(), key=self._rank, reverse=True)
-
-    def insert(self, e: Entry) -> None:
-        k = self.entry_key(e.match, e.priority)
-        if k in self.entries:
+    def check_insert(self, e: Entry) -> None:
+        """Raise what :meth:`insert` would raise for ``e`` (ALREADY_EXISTS, RESOURCE_EXHAUSTED)."""
+        if self.entry_key(e.match, e.priority) in self.entries:
             raise SwitchError("ALREADY_EXISTS", f"entry already exists in table {self.name}")
         if len(self.entries) >= self.size:
             raise SwitchError("RESOURCE_EXHAUSTED", f"table {self.name} is full ({self.size} entries)")
+
+    def insert(self, e: Entry) -> None:
+        """Add an entry: O(1) for exact and LPM tables, O(log n) plus a list insert for the others."""
+        self.check_insert(e)
         self._prepare(e)
-        self.entries[k] = e
-        self._rebuild()
+        self._seq += 1
+        e.seq = self._seq
+        self.entries[self.entry_key(e.match, e.priority)] = e
+        self._index_add(e)
+        self.cache.clear()
 
     def modify(self, e: Entry) -> None:
         k = self.entry_key(e.match, e.priority)
@@ -353,7 +396,8 @@ class Table:
         e = self.entries.pop(k, None)
         if e is None:
             raise SwitchError("NOT_FOUND", f"no such entry in table {self.name}")
-        self._rebuild()
+        self._index_remove(e)
+        self.cache.clear()
         return e
 
     def get(self, match: tuple, priority: int) -> Entry | None:
@@ -364,21 +408,93 @@ class Table:
         self.miss = self._result(False, action, tuple(args))
         self.cache.clear()
 
+    # -- lookup structures ------------------------------------------------------------------------
+    # exact-only tables: one dict from the key values to the entry.
+    # LPM tables (one lpm field, the others exact, no priorities): a dict per prefix length from the key with
+    #   the lpm field masked to that length to the entry, and the prefix lengths in use, longest first; a
+    #   lookup probes at most one dict per prefix length in use (33 for IPv4), whatever the number of entries.
+    # other tables (ternary, range, optional, several lpm fields): "tuple space search": entries grouped by
+    #   their tuple of masks, each group a dict from the masked values to its entries (highest priority, then
+    #   oldest, first; range fields are checked on those candidates); groups are probed best-first and the
+    #   search stops at a group whose best priority cannot beat the match found.  The cost grows with the
+    #   number of distinct mask tuples, not with the number of entries.
+    def _index_add(self, e: Entry) -> None:
+        if self.exact_only:
+            self.exact[e.values] = e
+        elif self.lpm_field is not None:
+            plen = e.rank
+            d = self.by_plen.get(plen)
+            if d is None:
+                d = self.by_plen[plen] = {}
+                self._lpm_order()
+            d[e.values] = e
+        else:
+            g = self.groups.get(e.masks)
+            if g is None:
+                g = self.groups[e.masks] = _Group(e.masks)
+            g.add(e)
+            self._group_order()
+
+    def _index_remove(self, e: Entry) -> None:
+        if self.exact_only:
+            del self.exact[e.values]
+        elif self.lpm_field is not None:
+            d = self.by_plen[e.rank]
+            del d[e.values]
+            if not d:
+                del self.by_plen[e.rank]
+                self._lpm_order()
+        else:
+            g = self.groups[e.masks]
+            g.remove(e)
+            if not g.size:
+                del self.groups[e.masks]
+            self._group_order()
+
+    def _lpm_order(self) -> None:
+        w = self.widths[self.lpm_field]
+        full = (1 << w) - 1
+        self.lpm_probe = [(full ^ ((1 << (w - p)) - 1), self.by_plen[p]) for p in sorted(self.by_plen, reverse=True)]
+
+    def _group_order(self) -> None:
+        self.group_order = sorted(self.groups.values(), key=lambda g: g.best, reverse=True)
+
     # -- data plane ------------------------------------------------------------------------------
     def _find(self, key: tuple) -> Entry | None:
         if self.exact_only:
             return self.exact.get(key)
-        for e in self.sorted:
-            for k, m, v in zip(key, e.masks, e.values):
-                if k & m != v:
-                    break
-            else:
+        li = self.lpm_field
+        if li is not None:
+            if self.scalar_key:
+                k0 = key[0]
+                for mk, d in self.lpm_probe:
+                    e = d.get((k0 & mk,))
+                    if e is not None:
+                        return e
+                return None
+            head, k0, tail = key[:li], key[li], key[li + 1:]
+            for mk, d in self.lpm_probe:
+                e = d.get(head + (k0 & mk,) + tail)
+                if e is not None:
+                    return e
+            return None
+        best = None
+        for g in self.group_order:
+            if best is not None and g.best < best.rank:
+                break
+            cands = g.values.get(tuple([k & m for k, m in zip(key, g.masks)]))
+            if not cands:
+                continue
+            for e in cands:
+                if best is not None and (e.rank, -e.seq) <= (best.rank, -best.seq):
+                    break                 # candidates are best first: none further can win
                 for i, lo, hi in e.ranges:
                     if not lo <= key[i] <= hi:
                         break
                 else:
-                    return e
-        return None
+                    best = e
+                    break
+        return best
 
     @property
     def simple(self) -> bool:
