@@ -10,13 +10,14 @@ import select
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import finsy as fy
 import pytest
 
-from controller import state
+from controller import Network, state
 from switch.mgmt import MgmtClient
 
 from .conftest import PY, ROOT, dlcpctl, start_daemon
@@ -177,3 +178,25 @@ def test_watch_keeps_one_connection_per_switch(tmp_path: Path) -> None:
         assert len(set().union(*seen)) <= 2 and seen[-1] == set().union(*seen), seen
     finally:
         d.stop()
+
+
+def test_apply_waits_for_a_switch_that_is_starting(tmp_path: Path) -> None:
+    """Within connect_timeout, a switch that refuses connections (not listening yet) is retried, not failed."""
+    address = free_address()
+    path = tmp_path / "net.yaml"
+    path.write_text(NET.format(address=address))
+    result: list = []
+    t = threading.Thread(target=lambda: result.append(Network.from_file(path).apply(check=False)))
+    t.start()
+    d = None
+    try:
+        time.sleep(1.5)  # compiled and refused by now: a controller that does not wait has failed already
+        assert t.is_alive() and not result, result
+        d = start_daemon("s1", address=address)
+        t.join(30)
+        assert result and not result[0].errors, result
+        assert result[0].switches["s1"].pipeline_pushed and programmed(address)
+    finally:
+        t.join(30)
+        if d is not None:
+            d.stop()
