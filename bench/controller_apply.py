@@ -78,7 +78,8 @@ async def rewrite_all(net: Network) -> None:
             d.table_entry.priority = e.table_entry.priority
             dels.append(p4r.Update(type=p4r.Update.DELETE, entity=d))
         await c.write(dels)
-        ups = [p4r.Update(type=p4r.Update.INSERT if e.HasField("table_entry") else p4r.Update.MODIFY, entity=e)
+        ups = [p4r.Update(type=p4r.Update.INSERT if e.HasField("table_entry") and not e.table_entry.is_default_action
+                          else p4r.Update.MODIFY, entity=e)  # default actions and registers always exist
                for e in desired]
         await c.write(ups)
 
