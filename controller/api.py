@@ -45,6 +45,7 @@ class SwitchApplyResult:
     updates: list[str] = field(default_factory=list)  # each update, described
     tm_changes: list[str] = field(default_factory=list)
     dry_run: bool = False
+    tm_readable: bool = True  # False: BMv2, whose queue settings cannot be read back (tm_changes = all of them)
 
     @property
     def writes(self) -> int:
@@ -248,6 +249,7 @@ class Network:
                 await c.write(phase)
         if tm:
             res.tm_changes = await asyncio.to_thread(self._tm_sync, switch, dry_run)
+            res.tm_readable = self.spec.switches[switch].target == "embedded"
         return res
 
     async def _apply_switch(self, switch: str, dry_run: bool, tm: bool) -> SwitchApplyResult:

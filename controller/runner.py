@@ -47,9 +47,10 @@ class RunOptions:
 
 def drift_lines(r: SwitchApplyResult) -> list[str]:
     """How one switch differs from the file, one line per difference: ``pipeline`` when it runs another program,
-    ``+``/``~``/``-`` entries (missing, different, not in the file), ``tm`` settings to restore."""
+    ``+``/``~``/``-`` entries (missing, different, not in the file), ``tm`` settings to restore. A traffic
+    manager that cannot be read back (BMv2) shows no drift: ``apply`` re-sends its settings every time."""
     out = ["pipeline: the switch runs another program (or none)"] if r.pipeline_pushed else []
-    return out + list(r.updates) + [f"tm {c}" for c in r.tm_changes]
+    return out + list(r.updates) + ([f"tm {c}" for c in r.tm_changes] if r.tm_readable else [])
 
 
 def _summary(r: SwitchApplyResult) -> str:

@@ -128,3 +128,15 @@ def test_bmv2_path_with_p4c_output_and_low_first_queues(tmp_path: Path, monkeypa
         assert again.writes == 0 and not again.switches["s1"].pipeline_pushed
     finally:
         d.stop()
+
+
+def test_bmv2_traffic_manager_is_not_drift() -> None:
+    """BMv2's queue settings cannot be read back: apply re-sends them, but diff and run report no drift for them."""
+    from controller.api import SwitchApplyResult
+    from controller.runner import drift_lines
+
+    r = SwitchApplyResult("s2", updates=["~ drop_threshold[9] = 40"], tm_changes=["queue 1/0: depth=64 rate_pps=0"],
+                          dry_run=True, tm_readable=False)
+    assert drift_lines(r) == ["~ drop_threshold[9] = 40"]
+    r.tm_readable = True
+    assert drift_lines(r) == ["~ drop_threshold[9] = 40", "tm queue 1/0: depth=64 rate_pps=0"]
