@@ -12,7 +12,14 @@ tables and registers of ``p4src/dlcp.p4`` (names as in ``docs/p4-program.md``):
 
 :func:`diff` compares canonical forms (P4Runtime's shortest byte strings, match fields by id) of the desired
 entities and of what the switch returned, and yields INSERT/MODIFY/DELETE updates only for what differs, so a
-second apply of the same file writes nothing. Register indexes the file does not set are wanted at 0.
+second apply of the same file writes nothing. Register indexes the file does not set are wanted at 0, and the
+priority maps' default actions at the lowest queue. The updates come as a :class:`Plan` of dependency phases,
+each meant for a Write of its own (a server may reorder the updates inside one).
+
+ECMP group ids are stable (:func:`assign_groups`): a next-hop set the switch already holds as a complete group
+keeps its id there; a new set gets an id derived from its content (:func:`topology.group_hash_id`), never one
+still in use. Queue numbers are the file's ("higher = more urgent"); :func:`target_queue` mirrors them for a
+target that serves queue 0 first (``priority_order: low-first``).
 """
 
 from __future__ import annotations

@@ -96,6 +96,10 @@ def test_parser() -> None:
     assert (a.msg_type, a.layer, a.queue) == (1, (3, 7), 6)
     a = p.parse_args(["apply", "net.yaml", "--dry-run"])
     assert (a.file, a.dry_run) == ("net.yaml", True)
+    a = p.parse_args(["run", "net.yaml", "--drift-interval", "0", "--poll", "1", "-s", "s1"])
+    assert (a.file, a.drift_interval, a.poll, a.retry, a.switch) == ("net.yaml", 0.0, 1.0, 0.1, ["s1"])
+    a = p.parse_args(["-n", "net.yaml", "diff", "--json", "--no-tm"])
+    assert (a.net, a.json, a.no_tm) == ("net.yaml", True, True)
 
 
 @pytest.mark.parametrize("argv", [["show", "everything"], ["set", "threshold", "--priority", "9"],
@@ -111,6 +115,11 @@ def test_invalid_file_in_process(tmp_path: Path, capsys) -> None:
     (tmp_path / "n.yaml").write_text("switches:\n  s1: {address: 127.0.0.1:1, target: tofino}\n")
     assert main(["apply", str(tmp_path / "n.yaml")]) == 3
     assert "n.yaml:2: switches.s1.target: expected one of embedded, bmv2, got 'tofino'" in capsys.readouterr().err
+    for cmd in (["diff"], ["run"]):  # run exits at once too: a controller needs a valid file to start from
+        assert main([*cmd, str(tmp_path / "n.yaml")]) == 3
+        assert "switches.s1.target" in capsys.readouterr().err
+    assert main(["run", str(tmp_path / "n.yaml"), "--retry", "0"]) == 2
+    assert "--retry must be positive" in capsys.readouterr().err
 
 
 def text(renderable) -> str:
