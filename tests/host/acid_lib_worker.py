@@ -77,13 +77,13 @@ def resume() -> None:
     print("ok resume", r, flush=True)
 
 
-def consensus(steps: int = 120) -> None:
+def consensus(steps: int = 120, reps: int = 3) -> None:
     r, n = dist.get_rank(), dist.get_world_size()
     spec = ProblemSpec(hidden=32, batch=64)
     X, y = make_shard(spec, n, r)
     gen = torch.Generator().manual_seed(r)
     out = {}
-    for algo in ("gossip", "acid", "gossip", "acid"):  # alternated: drifts in machine load hit both alike
+    for algo in ("gossip", "acid") * reps:  # alternated: drifts in machine load hit both alike
         model = build_model(spec, seed=r)
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         acid = Acid(model, opt, topology="ring", rate_com=1.0, momentum=(algo == "acid"), exchange_timeout=10.0)
