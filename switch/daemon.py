@@ -227,10 +227,12 @@ class PacketLoop:
 
     def _emit(self, port: int, data: bytes, runtime, tx: dict, drops: dict) -> None:
         if port == self.cpu_port and self.cpu_port is not None:
-            if self.p4rt is not None and runtime is not None and self.p4rt.packet_in(runtime, data):
+            why = self.p4rt.packet_in(runtime, data) if self.p4rt is not None and runtime is not None \
+                else "no_controller"
+            if why is None:
                 tx[port] = tx.get(port, 0) + 1
             else:
-                k = (port, 0, "no_controller")
+                k = (port, 0, why)
                 drops[k] = drops.get(k, 0) + 1
             return
         p = self.ports.get(port)

@@ -21,10 +21,18 @@ from ..errors import SwitchError
 
 _ids = itertools.count(1)
 
+#: Messages that may wait in one stream's outgoing queue for a client that reads slowly or not at all.  Beyond it
+#: PacketIn and digest messages are dropped (and counted, as a switch's CPU queue drops); arbitration and error
+#: messages get :data:`CONTROL_HEADROOM` more, and a stream that fills that too is ended (RESOURCE_EXHAUSTED):
+#: memory per stream stays bounded whatever the client does.
+STREAM_QUEUE_LIMIT = 1024
+CONTROL_HEADROOM = 64
+
 
 @dataclass(eq=False)
 class Stream:
-    """One open StreamChannel: its outgoing queue (``None`` ends it) and its arbitration state."""
+    """One open StreamChannel: its outgoing queue (``None`` ends it; bounded, see :data:`STREAM_QUEUE_LIMIT`)
+    and its arbitration state."""
 
     peer: str = ""
     id: int = field(default_factory=lambda: next(_ids))
@@ -35,10 +43,25 @@ class Stream:
     election_id: int | None = None
     closed: bool = False
     error: tuple[str, str] | None = None       # (status name, message) to end the stream with
+    dropped: int = 0                           # PacketIn/digest messages dropped on a full queue
 
-    def send(self, msg) -> None:
-        if not self.closed:
-            self.out.put(msg)
+    def send(self, msg, droppable: bool = False) -> bool:
+        """Queue ``msg`` for the client; False when it was not queued (stream closed, or queue full).
+        ``droppable``: a PacketIn or digest, dropped when :data:`STREAM_QUEUE_LIMIT` messages wait."""
+        if self.closed:
+            return False
+        n = self.out.qsize()
+        if n >= STREAM_QUEUE_LIMIT:
+            if droppable:
+                self.dropped += 1
+                return False
+            if n >= STREAM_QUEUE_LIMIT + CONTROL_HEADROOM:
+                self.closed = True
+                self.error = ("RESOURCE_EXHAUSTED", f"the client has not read {n} stream messages: stream closed")
+                self.out.put(None)                   # the sentinel always fits: the queue itself is unbounded
+                return False
+        self.out.put(msg)
+        return True
 
 
 class Arbiter:

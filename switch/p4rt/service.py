@@ -252,20 +252,23 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             s.send(self._stream_error(rpc_code.Code.Value(e.code), e.message, pkt))
 
     # -- from the packet thread ---------------------------------------------------------------------------------
-    def packet_in(self, runtime, data: bytes) -> bool:
-        """A frame that left on the CPU port -> PacketIn to every primary.  False when nobody listens."""
+    def packet_in(self, runtime, data: bytes) -> str | None:
+        """A frame that left on the CPU port -> PacketIn to every primary.  None when a stream took it, else why
+        not: ``no_controller`` (no primary) or ``controller_queue_full`` (every primary's outgoing queue is full,
+        see ``arbitration.STREAM_QUEUE_LIMIT``)."""
         targets = self.arbiter.primaries(self.device.device_id)
         if not targets:
-            return False
+            return "no_controller"
         hdr = runtime.packet_in
         if hdr is None:
             msg = p4r.StreamMessageResponse(packet=p4r.PacketIn(payload=data))
         else:
             md, payload = hdr.split(data)
             msg = p4r.StreamMessageResponse(packet=p4r.PacketIn(payload=payload, metadata=md))
+        sent = False
         for s in targets:
-            s.send(msg)
-        return True
+            sent = s.send(msg, droppable=True) or sent
+        return None if sent else "controller_queue_full"
 
     def digests(self, runtime, items: list[tuple[int, tuple]]) -> None:
         """Digest messages of the program -> one DigestList per configured digest to every primary (entries for
@@ -287,4 +290,4 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 dl = p4r.DigestList(digest_id=did, list_id=self._digest_list_id, timestamp=time.time_ns(),
                                     data=[digest_data(v, f) for v, f in lst[i:i + cap]])
                 for s in targets:
-                    s.send(p4r.StreamMessageResponse(digest=dl))
+                    s.send(p4r.StreamMessageResponse(digest=dl), droppable=True)
