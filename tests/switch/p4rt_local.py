@@ -17,12 +17,14 @@ from switch.p4rt.service import P4RuntimeService
 from switch.target import Switch
 
 CPU_PORT = 255
+PROGRAMS = Path(__file__).parent / "programs"
 
 
 @contextmanager
 def local_server(**device_kw):
-    """Yields (device, address) of a P4Runtime server for a fresh :class:`Device` (no pipeline yet)."""
+    """Yields (device, address, service) of a P4Runtime server for a fresh :class:`Device` (no pipeline yet)."""
     device_kw.setdefault("cpu_port", CPU_PORT)
+    device_kw.setdefault("include_dirs", [str(PROGRAMS)])     # the router includes "headers.p4"
     dev = Device(0, **device_kw)
     svc = P4RuntimeService(dev)
     server = grpc.server(ThreadPoolExecutor(max_workers=8, thread_name_prefix="test-p4rt"))
@@ -30,7 +32,7 @@ def local_server(**device_kw):
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
-        yield dev, f"127.0.0.1:{port}"
+        yield dev, f"127.0.0.1:{port}", svc
     finally:
         server.stop(grace=None).wait(10)
 

@@ -143,7 +143,7 @@ def _entry_by_port(entries: list, port: int):
 def test_initial_entries_through_p4runtime(tmp_path):
     """A finsy controller pushes the program, reads the initial entries (not const), modifies and deletes them,
     and packets follow; the const table refuses writes."""
-    with local_server() as (dev, addr):
+    with local_server() as (dev, addr, _svc):
         async def go():
             async with connect(addr, PROGRAM, tmp_path) as sw:
                 got = [e async for e in sw.read(P4TableEntry("in_port"))]
