@@ -58,7 +58,7 @@ FIELDS: tuple[Field, ...] = (
     Field("rank", 16, "sender rank"),
     Field("job_id", 32, "job identifier; packets of other jobs are dropped by receivers"),
     Field("transfer_id", 32, "tensor/bucket transfer this packet belongs to, unique per (job, sender)"),
-    Field("step", 32, "training step (iteration) number"),
+    Field("eligible", 32, "DATA: drop-eligible packets in the transfer, which take seqs 0..eligible-1; else 0"),
     Field("seq", 32, "packet sequence within the transfer; for NACK: first packet the bitmap covers"),
     Field("total", 32, "number of packets in the transfer"),
     Field("offset", 32, "byte offset of the payload within the tensor (transfers are < 4 GiB)"),
@@ -216,7 +216,7 @@ class Header:
     rank: int = 0
     job_id: int = 0
     transfer_id: int = 0
-    step: int = 0
+    eligible: int = 0
     seq: int = 0
     total: int = 1
     offset: int = 0
@@ -333,11 +333,17 @@ def _check_consistency(v: dict[str, int], index: int | None) -> None:
     if v["msg_type"] == MsgType.DATA:
         if v["total"] == 0:
             raise WireError("total", "a data transfer has at least one packet", index)
+        if v["eligible"] >= v["total"]:
+            raise WireError("eligible", f"{v['eligible']} eligible packets of {v['total']}: a transfer keeps at "
+                            "least one protected packet", index)
         if v["seq"] >= v["total"]:
             raise WireError("seq", f"sequence {v['seq']} is not below total {v['total']}", index)
         if v["offset"] % _ITEMSIZE[DType(v["dtype"])]:
             raise WireError("offset", f"byte offset {v['offset']} is not a multiple of the "
                             f"{DType(v['dtype']).name} element size", index)
+        if bool(v["flags"] & Flag.DROP_ELIGIBLE) != (v["seq"] < v["eligible"]):
+            raise WireError("flags", f"DROP_ELIGIBLE must be set exactly on seqs below eligible={v['eligible']} "
+                            f"(seq {v['seq']})", index)
 
 
 _MSG_TYPES = frozenset(int(m) for m in MsgType)
@@ -422,7 +428,8 @@ def _check_batch(h: np.ndarray) -> None:
     size = _ITEMSIZE_TABLE[h["dtype"]]
     bad = (h["version"] != VERSION) | ~known_type | ((h["flags"] & (0xFF ^ _FLAGS_VALID)) != 0) | (h["reserved"] != 0) \
         | ~known_dtype | (data & ((h["total"] == 0) | (h["seq"] >= h["total"])
-                                  | (h["offset"] % np.maximum(size, 1) != 0)))
+                                  | (h["offset"] % np.maximum(size, 1) != 0) | (h["eligible"] >= h["total"])
+                                  | (((h["flags"] & int(Flag.DROP_ELIGIBLE)) != 0) != (h["seq"] < h["eligible"]))))
     idx = np.flatnonzero(bad)
     if idx.size:
         i = int(idx[0])

@@ -26,13 +26,16 @@ def _field_values(msg_type: MsgType) -> st.SearchStrategy[dict]:
             d["total"] = max(d["total"], 1)
             d["seq"] = d["seq"] % d["total"]
             d["offset"] -= d["offset"] % d["dtype"].itemsize
+            d["eligible"] = d["eligible"] % d["total"]  # at least one protected packet
+            elig = Flag.DROP_ELIGIBLE if d["seq"] < d["eligible"] else Flag.NONE  # flagged exactly below it
+            d["flags"] = (d["flags"] & ~Flag.DROP_ELIGIBLE) | elig
         return d
 
     u = lambda bits: st.integers(0, (1 << bits) - 1)  # noqa: E731
     return st.fixed_dictionaries({
         "flags": st.sampled_from([Flag(v) for v in range(16)]),
         "priority": u(3), "mag_class": u(3), "dtype": st.sampled_from(list(DType)),
-        "layer": u(16), "rank": u(16), "job_id": u(32), "transfer_id": u(32), "step": u(32), "seq": u(32),
+        "layer": u(16), "rank": u(16), "job_id": u(32), "transfer_id": u(32), "eligible": u(32), "seq": u(32),
         "total": u(32), "offset": u(32), "count": u(16), "nonce": u(16),
     }).map(build)
 
@@ -112,8 +115,8 @@ def test_scapy_dissects_packed_header() -> None:
 
     payload = np.arange(5, dtype="<f4").tobytes()
     h = Header(msg_type=MsgType.DATA, flags=Flag.DROP_ELIGIBLE | Flag.LAST, priority=6, mag_class=3,
-               dtype=DType.FLOAT32, layer=12, rank=3, job_id=0xDEADBEEF, transfer_id=77, step=1000, seq=9,
-               total=10, offset=36 * 4, count=5, nonce=0xBEEF)
+               dtype=DType.FLOAT32, layer=12, rank=3, job_id=0xDEADBEEF, transfer_id=77, eligible=10, seq=9,
+               total=11, offset=36 * 4, count=5, nonce=0xBEEF)
     frame = bytes(Ether() / IP(dst="10.0.0.2") / UDP(sport=40000, dport=wire.UDP_PORT) / Raw(h.pack() + payload))
     pkt = Ether(frame)
     assert DLCP in pkt

@@ -47,11 +47,11 @@
 /* byte offsets of the 14 header words (network order), in wire order */
 enum {
     O_VT = 0, O_FLAGS = 1, O_PMR = 2, O_DTYPE = 3, O_LAYER = 4, O_RANK = 6, O_JOB = 8, O_TID = 12,
-    O_STEP = 16, O_SEQ = 20, O_TOTAL = 24, O_OFFSET = 28, O_COUNT = 32, O_NONCE = 34
+    O_ELIG = 16, O_SEQ = 20, O_TOTAL = 24, O_OFFSET = 28, O_COUNT = 32, O_NONCE = 34
 };
 static const int LAYOUT[14][2] = {
     {O_VT, 1}, {O_FLAGS, 1}, {O_PMR, 1}, {O_DTYPE, 1}, {O_LAYER, 2}, {O_RANK, 2}, {O_JOB, 4}, {O_TID, 4},
-    {O_STEP, 4}, {O_SEQ, 4}, {O_TOTAL, 4}, {O_OFFSET, 4}, {O_COUNT, 2}, {O_NONCE, 2}
+    {O_ELIG, 4}, {O_SEQ, 4}, {O_TOTAL, 4}, {O_OFFSET, 4}, {O_COUNT, 2}, {O_NONCE, 2}
 };
 
 static inline uint32_t be16(const uint8_t *p) { return ((uint32_t)p[0] << 8) | p[1]; }
@@ -62,18 +62,21 @@ static inline uint32_t be32(const uint8_t *p)
 
 /* Does the datagram at h (ln bytes) pass the checks for the given transfer? */
 static inline int datagram_ok(const uint8_t *h, Py_ssize_t ln, uint32_t job, uint32_t nonce, uint32_t rank,
-                              uint32_t tid, uint32_t total, uint32_t dtype, uint32_t itemsize, Py_ssize_t cap)
+                              uint32_t tid, uint32_t total, uint32_t elig, uint32_t dtype, uint32_t itemsize,
+                              Py_ssize_t cap)
 {
     if (ln < HEADER_LEN)
         return 0;
     if (h[O_VT] != ((VERSION << 4) | MT_DATA) || (h[O_FLAGS] & 0xF0) || (h[O_PMR] & 3) || h[O_DTYPE] != dtype)
         return 0;
     if (be32(h + O_JOB) != job || be16(h + O_NONCE) != nonce || be16(h + O_RANK) != rank || be32(h + O_TID) != tid
-        || be32(h + O_TOTAL) != total)
+        || be32(h + O_TOTAL) != total || be32(h + O_ELIG) != elig)
         return 0;
     uint32_t seq = be32(h + O_SEQ), off = be32(h + O_OFFSET), count = be16(h + O_COUNT);
     Py_ssize_t plen = ln - HEADER_LEN;
     if (seq >= total || off % itemsize || plen != (Py_ssize_t)count * itemsize)
+        return 0;
+    if (((h[O_FLAGS] & F_ELIGIBLE) != 0) != (seq < elig))  /* eligible exactly below the eligible count */
         return 0;
     return (Py_ssize_t)off + plen <= cap;
 }
@@ -94,7 +97,8 @@ static inline void acc_init(Acc *a, unsigned long total)
 /* Pass 1 of a record: every datagram (``seg`` bytes each, the last shorter; 0 = one) is a valid DATA packet of the
  * transfer that fits ``cap`` bytes. Nothing is written. */
 static int record_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, uint32_t job, uint32_t nonce,
-                     uint32_t rank, uint32_t tid, uint32_t total, uint32_t dtype, uint32_t itemsize, Py_ssize_t cap)
+                     uint32_t rank, uint32_t tid, uint32_t total, uint32_t elig, uint32_t dtype, uint32_t itemsize,
+                     Py_ssize_t cap)
 {
     if (nbytes <= 0)
         return 0;
@@ -102,7 +106,7 @@ static int record_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, uin
         seg = nbytes;
     for (Py_ssize_t s = 0; s < nbytes; s += seg) {
         Py_ssize_t ln = nbytes - s < seg ? nbytes - s : seg;
-        if (!datagram_ok(base + s, ln, job, nonce, rank, tid, total, dtype, itemsize, cap))
+        if (!datagram_ok(base + s, ln, job, nonce, rank, tid, total, elig, dtype, itemsize, cap))
             return 0;
     }
     return 1;
@@ -267,7 +271,7 @@ typedef struct {
     PyObject *nacked;  /* new reference: the seqs NACKed so far (a set), NULL when none */
     int premature;  /* an original of a NACKed seq arrived */
     int ce_state;   /* the transfer's ECN state; the pass's first record of the transfer may change it */
-    unsigned long total, dtype, itemsize;
+    unsigned long total, elig, dtype, itemsize;
     Py_ssize_t cum;
     Py_buffer dst, arrived, offsets, counts;
     Acc acc;
@@ -340,6 +344,7 @@ static int entry_fill(Entry *e, PyObject *inc)
     int ok = 1;
     e->dtype = (unsigned long)attr_long(inc, "dtype", &ok);
     e->total = (unsigned long)attr_long(st, "total", &ok);
+    e->elig = (unsigned long)attr_long(st, "eligible", &ok);
     e->cum = attr_long(st, "cum", &ok);
     PyObject *ce = ok ? PyObject_GetAttrString(inc, "ce_state") : NULL;
     if (ce == NULL)
@@ -505,7 +510,8 @@ static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nar
             }
             if (e->inc != NULL && !e->slow_rest
                 && record_ok(h, nbytes, seg, (uint32_t)job, (uint32_t)nonce, (uint32_t)rank, (uint32_t)tid,
-                             (uint32_t)e->total, (uint32_t)e->dtype, (uint32_t)e->itemsize, e->dst.len)) {
+                             (uint32_t)e->total, (uint32_t)e->elig, (uint32_t)e->dtype, (uint32_t)e->itemsize,
+                             e->dst.len)) {
                 long long before = e->acc.ndg;
                 record_apply(h, nbytes, seg, (uint8_t *)e->dst.buf, (uint8_t *)e->arrived.buf,
                              (int64_t *)e->offsets.buf, (int64_t *)e->counts.buf, &e->acc, e->nacked, &e->premature);

@@ -4,12 +4,16 @@ A tensor of ``n`` elements is cut into consecutive packets of ``chunk`` elements
 being as many elements as fit in one IPv4/UDP datagram of the path MTU after the 36-byte DLCP header. Packet *i*
 (position) covers elements ``[i*chunk, min((i+1)*chunk, n))``.
 
-Sequence numbers are **not** positions: protected packets get seqs ``0..k-1`` (in position order) and drop-eligible
-ones ``k..total-1``. Three things follow, all used by the receiver (``reassembly.py``):
+Sequence numbers are **not** positions: drop-eligible packets get seqs ``0..e-1`` and protected ones ``e..total-1``
+(each in position order), and every header says ``e`` (its ``eligible`` field). Sent in seq order, the eligible
+packets leave first and the protected ones last, the last protected packet carrying LAST. What follows is used by
+the receiver (``reassembly.py``):
 
-* every packet below the first eligible seq is protected, every packet above it is eligible, so a receiver that
-  has seen one eligible packet and everything below it knows that every protected packet has arrived;
-* protected packets leave first, the eligible tail last: a receiver that completes early skips the tail;
+* it knows from any one packet which seqs are protected: it completes the moment all of them are in, with no wait
+  for stragglers, and asks again (NACK) only for protected holes (an eligible one is never retransmitted);
+* the LAST packet ends the sender's first pass: whatever eligible packet has not arrived by the time every
+  protected one has is counted lost (on a FIFO path it was sent earlier and dropped), so a transfer whose
+  eligible packets were all dropped completes without any timeout;
 * positions of missing packets are not needed: lost element ranges are the complement of the received ones.
 
 Every header is the transfer's template (one checked :meth:`host.wire.Header.pack`) with its per-packet words set.
@@ -81,7 +85,7 @@ class Plan:
 
 def plan_packets(*, nelems: int, dtype: DType, mtu: int,
                  classes=None, priority: int = 0, layer: int = 0, rank: int = 0, job_id: int = 0,
-                 transfer_id: int = 0, step: int = 0, nonce: int = 0) -> Plan:
+                 transfer_id: int = 0, nonce: int = 0) -> Plan:
     """Cut ``nelems`` elements into packets and build every header.
 
     ``classes`` is a :class:`host.policy.PacketClasses` for the positions (``None``: all protected, class 0).
@@ -93,7 +97,10 @@ def plan_packets(*, nelems: int, dtype: DType, mtu: int,
         priority = classes.priority
         if np.shape(classes.eligible) != (npk,):
             raise ValueError(f"policy classified {np.shape(classes.eligible)} packets, the plan has {npk}")
-    template = _template(priority, dtype, layer, rank, job_id, transfer_id, step, npk, nonce)
+    n_elig = 0 if classes is None else int(np.count_nonzero(classes.eligible))
+    if n_elig >= npk:
+        raise ValueError(f"policy made all {npk} packets drop-eligible: a transfer keeps at least one protected")
+    template = _template(priority, dtype, layer, rank, job_id, transfer_id, n_elig, npk, nonce)
     if npk <= SMALL_PLAN:
         return _plan_lists(nelems, itemsize, chunk, npk, classes, priority, template)
     if classes is None or not np.any(classes.eligible):
@@ -104,13 +111,13 @@ def plan_packets(*, nelems: int, dtype: DType, mtu: int,
 
 
 def plan_in_order(*, nelems: int, dtype: DType, mtu: int, priority: int = 0, layer: int = 0, rank: int = 0,
-                  job_id: int = 0, transfer_id: int = 0, step: int = 0, nonce: int = 0) -> Plan:
+                  job_id: int = 0, transfer_id: int = 0, nonce: int = 0) -> Plan:
     """The plan of a transfer without drop-eligible packets (seq = position), its headers not yet written: the
     caller writes each range of seqs with :func:`write_headers` before it sends any of them."""
     itemsize = DType(dtype).itemsize
     chunk = chunk_elems(mtu, itemsize)
     npk = max(1, -(-nelems // chunk))
-    template = _template(priority, dtype, layer, rank, job_id, transfer_id, step, npk, nonce)
+    template = _template(priority, dtype, layer, rank, job_id, transfer_id, 0, npk, nonce)
     return _layout_in_order(nelems, itemsize, chunk, npk, priority, template)
 
 
@@ -134,24 +141,28 @@ def write_headers(plan: Plan, lo: int, hi: int, mag_class=None) -> None:
     h[_W_COUNT] = plan.lengths[lo:hi] // plan.itemsize
 
 
-def _template(priority, dtype, layer, rank, job_id, transfer_id, step, npk, nonce) -> bytes:
+def _template(priority, dtype, layer, rank, job_id, transfer_id, eligible, npk, nonce) -> bytes:
     """Every header is the transfer's template (one Header.pack, checked there) with its per-packet words set.
     The checked header without its transfer id is kept per sender, layer and size (a Header costs 30 us, 90 us on
     a cold cache, and a collective's transfers differ only in their ids); the id fills its own 32-bit word."""
     if not 0 <= transfer_id < 1 << 32:
         raise wire.WireError("transfer_id", f"value {transfer_id} does not fit in 32 bits")
-    base = _checked_template(priority, DType(dtype), layer, rank, job_id, step, npk, nonce)
+    base = _checked_template(priority, DType(dtype), layer, rank, job_id, eligible, npk, nonce)
     return base[:_TID_AT] + transfer_id.to_bytes(4, "big") + base[_TID_AT + 4:]
 
 
 @functools.lru_cache(maxsize=256)
-def _checked_template(priority, dtype, layer, rank, job_id, step, npk, nonce) -> bytes:
-    return wire.Header(msg_type=MsgType.DATA, priority=priority, dtype=dtype, layer=layer, rank=rank,
-                       job_id=job_id, transfer_id=0, step=step, total=npk, nonce=nonce).pack()
+def _checked_template(priority, dtype, layer, rank, job_id, eligible, npk, nonce) -> bytes:
+    # checked as the first protected packet (seq ``eligible``), whose flags are right with none set; the seq word is
+    # then zeroed like the other per-packet words
+    h = wire.Header(msg_type=MsgType.DATA, priority=priority, dtype=dtype, layer=layer, rank=rank, job_id=job_id,
+                    transfer_id=0, eligible=eligible, seq=eligible, total=npk, nonce=nonce).pack()
+    return h[:_SEQ_AT] + bytes(4) + h[_SEQ_AT + 4:]
 
 
 _W_TID, _TID_SHIFT = wire.field_word("transfer_id")
 _TID_AT = wire.WIRE_DTYPE.fields[_W_TID][1]  # byte offset of the transfer id's word
+_SEQ_AT = wire.WIRE_DTYPE.fields[_W_SEQ][1]  # byte offset of the seq word
 assert _TID_SHIFT == 0 and wire.WIRE_DTYPE[_W_TID].itemsize == 4, "the transfer id fills its word"
 
 
@@ -172,8 +183,8 @@ def _plan_lists(nelems: int, itemsize: int, chunk: int, npk: int, classes, prior
     counts = [max(0, min(chunk, nelems - i * chunk)) for i in range(npk)]
     elig = [False] * npk if classes is None else [bool(e) for e in np.asarray(classes.eligible).tolist()]
     mag = [0] * npk if classes is None else [int(m) for m in np.asarray(classes.mag_class).tolist()]
-    # seq order: protected positions first, then eligible ones, each in position order (a stable sort)
-    order = sorted(range(npk), key=elig.__getitem__) if True in elig else range(npk)
+    # seq order: eligible positions first, then protected ones, each in position order (a stable sort)
+    order = sorted(range(npk), key=lambda i: not elig[i]) if True in elig else range(npk)
     eligible = [elig[i] for i in order]
     cnt = [counts[i] for i in order]
     h = np.frombuffer(bytearray(template * npk), wire.WIRE_DTYPE)
@@ -200,8 +211,8 @@ def _plan_arrays(nelems: int, itemsize: int, chunk: int, npk: int, classes, prio
     counts = np.minimum(chunk, nelems - pos * chunk).clip(min=0)
     elig_pos = np.asarray(classes.eligible, bool)
     mag_pos = np.asarray(classes.mag_class, np.uint8)
-    # seq order: protected positions first, then eligible ones, each in position order (stable)
-    order = np.argsort(elig_pos, kind="stable")
+    # seq order: eligible positions first, then protected ones, each in position order (stable)
+    order = np.argsort(~elig_pos, kind="stable")
     eligible = elig_pos[order]
     mag = mag_pos[order]
     cnt = counts[order]

@@ -15,7 +15,7 @@ only if its job id and nonce are ours and its source address is the one ``addr_m
 
 Threads and locking: the I/O thread loops over three steps: it drains the socket and handles every datagram (data
 into the destination buffer, ACK/NACK into sender state, ACKs back); it runs the timers every millisecond (receiver
-NACKs, grace-period completion, sender RTO probes, peer timeouts); it picks bursts under the window and pacing rate
+NACKs, sender RTO probes, peer timeouts); it picks bursts under the window and pacing rate
 of each peer and sends them outside the lock. It sleeps in ``select`` (the socket, a wake-up socket that ``send()``
 writes to, the next timer or pacing deadline) only when none of them has work. One lock guards the transfer
 tables; user calls only post work and wait on events.
@@ -67,7 +67,7 @@ log = logging.getLogger("host.transport")
 #: the bad field.
 HDR = wire.WORD_STRUCT
 # word indices (tests/host/test_chunking.py checks them against wire.Header)
-W_VT, W_FLAGS, W_PMR, W_DTYPE, W_LAYER, W_RANK, W_JOB, W_TID, W_STEP, W_SEQ, W_TOTAL, W_OFFSET, W_COUNT, W_NONCE = \
+W_VT, W_FLAGS, W_PMR, W_DTYPE, W_LAYER, W_RANK, W_JOB, W_TID, W_ELIG, W_SEQ, W_TOTAL, W_OFFSET, W_COUNT, W_NONCE = \
     range(14)
 _ITEMSIZE = [0] * 256
 for _d in DType:
@@ -121,12 +121,12 @@ def decode_words(buf) -> tuple[int, ...]:
     return HDR.unpack_from(buf)
 
 
-def pack_control_header(buf, msg_type: int, *, flags: int, rank: int, job_id: int, transfer_id: int, step: int,
+def pack_control_header(buf, msg_type: int, *, flags: int, rank: int, job_id: int, transfer_id: int,
                         seq: int, total: int, count: int, nonce: int, layer: int = 0, offset: int = 0) -> None:
     """Write an ACK/NACK/CONTROL header into ``buf[:36]`` (priority 7, dtype 0). For ACK/NACK, ``offset`` carries
     the receiver's clock (:func:`clock_us`)."""
     HDR.pack_into(buf, 0, (wire.VERSION << 4) | msg_type, flags, CONTROL_PRIORITY << 5, 0, layer, rank, job_id,
-                  transfer_id, step, seq, total, offset, count, nonce)
+                  transfer_id, 0, seq, total, offset, count, nonce)
 
 
 def clock_us(t: float) -> int:
@@ -172,7 +172,6 @@ class Options:
     policy: Policy = field(default_factory=LayerMagnitudePolicy)
     recv_timeout: float = 30.0  # default timeout of recv()
     peer_timeout: float = 5.0  # a peer with outstanding sends that sends no feedback for this long fails them
-    grace: float = 0.003  # receiver: idle time after which a transfer with only eligible packets missing completes
     nack_idle: float = 0.005  # receiver: idle time after which missing needed packets are NACKed (before LAST)
     nack_interval: float = 0.002  # first re-NACK interval; doubles to nack_interval_max while nothing arrives
     nack_interval_max: float = 0.1
@@ -200,7 +199,7 @@ class Options:
     # send() classifies the first slice and returns; the I/O thread classifies each next slice while the previous
     # one's packets are on the wire (magnitude classes are then octiles within each slice). Classifying all of a
     # 64 MiB tensor first kept the link idle for 19 ms at MTU 1500 (docs/transport.md). A send with drop-eligible
-    # packets is classified whole (its eligible packets take the last seqs), and so is every send to a peer on a
+    # packets is classified whole (its eligible packets take the first seqs), and so is every send to a peer on a
     # loopback address (see Endpoint.__init__). 0: every send is classified whole.
     classify_slice: int = 4 << 20
     tombstones: int = 1 << 16  # completed transfers remembered (late packets get DONE again)
@@ -335,7 +334,7 @@ class _Out:
         self.pkts_sent = self.retransmissions = self.ecn_echoes = self.acks = self.nacks = 0
         self.delivered: int | None = None
         self.start = now
-        self.layer = self.step = 0
+        self.layer = 0
         self.loss_bound = 0.0
         self.handle = SendHandle(peer, tid)
         # the caller of send() is transmitting this transfer's first burst outside the lock: the I/O thread leaves
@@ -396,7 +395,7 @@ class _In:
         self.peer, self.tid, self.created = peer, tid, now
         self.st: Reassembly | None = None
         self.dtype: int = -1
-        self.step = self.layer = 0
+        self.layer = 0
         self.stage: np.ndarray | None = _NO_STAGE  # uint8, before recv() is posted (np.empty: no zero-fill)
         self.dst: memoryview | None = None  # the out buffer's bytes, once posted
         self.tv: TensorView | None = None
@@ -535,8 +534,7 @@ class Endpoint:
 
     # --- public API -------------------------------------------------------------------------------------------
 
-    def send(self, peer: int, tensor: Any, *, transfer_id: int, layer: int = 0, loss_bound: float = 0.0,
-             step: int = 0) -> SendHandle:
+    def send(self, peer: int, tensor: Any, *, transfer_id: int, layer: int = 0, loss_bound: float = 0.0) -> SendHandle:
         """Start sending ``tensor`` to ``peer``; returns at once. The tensor must not change until the handle is
         done (packets are sent from its memory). ``loss_bound``: fraction of elements that may be lost (0 =
         reliable); the policy marks at most that fraction drop-eligible."""
@@ -552,8 +550,7 @@ class Endpoint:
         npk = max(1, -(-tv.nelems // chunk))
         counts = np.minimum(chunk, tv.nelems - np.arange(npk, dtype=np.int64) * chunk).clip(min=0)
         per_slice = max(1, -(-self.opts.classify_slice // (chunk * tv.dtype.itemsize)))  # (a 4 MiB tensor: 1 slice)
-        ids = dict(layer=layer, rank=self.rank, job_id=self.job_id, transfer_id=transfer_id, step=step,
-                   nonce=self.nonce)
+        ids = dict(layer=layer, rank=self.rank, job_id=self.job_id, transfer_id=transfer_id, nonce=self.nonce)
         if loss_bound == 0 and self.opts.classify_slice > 0 and npk > per_slice and self._slice_to[peer]:
             # in slices (Options.classify_slice): the first one now, the rest on the I/O thread (_classify_slices)
             classify = self._slice_classifier(values, counts, chunk, layer)
@@ -573,7 +570,7 @@ class Endpoint:
                 raise ValueError(f"transfer {transfer_id} to rank {peer} is already in progress")
             now = time.monotonic()
             o = _Out(peer, transfer_id, tv, plan, next(self._created), now, ready)
-            o.layer, o.step, o.loss_bound = layer, step, loss_bound
+            o.layer, o.loss_bound = layer, loss_bound
             if ready < npk:
                 o.slicer = (classify, per_slice)
                 self._sliced[o] = None
@@ -840,7 +837,7 @@ class Endpoint:
                 if tomb is None or (tomb[0] == "done" and now - tomb[1] > 0.001):
                     if tomb is not None:
                         tomb[1] = now
-                    self._send_done(rank, tid, w0[W_STEP], w0[W_TOTAL], -1)
+                    self._send_done(rank, tid, w0[W_TOTAL], -1)
                 return
             if self._staged_bytes >= self.opts.max_staged_bytes:
                 c["unclaimed_dropped"] += n
@@ -848,14 +845,17 @@ class Endpoint:
             inc = self._incoming[key] = _In(rank, tid, now)
         st = inc.st
         if st is None:
-            st = inc.st = Reassembly(w0[W_TOTAL])
-            inc.dtype, inc.step, inc.layer = w0[W_DTYPE], w0[W_STEP], w0[W_LAYER]
+            if w0[W_ELIG] >= w0[W_TOTAL]:
+                c["inconsistent"] += n
+                return
+            st = inc.st = Reassembly(w0[W_TOTAL], w0[W_ELIG])
+            inc.dtype, inc.layer = w0[W_DTYPE], w0[W_LAYER]
             inc.first_arrival = now
             inc.nack_interval = self.opts.nack_interval
             if inc.tv is not None and int(inc.tv.dtype) != inc.dtype:
                 self._fail_in(inc, f"carries {DType(inc.dtype).name}, recv() was given {inc.tv.dtype.name}")
                 return
-        total, dtype, arrived = st.total, inc.dtype, st.arrived
+        total, dtype, arrived, n_elig = st.total, inc.dtype, st.arrived, st.eligible
         hl = wire.HEADER_LEN
         src = self._rxmv
         if inc.dst is not None:
@@ -883,11 +883,10 @@ class Endpoint:
         offs: list[int] = []
         cnts: list[int] = []
         plens: list[int] = []
-        eligs: list[bool] = []
         got = fresh = 0
         for w, s, ln, tos in items:
             seq = w[W_SEQ]
-            if w[W_TOTAL] != total or w[W_DTYPE] != dtype:
+            if w[W_TOTAL] != total or w[W_DTYPE] != dtype or w[W_ELIG] != n_elig:
                 c["inconsistent"] += 1
                 continue
             if arrived[seq] or seq in seen:
@@ -911,26 +910,24 @@ class Endpoint:
                 c["ecn_ce_rx"] += 1
             if ce != inc.ce_state:  # DCTCP receiver: ACK the packets before the first with the other CE state
                 if seqs:
-                    Endpoint._add_arrivals(st, seqs, offs, cnts, plens, eligs)
-                    seqs, offs, cnts, plens, eligs = [], [], [], [], []
+                    Endpoint._add_arrivals(st, seqs, offs, cnts, plens)
+                    seqs, offs, cnts, plens = [], [], [], []
                 if inc.since_ack:
                     self._send_ack(inc)
                 inc.ce_state = ce
-            elig = bool(w[W_FLAGS] & _F_ELIGIBLE)
             if batch:
                 seen.add(seq)
                 seqs.append(seq)
                 offs.append(off)
                 cnts.append(w[W_COUNT])
                 plens.append(plen)
-                eligs.append(elig)
             else:
-                st.add(seq, off, w[W_COUNT], plen, elig)
+                st.add(seq, off, w[W_COUNT], plen)
             inc.since_ack += 1
             got += plen
             fresh += 1
         if seqs:
-            Endpoint._add_arrivals(st, seqs, offs, cnts, plens, eligs)
+            Endpoint._add_arrivals(st, seqs, offs, cnts, plens)
         if fresh:
             self._arrived(inc, key, fresh, got, now)
 
@@ -943,9 +940,10 @@ class Endpoint:
         inc.nack_interval = self.opts.nack_interval
         c["rx_bytes"] += got
         c["rx_data_packets"] += fresh
-        if inc.st.complete:
-            self._complete_in(inc, now)
-        elif inc.since_ack >= self.opts.ack_every or inc.st.last_seen and inc.since_ack:
+        st = inc.st
+        if st.complete or st.satisfied(inc.loss_bound, inc.tv.nelems if inc.tv is not None else None):
+            self._complete_in(inc, now)  # every protected packet is in: what eligible one is missing is lost
+        elif inc.since_ack >= self.opts.ack_every or st.last_seen and inc.since_ack:
             self._send_ack(inc)
         else:
             self._ack_pending.add(key)
@@ -953,11 +951,11 @@ class Endpoint:
     def _fast_progress(self, prog: list[tuple], now: float) -> None:
         """Account for what the C fast lane (``_rxlane.fast_pass``) recorded this pass: one tuple per transfer,
         ``(state, datagrams, fresh, duplicates, bytes, elements, max_count, max_end, min_eligible_seq, max_seq,
-        cum, ce, premature)``. All of a transfer's records the lane took in one pass have one ECN state, ``ce``;
+        cum, ce, premature)`` (the smallest eligible seq is not used: every header says which seqs are eligible). All of a transfer's records the lane took in one pass have one ECN state, ``ce``;
         when it differs from the transfer's, the packets before it are ACKed first (DCTCP's receiver); a second
         change within the pass went the Python path. ``premature``: an original of a NACKed seq arrived."""
         c = self._c
-        for inc, _ndg, fresh, dups, got, nelems, max_count, max_end, min_elig, max_seq, cum, ce, premature in prog:
+        for inc, _ndg, fresh, dups, got, nelems, max_count, max_end, _min_elig, max_seq, cum, ce, premature in prog:
             key = (inc.peer, inc.tid)
             if premature:
                 inc.nacked = None
@@ -975,23 +973,23 @@ class Endpoint:
                 if ce:
                     inc.ce_marks += fresh
                     c["ecn_ce_rx"] += fresh
-                inc.st.add_counted(fresh, nelems, max_count, max_end, min_elig, max_seq, cum)
+                inc.st.add_counted(fresh, nelems, max_count, max_end, max_seq, cum)
                 inc.since_ack += fresh
                 self._arrived(inc, key, fresh, got, now)
 
     @staticmethod
-    def _add_arrivals(st: Reassembly, seqs, offs, cnts, plens, eligs) -> None:
+    def _add_arrivals(st: Reassembly, seqs, offs, cnts, plens) -> None:
         """Record distinct new arrivals (lists): one at a time for a few, as one range for a run in seq order (the
         common case), else as arrays."""
         k = len(seqs)
         if k < _BATCH_MIN:
-            for a in zip(seqs, offs, cnts, plens, eligs):
+            for a in zip(seqs, offs, cnts, plens):
                 st.add(*a)
         elif seqs[-1] - seqs[0] == k - 1 and seqs == list(range(seqs[0], seqs[0] + k)):
-            st.add_range(seqs[0], offs, cnts, max(map(int.__add__, offs, plens)), eligs)
+            st.add_range(seqs[0], offs, cnts, max(map(int.__add__, offs, plens)))
         else:
             st.add_batch(np.array(seqs, np.int64), np.array(offs, np.int64), np.array(cnts, np.int64),
-                         np.array(plens, np.int64), np.array(eligs, bool))
+                         np.array(plens, np.int64))
 
     def _fail_in(self, inc: _In, why: str) -> None:
         self._c["inconsistent"] += 1
@@ -1011,7 +1009,7 @@ class Endpoint:
 
     def _send_ack(self, inc: _In) -> None:
         st = inc.st
-        base = st.cum
+        base = st.ack_base()
         if st.max_seq < base:  # in order so far: nothing beyond cum to report
             seg, count = None, 0
         else:
@@ -1021,7 +1019,7 @@ class Endpoint:
             count = int(nz[-1]) + 1 if nz.size else 0
         buf = self._ctl_buf
         pack_control_header(buf, MsgType.ACK, flags=Flag.ECN_ECHO if inc.ce_state else 0, rank=self.rank,
-                            job_id=self.job_id, transfer_id=inc.tid, step=inc.step, offset=clock_us(time.monotonic()),
+                            job_id=self.job_id, transfer_id=inc.tid, offset=clock_us(time.monotonic()),
                             seq=base, total=st.total,
                             count=count, nonce=self.nonce)
         bm = np.packbits(seg[:count]).tobytes() if count else b""
@@ -1040,7 +1038,7 @@ class Endpoint:
         bits[seqs - base] = True
         buf = self._ctl_buf
         pack_control_header(buf, MsgType.NACK, flags=Flag.ECN_ECHO if inc.ce_state else 0, rank=self.rank,
-                            job_id=self.job_id, transfer_id=inc.tid, step=inc.step, offset=clock_us(time.monotonic()),
+                            job_id=self.job_id, transfer_id=inc.tid, offset=clock_us(time.monotonic()),
                             seq=base, total=inc.st.total,
                             count=count, nonce=self.nonce)
         bm = np.packbits(bits).tobytes()
@@ -1057,10 +1055,10 @@ class Endpoint:
         self._c["premature_nacks"] += 1
         self._reo[peer] = min(_REORDER_MAX, 2 * self._reo.get(peer, _REORDER_TIME))
 
-    def _send_done(self, peer: int, tid: int, step: int, total: int, received: int) -> None:
+    def _send_done(self, peer: int, tid: int, total: int, received: int) -> None:
         buf = self._ctl_buf
         pack_control_header(buf, MsgType.CONTROL, flags=0, rank=self.rank, job_id=self.job_id, transfer_id=tid,
-                            step=step, seq=0, total=total, count=0, nonce=self.nonce)
+                            seq=0, total=total, count=0, nonce=self.nonce)
         _CTL.pack_into(buf, wire.HEADER_LEN, CTL_DONE, max(received, 0) if received >= 0 else 0xFFFFFFFF)
         self._send_ctl(self.addr_map[peer], wire.HEADER_LEN + _CTL.size)
         self._c["dones_sent"] += 1
@@ -1075,7 +1073,7 @@ class Endpoint:
         self._tombstone(key, "done", inc.nacked)
         if not inc.nacks and inc.peer in self._reo:
             self._reo[inc.peer] = max(_REORDER_TIME, self._reo[inc.peer] * _REORDER_DECAY)
-        self._send_done(inc.peer, inc.tid, inc.step, st.total, st.npackets)
+        self._send_done(inc.peer, inc.tid, st.total, st.npackets)
         inc.completed_at = now
         if inc.posted:
             self._deliver(inc)
@@ -1105,7 +1103,7 @@ class Endpoint:
             tv.raw[a * itemsize: b * itemsize] = 0
         report = LossReport(n, lost)
         dur = max(inc.last_arrival - inc.first_arrival, 1e-9)
-        stats = {"peer": inc.peer, "transfer_id": inc.tid, "step": inc.step, "layer": inc.layer, "bytes": tv.nbytes,
+        stats = {"peer": inc.peer, "transfer_id": inc.tid, "layer": inc.layer, "bytes": tv.nbytes,
                  "packets": st.total, "packets_received": st.npackets, "duplicates": inc.dups,
                  "ce_marks": inc.ce_marks, "acks_sent": inc.acks, "nacks_sent": inc.nacks,
                  "zero_filled": report.zero_filled, "lost_ranges": lost, "duration_s": dur,
@@ -1144,9 +1142,8 @@ class Endpoint:
                                    "packets received")
                 continue
             n = inc.tv.nelems if inc.tv is not None else None
-            if st.satisfied(inc.loss_bound, n):
-                if idle >= o.grace:
-                    self._complete_in(inc, now)
+            if st.satisfied(inc.loss_bound, n):  # (a receive posted after its protected packets were all in)
+                self._complete_in(inc, now)
                 continue
             # what is missing is lost once the LAST packet came in and nothing else did for the peer's reordering
             # wait, or nothing at all came for nack_idle (at least that wait)
@@ -1293,7 +1290,11 @@ class Endpoint:
 
     def _on_nack(self, p: _Peer, o: _Out, base: int, bits: np.ndarray, now: float) -> None:
         seqs = np.flatnonzero(bits) + base
-        seqs = seqs[(o.sent_order[seqs] >= 0) & ~o.acked[seqs]]
+        seqs = seqs[o.sent_order[seqs] >= 0]
+        # An ACK's base passes eligible holes (Reassembly.ack_base): a receiver whose own loss bound is tighter than
+        # the sender's asks for such a packet by NACK, which overrides that ACK.
+        o.acked[seqs[o.plan.eligible[seqs]]] = False
+        seqs = seqs[~o.acked[seqs]]
         infl = seqs[o.inflight[seqs]]
         if infl.size:
             p.inflight -= int(o.plan.lengths[infl].sum())
@@ -1313,7 +1314,7 @@ class Endpoint:
         if o in p.active:
             p.active.remove(o)
         dur = max(time.monotonic() - o.start, 1e-9)
-        stats = {"peer": o.peer, "transfer_id": o.tid, "step": o.step, "layer": o.layer, "bytes": o.tv.nbytes,
+        stats = {"peer": o.peer, "transfer_id": o.tid, "layer": o.layer, "bytes": o.tv.nbytes,
                  "packets": o.total, "eligible_packets": int(o.plan.eligible.sum()), "packets_sent": o.pkts_sent,
                  "retransmissions": o.retransmissions, "acked_packets": int(o.acked.sum()),
                  "delivered_packets": o.delivered, "ecn_echoes": o.ecn_echoes, "acks": o.acks, "nacks": o.nacks,

@@ -1,14 +1,16 @@
 """Receiver bookkeeping of one transfer: which packets arrived, when it may complete, what was lost (pure).
 
-The bytes themselves are written by the endpoint; this class tracks arrival per seq and answers three questions:
+The bytes themselves are written by the endpoint; this class tracks arrival per seq and answers three questions.
+Every header of a transfer says how many of its packets are drop-eligible, ``e``: they are seqs ``0..e-1`` and
+leave first, the protected ones are ``e..total-1`` and leave last, the last of them flagged LAST (``chunking.py``).
 
-* :meth:`needed` - the missing packets the receiver must ask for (NACK). With seqs ordered protected-first
-  (``chunking.py``), every missing seq below the smallest eligible seq seen may be protected and is needed; every
-  seq above it is eligible and is not. Only holes below the highest seq that arrived count: later seqs may not
-  have been sent yet (the sender's timeout probe sends its highest unACKed seq, which uncovers a lost tail). If the receiver imposes its own loss bound ``p``, missing eligible packets
-  are added (lowest seq first) until ``(1 - p)`` of the elements would be present.
-* :meth:`satisfied` - no needed packet is missing: every protected packet has arrived (and the receiver's bound
-  holds). The endpoint then waits a short grace period for stragglers and completes.
+* :meth:`needed` - the missing packets the receiver must ask for (NACK): protected holes below the highest seq that
+  arrived (later seqs may not have been sent yet; the sender's timeout probe sends its highest unACKed seq, which
+  uncovers a lost tail). An eligible packet is never asked for, except where the receiver imposes a smaller loss
+  bound ``p`` than the sender's: then missing eligible packets are added (lowest seq first) until ``(1 - p)`` of
+  the elements would be present.
+* :meth:`satisfied` - every protected packet has arrived (and the receiver's bound holds). The endpoint completes
+  at once: whatever eligible packet is still missing was sent before the last protected one and is counted lost.
 * :meth:`lost_ranges` - element ranges never received: the complement of the received packets' ranges in
   ``[0, n)``, merged. Exact, without knowing the positions of the missing packets.
 """
@@ -28,16 +30,19 @@ SMALL_TRANSFER = 16
 class Reassembly:
     """Arrival state of a transfer of ``total`` packets."""
 
-    __slots__ = ("total", "arrived", "offsets", "counts", "cum", "min_eligible", "npackets", "nelems", "max_count",
-                 "last_seen", "max_end", "max_seq")
+    __slots__ = ("total", "eligible", "arrived", "offsets", "counts", "cum", "pcum", "npackets", "nelems",
+                 "max_count", "last_seen", "max_end", "max_seq")
 
-    def __init__(self, total: int):
+    def __init__(self, total: int, eligible: int = 0):
+        if not 0 <= eligible < max(total, 1):
+            raise ValueError(f"{eligible} eligible packets of {total}: at least one must be protected")
         self.total = total
+        self.eligible = eligible  # seqs below this are drop-eligible, the rest protected
         self.arrived = np.zeros(total, dtype=bool)
         self.offsets = np.zeros(total, dtype=np.int64)  # byte offset of each arrived seq
         self.counts = np.zeros(total, dtype=np.int64)  # elements of each arrived seq
         self.cum = 0  # every seq below this has arrived
-        self.min_eligible = total  # smallest eligible seq seen (total: none yet)
+        self.pcum = eligible  # every protected seq below this has arrived (pcum == total: all of them)
         self.npackets = 0
         self.nelems = 0
         self.max_count = 0
@@ -45,7 +50,7 @@ class Reassembly:
         self.max_end = 0  # largest offset+bytes seen
         self.max_seq = -1  # highest seq arrived: beyond it packets may simply not have been sent yet
 
-    def add(self, seq: int, offset: int, count: int, nbytes: int, eligible: bool) -> bool:
+    def add(self, seq: int, offset: int, count: int, nbytes: int) -> bool:
         """Record an arrival; False if it is a duplicate (nothing changes). The scalar form of :meth:`add_batch`
         (numpy per call costs more than Python for a handful of packets)."""
         if self.arrived[seq]:
@@ -60,18 +65,17 @@ class Reassembly:
         end = offset + nbytes
         if end > self.max_end:
             self.max_end = end
-        if eligible and seq < self.min_eligible:
-            self.min_eligible = seq
         if seq > self.max_seq:
             self.max_seq = seq
         if seq == self.total - 1:
             self.last_seen = True
         if seq == self.cum:
             self._advance_cum()
+        elif seq == self.pcum:
+            self._advance_pcum()
         return True
 
-    def add_batch(self, seqs: np.ndarray, offsets: np.ndarray, counts: np.ndarray, nbytes: np.ndarray,
-                  eligible: np.ndarray) -> None:
+    def add_batch(self, seqs: np.ndarray, offsets: np.ndarray, counts: np.ndarray, nbytes: np.ndarray) -> None:
         """Record arrivals of distinct seqs none of which has arrived yet (the caller filters duplicates)."""
         if len(seqs) == 0:
             return
@@ -82,8 +86,6 @@ class Reassembly:
         self.nelems += int(counts.sum())
         self.max_count = max(self.max_count, int(counts.max()))
         self.max_end = max(self.max_end, int((offsets + nbytes).max()))
-        if eligible.any():
-            self.min_eligible = min(self.min_eligible, int(seqs[eligible].min()))
         top = int(seqs.max())
         if top > self.max_seq:
             self.max_seq = top
@@ -91,8 +93,9 @@ class Reassembly:
             self.last_seen = True
         if self.arrived[self.cum] if self.cum < self.total else False:
             self._advance_cum()
+        self._advance_pcum()
 
-    def add_range(self, seq0: int, offsets: list[int], counts: list[int], end: int, eligible: list[bool]) -> None:
+    def add_range(self, seq0: int, offsets: list[int], counts: list[int], end: int) -> None:
         """Record arrivals of the consecutive seqs ``seq0, seq0 + 1, ...`` (one per entry of the lists), none of which
         has arrived yet; ``end`` is the largest offset + bytes among them. :meth:`add_batch` for the common case
         (a run of packets in order), with slice assignments from the lists instead of index arrays built from them:
@@ -109,8 +112,6 @@ class Reassembly:
             self.max_count = mc
         if end > self.max_end:
             self.max_end = end
-        if seq0 < self.min_eligible and True in eligible:
-            self.min_eligible = min(self.min_eligible, seq0 + eligible.index(True))
         if s1 - 1 > self.max_seq:
             self.max_seq = s1 - 1
         if s1 == self.total:
@@ -119,26 +120,29 @@ class Reassembly:
             self.cum = s1
             if s1 < self.total and self.arrived[s1]:
                 self._advance_cum()
+            elif self.cum > self.pcum:
+                self.pcum = self.cum
+        elif seq0 <= self.pcum < s1:
+            self.pcum = s1
+            self._advance_pcum()
 
-    def add_counted(self, fresh: int, nelems: int, max_count: int, max_end: int, min_eligible: int,
-                    max_seq: int, cum: int) -> None:
+    def add_counted(self, fresh: int, nelems: int, max_count: int, max_end: int, max_seq: int, cum: int) -> None:
         """Record ``fresh`` arrivals whose entries in ``arrived``, ``offsets`` and ``counts`` the receive fast lane
         (``host/transport/_rxlane.c``) has already written; the arguments are its totals over them (``nelems``
-        elements, the largest count, the largest offset + bytes, the smallest eligible seq or ``total``, the
-        highest seq) and the new ``cum`` it found walking ``arrived``."""
+        elements, the largest count, the largest offset + bytes, the highest seq) and the new ``cum`` it found
+        walking ``arrived``."""
         self.npackets += fresh
         self.nelems += nelems
         if max_count > self.max_count:
             self.max_count = max_count
         if max_end > self.max_end:
             self.max_end = max_end
-        if min_eligible < self.min_eligible:
-            self.min_eligible = min_eligible
         if max_seq > self.max_seq:
             self.max_seq = max_seq
             if max_seq == self.total - 1:
                 self.last_seen = True
         self.cum = cum
+        self._advance_pcum()
 
     def _advance_cum(self) -> None:
         """Move ``cum`` over the run of arrived seqs that starts at it (a numpy window at a time: filling a hole
@@ -146,6 +150,8 @@ class Reassembly:
         arrived, cum, total = self.arrived, self.cum, self.total
         if cum + 1 < total and arrived[cum] and not arrived[cum + 1]:  # in-order arrival: one step, no numpy call
             self.cum = cum + 1
+            if cum + 1 > self.pcum:
+                self.pcum = cum + 1
             return
         while cum < total and arrived[cum]:
             win = arrived[cum: cum + 4096]
@@ -156,6 +162,23 @@ class Reassembly:
                 cum += k
                 break
         self.cum = cum
+        if cum > self.pcum:
+            self.pcum = cum
+
+    def _advance_pcum(self) -> None:
+        """Move ``pcum`` over the run of arrived protected seqs that starts at it."""
+        arrived, pc, total = self.arrived, self.pcum, self.total
+        if self.cum > pc:
+            pc = self.cum
+        while pc < total and arrived[pc]:
+            win = arrived[pc: pc + 4096]
+            k = int(np.argmin(win))
+            if win[k]:
+                pc += len(win)
+            else:
+                pc += k
+                break
+        self.pcum = pc
 
     @property
     def complete(self) -> bool:
@@ -163,26 +186,34 @@ class Reassembly:
         return self.npackets == self.total
 
     def needed(self, loss_bound: float | None = None, n: int | None = None) -> np.ndarray:
-        """Seqs to request: missing below the first eligible seq, plus eligible ones to meet the receiver's bound."""
-        head = np.flatnonzero(~self.arrived[: min(self.min_eligible, self.max_seq + 1)])
+        """Seqs to request: protected holes below the highest seq that arrived, plus eligible ones to meet the
+        receiver's bound."""
+        lo = self.pcum
+        head = np.flatnonzero(~self.arrived[lo: self.max_seq + 1]) + lo if self.max_seq >= lo else \
+            np.zeros(0, np.int64)
         if loss_bound is None or n is None:
             return head
         deficit = self._deficit(loss_bound, n)
         if deficit <= 0:
             return head
         per = max(self.max_count, 1)
-        extra_n = -(-deficit // per) + 0  # packets likely needed (the short packet may need one more round)
-        tail = np.flatnonzero(~self.arrived[self.min_eligible:])[:extra_n] + self.min_eligible
-        return np.concatenate([head, tail])
+        extra_n = -(-deficit // per)  # packets likely needed (the short packet may need one more round)
+        tail = np.flatnonzero(~self.arrived[: self.eligible])[:extra_n]
+        return np.concatenate([tail, head])
 
     def _deficit(self, loss_bound: float, n: int) -> int:
         return math.ceil((1.0 - loss_bound) * n - 1e-9) - self.nelems
 
     def satisfied(self, loss_bound: float | None = None, n: int | None = None) -> bool:
         """All protected packets have arrived (the receiver's bound too, when given)."""
-        if self.cum < self.min_eligible:
+        if self.pcum < self.total:
             return False
         return loss_bound is None or n is None or self._deficit(loss_bound, n) <= 0
+
+    def ack_base(self) -> int:
+        """Where an ACK's bitmap starts: every seq below it is acknowledged. Past the eligible seqs once a protected
+        one has arrived: an eligible hole is never filled on request, so the sender may stop tracking it."""
+        return self.pcum if self.max_seq >= self.eligible else self.cum
 
     def received_ranges(self, itemsize: int) -> np.ndarray:
         """(k, 2) int64 element ranges [start, stop) received, sorted and merged."""

@@ -33,7 +33,7 @@ header dlcp_h {
     bit<16> rank;
     bit<32> job_id;
     bit<32> transfer_id;
-    bit<32> step;
+    bit<32> eligible;
     bit<32> seq;
     bit<32> total;
     bit<32> offset;

@@ -30,7 +30,7 @@ def test_chunk_sizes_fit_mtu(mtu, itemsize, expect):
 @given(n=st.integers(0, 20000), mtu=st.sampled_from([576, 1500, 9000]),
        dt=st.sampled_from([DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16, DType.INT64, DType.UINT8]),
        p=st.sampled_from([0.0, 0.01, 0.1, 0.5]))
-def test_plan_covers_tensor_protected_first(n, mtu, dt, p):
+def test_plan_covers_tensor_eligible_first(n, mtu, dt, p):
     rng = np.random.default_rng(n)
     vals = rng.standard_normal(n).astype(np.float32)
     isz = dt.itemsize
@@ -49,9 +49,11 @@ def test_plan_covers_tensor_protected_first(n, mtu, dt, p):
     assert plan.offsets[order][0] == 0 and ends[-1] == n * isz
     assert np.all(plan.offsets[order][1:] == ends[:-1])
     assert np.all(plan.lengths + wire.HEADER_LEN + 28 <= mtu)
-    # protected seqs first, then eligible; DE flag and TOS agree; LAST on the last seq only
+    # eligible seqs first, then protected, as every header's eligible count says; DE flag and TOS agree; LAST on
+    # the last seq only, which is protected
     el = (h["flags"] & Flag.DROP_ELIGIBLE) != 0
-    assert np.array_equal(el, plan.eligible) and np.all(np.diff(el.astype(int)) >= 0)
+    assert np.array_equal(el, plan.eligible) and np.all(np.diff(el.astype(int)) <= 0)
+    assert np.all(h["eligible"] == int(el.sum())) and not el[-1]
     assert ((h["flags"] & Flag.LAST) != 0).tolist() == [False] * (npk - 1) + [True]
     assert np.all((plan.tos & 3) == np.where(el, wire.ECN_NOT_ECT, wire.ECN_ECT0))
     assert np.all(plan.tos >> 2 == wire.dscp_for_priority(int(h["priority"][0])))
@@ -63,7 +65,7 @@ def test_plan_covers_tensor_protected_first(n, mtu, dt, p):
                                                                          plan.lengths)
     for name, want in (("total", npk), ("rank", 3), ("job_id", 9), ("transfer_id", 5), ("nonce", 7),
                        ("layer", 0), ("dtype", int(dt)), ("priority", cls.priority), ("msg_type", 0),
-                       ("version", wire.VERSION), ("reserved", 0), ("step", 0)):
+                       ("version", wire.VERSION), ("reserved", 0)):
         assert np.all(h[name] == want), name
 
 
@@ -71,20 +73,24 @@ def test_plan_covers_tensor_protected_first(n, mtu, dt, p):
 @given(prio=st.integers(0, 7), dt=st.sampled_from(list(DType)), layer=st.integers(0, 0xFFFF),
        rank=st.integers(0, 0xFFFF), job=st.integers(0, 2**32 - 1), tids=st.lists(st.integers(0, 2**32 - 1), min_size=1,
                                                                              max_size=4),
-       step=st.integers(0, 2**32 - 1), npk=st.integers(1, 2**32 - 1), nonce=st.integers(0, 0xFFFF))
-def test_a_transfer_header_template_is_the_checked_header(prio, dt, layer, rank, job, tids, step, npk, nonce):
+       elig=st.integers(0, 2**32 - 1), npk=st.integers(1, 2**32 - 1), nonce=st.integers(0, 0xFFFF))
+def test_a_transfer_header_template_is_the_checked_header(prio, dt, layer, rank, job, tids, elig, npk, nonce):
     """The template a plan's headers start from is kept per sender and size without its transfer id and gets the
     id patched in: byte for byte the checked Header.pack of the same fields, for every id in a row; bad fields
     still raise the wire's error naming the field."""
     from host.transport import chunking
 
+    elig %= npk  # a transfer keeps one protected packet
     for tid in tids:
-        want = wire.Header(msg_type=wire.MsgType.DATA, priority=prio, dtype=dt, layer=layer, rank=rank, job_id=job,
-                           transfer_id=tid, step=step, total=npk, nonce=nonce).pack()
-        assert chunking._template(prio, dt, layer, rank, job, tid, step, npk, nonce) == want
-    for bad, field in (((prio, dt, layer, rank, job, 2**32, step, npk, nonce), "transfer_id"),
-                       ((prio, dt, layer, rank, job, 0, step, 0, nonce), "total"),
-                       ((prio, dt, 1 << 16, rank, job, 0, step, npk, nonce), "layer")):
+        want = bytearray(wire.Header(msg_type=wire.MsgType.DATA, priority=prio, dtype=dt, layer=layer, rank=rank,
+                                     job_id=job, transfer_id=tid, eligible=elig, seq=elig, total=npk,
+                                     nonce=nonce).pack())
+        want[20:24] = bytes(4)  # the seq word is per packet: zero in the template
+        assert chunking._template(prio, dt, layer, rank, job, tid, elig, npk, nonce) == bytes(want)
+    for bad, field in (((prio, dt, layer, rank, job, 2**32, elig, npk, nonce), "transfer_id"),
+                       ((prio, dt, layer, rank, job, 0, elig, 0, nonce), "total"),
+                       ((prio, dt, layer, rank, job, 0, npk, npk, nonce), "eligible"),
+                       ((prio, dt, 1 << 16, rank, job, 0, elig, npk, nonce), "layer")):
         with pytest.raises(wire.WireError, match=field):
             chunking._template(*bad)
 
@@ -92,12 +98,12 @@ def test_a_transfer_header_template_is_the_checked_header(prio, dt, layer, rank,
 def test_fast_decode_matches_wire_header():
     hd = wire.Header(msg_type=wire.MsgType.DATA, flags=Flag.DROP_ELIGIBLE | Flag.LAST, priority=5, mag_class=3,
                      dtype=DType.BFLOAT16, layer=300, rank=65000, job_id=0xDEADBEEF, transfer_id=123456789,
-                     step=42, seq=7, total=9, offset=1024, count=11, nonce=0xABCD)
+                     eligible=8, seq=7, total=9, offset=1024, count=11, nonce=0xABCD)
     w = decode_words(hd.pack())
     assert w[0] == (1 << 4) | 0 and w[1] == int(hd.flags) and w[2] == (5 << 5) | (3 << 2)
-    assert w[3:] == (int(DType.BFLOAT16), 300, 65000, 0xDEADBEEF, 123456789, 42, 7, 9, 1024, 11, 0xABCD)
+    assert w[3:] == (int(DType.BFLOAT16), 300, 65000, 0xDEADBEEF, 123456789, 8, 7, 9, 1024, 11, 0xABCD)
     buf = bytearray(40)
-    pack_control_header(buf, wire.MsgType.NACK, flags=int(Flag.ECN_ECHO), rank=2, job_id=3, transfer_id=4, step=5,
+    pack_control_header(buf, wire.MsgType.NACK, flags=int(Flag.ECN_ECHO), rank=2, job_id=3, transfer_id=4,
                         seq=6, total=70, count=8, nonce=9)
     buf[36] = 0xFF
     back, payload = wire.parse_datagram(buf, 37)
@@ -149,10 +155,11 @@ def test_small_plans_from_lists_equal_the_array_builder(npk, short, dt, mtu, wit
     classes = None
     if with_classes:
         elig = np.array(data.draw(st.lists(st.booleans(), min_size=npk, max_size=npk)), bool)
+        elig[data.draw(st.integers(0, npk - 1))] = False  # (a policy always keeps one packet protected)
         mag = np.array(data.draw(st.lists(st.integers(0, 7), min_size=npk, max_size=npk)), np.uint8)
         classes = PacketClasses(data.draw(st.integers(0, 7)), mag, elig)
     args = dict(nelems=n, dtype=dt, mtu=mtu, classes=classes, priority=3, layer=2, rank=5, job_id=77,
-                transfer_id=123456, step=9, nonce=0xBEEF)
+                transfer_id=123456, nonce=0xBEEF)
     got = plan_packets(**args)
     old = chunking.SMALL_PLAN
     chunking.SMALL_PLAN = 0  # everything through the array builder
@@ -179,7 +186,7 @@ def test_headers_written_a_range_at_a_time_equal_the_whole_plan(n, mtu, dt, data
     chunk = chunk_elems(mtu, dt.itemsize)
     npk = max(1, -(-n // chunk))
     mag = np.array(data.draw(st.lists(st.integers(0, 7), min_size=npk, max_size=npk)), np.uint8)
-    ids = dict(layer=3, rank=2, job_id=41, transfer_id=99, step=6, nonce=0x1234)
+    ids = dict(layer=3, rank=2, job_id=41, transfer_id=99, nonce=0x1234)
     want = plan_packets(nelems=n, dtype=dt, mtu=mtu, classes=PacketClasses(4, mag, np.zeros(npk, bool)), **ids)
     got = plan_in_order(nelems=n, dtype=dt, mtu=mtu, priority=4, **ids)
     cuts = sorted(set(data.draw(st.lists(st.integers(1, npk), max_size=6))) | {npk})

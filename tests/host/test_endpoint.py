@@ -349,14 +349,14 @@ def test_ecn_marks_echoed_and_window_reacts(make_endpoints):
 def test_stats_available(make_endpoints):
     a, b = make_endpoints(2, Options(**FAST))
     x = torch.randn(1000)
-    h = a.send(1, x, transfer_id=1, step=12, layer=4)
+    h = a.send(1, x, transfer_id=1, layer=4)
     r = b.recv(0, 1, out=torch.empty_like(x), timeout=5)
     s = h.wait(5)
     for k in ("bytes", "packets", "retransmissions", "duration_s", "gbps", "ecn_echoes"):
         assert k in s
     for k in ("bytes", "packets_received", "zero_filled", "lost_ranges", "ce_marks", "gbps"):
         assert k in r.stats
-    assert r.stats["step"] == 12 and r.stats["layer"] == 4 and s["bytes"] == 4000
+    assert r.stats["layer"] == 4 and s["bytes"] == 4000
     tot = a.stats()
     assert tot["tx_data_packets"] >= 3 and tot["transfers_sent"] == 1 and 1 in tot["peers"]
 

@@ -190,7 +190,7 @@ def test_malformed_fields_named(make_endpoints):
         # an ACK bitmap with bits set beyond its count (checked when the bitmap is read, for a known transfer)
         b.send(0, torch.randn(100_000), transfer_id=1)
         nack = bytearray(37)
-        pack_control_header(nack, MsgType.NACK, flags=0, rank=0, job_id=77, transfer_id=1, step=0, seq=0,
+        pack_control_header(nack, MsgType.NACK, flags=0, rank=0, job_id=77, transfer_id=1, seq=0,
                             total=279, count=3, nonce=0xBEEF)
         nack[36] = 0xFF
         s.sendto(bytes(nack), dst)

@@ -17,29 +17,44 @@ def test_merge_ranges():
     assert merge_ranges(np.array([]), np.array([])).shape == (0, 2)
 
 
-def test_needed_and_satisfied_follow_first_eligible_seq():
-    r = Reassembly(6)  # seqs 0-3 protected, 4-5 eligible (unknown to the receiver at first)
-    assert r.add(0, 0, 10, 40, False) and not r.add(0, 0, 10, 40, False)
-    r.add(2, 80, 10, 40, False)
-    assert r.needed().tolist() == [1] and not r.satisfied()  # 3.. may not have been sent yet
-    r.add(5, 200, 10, 40, True)  # an eligible seq: everything above 5 is eligible, below may be protected
-    assert r.needed().tolist() == [1, 3, 4] and r.last_seen
-    r.add(1, 40, 10, 40, False)
-    r.add(3, 120, 10, 40, False)
-    assert r.needed().tolist() == [4] and not r.satisfied()
-    r.add(4, 160, 10, 40, True)
-    assert r.satisfied() and r.complete and r.lost_ranges(60, 4) == []
+def test_needed_and_satisfied_follow_the_eligible_count():
+    r = Reassembly(6, 2)  # seqs 0-1 eligible (sent first), 2-5 protected; every header says so
+    assert r.add(2, 0, 10, 40) and not r.add(2, 0, 10, 40)
+    assert r.needed().tolist() == [] and not r.satisfied()  # eligible 0-1 are never asked for
+    r.add(4, 80, 10, 40)
+    assert r.needed().tolist() == [3] and not r.satisfied()  # 5 may not have been sent yet
+    r.add(5, 200, 10, 40)
+    assert r.needed().tolist() == [3] and r.last_seen and r.ack_base() == 3
+    r.add(3, 120, 10, 40)
+    # every protected packet is in: satisfied at once, both eligible packets lost (no wait for them)
+    assert r.satisfied() and not r.complete and r.needed().size == 0 and r.ack_base() == 6
+    assert r.lost_ranges(60, 4) == [(10, 20), (40, 50)]
+
+
+def test_first_eligible_packet_lost_is_not_requested():
+    r = Reassembly(5, 2)
+    r.add(1, 0, 10, 40)  # eligible seq 0 never arrives
+    assert r.cum == 0 and r.ack_base() == 0  # nothing protected yet: the ACK starts at the hole
+    for s in (2, 3, 4):
+        r.add(s, 40 * s, 10, 40)
+    assert r.satisfied() and r.needed().size == 0 and r.ack_base() == 5 and r.cum == 0
 
 
 def test_receiver_bound_requests_eligible_packets():
-    r = Reassembly(4)
-    r.add(0, 0, 10, 40, False)
-    r.add(1, 40, 10, 40, False)
-    r.add(2, 80, 10, 40, True)
+    r = Reassembly(4, 1)
+    r.add(1, 0, 10, 40)
+    r.add(2, 40, 10, 40)
+    r.add(3, 80, 10, 40)
     assert r.satisfied() and r.needed().size == 0
-    assert not r.satisfied(0.0, 40) and r.needed(0.0, 40).tolist() == [3]
+    assert not r.satisfied(0.0, 40) and r.needed(0.0, 40).tolist() == [0]
     assert r.satisfied(0.25, 40)
     assert r.lost_ranges(40, 4) == [(30, 40)]
+
+
+def test_a_transfer_keeps_one_protected_packet():
+    import pytest
+    with pytest.raises(ValueError, match="protected"):
+        Reassembly(3, 3)
 
 
 @settings(max_examples=150, deadline=None)
@@ -56,24 +71,23 @@ def test_bounded_loss_rule(n, mtu, p, dt, loss, seed):
     counts = np.minimum(chunk, n - np.arange(npk) * chunk)
     cls = LayerMagnitudePolicy().classify(vals, counts, layer=0, loss_bound=p)
     plan = plan_packets(nelems=n, dtype=dt, mtu=mtu, classes=cls)
-    r = Reassembly(plan.total)
+    n_elig = int(plan.eligible.sum())
+    assert np.all(plan.eligible[:n_elig]) and not plan.eligible[n_elig:].any()
+    r = Reassembly(plan.total, n_elig)
     dropped = plan.eligible & (rng.random(plan.total) < loss)
     for s in rng.permutation(plan.total):
         if not dropped[s]:
-            r.add(int(s), int(plan.offsets[s]), int(plan.lengths[s] // isz), int(plan.lengths[s]),
-                  bool(plan.eligible[s]))
+            r.add(int(s), int(plan.offsets[s]), int(plan.lengths[s] // isz), int(plan.lengths[s]))
     if not r.last_seen:  # the LAST packet was dropped: the sender's timeout probe resends it (here: it arrives)
         s = plan.total - 1
-        r.add(s, int(plan.offsets[s]), int(plan.lengths[s] // isz), int(plan.lengths[s]), bool(plan.eligible[s]))
+        r.add(s, int(plan.offsets[s]), int(plan.lengths[s] // isz), int(plan.lengths[s]))
         dropped[s] = False
     needed = r.needed()
-    # needed = missing seqs the receiver cannot prove eligible (protected ones, and eligible ones in the gap
-    # below the first eligible seq it saw); the sender retransmits them (here: successfully)
-    assert not r.arrived[needed].any()
-    assert set(np.flatnonzero(~plan.eligible & dropped).tolist()) <= set(needed.tolist())
+    # needed = exactly the missing protected seqs (the LAST packet is in, so all were sent); the sender
+    # retransmits them (here: successfully); no eligible seq is ever requested
+    assert set(np.flatnonzero(~plan.eligible & dropped).tolist()) == set(needed.tolist())
     for s in needed:
-        r.add(int(s), int(plan.offsets[s]), int(plan.lengths[s] // isz), int(plan.lengths[s]),
-              bool(plan.eligible[s]))
+        r.add(int(s), int(plan.offsets[s]), int(plan.lengths[s] // isz), int(plan.lengths[s]))
         dropped[s] = False
     assert r.satisfied() and r.needed().size == 0
     lost = r.lost_ranges(n, isz)
@@ -85,7 +99,7 @@ def test_bounded_loss_rule(n, mtu, p, dt, loss, seed):
 
 def assert_same_state(a: Reassembly, b: Reassembly) -> None:
     """Two Reassembly objects recorded the same arrivals: every field and array agrees."""
-    for f in ("cum", "min_eligible", "npackets", "nelems", "max_count", "last_seen", "max_end", "max_seq"):
+    for f in ("cum", "pcum", "npackets", "nelems", "max_count", "last_seen", "max_end", "max_seq"):
         assert getattr(a, f) == getattr(b, f), f
     for f in ("arrived", "offsets", "counts"):
         assert np.array_equal(getattr(a, f), getattr(b, f)), f
@@ -97,18 +111,18 @@ def test_add_batch_is_the_same_as_adding_one_at_a_time(total, data):
     """The receive path records a few packets with add() and many with add_batch(): both must leave the same state."""
     order = data.draw(st.permutations(range(total)))
     cut = data.draw(st.integers(0, total))
-    elig = data.draw(st.lists(st.booleans(), min_size=total, max_size=total))
-    one, many = Reassembly(total), Reassembly(total)
+    e = data.draw(st.integers(0, total - 1))
+    one, many = Reassembly(total, e), Reassembly(total, e)
     for s in order[:cut]:
-        one.add(s, s * 40, 10, 40, elig[s])
+        one.add(s, s * 40, 10, 40)
     sizes = data.draw(st.lists(st.integers(1, 40), min_size=1, max_size=20))
     i = 0
     for k in sizes:  # a prefix of order[:cut] in batches, the rest one at a time
         part = np.array(order[i:min(i + k, cut)], np.int64)
-        many.add_batch(part, part * 40, np.full(len(part), 10), np.full(len(part), 40), np.array(elig, bool)[part])
+        many.add_batch(part, part * 40, np.full(len(part), 10), np.full(len(part), 40))
         i += len(part)
     for s in order[i:cut]:
-        many.add(s, s * 40, 10, 40, elig[s])
+        many.add(s, s * 40, 10, 40)
     assert_same_state(one, many)
 
 
@@ -122,17 +136,16 @@ def test_add_range_is_the_same_as_adding_one_at_a_time(total, data):
     run = [s for s in range(lo, data.draw(st.integers(lo + 1, total))) if s not in set(before)]
     cut = next((i for i in range(1, len(run)) if run[i] != run[i - 1] + 1), len(run))
     run = run[:cut]  # consecutive and new
-    elig = data.draw(st.lists(st.booleans(), min_size=total, max_size=total))
+    e = data.draw(st.integers(0, total - 1))
     size = data.draw(st.sampled_from([(10, 40), (3, 6), (250, 1000)]))
-    one, rng = Reassembly(total), Reassembly(total)
+    one, rng = Reassembly(total, e), Reassembly(total, e)
     for r in (one, rng):
         for s in before:
-            r.add(s, s * size[1], size[0], size[1], elig[s])
+            r.add(s, s * size[1], size[0], size[1])
     for s in run:
-        one.add(s, s * size[1], size[0], size[1], elig[s])
+        one.add(s, s * size[1], size[0], size[1])
     if run:
-        rng.add_range(run[0], [s * size[1] for s in run], [size[0]] * len(run), (run[-1] + 1) * size[1],
-                      [elig[s] for s in run])
+        rng.add_range(run[0], [s * size[1] for s in run], [size[0]] * len(run), (run[-1] + 1) * size[1])
     assert_same_state(one, rng)
 
 
@@ -148,7 +161,7 @@ def test_lost_ranges_of_small_transfers_equal_the_array_path(total, data):
     r = Reassembly(total)
     for s in range(total):
         if got[s]:
-            r.add(s, s * chunk * 4, max(0, min(chunk, n - s * chunk)), 4 * chunk, False)
+            r.add(s, s * chunk * 4, max(0, min(chunk, n - s * chunk)), 4 * chunk)
     small = r.lost_ranges(n, 4)
     old = reassembly.SMALL_TRANSFER
     reassembly.SMALL_TRANSFER = 0
@@ -162,23 +175,23 @@ def test_lost_ranges_of_small_transfers_equal_the_array_path(total, data):
 @given(total=st.integers(17, 60), data=st.data())
 def test_the_loss_report_of_a_complete_transfer_equals_the_merge(total, data):
     """A complete transfer's report takes a shortcut when its packets tile the tensor in seq order; it must equal
-    the general merge for that layout, for the eligible-last order the sender uses with a loss bound, and for
+    the general merge for that layout, for the eligible-first order the sender uses with a loss bound, and for
     packets that overlap or leave gaps (a sender that breaks the layout)."""
     chunk = data.draw(st.integers(1, 40))
     n = data.draw(st.integers((total - 1) * chunk + 1, total * chunk))
     counts = [max(0, min(chunk, n - i * chunk)) for i in range(total)]
     order = list(range(total))
-    layout = data.draw(st.sampled_from(["tiled", "eligible-last", "broken"]))
-    if layout == "eligible-last":
+    layout = data.draw(st.sampled_from(["tiled", "eligible-first", "broken"]))
+    if layout == "eligible-first":
         elig = data.draw(st.lists(st.booleans(), min_size=total, max_size=total))
-        order = sorted(order, key=lambda i: elig[i])
+        order = sorted(order, key=lambda i: not elig[i])
     offsets = [i * chunk * 4 for i in order]
     if layout == "broken":
         k = data.draw(st.integers(1, total - 1))
         offsets[k] = data.draw(st.integers(0, n - 1)) * 4
     r = Reassembly(total)
     for seq, pos in enumerate(order):
-        r.add(seq, offsets[seq], counts[pos], counts[pos] * 4, False)
+        r.add(seq, offsets[seq], counts[pos], counts[pos] * 4)
     assert r.complete
     assert r.lost_ranges(n, 4) == r._lost_by_merge(n, 4)
     if layout != "broken":

@@ -118,7 +118,7 @@ class _Twin:
         # no timers (tick): the twins' states must change only by what they are fed. With the 1 ms tick, a twin
         # whose feeds paused for the reordering wait after LAST (a loaded machine) NACKed on its own (seen once in a full run)
         self.ep = Endpoint(1, amap, JOB, NONCE, Options(native=native, peer_timeout=30, recv_timeout=30,
-                                                        nack_idle=30, grace=30, tick=3600))
+                                                        nack_idle=30, tick=3600))
         self.out = np.full(n, 0, dtype)
         self.res = self.err = None
         self.thread = None
@@ -149,7 +149,7 @@ class _Twin:
             if inc is not None and inc.st is not None:
                 st = inc.st
                 out.update({k: getattr(st, k) for k in ("cum", "npackets", "nelems", "max_count", "max_end",
-                                                        "min_eligible", "max_seq", "last_seen")})
+                                                        "pcum", "max_seq", "last_seen")})
                 out.update({k: getattr(st, k).tobytes() for k in ("arrived", "offsets", "counts")})
                 out.update({k: getattr(inc, k) for k in ("dups", "ce_marks", "ce_state", "bytes", "done", "nacked")})
                 if inc.dst is not None:  # the whole out buffer: a stray write into a hole would show

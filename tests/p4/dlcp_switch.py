@@ -120,7 +120,8 @@ def dlcp_packet(dst: str, *, src: str = "10.0.0.1", sport: int = 40000, priority
         ip.options = options
     return (Ether(src=SRC_MAC, dst=DST_MAC) / ip / UDP(sport=sport, dport=wire.UDP_PORT)
             / DLCP(msg_type=int(msg_type), flags=flags, priority=priority, mag_class=mag_class, layer=layer,
-                   seq=seq, total=1 << 20, count=payload // 4)
+                   seq=seq, total=1 << 20, count=payload // 4,
+                   eligible=seq + 1 if eligible else 0)  # (the transfer's eligible seqs are those below it)
             / Raw(bytes(payload)))
 
 
