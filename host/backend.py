@@ -290,14 +290,20 @@ def _all_loopback(addr_map: dict[int, tuple[str, int]], ranks: list[int]) -> boo
 
 # --- the process group ----------------------------------------------------------------------------------------
 
-def _flat_views(tensors: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(original, flat contiguous working tensor) pairs; copy back when they differ."""
+def _plain(tensors) -> list[torch.Tensor]:
+    """The tensors without autograd (same storage): a collective writes its results in place, as gloo does,
+    whether or not they require grad (DDP with ``create_graph``)."""
     out = []
     for t in tensors:
         if t.device.type != "cpu":
             raise ValueError(f"the dlcp backend handles CPU tensors only, got one on {t.device}")
-        out.append((t, t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)))
+        out.append(t.detach())
     return out
+
+
+def _flat_views(tensors: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(original without autograd, flat contiguous working tensor) pairs; copy back when they differ."""
+    return [(t, t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)) for t in _plain(tensors)]
 
 
 def _copy_back(pairs) -> None:
@@ -466,11 +472,11 @@ class DlcpBackend:
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = ReduceOp.from_torch(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
-        tensors = list(tensors)
+        result = list(tensors)
+        tensors = _plain(result)
         bound, layer = _scoped(self.options.loss_bound)
         if len({t.dtype for t in tensors}) > 1:
             raise ValueError("allreduce_coalesced needs tensors of one dtype")
-        _flat_views(tensors)  # CPU only
 
         def run():
             flat = torch.cat([t.reshape(-1) for t in tensors]) if tensors else torch.empty(0)
@@ -480,31 +486,30 @@ class DlcpBackend:
                 t.copy_(flat[pos:pos + t.numel()].view_as(t))
                 pos += t.numel()
             return out
-        return self._submit(run, tensors)
+        return self._submit(run, result)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         if len(input_tensors) != 1:
             raise ValueError("dlcp allgather takes one input tensor per process")
-        outs, inp = list(output_tensors[0]), input_tensors[0]
-        _flat_views([inp, *outs])  # CPU only
+        result = list(output_tensors[0])
+        outs, (inp,) = _plain(result), _plain(input_tensors)
         _, layer = _scoped(0.0)
-        return self._submit(lambda: self._coll.all_gather(outs, inp, layer=layer), [outs])
+        return self._submit(lambda: self._coll.all_gather(outs, inp, layer=layer), [result])
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
-        """``all_gather_coalesced``: one all-gather per input, run back to back as one operation."""
-        outs, ins = [list(o) for o in output_lists], list(input_tensors)
-        if len(outs) != len(ins):
-            raise ValueError(f"allgather_coalesced: {len(ins)} inputs but {len(outs)} output lists")
-        for o, i in zip(outs, ins):
-            if len(o) != self._size:
-                raise ValueError(f"allgather_coalesced: an output list has {len(o)} tensors for {self._size} ranks")
-            _flat_views([i, *o])
+        """``all_gather_coalesced``: ``output_lists[r][i]`` receives rank ``r``'s ``input_tensors[i]``; one
+        all-gather per input, run back to back as one operation."""
+        ins = _plain(input_tensors)
+        if len(output_lists) != self._size or any(len(o) != len(ins) for o in output_lists):
+            raise ValueError(f"allgather_coalesced: expected {self._size} output lists (one per rank) of "
+                             f"{len(ins)} tensors (one per input), got {[len(o) for o in output_lists]}")
+        outs = [_plain(output_lists[r][i] for r in range(self._size)) for i in range(len(ins))]
         _, layer = _scoped(0.0)
 
         def run():
             for o, i in zip(outs, ins):
                 self._coll.all_gather(o, i, layer=layer)
-        return self._submit(run, [t for o in outs for t in o])
+        return self._submit(run, [t for o in output_lists for t in o])
 
     def _allgather_base(self, output, input, opts=None):
         return self.all_gather_single(output, input, opts)
@@ -514,7 +519,8 @@ class DlcpBackend:
         if output.numel() != input.numel() * self._size:
             raise ValueError(f"all_gather_into_tensor: output has {output.numel()} elements, expected "
                              f"{input.numel()} x {self._size}")
-        pairs = _flat_views([output, input])[:1]
+        pairs = _flat_views([output])
+        (input,) = _plain([input])
         _, layer = _scoped(0.0)  # priority from the caller's scope; never a loss bound for gathers
 
         def run():
@@ -541,11 +547,10 @@ class DlcpBackend:
         op = ReduceOp.from_torch(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         if len(output_tensors) != 1:
             raise ValueError("dlcp reduce_scatter takes one output tensor per process")
-        out_t, ins = output_tensors[0], list(input_tensors[0])
-        _flat_views([out_t, *ins])  # CPU only
+        (out_t,), ins = _plain(output_tensors), _plain(input_tensors[0])
         bound, layer = _scoped(0.0)
         return self._submit(lambda: self._coll.reduce_scatter(out_t, ins, op, layer=layer, loss_bound=bound),
-                            [out_t])
+                            [output_tensors[0]])
 
     def _reduce_scatter_base(self, output, input, opts=None):
         return self.reduce_scatter_single(output, input, opts)
@@ -556,7 +561,7 @@ class DlcpBackend:
         if input.numel() != output.numel() * self._size:
             raise ValueError(f"reduce_scatter_tensor: input has {input.numel()} elements, expected "
                              f"{output.numel()} x {self._size}")
-        _flat_views([output, input])  # CPU only
+        output, input = _plain([output, input])
         bound, layer = _scoped(0.0)
 
         def run():
@@ -606,17 +611,16 @@ class DlcpBackend:
 
     def gather(self, output_tensors, input_tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
-        outs = list(output_tensors[0]) if self._rank == root else None
-        inp = input_tensors[0]
-        _flat_views([inp, *(outs or [])])  # CPU only
-        return self._submit(lambda: self._coll.gather(outs, inp, root), [outs] if outs is not None else [])
+        result = list(output_tensors[0]) if self._rank == root else None
+        outs = _plain(result) if result is not None else None
+        (inp,) = _plain(input_tensors)
+        return self._submit(lambda: self._coll.gather(outs, inp, root), [result] if result is not None else [])
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
-        out_t = output_tensors[0]
-        ins = list(input_tensors[0]) if self._rank == root else None
-        _flat_views([out_t, *(ins or [])])  # CPU only
-        return self._submit(lambda: self._coll.scatter(out_t, ins, root), [out_t])
+        (out_t,) = _plain(output_tensors)
+        ins = _plain(input_tensors[0]) if self._rank == root else None
+        return self._submit(lambda: self._coll.scatter(out_t, ins, root), [output_tensors[0]])
 
     def barrier(self, opts=None):
         return self._submit(self._coll.barrier, [])
@@ -659,9 +663,8 @@ class DlcpBackend:
         raise RuntimeError(verdict)
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
-        outs, ins = list(output_tensors), list(input_tensors)
-        _flat_views([*outs, *ins])  # CPU only
-        return self._submit(lambda: self._coll.all_to_all(outs, ins), outs)
+        outs, ins = _plain(output_tensors), _plain(input_tensors)
+        return self._submit(lambda: self._coll.all_to_all(outs, ins), list(output_tensors))
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         return self.all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts)
@@ -672,7 +675,9 @@ class DlcpBackend:
         in_splits = list(input_split_sizes) or [input.shape[0] // P] * P
         if sum(out_splits) != output.shape[0] or sum(in_splits) != input.shape[0]:
             raise ValueError("all_to_all_single: split sizes do not add up to the tensors' first dimension")
-        pairs = _flat_views([output, input])[:1]
+        pairs = _flat_views([output])
+        result = [output]
+        output, input = pairs[0][0], _plain([input])[0]
 
         def run():
             row_out = output[0].numel() if output.dim() and output.shape[0] else 1
@@ -687,7 +692,7 @@ class DlcpBackend:
             res = self._coll.all_to_all(outs, ins)
             _copy_back(pairs)
             return res
-        return self._submit(run, [output])
+        return self._submit(run, result)
 
     # point to point ---------------------------------------------------------------------------------------------
     def _check_peer(self, peer: int, what: str) -> None:

@@ -93,10 +93,39 @@ class DlcpWork : public c10d::Work {
     obj_.attr("abort")();
   }
 
+  // A future of the tensors as torch's own C++ code expects it (DDP's reducer reads the value without the GIL, so
+  // it must be a TensorList, not the Python list the Python work's future holds): completed, with the GIL taken
+  // only to unpack the Python list, when the Python work's future is. Made on first request (the GIL serialises
+  // that), so point-to-point works that nobody asks a future of start no waiter.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     py::gil_scoped_acquire gil;
-    py::object f = obj_.attr("get_future")();
-    return f.cast<std::shared_ptr<torch::jit::PythonFutureWrapper>>()->fut;
+    if (!fut_) {
+      fut_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+      auto pyfut = obj_.attr("get_future")().cast<std::shared_ptr<torch::jit::PythonFutureWrapper>>()->fut;
+      auto out = fut_;
+      pyfut->addCallback([out](c10::ivalue::Future& f) {
+        if (f.hasError()) {
+          out->setError(f.exception_ptr());
+          return;
+        }
+        std::vector<at::Tensor> tensors;
+        {
+          // torch.futures.Future.set_exception stores the exception as the value (Python re-raises it on
+          // value()): here it must become the C++ future's error.
+          py::gil_scoped_acquire inner;
+          py::handle v = f.value().toPyObject();
+          if (PyExceptionInstance_Check(v.ptr())) {
+            std::string what = py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>() + ": " +
+                py::str(v).cast<std::string>();
+            out->setError(std::make_exception_ptr(std::runtime_error(what)));
+            return;
+          }
+          tensors = f.value().toPyObjectHolder()->extractTensors();
+        }
+        out->markCompleted(c10::IValue(tensors));
+      });
+    }
+    return fut_;
   }
 
   py::object py_work() const {
@@ -105,6 +134,7 @@ class DlcpWork : public c10d::Work {
 
  private:
   py::object obj_;
+  c10::intrusive_ptr<c10::ivalue::Future> fut_;  // see getFuture
 };
 
 // The backend: each c10d::Backend operation calls the Python method of the same name (the Python names of

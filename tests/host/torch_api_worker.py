@@ -186,12 +186,15 @@ def p2p() -> None:
             src = dist.recv(t)
             got[src] = t[0].item()
         assert got == {s: float(s) for s in range(1, P)}, got
-        t = torch.empty(3)  # then a named-source recv on the same tag takes what was posted ahead for it
-        for s in range(1, P):
-            dist.recv(t, s)
-            assert t[0].item() == 100.0 + s
     else:
         dist.send(torch.full((3,), float(r)), 0)
+    dist.barrier(group=gloo)  # each sender's second message only now: the any-source receives took one from each
+    if r == 0:
+        t = torch.empty(3)  # named-source recvs on the same tag take what the second any-source recv posted ahead
+        for s in range(1, P):
+            dist.recv(t, s)
+            assert t[0].item() == 100.0 + s, (s, t)
+    else:
         dist.send(torch.full((3,), 100.0 + r), 0)
 
     # batch_isend_irecv around the ring
@@ -202,13 +205,14 @@ def p2p() -> None:
     assert torch.equal(out, torch.full((7,), float(prv)))
 
     # coalesced collectives: all_gather_coalesced, all_reduce_coalesced, the _coalescing_manager paths
-    ins = [_data((k + 2,), seed=r * 10 + k) for k in range(3)]
-    a = [[torch.empty(k + 2) for _ in range(P)] for k in range(3)]
+    ins = [_data((k + 2,), seed=r * 10 + k) for k in range(4)]  # a[q][k]: rank q's input k
+    a = [[torch.empty(k + 2) for k in range(4)] for _ in range(P)]
+    b = [[torch.empty(k + 2) for k in range(4)] for _ in range(P)]
     dist.all_gather_coalesced(a, ins)
-    for k in range(3):
-        b = [torch.empty(k + 2) for _ in range(P)]
-        dist.all_gather(b, ins[k], group=gloo)
-        assert all(torch.equal(u, v) for u, v in zip(a[k], b)), f"all_gather_coalesced {k}"
+    dist.all_gather_coalesced(b, ins, group=gloo)
+    for q in range(P):
+        assert all(torch.equal(u, v) for u, v in zip(a[q], b[q])), f"all_gather_coalesced from rank {q}"
+    assert all(torch.equal(u, v) for u, v in zip(a[r], ins)), "all_gather_coalesced: own inputs"
     from torch.distributed.distributed_c10d import _coalescing_manager
     xs = [_data((P * 3,), seed=r + k) for k in range(3)]
     ys = [x.clone() for x in xs]
