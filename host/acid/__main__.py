@@ -3,6 +3,10 @@
     python -m host.acid run --workers 8 --graph ring --algo acid --rate 1 --steps 300 --out run.json
     python -m host.acid coordinator --bind 0.0.0.0:7300 --workers 8 ... --out run.json   # on one host
     python -m host.acid worker --coordinator 10.0.0.1:7300 --rank 3 [--addr 10.0.0.4]     # on each worker host
+    torchrun --nproc-per-node 4 -m host.acid train --model cnn --data digits --algo acid   # the library, torchrun
+
+``run``/``coordinator``/``worker`` drive the research harness (synthetic MLP, pairing service, DLCP transport,
+consensus monitor); ``train`` is a plain user of the library (:mod:`host.acid.library`, see :mod:`host.acid.train`).
 """
 
 from __future__ import annotations
@@ -119,8 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     wk.add_argument("--addr", help="host[:port] this worker's DLCP endpoint binds (default: the source address "
                                    f"towards the coordinator, port {wire.UDP_PORT})")
     wk.add_argument("--join-timeout", type=float, default=120.0)
+    from host.acid.train import add_arguments
+    tr = sub.add_parser("train", help="the library on the testbed's models and data (run under torchrun)")
+    add_arguments(tr)
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    if a.cmd == "train":
+        from host.acid.train import train
+        train(a)
+        return 0
 
     if a.cmd == "worker":
         from host.acid.worker import default_udp_addr, run_worker
