@@ -5,12 +5,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dlcp-setup
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup test test-fast bench demo p4 proto clean help
+.PHONY: setup test test-fast test-torch-suite bench demo p4 proto clean help
 
 help:
 	@echo "make demo       run the main job (training over the emulated P4 network, compared with Gloo)"
 	@echo "make test       set up and run the whole test suite"
 	@echo "make test-fast  the quick subset (no tests marked slow)"
+	@echo "make test-torch-suite  PyTorch's distributed test suite on gloo and dlcp, side by side (hours)"
 	@echo "make bench      every benchmark, side by side with its baseline -> bench/results/"
 	@echo "make p4         compile the P4 programs in p4src/ (P4Info; p4c-bm2-ss too when installed)"
 	@echo "make setup      Debian packages + .venv (idempotent, seconds when done)"
@@ -27,6 +28,10 @@ test: setup
 
 test-fast: setup
 	$(PYTEST) -m "not slow" tests
+
+# PyTorch's DistributedTest suite against gloo and dlcp; the pass lists side by side in build/torch-suite/summary.md.
+test-torch-suite: setup
+	$(PYTEST) -m torch_suite tests/host/torch_suite_full.py
 
 bench: setup
 	$(PY) bench/run_all.py
