@@ -47,9 +47,9 @@ import torch.distributed as dist
 from torch import nn
 
 from host.acid.constants import TOPOLOGIES, acid_constants, neighbors
-from host.acid.mixing import communication_update_, mix_
+from host.acid.state import AcidState, StepTimer
 
-__all__ = ["Acid", "AcidError", "StepClock", "StorePairing"]
+__all__ = ["Acid", "AcidError", "StorePairing"]
 
 log = logging.getLogger("host.acid.library")
 
@@ -59,19 +59,6 @@ _instances = itertools.count()
 
 class AcidError(RuntimeError):
     """A²CiD² was used against its contract, or its pairing or communication failed."""
-
-
-class StepClock:
-    """Running mean of the time between gradient steps (exponential moving average): the run's unit of time."""
-
-    def __init__(self, smoothing: float = 0.05):
-        self.smoothing = smoothing
-        self.mean: float | None = None
-        self.count = 0
-
-    def add(self, seconds: float) -> None:
-        self.count += 1
-        self.mean = seconds if self.mean is None else self.mean + self.smoothing * (seconds - self.mean)
 
 
 class StorePairing:
@@ -211,18 +198,17 @@ class Acid:
         else:
             self.eta = self.alpha_tilde = 0.0
         self._clock = clock
-        self.timer = StepClock()
-        self._lock = threading.Lock()
+        self.timer = StepTimer()
         with torch.no_grad():
-            self.x = torch.cat([p.detach().reshape(-1) for p in self.params]).clone()
+            x = torch.cat([p.detach().reshape(-1) for p in self.params]).clone()
         if start_average:
-            w = dist.all_reduce(self.x, group=process_group, async_op=True)
+            w = dist.all_reduce(x, group=process_group, async_op=True)
             w.wait()
-            self.x.div_(self.world)
-        self.xt = self.x.clone() if momentum else None
+            x.div_(self.world)
+        self.state = AcidState(x, eta=self.eta, alpha_tilde=self.alpha_tilde, momentum=momentum, timer=self.timer,
+                               clock=clock)
+        self._work = x.clone()  # the working copy's value when the optimizer last saw it
         self._write_params()
-        self._work = self.x.clone()  # the working copy's value when the optimizer last saw it
-        self._t_last = clock()
         self._t_step: float | None = None
         self.steps = 0
         self.comms = 0
@@ -260,13 +246,9 @@ class Acid:
         self.optimizer.step()
         with torch.no_grad():
             delta = torch.cat([p.detach().reshape(-1) for p in self.params]).sub_(self._work)
-            with self._lock:
-                self._mix_to_now()
-                self.x.add_(delta)
-                if self.xt is not None:
-                    self.xt.add_(delta)
-                self._write_params()
-                self._work.copy_(self.x)
+            self.state.apply_gradient(delta)
+            self.state.read_into(self._work)
+            self._write_params()
         if self.scheduler is not None:
             self.scheduler.step()
         self.steps += 1
@@ -279,14 +261,15 @@ class Acid:
         calls it) replace every rank's model by the average of the ranks' x, and x~ by it too."""
         self.stop_communication()
         if average:
-            with torch.no_grad(), self._lock:
-                w = dist.all_reduce(self.x, group=self.process_group, async_op=True)
+            st = self.state
+            with torch.no_grad(), st.lock:
+                w = dist.all_reduce(st.x, group=self.process_group, async_op=True)
                 w.wait()
-                self.x.div_(self.world)
-                if self.xt is not None:
-                    self.xt.copy_(self.x)
-                self._write_params()
-                self._work.copy_(self.x)
+                st.x.div_(self.world)
+                if st.xt is not None:
+                    st.xt.copy_(st.x)
+                self._work.copy_(st.x)
+            self._write_params()
         self._check()
 
     def stop_communication(self) -> None:
@@ -304,9 +287,10 @@ class Acid:
     # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """x, x~, the optimizer's (and scheduler's) state, the step count and the unit of time."""
-        with self._lock:
-            self._mix_to_now()
-            sd = {"x": self.x.clone(), "xt": None if self.xt is None else self.xt.clone(),
+        st = self.state
+        with st.lock:
+            st._mix_to_now()
+            sd = {"x": st.x.clone(), "xt": None if st.xt is None else st.xt.clone(),
                   "optimizer": self.optimizer.state_dict(), "steps": self.steps, "mean_step": self.timer.mean,
                   "momentum": self.momentum}
         if self.scheduler is not None:
@@ -314,19 +298,19 @@ class Acid:
         return sd
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        x = state["x"]
-        if x.shape != self.x.shape or x.dtype != self.x.dtype:
+        x, st = state["x"], self.state
+        if x.shape != st.x.shape or x.dtype != st.x.dtype:
             raise ValueError(f"Acid checkpoint: x has shape {tuple(x.shape)} {x.dtype}, this model "
-                             f"{tuple(self.x.shape)} {self.x.dtype}")
+                             f"{tuple(st.x.shape)} {st.x.dtype}")
         if bool(state.get("momentum", True)) != self.momentum or (state.get("xt") is None) == self.momentum:
             raise ValueError("Acid checkpoint: momentum (x~) does not match this Acid's momentum setting")
-        with torch.no_grad(), self._lock:
-            self.x.copy_(x)
-            if self.xt is not None:
-                self.xt.copy_(state["xt"])
-            self._write_params()
-            self._work.copy_(self.x)
-            self._t_last = self._clock()
+        with torch.no_grad(), st.lock:
+            st.x.copy_(x)
+            if st.xt is not None:
+                st.xt.copy_(state["xt"])
+            self._work.copy_(st.x)
+            st.t_last = self._clock()
+        self._write_params()
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and "scheduler" in state:
             self.scheduler.load_state_dict(state["scheduler"])
@@ -342,23 +326,27 @@ class Acid:
 
     def consensus_snapshot(self) -> torch.Tensor:
         """x mixed up to now (a copy)."""
-        with self._lock:
-            self._mix_to_now()
-            return self.x.clone()
+        return self.state.snapshot()
+
+    @property
+    def x(self) -> torch.Tensor:
+        """The parameters this worker trains and communicates (flat; the model holds a working copy)."""
+        return self.state.x
+
+    @property
+    def xt(self) -> torch.Tensor | None:
+        """x~, the continuous momentum's companion of x (None for plain gossip)."""
+        return self.state.xt
 
     def _exchange(self, peer: int, pair_id: int) -> None:
-        with self._lock:
-            self._mix_to_now()
-            sent = self.x.clone()
+        sent = self.state.snapshot()
         other = torch.empty_like(sent)
         tag = pair_id % (1 << 30)
         works = [dist.isend(sent, group=self._p2p, group_dst=peer, tag=tag),
                  dist.irecv(other, group=self._p2p, group_src=peer, tag=tag)]
         for w in works:
             w.wait(timedelta(seconds=self.exchange_timeout))
-        with torch.no_grad(), self._lock:
-            self._mix_to_now()
-            communication_update_(self.x, self.xt, sent, other, self.alpha_tilde)
+        self.state.apply_communication(sent, other)
         self.comms += 1
         self.peer_counts[peer] += 1
 
@@ -390,18 +378,13 @@ class Acid:
         if self._error is not None:
             raise AcidError(f"rank {self.rank}: communication failed: {self._error}") from self._error
 
-    def _mix_to_now(self) -> None:
-        now = self._clock()
-        if self.xt is not None and self.timer.mean:
-            mix_(self.x, self.xt, self.eta, max(0.0, now - self._t_last) / self.timer.mean)
-        self._t_last = now
-
     def _write_params(self) -> None:
+        """The working copy (the model's parameters) := the value the optimizer last saw."""
         with torch.no_grad():
             pos = 0
             for p in self.params:
                 n = p.numel()
-                p.copy_(self.x[pos:pos + n].view_as(p))
+                p.copy_(self._work[pos:pos + n].view_as(p))
                 pos += n
 
     @property

@@ -40,9 +40,10 @@ import torch.nn.functional as F
 
 from host.acid.config import RunConfig
 from host.acid.constants import acid_constants
-from host.acid.mixing import communication_update_, gradient_update_, mix_, sgd_momentum_delta
+from host.acid.mixing import sgd_momentum_delta
 from host.acid.pairing import CoordinatorClient
 from host.acid.problem import FlatModel, build_model, make_shard
+from host.acid.state import AcidState, StepTimer
 from host.collectives import Collectives, EndpointLink, ReduceOp
 from host.transport import Endpoint, Options, TransportError, path_mtu
 
@@ -57,61 +58,6 @@ GOSSIP_TID_BIT = 1 << 31  # collectives use group tags 0 and 1 (ids < 2^27): gos
 
 def gossip_transfer_id(pair_id: int) -> int:
     return GOSSIP_TID_BIT | (pair_id & (GOSSIP_TID_BIT - 1))
-
-
-class StepTimer:
-    """Running mean of the gradient-step time (exponential moving average): the run's unit of time."""
-
-    def __init__(self, smoothing: float = 0.05):
-        self.smoothing = smoothing
-        self.mean: float | None = None
-        self.count = 0
-
-    def add(self, seconds: float) -> None:
-        self.count += 1
-        self.mean = seconds if self.mean is None else self.mean + self.smoothing * (seconds - self.mean)
-
-
-class AcidState:
-    """x, x~ (A²CiD² only), the lock that serialises updates, and the continuous-time clock of the mixing."""
-
-    def __init__(self, x: torch.Tensor, *, eta: float, alpha_tilde: float, momentum: bool, timer: StepTimer):
-        self.x = x
-        self.xt = x.clone() if momentum else None
-        self.eta, self.alpha_tilde = (eta, alpha_tilde) if momentum else (0.0, 0.0)
-        self.timer = timer
-        self.lock = threading.Lock()
-        self.t_last = time.monotonic()
-
-    def start_clock(self) -> None:
-        with self.lock:
-            self.t_last = time.monotonic()
-
-    def _mix_to_now(self) -> None:
-        now = time.monotonic()
-        if self.xt is not None and self.timer.mean:
-            mix_(self.x, self.xt, self.eta, max(0.0, now - self.t_last) / self.timer.mean)
-        self.t_last = now
-
-    def read_into(self, out: torch.Tensor) -> None:
-        with self.lock:
-            out.copy_(self.x)
-
-    def snapshot(self, mix: bool = True) -> torch.Tensor:
-        with self.lock:
-            if mix:
-                self._mix_to_now()
-            return self.x.clone()
-
-    def apply_gradient(self, delta: torch.Tensor) -> None:
-        with self.lock:
-            self._mix_to_now()
-            gradient_update_(self.x, self.xt, delta)
-
-    def apply_communication(self, x_sent: torch.Tensor, x_peer: torch.Tensor) -> None:
-        with self.lock:
-            self._mix_to_now()
-            communication_update_(self.x, self.xt, x_sent, x_peer, self.alpha_tilde)
 
 
 def exchange(ep: Endpoint, state: AcidState, peer: int, transfer_id: int, timeout: float) -> None:
