@@ -875,6 +875,8 @@ class Checker:
         call = A.Call(d.loc, A.Name(d.loc, t.decl.name), [], d.args)
         self.bind_args(call, ctors[0].params, [], scope, dict(zip(t.decl.type_params, t.args)), what=t.decl.name)
         vals = [self.const_eval(a, scope) for a in d.args]
+        if t.decl.name == "register" and t.args and not isinstance(t.args[0], (Bits, ir.BoolT)):
+            raise unsupported(f"register of {t.args[0]} (BMv2 registers hold bit<W>, int<W> or bool)", d.loc)
         for prm, a, v in zip(ctors[0].params, d.args, vals):
             if prm.name == "size" and isinstance(v, int) and not 0 < v <= MAX_EXTERN_SIZE:
                 raise P4Error(a.loc, f"{t.decl.name} size {v} out of range (1..{MAX_EXTERN_SIZE} on this target)")

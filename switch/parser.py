@@ -700,6 +700,8 @@ class Parser:
         if t.kind == "op" and k == ";":
             self.i += 1
             return A.Empty(t.loc)
+        if t.kind == "id" and k == "for" and self.peek().text == "(" and not self.is_type_name(k):
+            raise unsupported("for loop (P4-16 1.2.4)", t.loc)
         if t.kind == "kw":
             if k == "if":
                 self.i += 1
