@@ -120,6 +120,10 @@ def compile_source(source: str, include_dirs: list[str], settings: TmSettings, *
             raise P4Error(loc, e.message.replace(str(path), name)) from None
         except RecursionError:
             raise P4Error(Loc(name, 1, 1), "program nesting too deep") from None
+        except Exception as e:       # a compiler bug must not reach the client as a traceback
+            log.exception("internal compiler error on a pushed program")
+            raise P4Error(Loc(name, 1, 1), f"internal compiler error ({type(e).__name__}); the switch log has "
+                                           "the details") from None
     settings.apply(sw)
     return sw
 
