@@ -30,6 +30,7 @@ API_VERSION = "1.5.0"
 _GET = p4r.GetForwardingPipelineConfigRequest
 _SET = p4r.SetForwardingPipelineConfigRequest
 READ_BATCH = 500            # entities per ReadResponse
+WRITE_CHUNK = 64            # Write updates applied per acquisition of the device lock
 #: Test mode (environment DLCP_SWITCH_TEST_REVERSE_WRITES=1): apply the updates of each WriteRequest last to
 #: first, as P4Runtime allows a server to; controllers' tests use it to show they never rely on batch order.
 REVERSE_WRITE_BATCHES = os.environ.get("DLCP_SWITCH_TEST_REVERSE_WRITES", "") not in ("", "0")
@@ -131,20 +132,28 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 order = reversed(order)
             with dev.lock:
                 pl = dev.require_pipeline()
-                for i in order:
-                    try:
-                        pl.runtime.write(request.updates[i])
-                        errors[i] = p4r.Error(canonical_code=rpc_code.OK)
-                        dev.write_updates += 1
-                    except SwitchError as e:
-                        failed += 1
-                        errors[i] = p4r.Error(canonical_code=rpc_code.Code.Value(e.code)
-                                              if e.code in rpc_code.Code.keys() else rpc_code.UNKNOWN,
-                                              message=e.message)
-                    except Exception as e:        # a bug must not take the server down: report it per update
-                        log.exception("internal error in a Write update")
-                        failed += 1
-                        errors[i] = p4r.Error(canonical_code=rpc_code.INTERNAL, message=f"internal error: {e!r}")
+            order = list(order)
+            # the device lock is taken per chunk of updates, so a large batch never holds the packet thread
+            # for long (each update is validated and applied whole under the lock; see Entities.write)
+            for c in range(0, len(order), WRITE_CHUNK):
+                with dev.lock:
+                    for i in order[c:c + WRITE_CHUNK]:
+                        try:
+                            if dev.pipeline is not pl:
+                                raise SwitchError("ABORTED", "the forwarding pipeline changed during this Write")
+                            pl.runtime.write(request.updates[i])
+                            errors[i] = p4r.Error(canonical_code=rpc_code.OK)
+                            dev.write_updates += 1
+                        except SwitchError as e:
+                            failed += 1
+                            errors[i] = p4r.Error(canonical_code=rpc_code.Code.Value(e.code)
+                                                  if e.code in rpc_code.Code.keys() else rpc_code.UNKNOWN,
+                                                  message=e.message)
+                        except Exception as e:    # a bug must not take the server down: report it per update
+                            log.exception("internal error in a Write update")
+                            failed += 1
+                            errors[i] = p4r.Error(canonical_code=rpc_code.INTERNAL,
+                                                  message=f"internal error: {e!r}")
             if failed:
                 st = rpc_status.Status(code=rpc_code.UNKNOWN,
                                        message=f"{failed} of {len(request.updates)} updates failed")
