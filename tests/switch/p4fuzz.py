@@ -102,8 +102,9 @@ class Result:
     failures: list[str] = field(default_factory=list)
 
 
-def campaign(seed: int, cases: int, seconds: float, per_case_s: float = 10.0) -> Result:
-    """Compile mutants ``0 .. cases-1`` of ``seed`` (or as many as fit in ``seconds``)."""
+def campaign(seed: int, cases: int, seconds: float, per_case_s: float = 10.0, min_cases: int = 0) -> Result:
+    """Compile mutants ``0 .. cases-1`` of ``seed``: the first ``min_cases`` always, then as many as fit in
+    ``seconds``."""
     from switch.errors import P4Error
     from switch.target import Switch
     sources = [(p, p.read_text()) for p in CORPUS]
@@ -113,7 +114,7 @@ def campaign(seed: int, cases: int, seconds: float, per_case_s: float = 10.0) ->
     try:
         with tempfile.TemporaryDirectory(prefix="p4fuzz-") as d:
             for i in range(cases):
-                if time.monotonic() > deadline:
+                if i >= min_cases and time.monotonic() > deadline:
                     break
                 rng = random.Random(f"{seed}:{i}")
                 orig, text = sources[rng.randrange(len(sources))]
