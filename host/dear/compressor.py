@@ -107,6 +107,17 @@ class StatefulCompressor(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+def wait_work(work, timeout: float | None = None) -> None:
+    """``work.wait()`` for at most ``timeout`` seconds (raises once it runs out). torch's own Works (gloo) take a
+    ``timedelta``; a backend whose Work overrides ``wait`` in Python (dlcp) takes seconds."""
+    if timeout is None:
+        work.wait()
+    elif getattr(type(work), "wait", None) is dist.Work.wait:
+        work.wait(timedelta(seconds=timeout))
+    else:
+        work.wait(timeout)
+
+
 class _WorkHandle:
     """A torch.distributed Work plus the value its completion stands for."""
 
@@ -114,10 +125,7 @@ class _WorkHandle:
         self._work, self._value = work, value
 
     def wait(self, timeout: float | None = None) -> object:
-        if timeout is None:
-            self._work.wait()
-        else:
-            self._work.wait(timedelta(seconds=timeout))  # raises once it runs out (gloo, dlcp)
+        wait_work(self._work, timeout)
         return self._value
 
 

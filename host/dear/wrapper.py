@@ -43,7 +43,6 @@ import statistics
 import time
 import zlib
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Iterator
 
 import torch
@@ -51,7 +50,8 @@ import torch.distributed as dist
 from torch import nn
 
 from host.dear.compressor import (ClippableCompressor, DenseCompressor, GroupCompressor, GroupLayout, ParamSlot,
-                                  ReplannableCompressor, RingReduceScatter, StatefulCompressor, ring_reduce_scatter)
+                                  ReplannableCompressor, RingReduceScatter, StatefulCompressor, ring_reduce_scatter,
+                                  wait_work)
 from host.dear.fusion import CommModel, choose_threshold, efficiency_threshold, padded_numel, plan_groups
 from host.dear.tuner import BayesTuner
 
@@ -783,7 +783,7 @@ class DeAR:
         local = sum(comp.local_sq_norm(g, grp.rs_result) for g, grp in enumerate(self._groups))
         t = torch.tensor([local], dtype=torch.float64)
         w = dist.all_reduce(t, group=self.process_group, async_op=True)
-        self._wait(w, "gradient-norm all-reduce")
+        self._wait(_WorkWait(w), "gradient-norm all-reduce")
         norm = math.sqrt(max(float(t[0]), 0.0))
         self.last_grad_norm = norm
         coef = self.max_grad_norm / (norm + 1e-6)  # the same formula as torch.nn.utils.clip_grad_norm_
@@ -898,7 +898,7 @@ class DeAR:
                 msg[1] = nxt
         src = dist.get_global_rank(self.process_group, 0) if self.process_group is not None else 0
         w = dist.broadcast(msg, src=src, group=self.process_group, async_op=True)
-        self._wait(w, "tuner broadcast")
+        self._wait(_WorkWait(w), "tuner broadcast")
         self._tune_x = float(msg[1])
         thr = int(2 ** self._tune_x)
         if self._plan_for(thr) != self._plan_for(self.threshold or 0):
@@ -919,10 +919,7 @@ class _WorkWait:
         self._work = work
 
     def wait(self, timeout: float | None = None) -> None:
-        if timeout is None:
-            self._work.wait()
-        else:
-            self._work.wait(timedelta(seconds=timeout))
+        wait_work(self._work, timeout)
 
 
 def _reachable_params(output: Any) -> set[int]:
