@@ -19,7 +19,7 @@ from typing import Any, Iterable
 from . import ir, runtime
 from .check import load_ir
 from .codegen import PRELUDE, Gen, NotFusable
-from .errors import SwitchError
+from .errors import Loc, P4Error, SwitchError
 from .p4info import P4InfoBuilder
 from .tm import TrafficManager
 
@@ -102,7 +102,13 @@ class Switch:
         self.fuse = fuse
         self.fused = False
         self.not_fused_because = ""
-        self._build()
+        try:
+            self._build()
+        except (RecursionError, SyntaxError) as e:
+            # nesting beyond what the generated Python may hold (CPython allows 100 indentation levels and 200
+            # nested parentheses): a limit of this target, reported at the program like any compile error
+            why = "recursion limit" if isinstance(e, RecursionError) else e.msg
+            raise P4Error(Loc(self.ir.path, 1, 1), f"program nested too deeply for this target ({why})") from None
 
     # ---- construction ---------------------------------------------------------------------------
     def _build(self) -> None:

@@ -219,3 +219,15 @@ def test_unsupported_constructs_are_located(tmp_path, name):
     e = compile_err(tmp_path, src)
     assert text in e.message
     assert e.loc.file.endswith("prog.p4") and e.loc.line == line and e.loc.col >= 1
+
+
+@pytest.mark.parametrize("body", [
+    "        " + "if (hdr.h.a == 1) { " * 150 + "hdr.h.a = 2;" + " }" * 150,       # Python's 100 indentation levels
+    "        " + "if (hdr.h.a == 1) { " * 400 + "hdr.h.a = 2;" + " }" * 400,       # recursion in the generator
+    "        hdr.h.a = " + " + ".join(["hdr.h.a"] * 300) + ";",                     # Python's 200 nested parentheses
+    "        hdr.h.a = " + "(" * 3000 + "hdr.h.a" + ")" * 3000 + ";",               # recursion in the parser
+], ids=["if150", "if400", "sum300", "parens3000"])
+def test_deep_nesting_is_a_located_limit(tmp_path, body):
+    e = compile_err(tmp_path, TEMPLATE.replace("BODY", body))
+    assert "nested too deeply" in e.message or "nesting too deep" in e.message
+    assert e.loc.file.endswith("prog.p4") and (e.loc.line, e.loc.col) == (1, 1)
