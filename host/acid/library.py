@@ -27,7 +27,7 @@ Design (one rank):
 * **exchange**: the pair swaps ``x`` with ``isend``/``irecv`` on a private gloo group over the same ranks (tag =
   pair id), each within ``exchange_timeout``; both apply ``x~ += alpha~ (x_peer - x_sent)``,
   ``x += (x_peer - x_sent)/2``. A failed exchange (dead peer) is counted and logged; nothing is applied.
-* ``momentum=False`` is plain asynchronous gossip (``eta = alpha~ = 0``, no x~): the baseline at the same rate.
+* ``algo="gossip"`` is plain asynchronous gossip (``eta = alpha~ = 0``, no x~): the baseline at the same rate.
 """
 
 from __future__ import annotations
@@ -149,15 +149,15 @@ class Acid:
     """A²CiD² data-parallel training of ``model`` with ``optimizer`` (and ``scheduler``) over ``process_group``.
 
     ``topology``: ``ring``, ``exponential`` or ``complete`` over the group's ranks; ``rate_com``: expected
-    pairwise communications per gradient step of each worker; ``momentum``: True = A²CiD² (x~, eta, alpha~ of the
-    graph), False = plain asynchronous gossip; ``start_average``: average the ranks' initial models at
+    pairwise communications per gradient step of each worker; ``algo``: ``"acid"`` = A²CiD² (x~, eta, alpha~ of
+    the graph), ``"gossip"`` = plain asynchronous gossip (the optimizer's own momentum is another matter); ``start_average``: average the ranks' initial models at
     construction (then x~ = x); ``communicate``: False = no background communication (only explicit
     :meth:`exchange` calls, e.g. deterministic tests); ``exchange_timeout``: seconds an exchange may take;
     ``store``: the store to pair on (default: the default process group's); ``clock``: the time source (seconds).
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, process_group=None, *,
-                 scheduler: Any = None, topology: str = "ring", rate_com: float = 1.0, momentum: bool = True,
+                 scheduler: Any = None, topology: str = "ring", rate_com: float = 1.0, algo: str = "acid",
                  start_average: bool = True, communicate: bool = True, exchange_timeout: float = 10.0,
                  store=None, seed: int = 0, clock: Callable[[], float] = time.monotonic):
         if not dist.is_initialized():
@@ -178,7 +178,10 @@ class Acid:
         self.rank = dist.get_rank(process_group)
         if self.world < 2:
             raise ValueError("A²CiD² needs at least 2 workers")
-        self.topology, self.rate_com, self.momentum = topology, float(rate_com), momentum
+        if algo not in ("acid", "gossip"):
+            raise ValueError(f"algo must be 'acid' or 'gossip', got {algo!r}")
+        momentum = algo == "acid"
+        self.algo, self.topology, self.rate_com, self.momentum = algo, topology, float(rate_com), momentum
         self.exchange_timeout = exchange_timeout
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
@@ -257,8 +260,9 @@ class Acid:
             self._comm.start()
 
     def finish(self, average: bool = True) -> None:
-        """Stop communicating (collective-free); with ``average`` (a collective over the group: every rank
-        calls it) replace every rank's model by the average of the ranks' x, and x~ by it too."""
+        """Stop communicating; with ``average`` (a collective over the group: every rank calls it) replace every
+        rank's model by the average of the ranks' x (x~ too), and average its floating-point buffers (BatchNorm
+        statistics, which are local during training)."""
         self.stop_communication()
         if average:
             st = self.state
@@ -270,6 +274,11 @@ class Acid:
                     st.xt.copy_(st.x)
                 self._work.copy_(st.x)
             self._write_params()
+            with torch.no_grad():  # floating-point buffers (BatchNorm statistics) are local until now: average too
+                for b in self.model.buffers():
+                    if b.is_floating_point():
+                        dist.all_reduce(b, group=self.process_group)
+                        b.div_(self.world)
         self._check()
 
     def stop_communication(self) -> None:
@@ -292,7 +301,7 @@ class Acid:
             st._mix_to_now()
             sd = {"x": st.x.clone(), "xt": None if st.xt is None else st.xt.clone(),
                   "optimizer": self.optimizer.state_dict(), "steps": self.steps, "mean_step": self.timer.mean,
-                  "momentum": self.momentum}
+                  "algo": self.algo}
         if self.scheduler is not None:
             sd["scheduler"] = self.scheduler.state_dict()
         return sd
@@ -302,8 +311,8 @@ class Acid:
         if x.shape != st.x.shape or x.dtype != st.x.dtype:
             raise ValueError(f"Acid checkpoint: x has shape {tuple(x.shape)} {x.dtype}, this model "
                              f"{tuple(st.x.shape)} {st.x.dtype}")
-        if bool(state.get("momentum", True)) != self.momentum or (state.get("xt") is None) == self.momentum:
-            raise ValueError("Acid checkpoint: momentum (x~) does not match this Acid's momentum setting")
+        if state.get("algo", "acid") != self.algo or (state.get("xt") is None) == self.momentum:
+            raise ValueError(f"Acid checkpoint: saved by algo={state.get('algo')!r}, this Acid runs {self.algo!r}")
         with torch.no_grad(), st.lock:
             st.x.copy_(x)
             if st.xt is not None:

@@ -81,7 +81,7 @@ def train(a: argparse.Namespace) -> dict[str, Any]:
         from torch.nn.parallel import DistributedDataParallel as DDP
         net, acid = DDP(model), None
     else:
-        acid = Acid(model, opt, topology=a.graph, rate_com=a.rate, momentum=a.algo == "acid", seed=a.seed)
+        acid = Acid(model, opt, topology=a.graph, rate_com=a.rate, algo=a.algo, seed=a.seed)
         net = acid
     t0 = time.monotonic()
     losses = []

@@ -86,7 +86,7 @@ def consensus(steps: int = 120, reps: int = 3) -> None:
     for algo in ("gossip", "acid") * reps:  # alternated: drifts in machine load hit both alike
         model = build_model(spec, seed=r)
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        acid = Acid(model, opt, topology="ring", rate_com=1.0, momentum=(algo == "acid"), exchange_timeout=10.0)
+        acid = Acid(model, opt, topology="ring", rate_com=1.0, algo=algo, exchange_timeout=10.0)
         snaps = []
         for i in range(steps):
             t0 = time.monotonic()
