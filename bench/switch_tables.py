@@ -7,9 +7,9 @@ program with one table of each kind (exact, LPM with an exact VRF field, ternary
   With inserts in O(1) or O(log n) the per-insert cost hardly changes (speedup near 1); quadratic inserts make
   the large table ten times slower per insert.
 * lookups: packets per second through the whole pipeline with every packet to a different destination, so the
-  lookup cache never hits and every packet is a real table lookup; candidate: a table of 4,000 LPM routes (or
-  1,000 ternary entries), baseline: 10 routes (10 entries).  Lookups independent of the number of entries give
-  a speedup near 1.
+  lookup cache never hits and every packet is a real table lookup; candidate: a table of 4,000 or 10,000
+  LPM routes (or 1,000 ternary entries), baseline: 10 routes (10 entries).  Lookups independent of the
+  number of entries give a speedup near 1 (LPM: the cost follows the number of distinct prefix lengths).
 
 ``--against DIR``: every case measured with this tree's ``switch`` package and with the one in DIR (another
 checkout, e.g. ``git worktree add /tmp/old <commit>``), alternating, each in its own process: the before/after
@@ -150,9 +150,11 @@ def _pps(sw, frames, n: int) -> dict:
 CASES = {
     "insert 4000 exact vs 400": (lambda: case_insert(4000), lambda: case_insert(400), "us_per_insert", False),
     "lpm lookups 4000 vs 10 routes": (lambda: case_lpm(4000), lambda: case_lpm(10), "cpu_pps", True),
+    "lpm lookups 10000 vs 10 routes": (lambda: case_lpm(10000), lambda: case_lpm(10), "cpu_pps", True),
     "ternary lookups 1000 vs 10": (lambda: case_ternary(1000), lambda: case_ternary(10), "cpu_pps", True),
 }
 ONE = {"insert_4000": lambda: case_insert(4000), "lpm_4000": lambda: case_lpm(4000),
+       "lpm_10000": lambda: case_lpm(10000),
        "lpm_10": lambda: case_lpm(10), "ternary_1000": lambda: case_ternary(1000)}
 
 
