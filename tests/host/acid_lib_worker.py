@@ -77,7 +77,7 @@ def resume() -> None:
     print("ok resume", r, flush=True)
 
 
-def consensus(steps: int = 120, reps: int = 3) -> None:
+def consensus(steps: int = 120, reps: int = 4) -> None:
     r, n = dist.get_rank(), dist.get_world_size()
     spec = ProblemSpec(hidden=32, batch=64)
     X, y = make_shard(spec, n, r)

@@ -81,7 +81,7 @@ def test_acid_needs_an_initialised_process_group() -> None:
 def test_acid_library_on_a_ring_of_4_resumes_exactly_and_beats_gossip_in_consensus() -> None:
     """Four processes with torchrun's environment: (1) save after 3 steps, load into a fresh model, optimizer,
     scheduler and Acid, 3 more steps == 6 uninterrupted steps, bit for bit (scripted clock and exchanges);
-    (2) A²CiD² and plain asynchronous gossip at rate 1 on the ring, alternated three times each: A²CiD²'s mean
+    (2) A²CiD² and plain asynchronous gossip at rate 1 on the ring, alternated four times each: A²CiD²'s mean
     consensus distance is lower, both achieve most of the requested rate, and both train."""
     out = check(launch(WORKER, "resume,consensus", 4, timeout=280))
     for r, o in enumerate(out):
