@@ -1011,6 +1011,7 @@ class Checker:
             if impl is not None:
                 raise unsupported("entries in a table with an action profile", d.loc)
             ents = []
+            seen: dict[tuple, Loc] = {}
             needs_prio = any(k.match_kind in ("ternary", "range", "optional") for k in keys)
             for i, en in enumerate(d.entries):
                 if len(en.keys) != len(keys):
@@ -1026,7 +1027,14 @@ class Checker:
                     prio = int(self.const_eval(en.priority, scope))
                 elif needs_prio:
                     prio = len(d.entries) - i      # p4c: earlier entries win
+                # the table's own key of an entry (runtime.Table.entry_key): the same twice is an error
+                k = (tuple(vals), (prio or 0) if needs_prio else 0)
+                if k in seen:
+                    raise P4Error(en.loc, f"entry has the same key as the entry at {seen[k]}")
+                seen[k] = en.loc
                 ents.append(ir.EntryIR(vals, a, args, prio, en.loc))
+            if len(ents) > size:
+                raise P4Error(d.entries[size].loc, f"table {d.name} has {len(ents)} entries but its size is {size}")
             t.entries = ents
         self.tables.append(t)
         return t

@@ -29,7 +29,8 @@ class Parser:
     # -- token helpers -------------------------------------------------------------------------
     @property
     def tok(self) -> Token:
-        return self.toks[self.i]
+        # past the end (a scan that stepped over eof) every read is the final eof token
+        return self.toks[self.i] if self.i < len(self.toks) else self.toks[-1]
 
     def peek(self, k: int = 1) -> Token:
         return self.toks[min(self.i + k, len(self.toks) - 1)]

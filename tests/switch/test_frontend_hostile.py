@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
 from p4fuzz import campaign
-from switch.errors import P4Error
+from switch.errors import Loc, P4Error
 from switch.ppexpr import evaluate, tokenize
-from switch.errors import Loc
 from switch.target import Switch
 from test_frontend import TEMPLATE
 
@@ -231,3 +231,22 @@ def test_deep_nesting_is_a_located_limit(tmp_path, body):
     e = compile_err(tmp_path, TEMPLATE.replace("BODY", body))
     assert "nested too deeply" in e.message or "nesting too deep" in e.message
     assert e.loc.file.endswith("prog.p4") and (e.loc.line, e.loc.col) == (1, 1)
+
+
+SEMANTICS = Path(__file__).parent / "programs" / "bmv2_semantics.p4"
+
+
+@pytest.mark.parametrize("old,new,line,text", [
+    ("            3 : drop();", "            3 : drop();\n            1 : drop();", 57,
+     "entry has the same key as the entry at"),
+    ("        size = 16;", "        size = 2;", 56, "table in_port has 3 entries but its size is 2"),
+])
+def test_initial_entries_that_cannot_be_installed(tmp_path, old, new, line, text):
+    e = compile_err(tmp_path, SEMANTICS.read_text().replace(old, new))
+    assert text in e.message and e.loc.line == line
+
+
+def test_declaration_cut_at_the_end_of_the_file(tmp_path):
+    # a scan for a method name that runs into the end of the file
+    e = compile_err(tmp_path, "extern ethernet_t {\n    bit<48> dst\n")
+    assert e.loc.file.endswith("prog.p4") and e.loc.line >= 1
