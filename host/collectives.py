@@ -23,9 +23,15 @@ Bit-identical results on every rank (summation order):
   even ones get the final result back.
 * **AVG** is SUM followed by one division by the group size on every rank (floating-point only).
 
-Bounded loss: a collective with loss bound ``p`` gives each of its transfers the bound ``p / h``, ``h`` being the
-number of transfers an element passes through (e.g. ``2(P-1)`` for ring all-reduce), so at most a fraction ``p``
-of the output can be affected; :class:`Outcome` lists the affected element ranges of the output.
+Bounded loss (``docs/bounded-loss.md``): only a SUM or AVG all-reduce, reduce-scatter or reduce of a floating-point
+tensor may lose elements, and only when its caller passes a loss bound ``p > 0`` (:func:`check_loss`); every other
+call is exact. Loss may happen only where an element's final value is decided, in the reduction steps (ring
+reduce-scatter, recursive halving); everything that copies results afterwards (the all-gather steps, recursive
+doubling, the owners' sends to a reduce's root, broadcasts) is reliable, so every rank ends with the same bits. The
+call's budget is ``floor(p * n)`` elements of its ``n``, handed out in whole packets to its reduction transfers
+(:func:`loss_allowances`; the same on every rank), so the zero-filled or biased fraction is at most ``p`` whatever
+the group size. Each rank then learns every other rank's losses (:meth:`Collectives._share_losses`): the call's
+:class:`Outcome` lists the union, which is exactly where the result may differ from the exact one.
 
 Pipelined ring (reduce-scatter, all-gather, and both fused for all-reduce): every chunk is cut into ``K`` segments
 (:func:`ring_segment_count`, the same ``K`` for every chunk so all ranks agree) and each (ring step, segment) is its
@@ -54,7 +60,9 @@ from typing import Protocol, Sequence
 
 import torch
 
-__all__ = ["Link", "EndpointLink", "SendHandle", "RecvHandle", "RecvReport", "ReduceOp", "Outcome", "Collectives",
+from host.transport.chunking import chunk_elems
+
+__all__ = ["check_loss", "loss_allowances", "LOSSY_OPS", "Link", "EndpointLink", "SendHandle", "RecvHandle", "RecvReport", "ReduceOp", "Outcome", "Collectives",
            "chunk_bounds", "ring_reduce_scatter_schedule", "ring_segment_count", "RingPlan", "ring_plan",
            "allreduce_by_doubling"]
 
@@ -95,6 +103,10 @@ class Link(Protocol):
         transport writes the peer's packets straight into ``out`` instead of staging and copying them."""
         ...
 
+    def packet_elems(self, itemsize: int) -> int:
+        """Elements of that size one packet carries: the unit in which a transfer can lose data."""
+        ...
+
 
 class EndpointLink:
     """A transport :class:`~host.transport.Endpoint` as a :class:`Link` (the one adapter every user shares).
@@ -115,6 +127,9 @@ class EndpointLink:
     def irecv(self, peer, out, transfer_id, *, loss_bound=0.0, timeout=None) -> "_EndpointRecv":
         p = loss_bound if out.is_floating_point() else 0.0
         return _EndpointRecv(self.ep.post_recv(peer, transfer_id, out, timeout=timeout, loss_bound=p))
+
+    def packet_elems(self, itemsize: int) -> int:
+        return chunk_elems(self.ep.opts.mtu, itemsize)
 
 
 class _EndpointRecv:
@@ -302,16 +317,17 @@ def ring_plan(rank: int, size: int, bounds: Sequence[int], segments: int, *, red
 
 @dataclass
 class Outcome:
-    """What bounded loss did during one collective, as seen by this rank.
+    """What bounded loss did during one collective.
 
-    ``lost`` lists element ranges ``[start, stop)`` zero-filled in transfers this rank received, in the
-    coordinates of the collective's flat buffer (the tensor for all-reduce/broadcast/reduce; the concatenation of
-    the inputs for reduce-scatter and of the outputs for all-gather/gather/all-to-all). A zero-filled partial sum
-    is forwarded as data, so the elements of the result that differ from the exact one are covered by the
-    *union* of all ranks' ranges; each rank alone sees only what it lost itself.
+    ``lost`` lists element ranges ``[start, stop)`` of the collective's flat buffer (the tensor for all-reduce and
+    reduce; the concatenation of the inputs for reduce-scatter) whose result may differ from the exact one: zero-filled
+    where this rank received them, or reduced from a partial sum zero-filled upstream. After a lossy call it is the
+    union over all ranks (every rank holds the same list); ``elements`` is the size of that flat buffer. A call
+    without a loss bound loses nothing and reports nothing.
     """
 
     lost: list[tuple[int, int]] = field(default_factory=list)
+    elements: int = 0
 
     def add(self, base: int, report: RecvReport | None) -> None:
         if report is not None:
@@ -325,6 +341,69 @@ class Outcome:
             else:
                 out.append((a, b))
         return out
+
+    @property
+    def zero_filled(self) -> int:
+        """Elements covered by :attr:`lost` (each counted once)."""
+        return sum(b - a for a, b in self.merged())
+
+    @property
+    def fraction(self) -> float:
+        return self.zero_filled / self.elements if self.elements else 0.0
+
+
+#: The reductions for which zero is the identity: a lost contribution leaves a sum short, never wrong in kind.
+LOSSY_OPS = frozenset({"SUM", "AVG"})
+
+
+def check_loss(op: "ReduceOp", t: torch.Tensor, loss_bound: float) -> None:
+    """Refuse a loss bound where zero-filling is not a smaller contribution: only SUM and AVG of floating-point
+    tensors may be lossy (MAX of negative inputs would return 0, a lost integer is a wrong count)."""
+    if not 0.0 <= loss_bound < 1.0:
+        raise ValueError(f"loss_bound must be in [0, 1), got {loss_bound}")
+    if loss_bound > 0 and (op.name not in LOSSY_OPS or not t.is_floating_point()):
+        raise ValueError(f"a loss bound ({loss_bound}) applies only to SUM/AVG reductions of floating-point tensors; "
+                         f"this call is {op.name} on {t.dtype}: pass loss_bound=0 (it is exact)")
+
+
+def loss_allowances(sizes: Sequence[int], budget: int, per_packet: int, start: int = 0) -> list[int]:
+    """Split a collective's loss budget over its lossy transfers: ``budget`` elements in whole packets of
+    ``per_packet`` elements, one packet at a time, round-robin over the transfers (``sizes``: each one's elements,
+    in an order every rank agrees on) from index ``start``. A transfer is given another packet only while it keeps
+    at least one protected packet's worth of elements. Returns each transfer's allowance in elements; their sum is
+    at most ``budget``. Whole packets because a packet is the unit a network drops: a per-transfer share of
+    ``budget`` rounded down to packets vanishes as groups grow (``p / (2(P-1))`` of a segment is less than one
+    packet for a 4 MB all-reduce at P=8), while the whole call's budget still buys a few."""
+    m = len(sizes)
+    out = [0] * m
+    if m == 0 or per_packet <= 0:
+        return out
+    tokens = budget // per_packet
+    i, idle = start % m, 0
+    while tokens > 0 and idle < m:
+        if out[i] + 2 * per_packet <= sizes[i]:
+            out[i] += per_packet
+            tokens -= 1
+            idle = 0
+        else:
+            idle += 1
+        i = (i + 1) % m
+    return out
+
+
+_LOSS_CAP = 32  # lost ranges a rank's loss report carries in its first message
+
+
+def _halving_gives(rank: int, size: int, bounds: Sequence[int]) -> list[int]:
+    """Elements rank ``rank`` sends in each round of recursive halving (see ``_halving_reduce_scatter``)."""
+    lo, hi, d, out = 0, size, size // 2, []
+    while d:
+        mid = lo + d
+        keep, give = ((lo, mid), (mid, hi)) if not rank & d else ((mid, hi), (lo, mid))
+        out.append(bounds[give[1]] - bounds[give[0]])
+        lo, hi = keep
+        d //= 2
+    return out
 
 
 class Collectives:
@@ -440,13 +519,16 @@ class Collectives:
 
     # --- primitives ---------------------------------------------------------------------------------------
     def _exchange(self, send_to: int | None, data: torch.Tensor | None, recv_from: int | None,
-                  out: torch.Tensor | None, tid: int, layer: int, p: float) -> RecvReport | None:
-        """Send ``data`` to one group member while receiving ``out`` from another (either may be None). The
-        receive is posted first: the partner sends at the same moment, and what arrives before a receive is
-        posted is staged and copied again (on loopback, half the exchanges of recursive doubling had been)."""
+                  out: torch.Tensor | None, tid: int, layer: int, p: float = 0.0,
+                  p_recv: float | None = None) -> RecvReport | None:
+        """Send ``data`` to one group member while receiving ``out`` from another (either may be None), the send
+        with loss bound ``p`` and the receive with ``p_recv`` (default ``p``). The receive is posted first: the
+        partner sends at the same moment, and what arrives before a receive is posted is staged and copied again
+        (on loopback, half the exchanges of recursive doubling had been)."""
         rh = None
         if recv_from is not None and out is not None and out.numel():
-            rh = self.link.irecv(self._peer(recv_from), out, tid, loss_bound=p, timeout=self.timeout)
+            rh = self.link.irecv(self._peer(recv_from), out, tid, loss_bound=p if p_recv is None else p_recv,
+                                 timeout=self.timeout)
         h = None
         try:
             if send_to is not None and data is not None and data.numel():
@@ -470,9 +552,10 @@ class Collectives:
         return ring_plan(self.rank, self.size, bounds, k, reduce=reduce, gather=gather)
 
     def _run_ring(self, plan: RingPlan, buf: torch.Tensor, op: ReduceOp | None, *, base: int, layer: int,
-                  p: float, outcome: Outcome, finish: bool, src: Placed | None = None,
-                  dst: Placed | None = None) -> None:
-        """Execute ``plan`` on the flat ``buf`` (in place), messages named from sequence number ``base``.
+                  outcome: Outcome, finish: bool, src: Placed | None = None, dst: Placed | None = None,
+                  loss: tuple[list[float], list[float]] | None = None) -> None:
+        """Execute ``plan`` on the flat ``buf`` (in place), messages named from sequence number ``base``. ``loss``:
+        the loss bound of each message this rank sends and of each it receives (:meth:`_ring_loss`); None: exact.
 
         The calling thread walks the messages in order (step-major): takes the received segment, reduces it into
         ``buf`` (and applies AVG's division on the last reduce step if ``finish``), then starts forwarding that
@@ -522,7 +605,8 @@ class Collectives:
             a, b = plan.region(steps[g][0], k)
             if b > a:
                 data = _placed(src, a, b) if src is not None and g == 0 else view(a, b)
-                handles[j] = self.link.isend(right, data, self._tid_at(base, j), layer=layer, loss_bound=p)
+                handles[j] = self.link.isend(right, data, self._tid_at(base, j), layer=layer,
+                                             loss_bound=loss[0][j] if loss else 0.0)
             posted[j].set()
 
         def wait_guard(g: int, k: int) -> None:
@@ -549,7 +633,8 @@ class Collectives:
             else:
                 wait_guard(g, k)
                 out = view(a, b)
-            return self.link.irecv(left, out, self._tid_at(base, j), loss_bound=p, timeout=timeout)
+            return self.link.irecv(left, out, self._tid_at(base, j), loss_bound=loss[1][j] if loss else 0.0,
+                                   timeout=timeout)
 
         def guard_done(j: int) -> bool:
             """Could message ``j`` be posted now without waiting for a send?"""
@@ -640,14 +725,106 @@ class Collectives:
                 if rh is not None:
                     rh.cancel()
 
-    def _check_op(self, op: ReduceOp, t: torch.Tensor) -> None:
+    def _check_op(self, op: ReduceOp, t: torch.Tensor, loss_bound: float = 0.0) -> None:
         """Refuse a reduction before any transfer (every rank refuses alike, so none is left waiting)."""
         if op is ReduceOp.AVG and not t.is_floating_point():
             raise TypeError(f"AVG needs a floating-point tensor, got {t.dtype}")
+        check_loss(op, t, loss_bound)
+
+    # --- bounded loss: the budget and the shared report -------------------------------------------------------
+    def _budget(self, loss_bound: float, n: int, itemsize: int) -> tuple[int, int]:
+        """(elements the call may lose, elements per packet)."""
+        if loss_bound <= 0 or self.size == 1:
+            return 0, 1
+        return math.floor(loss_bound * n + 1e-9), self.link.packet_elems(itemsize)
+
+    def _ring_loss(self, plan: RingPlan, base: int, budget: int, per_packet: int
+                   ) -> tuple[list[float], list[float]] | None:
+        """Loss bounds of this rank's ring messages: the budget over every rank's reduce-step messages (ordered by
+        step, segment, sender, the same on every rank), the all-gather steps exact. None if no message may lose."""
+        P, K, r = self.size, plan.segments, self.rank
+        nred = sum(1 for st in plan.steps if st[2])
+        if budget < per_packet or nred == 0:
+            return None
+        sent = [ring_reduce_scatter_schedule(q, P) for q in range(P)]
+        keys, sizes = [], []
+        for g in range(nred):
+            for k in range(K):
+                for q in range(P):
+                    a, b = plan.region(sent[q][g][0], k)
+                    keys.append((g, k, q))
+                    sizes.append(b - a)
+        allow = dict(zip(keys, loss_allowances(sizes, budget, per_packet, start=base)))
+        if not any(allow.values()):
+            return None
+        N = len(plan.steps) * K
+        send_p, recv_p = [0.0] * N, [0.0] * N
+        left = (r - 1) % P
+        for g in range(nred):
+            for k in range(K):
+                j = g * K + k
+                for q, out in ((r, send_p), (left, recv_p)):
+                    a, b = plan.region(sent[q][g][0], k)
+                    if b > a and allow[(g, k, q)]:
+                        out[j] = allow[(g, k, q)] / (b - a)
+        return send_p, recv_p
+
+    def _halving_loss(self, bounds: list[int], base: int, budget: int, per_packet: int) -> list[tuple[float, float]]:
+        """(send bound, receive bound) of each recursive-halving round of this rank: the budget over every rank's
+        halving messages (ordered by round, sender)."""
+        P, r = self.size, self.rank
+        rounds = P.bit_length() - 1
+        if budget < per_packet:
+            return [(0.0, 0.0)] * rounds
+        gives = [_halving_gives(q, P, bounds) for q in range(P)]
+        sizes = [gives[q][j] for j in range(rounds) for q in range(P)]
+        allow = loss_allowances(sizes, budget, per_packet, start=base)
+        out = []
+        for j in range(rounds):
+            partner = r ^ (P >> (j + 1))
+            frac = [allow[j * P + q] / gives[q][j] if gives[q][j] else 0.0 for q in (r, partner)]
+            out.append((frac[0], frac[1]))
+        return out
+
+    def _share_losses(self, outcome: Outcome) -> None:
+        """Every rank sends the ranges it lost to every other and takes the union: afterwards ``outcome.lost`` is
+        the same on every rank, the whole set of elements that may differ from the exact result. One round of
+        small messages (:data:`_LOSS_CAP` ranges; a second message carries the rest when there are more)."""
+        P = self.size
+        base = self._take_ids(2)
+        mine = outcome.merged()
+        head = torch.zeros(1 + 2 * _LOSS_CAP, dtype=torch.int64)
+        head[0] = len(mine)
+        flat = torch.tensor([x for ab in mine for x in ab], dtype=torch.int64)
+        head[1:1 + min(len(flat), 2 * _LOSS_CAP)] = flat[:2 * _LOSS_CAP]
+        rest = flat[2 * _LOSS_CAP:].contiguous()
+        peers = [q for q in range(P) if q != self.rank]
+        got = {q: torch.empty_like(head) for q in peers}
+        posted = {q: self.link.irecv(self._peer(q), got[q], self._tid_at(base, 0), timeout=self.timeout)
+                  for q in peers}
+        sends = [self.link.isend(self._peer(q), head, self._tid_at(base, 0)) for q in peers]
+        if rest.numel():
+            sends += [self.link.isend(self._peer(q), rest, self._tid_at(base, 1)) for q in peers]
+        ranges = list(mine)
+        for q in peers:
+            posted[q].wait()
+            count = int(got[q][0])
+            if not 0 <= count <= outcome.elements:
+                raise RuntimeError(f"rank {self._peer(q)} reported {count} lost ranges of {outcome.elements} elements")
+            vals = got[q][1:1 + 2 * min(count, _LOSS_CAP)].tolist()
+            if count > _LOSS_CAP:
+                more = torch.empty(2 * (count - _LOSS_CAP), dtype=torch.int64)
+                self.link.recv(self._peer(q), more, self._tid_at(base, 1), timeout=self.timeout)
+                vals += more.tolist()
+            ranges += [(vals[i], vals[i + 1]) for i in range(0, len(vals), 2)]
+        for h in sends:
+            h.wait(self.timeout)
+        outcome.lost = ranges
+        outcome.lost = outcome.merged()
 
     # --- reduce-scatter / all-gather ----------------------------------------------------------------------
     def reduce_scatter_flat(self, buf: torch.Tensor, bounds: list[int], op: ReduceOp, *, layer: int = 0,
-                            loss_bound: float = 0.0, hops_total: int | None = None, finish: bool = True,
+                            loss_bound: float = 0.0, finish: bool = True,
                             base: int | None = None, outcome: Outcome | None = None,
                             src: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         """Pipelined ring reduce-scatter of the flat ``buf`` (modified in place); returns this rank's reduced chunk
@@ -657,17 +834,21 @@ class Collectives:
 
         With ``src`` (a flat tensor shaped like ``buf``) the input is read from ``src``, which stays unchanged, and
         ``buf`` is only working space; ``out`` (flat, this rank's chunk size) then receives the reduced chunk
-        directly and is what is returned."""
+        directly and is what is returned.
+
+        ``loss_bound``: the fraction of the ``bounds[-1]`` elements that may end zero-filled or biased (SUM/AVG of
+        floating point only); what this rank received zero-filled is added to ``outcome`` (callers share it:
+        :meth:`_share_losses`)."""
         P, r = self.size, self.rank
         outcome = outcome if outcome is not None else Outcome()
-        if finish:
-            self._check_op(op, buf)
+        self._check_op(op, buf, loss_bound) if finish else check_loss(op, buf, loss_bound)
         if out is not None and (src is None or out.numel() != bounds[r + 1] - bounds[r]):
             raise ValueError("reduce_scatter_flat: out needs src and this rank's chunk size")
-        p = loss_bound / (hops_total or max(P - 1, 1))
+        budget, per_packet = self._budget(loss_bound, bounds[-1], buf.element_size())
         if base is None and self._hypercube(bounds[-1] * buf.element_size()):
-            own = self._halving_reduce_scatter(buf, bounds, op, self._take_ids(P.bit_length() - 1), layer, p,
-                                               outcome, src, out)
+            seq = self._take_ids(P.bit_length() - 1)
+            own = self._halving_reduce_scatter(buf, bounds, op, seq, layer,
+                                               self._halving_loss(bounds, seq, budget, per_packet), outcome, src, out)
             if finish:
                 _finish(op, own, P)
             return own
@@ -681,21 +862,20 @@ class Collectives:
             if finish:
                 _finish(op, own, 1)
             return own
-        self._run_ring(plan, buf, op, base=base, layer=layer, p=p, outcome=outcome, finish=finish,
-                       src=None if src is None else (0, src), dst=None if out is None else (bounds[r], out))
+        self._run_ring(plan, buf, op, base=base, layer=layer, outcome=outcome, finish=finish,
+                       src=None if src is None else (0, src), dst=None if out is None else (bounds[r], out),
+                       loss=self._ring_loss(plan, base, budget, per_packet))
         return out if out is not None else buf[bounds[r]:bounds[r + 1]]
 
-    def all_gather_flat(self, buf: torch.Tensor, bounds: list[int], *, layer: int = 0, loss_bound: float = 0.0,
-                        hops_total: int | None = None, base: int | None = None,
-                        outcome: Outcome | None = None, src: Placed | None = None) -> None:
+    def all_gather_flat(self, buf: torch.Tensor, bounds: list[int], *, layer: int = 0, base: int | None = None,
+                        src: Placed | None = None) -> None:
         """Pipelined ring all-gather in place: on entry chunk ``rank`` of ``buf`` is valid (or, with ``src``, held
         by ``src``'s tensor, from which it is sent and copied into ``buf``); on exit every chunk is. Without a
-        caller's ``base``, a one-host power-of-two group of 4 or more uses recursive doubling instead."""
+        caller's ``base``, a one-host power-of-two group of 4 or more uses recursive doubling instead. Always
+        exact: it copies results, and a copy that lost data would leave ranks with different bits."""
         P = self.size
-        outcome = outcome if outcome is not None else Outcome()
-        p = loss_bound / (hops_total or max(P - 1, 1))
         if base is None and self._hypercube(0):
-            self._doubling_all_gather(buf, bounds, self._take_ids(P.bit_length() - 1), 0, layer, p, outcome, src)
+            self._doubling_all_gather(buf, bounds, self._take_ids(P.bit_length() - 1), 0, layer, src)
             return
         plan = self.ring_plan(bounds, buf.element_size(), reduce=False, gather=True) if P > 1 else None
         base = self._take_ids(plan.messages if plan else 1) if base is None else base
@@ -703,7 +883,7 @@ class Collectives:
             if src is not None:
                 buf[src[0]:src[0] + src[1].numel()].copy_(src[1])
             return
-        self._run_ring(plan, buf, None, base=base, layer=layer, p=p, outcome=outcome, finish=False, src=src)
+        self._run_ring(plan, buf, None, base=base, layer=layer, outcome=Outcome(), finish=False, src=src)
 
     # --- hypercube (power-of-two groups on one host) --------------------------------------------------------
     def _hypercube(self, nbytes: int) -> bool:
@@ -714,7 +894,7 @@ class Collectives:
         return self.HYPERCUBE_LOCAL and self.local and P > 2 and P & (P - 1) == 0 and nbytes <= self.HALVING_MAX_LOCAL
 
     def _halving_reduce_scatter(self, buf: torch.Tensor, bounds: list[int], op: ReduceOp, base: int, layer: int,
-                                p: float, outcome: Outcome, src: torch.Tensor | None = None,
+                                loss: list[tuple[float, float]], outcome: Outcome, src: torch.Tensor | None = None,
                                 out: torch.Tensor | None = None) -> torch.Tensor:
         """Reduce-scatter by recursive halving, messages ``0 .. log2 P - 1`` of ``base``: at distance ``d = P/2,
         P/4, .., 1`` a rank keeps the half of its chunk range that holds its own chunk, sends the other half to
@@ -732,7 +912,7 @@ class Collectives:
             ka, kb, ga, gb = bounds[keep[0]], bounds[keep[1]], bounds[give[0]], bounds[give[1]]
             local = src if src is not None and j == 0 else buf
             got = tmp[:kb - ka]
-            outcome.add(ka, self._exchange(r ^ d, local[ga:gb], r ^ d, got, self._tid_at(base, j), layer, p))
+            outcome.add(ka, self._exchange(r ^ d, local[ga:gb], r ^ d, got, self._tid_at(base, j), layer, *loss[j]))
             acc = out if out is not None and d == 1 else buf[ka:kb]
             _combine_into(op, acc, local[ka:kb], got)
             lo, hi = keep
@@ -741,7 +921,7 @@ class Collectives:
         return out if out is not None else buf[bounds[r]:bounds[r + 1]]
 
     def _doubling_all_gather(self, buf: torch.Tensor, bounds: list[int], base: int, first: int, layer: int,
-                             p: float, outcome: Outcome, src: Placed | None = None) -> None:
+                             src: Placed | None = None) -> None:
         """All-gather by recursive doubling, messages ``first ..`` of ``base``: at distance ``d = 1, 2, .., P/2`` a
         rank sends its block of ``d`` chunks to ``rank ^ d`` and receives the partner's block: ``log2 P``
         transfers instead of the ring's ``P - 1`` for the same bytes. With ``src`` (this rank's chunk held
@@ -752,7 +932,7 @@ class Collectives:
             mine, theirs = r & ~(d - 1), (r ^ d) & ~(d - 1)  # first chunk of each side's block
             ma, mb, ta, tb = bounds[mine], bounds[mine + d], bounds[theirs], bounds[theirs + d]
             data = _placed(src, ma, mb) if src is not None and d == 1 else buf[ma:mb]
-            outcome.add(ta, self._exchange(r ^ d, data, r ^ d, buf[ta:tb], self._tid_at(base, j), layer, p))
+            self._exchange(r ^ d, data, r ^ d, buf[ta:tb], self._tid_at(base, j), layer)
             if src is not None and d == 1:
                 buf[ma:mb].copy_(data)
             d *= 2
@@ -762,52 +942,62 @@ class Collectives:
     def allreduce(self, t: torch.Tensor, op: ReduceOp = ReduceOp.SUM, *, layer: int = 0,
                   loss_bound: float = 0.0) -> Outcome:
         """In-place all-reduce of the flat contiguous tensor ``t``: recursive doubling when small (below
-        ``SMALL_ALLREDUCE_BYTES`` or where :func:`allreduce_by_doubling` says so); in a one-host power-of-two group
-        of 4 or more, halving-doubling up to ``HALVING_MAX_LOCAL``; otherwise the pipelined ring
-        (reduce-scatter steps, then all-gather steps, fused into one pipeline)."""
-        out = Outcome()
-        self._check_op(op, t)
+        ``SMALL_ALLREDUCE_BYTES`` or where :func:`allreduce_by_doubling` says so, unless the call is lossy); in a
+        one-host power-of-two group of 4 or more, halving-doubling up to ``HALVING_MAX_LOCAL``; otherwise the
+        pipelined ring (reduce-scatter steps, then all-gather steps, fused into one pipeline).
+
+        ``loss_bound`` (SUM/AVG of floating point only): at most that fraction of ``t`` may end zero-filled or
+        biased, the same bits on every rank; the returned :class:`Outcome` lists where, the same on every rank.
+        Recursive doubling has no step where a value is final before it is copied, so it is always exact: a lossy
+        call above ``SMALL_ALLREDUCE_BYTES`` takes the reduce-scatter based algorithms even where the cost model
+        would pick doubling."""
+        out = Outcome(elements=t.numel())
+        self._check_op(op, t, loss_bound)
         if self.size == 1:
             self._take_ids(1)
             _finish(op, t, 1)
             return out
         nbytes = t.numel() * t.element_size()
-        if nbytes < self.SMALL_ALLREDUCE_BYTES or t.numel() < self.size or allreduce_by_doubling(
-                nbytes, self.size, latency=self.ALLREDUCE_LATENCY_S, link_bps=self.ALLREDUCE_LINK_BPS,
-                reduce_bytes_per_s=self.ALLREDUCE_REDUCE_BYTES_PER_S):
+        budget, per_packet = self._budget(loss_bound, t.numel(), t.element_size())
+        if nbytes < self.SMALL_ALLREDUCE_BYTES or t.numel() < self.size or (budget < per_packet and (
+                allreduce_by_doubling(nbytes, self.size, latency=self.ALLREDUCE_LATENCY_S,
+                                      link_bps=self.ALLREDUCE_LINK_BPS,
+                                      reduce_bytes_per_s=self.ALLREDUCE_REDUCE_BYTES_PER_S))):
             seq = self._take_ids(1)
-            self._recursive_doubling(t, op, seq, layer, loss_bound, out)
-        elif self._hypercube(nbytes):
-            # Rabenseifner: halving reduce-scatter, then doubling all-gather, in place. Each transfer gets the
-            # ring's bound: all of them together carry 2(P-1) tensors' worth of elements, as the ring's do.
+            self._recursive_doubling(t, op, seq, layer, out)
+            return out
+        if self._hypercube(nbytes):
+            # Rabenseifner: halving reduce-scatter (the lossy part), then doubling all-gather, in place
             bounds, log2 = chunk_bounds(t.numel(), self.size), self.size.bit_length() - 1
-            base, p = self._take_ids(2 * log2), loss_bound / (2 * (self.size - 1))
-            _finish(op, self._halving_reduce_scatter(t, bounds, op, base, layer, p, out), self.size)
-            self._doubling_all_gather(t, bounds, base, log2, layer, p, out)
+            base = self._take_ids(2 * log2)
+            loss = self._halving_loss(bounds, base, budget, per_packet)
+            _finish(op, self._halving_reduce_scatter(t, bounds, op, base, layer, loss, out), self.size)
+            self._doubling_all_gather(t, bounds, base, log2, layer)
         else:
             bounds = chunk_bounds(t.numel(), self.size)
             plan = self.ring_plan(bounds, t.element_size(), reduce=True, gather=True)
             base = self._take_ids(plan.messages)
-            p = loss_bound / (2 * (self.size - 1))
-            self._run_ring(plan, t, op, base=base, layer=layer, p=p, outcome=out, finish=True)
+            self._run_ring(plan, t, op, base=base, layer=layer, outcome=out, finish=True,
+                           loss=self._ring_loss(plan, base, budget, per_packet))
+        if budget >= per_packet:
+            self._share_losses(out)
         return out
 
-    def _recursive_doubling(self, t: torch.Tensor, op: ReduceOp, seq: int, layer: int, loss_bound: float,
-                            out: Outcome) -> None:
+    def _recursive_doubling(self, t: torch.Tensor, op: ReduceOp, seq: int, layer: int, out: Outcome) -> None:
+        """All-reduce by recursive doubling, exact (partners combine each other's data: a loss on one side would
+        leave the two with different bits)."""
         P, r = self.size, self.rank
         pof2 = 1 << (P.bit_length() - 1)
         rem = P - pof2
-        rounds = int(math.log2(pof2)) + (2 if rem else 0)
-        p = loss_bound / max(rounds, 1)
         tmp = self._scratch("doubling", t.numel(), t.dtype)
         step = 0
         # fold the extra ranks in: even r < 2*rem gives its data to r+1 and waits for the result
         if r < 2 * rem:
             if r % 2 == 0:
-                self._exchange(r + 1, t, None, None, self._tid(seq, step), layer, p)
+                self._exchange(r + 1, t, None, None, self._tid(seq, step), layer)
                 newrank = -1
             else:
-                out.add(0, self._exchange(None, None, r - 1, tmp, self._tid(seq, step), layer, p))
+                out.add(0, self._exchange(None, None, r - 1, tmp, self._tid(seq, step), layer))
                 _combine(op, t, tmp)  # x[r-1] op x[r]
                 newrank = r // 2
         else:
@@ -818,7 +1008,7 @@ class Collectives:
             while d < pof2:
                 partner_new = newrank ^ d
                 partner = partner_new * 2 + 1 if partner_new < rem else partner_new + rem
-                out.add(0, self._exchange(partner, t, partner, tmp, self._tid(seq, step), layer, p))
+                out.add(0, self._exchange(partner, t, partner, tmp, self._tid(seq, step), layer))
                 _combine(op, t, tmp)
                 d <<= 1
                 step += 1
@@ -826,9 +1016,9 @@ class Collectives:
             step += int(math.log2(pof2))
         if r < 2 * rem:
             if r % 2 == 1:
-                self._exchange(r - 1, t, None, None, self._tid(seq, step), layer, p)
+                self._exchange(r - 1, t, None, None, self._tid(seq, step), layer)
             else:
-                out.add(0, self._exchange(None, None, r + 1, t, self._tid(seq, step), layer, p))
+                out.add(0, self._exchange(None, None, r + 1, t, self._tid(seq, step), layer))
         _finish(op, t, P)
 
     # --- reduce-scatter / all-gather with PyTorch's shapes ----------------------------------------------------
@@ -852,15 +1042,17 @@ class Collectives:
         if src is None:
             torch.cat([x.reshape(-1) for x in inputs], out=work)
         direct = src is not None and output.is_contiguous() and not _shares_storage(output, src)
-        res = Outcome()
+        res = Outcome(elements=bounds[-1])
         own = self.reduce_scatter_flat(work, bounds, op, layer=layer, loss_bound=loss_bound, outcome=res, src=src,
                                        out=output.view(-1) if direct else None)
         if not direct:
             output.copy_(own.view_as(output))
+        budget, per_packet = self._budget(loss_bound, bounds[-1], output.element_size())
+        if budget >= per_packet:
+            self._share_losses(res)
         return res
 
-    def all_gather(self, outputs: Sequence[torch.Tensor], inp: torch.Tensor, *, layer: int = 0,
-                   loss_bound: float = 0.0) -> Outcome:
+    def all_gather(self, outputs: Sequence[torch.Tensor], inp: torch.Tensor, *, layer: int = 0) -> Outcome:
         """``outputs[i]`` = rank i's ``inp`` (sizes may differ per rank; each output has that rank's size)."""
         if len(outputs) != self.size:
             raise ValueError(f"all_gather needs {self.size} output tensors, got {len(outputs)}")
@@ -883,37 +1075,35 @@ class Collectives:
                 src = (lo, inp.view(-1))  # sent from ``inp``; copied into place while the wire is busy
             else:
                 mine.copy_(inp.reshape(-1))
-        out = Outcome()
-        self.all_gather_flat(buf, bounds, layer=layer, loss_bound=loss_bound, outcome=out, src=src)
+        out = Outcome(elements=bounds[-1])
+        self.all_gather_flat(buf, bounds, layer=layer, src=src)
         if not in_place:
             for i, o in enumerate(outputs):
                 o.copy_(buf[bounds[i]:bounds[i + 1]].view_as(o))
         return out
 
     # --- rooted collectives ---------------------------------------------------------------------------------
-    def broadcast(self, t: torch.Tensor, root: int, *, layer: int = 0, loss_bound: float = 0.0) -> Outcome:
-        """``t`` (flat, contiguous) from group rank ``root`` to all: binomial tree when small, chain when large."""
-        out = Outcome()
+    def broadcast(self, t: torch.Tensor, root: int, *, layer: int = 0) -> Outcome:
+        """``t`` (flat, contiguous) from group rank ``root`` to all: binomial tree when small, chain when large.
+        Exact (a copy)."""
+        out = Outcome(elements=t.numel())
         seq = self._next_seq()
         P = self.size
         if P == 1:
             return out
         vr = (self.rank - root) % P  # virtual rank, root = 0
         if t.numel() * t.element_size() < self.SMALL_BROADCAST_BYTES:
-            rounds = max(1, (P - 1).bit_length())
-            p = loss_bound / rounds
             mask = 1
             while mask < P:  # receive from the parent
                 if vr & mask:
-                    out.add(0, self._exchange(None, None, (vr - mask + root), t, self._tid(seq, 0), layer, p))
+                    self._exchange(None, None, (vr - mask + root), t, self._tid(seq, 0), layer)
                     break
                 mask <<= 1
             mask >>= 1
             handles = []
             while mask > 0:  # send to the children
                 if vr + mask < P:
-                    handles.append(self.link.isend(self._peer(vr + mask + root), t, self._tid(seq, 0), layer=layer,
-                                                   loss_bound=p))
+                    handles.append(self.link.isend(self._peer(vr + mask + root), t, self._tid(seq, 0), layer=layer))
                 mask >>= 1
             for h in handles:
                 h.wait(self.timeout)
@@ -921,16 +1111,13 @@ class Collectives:
         # pipelined chain root -> root+1 -> ... ; segment k is forwarded while k+1 arrives
         nseg = min(255, max(1, math.ceil(t.numel() * t.element_size() / self.SEGMENT_BYTES)))
         bounds = chunk_bounds(t.numel(), nseg)
-        p = loss_bound / (P - 1)
         handles = []
         for k in range(nseg):
             seg = t[bounds[k]:bounds[k + 1]]
             if vr > 0:
-                out.add(bounds[k], self.link.recv(self._peer(self.rank - 1), seg, self._tid(seq, k),
-                                                  loss_bound=p, timeout=self.timeout))
+                self.link.recv(self._peer(self.rank - 1), seg, self._tid(seq, k), timeout=self.timeout)
             if vr < P - 1:
-                handles.append(self.link.isend(self._peer(self.rank + 1), seg, self._tid(seq, k), layer=layer,
-                                               loss_bound=p))
+                handles.append(self.link.isend(self._peer(self.rank + 1), seg, self._tid(seq, k), layer=layer))
         for h in handles:
             h.wait(self.timeout)
         return out
@@ -939,9 +1126,10 @@ class Collectives:
                loss_bound: float = 0.0) -> Outcome:
         """Reduction to group rank ``root``: ring reduce-scatter, then every chunk owner sends its chunk to root.
         Only root's ``t`` changes; the other ranks' ``t`` is read in place and left as it was (gloo leaves partial
-        sums there; its contents are unspecified by PyTorch)."""
-        out = Outcome()
-        self._check_op(op, t)
+        sums there; its contents are unspecified by PyTorch). With ``loss_bound`` only the reduce-scatter may lose;
+        the owners' sends to root are exact."""
+        out = Outcome(elements=t.numel())
+        self._check_op(op, t, loss_bound)
         if self.size == 1:
             self._take_ids(1)
             _finish(op, t, 1)
@@ -953,22 +1141,23 @@ class Collectives:
         # root reduces in place; the others read t in place and reduce into scratch space (no copy of t)
         src = None if self.rank == root else t
         work = t if src is None else self._scratch("work", t.numel(), t.dtype)
-        self.reduce_scatter_flat(work, bounds, op, layer=layer, loss_bound=loss_bound / 2, base=base, outcome=out,
+        self.reduce_scatter_flat(work, bounds, op, layer=layer, loss_bound=loss_bound, base=base, outcome=out,
                                  src=src)
         if self.rank == root:
             for i in range(self.size):
                 if i != root and bounds[i + 1] > bounds[i]:
-                    out.add(bounds[i], self.link.recv(self._peer(i), t[bounds[i]:bounds[i + 1]], to_root,
-                                                      loss_bound=loss_bound / 2, timeout=self.timeout))
+                    self.link.recv(self._peer(i), t[bounds[i]:bounds[i + 1]], to_root, timeout=self.timeout)
         else:
             chunk = work[bounds[self.rank]:bounds[self.rank + 1]]
             if chunk.numel():
-                self.link.isend(self._peer(root), chunk, to_root, layer=layer,
-                                loss_bound=loss_bound / 2).wait(self.timeout)
+                self.link.isend(self._peer(root), chunk, to_root, layer=layer).wait(self.timeout)
+        budget, per_packet = self._budget(loss_bound, t.numel(), t.element_size())
+        if budget >= per_packet:
+            self._share_losses(out)
         return out
 
-    def gather(self, outputs: Sequence[torch.Tensor] | None, inp: torch.Tensor, root: int, *, layer: int = 0,
-               loss_bound: float = 0.0) -> Outcome:
+    def gather(self, outputs: Sequence[torch.Tensor] | None, inp: torch.Tensor, root: int, *,
+               layer: int = 0) -> Outcome:
         out = Outcome()
         seq = self._next_seq()
         if self.rank == root:
@@ -980,7 +1169,7 @@ class Collectives:
                     if i != root and o.numel():
                         flat = o.reshape(-1) if o.is_contiguous() else torch.empty(o.numel(), dtype=o.dtype)
                         posted.append((i, o, flat, self.link.irecv(self._peer(i), flat, self._tid(seq, 0),
-                                                                   loss_bound=loss_bound, timeout=self.timeout)))
+                                                                   timeout=self.timeout)))
                 outputs[root].copy_(inp.view_as(outputs[root]))
                 while posted:
                     i, o, flat, h = posted[0]
@@ -993,33 +1182,31 @@ class Collectives:
                     h.cancel()
                 raise
         elif inp.numel():
-            self.link.isend(self._peer(root), inp.reshape(-1).contiguous(), self._tid(seq, 0), layer=layer,
-                            loss_bound=loss_bound).wait(self.timeout)
+            self.link.isend(self._peer(root), inp.reshape(-1).contiguous(), self._tid(seq, 0),
+                            layer=layer).wait(self.timeout)
         return out
 
-    def scatter(self, output: torch.Tensor, inputs: Sequence[torch.Tensor] | None, root: int, *, layer: int = 0,
-                loss_bound: float = 0.0) -> Outcome:
+    def scatter(self, output: torch.Tensor, inputs: Sequence[torch.Tensor] | None, root: int, *,
+                layer: int = 0) -> Outcome:
         out = Outcome()
         seq = self._next_seq()
         if self.rank == root:
             if inputs is None or len(inputs) != self.size:
                 raise ValueError(f"scatter at the root needs {self.size} input tensors")
-            handles = [self.link.isend(self._peer(i), x.reshape(-1).contiguous(), self._tid(seq, 0), layer=layer,
-                                       loss_bound=loss_bound)
+            handles = [self.link.isend(self._peer(i), x.reshape(-1).contiguous(), self._tid(seq, 0), layer=layer)
                        for i, x in enumerate(inputs) if i != root and x.numel()]
             output.copy_(inputs[root].view_as(output))
             for h in handles:
                 h.wait(self.timeout)
         elif output.numel():
             flat = output.reshape(-1) if output.is_contiguous() else torch.empty(output.numel(), dtype=output.dtype)
-            out.add(0, self.link.recv(self._peer(root), flat, self._tid(seq, 0), loss_bound=loss_bound,
-                                      timeout=self.timeout))
+            self.link.recv(self._peer(root), flat, self._tid(seq, 0), timeout=self.timeout)
             if flat.data_ptr() != output.data_ptr():
                 output.copy_(flat.view_as(output))
         return out
 
-    def all_to_all(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], *, layer: int = 0,
-                   loss_bound: float = 0.0) -> Outcome:
+    def all_to_all(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], *,
+                   layer: int = 0) -> Outcome:
         """``outputs[j]`` on rank i = ``inputs[i]`` of rank j; pairwise exchange in P-1 rounds."""
         if len(outputs) != self.size or len(inputs) != self.size:
             raise ValueError(f"all_to_all needs {self.size} input and output tensors")
@@ -1030,9 +1217,7 @@ class Collectives:
             dst, src = (self.rank + k) % self.size, (self.rank - k) % self.size
             o = outputs[src]
             flat = o.reshape(-1) if o.is_contiguous() else torch.empty(o.numel(), dtype=o.dtype)
-            out.add(sum(x.numel() for x in outputs[:src]),
-                    self._exchange(dst, inputs[dst].reshape(-1).contiguous(), src, flat, self._tid(seq, k), layer,
-                                   loss_bound))
+            self._exchange(dst, inputs[dst].reshape(-1).contiguous(), src, flat, self._tid(seq, k), layer)
             if flat.data_ptr() != o.data_ptr():
                 o.copy_(flat.view_as(o))
         return out
@@ -1042,17 +1227,16 @@ class Collectives:
         self.allreduce(torch.zeros(1, dtype=torch.uint8), ReduceOp.MAX)
 
     # --- point to point -------------------------------------------------------------------------------------
-    def send(self, t: torch.Tensor, dst: int, tag: int = 0, *, layer: int = 0, loss_bound: float = 0.0) -> None:
+    def send(self, t: torch.Tensor, dst: int, tag: int = 0, *, layer: int = 0) -> None:
         """Send to group rank ``dst``; matched with the receiver's recv of the same tag, in order."""
         tid = self._p2p_tid(dst, tag, "send")
-        self.link.isend(self._peer(dst), t.reshape(-1).contiguous(), tid, layer=layer,
-                        loss_bound=loss_bound).wait(self.timeout)
+        self.link.isend(self._peer(dst), t.reshape(-1).contiguous(), tid, layer=layer).wait(self.timeout)
 
-    def recv(self, t: torch.Tensor, src: int, tag: int = 0, *, loss_bound: float = 0.0) -> Outcome:
+    def recv(self, t: torch.Tensor, src: int, tag: int = 0) -> Outcome:
         tid = self._p2p_tid(src, tag, "recv")
         flat = t.reshape(-1) if t.is_contiguous() else torch.empty(t.numel(), dtype=t.dtype)
         out = Outcome()
-        out.add(0, self.link.recv(self._peer(src), flat, tid, loss_bound=loss_bound, timeout=self.timeout))
+        out.add(0, self.link.recv(self._peer(src), flat, tid, timeout=self.timeout))
         if flat.data_ptr() != t.data_ptr():
             t.copy_(flat.view_as(t))
         return out

@@ -95,7 +95,7 @@ _REORDER_TIME = 0.001
 _REORDER_MAX = 0.016
 _REORDER_DECAY = 0.98
 _TOS_CONTROL = tos_byte(CONTROL_PRIORITY, False)
-_F_ELIGIBLE, _F_ECN_ECHO, _F_RETRANSMIT = int(Flag.DROP_ELIGIBLE), int(Flag.ECN_ECHO), int(Flag.RETRANSMIT)
+_F_ECN_ECHO, _F_RETRANSMIT = int(Flag.ECN_ECHO), int(Flag.RETRANSMIT)
 
 # --- segmentation offload (Linux UDP GSO/GRO, as QUIC stacks use them) -------------------------------------------
 #: A send of up to ``_GSO_MAX_SEGS`` equal-size datagrams is one ``sendmsg`` whose UDP_SEGMENT control message

@@ -2,8 +2,9 @@
 order, shapes) quickly and deterministically. The same algorithms run over the real DLCP transport in
 tests/host/test_backend*.py; this stands in only for the network, never for the code under test.
 
-Optionally lossy: with ``loss=True`` and a positive loss bound, each transfer zero-fills a random tail of at most
-``loss_bound`` of its elements and reports the range, as the transport's bounded-loss receiver does.
+Optionally lossy: with ``loss=True`` and a positive loss bound, each transfer loses whole "packets" of
+``packet`` elements at random positions, at least one and at most ``loss_bound`` of its elements in all, zero-fills
+them and reports the ranges, as the transport's bounded-loss receiver does when a switch drops eligible packets.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ class DeferredRecv:
 
 
 class MemNetwork:
-    def __init__(self, size: int, *, loss: bool = False, seed: int = 0):
+    def __init__(self, size: int, *, loss: bool = False, seed: int = 0, packet: int = 64):
         self.size = size
         self.loss = loss
+        self.packet = packet
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.boxes: dict[tuple[int, int, int], queue.Queue] = {}
@@ -71,17 +73,24 @@ class MemLink:
     def irecv(self, peer, out, transfer_id, *, loss_bound=0.0, timeout=None):
         return DeferredRecv(lambda: self.recv(peer, out, transfer_id, loss_bound=loss_bound, timeout=timeout), out)
 
+    def packet_elems(self, itemsize: int) -> int:
+        return self.net.packet
+
     def recv(self, peer, out, transfer_id, *, loss_bound=0.0, timeout=None):
         data, sender_bound = self.net.box(peer, self.rank, transfer_id).get(timeout=timeout or 30)
         assert data.numel() == out.numel() and data.dtype == out.dtype, (data.shape, out.shape, transfer_id)
         out.copy_(data)
         rep = RecvReport()
         if self.net.loss and loss_bound > 0:
+            n, pk = out.numel(), self.net.packet
+            budget = int(loss_bound * n + 1e-9)
+            slots = -(-n // pk)
             with self.net.lock:
-                k = self.net.rng.randint(0, int(loss_bound * out.numel()))
-            if k:
-                out[out.numel() - k:] = 0
-                rep.lost.append((out.numel() - k, out.numel()))
+                k = self.net.rng.randint(1, budget // pk) if budget >= pk else 0
+                drop = sorted(self.net.rng.sample(range(slots - 1), min(k, slots - 1)))  # the last may be short
+            for i in drop:
+                out[i * pk:(i + 1) * pk] = 0
+                rep.lost.append((i * pk, (i + 1) * pk))
         return rep
 
 
