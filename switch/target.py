@@ -160,8 +160,11 @@ class Switch:
             # initial entries: ``const entries`` are read-only; plain ``entries`` are ordinary entries the
             # control plane reads, modifies and deletes (P4-16 14.2.1.4)
             for e in t.entries or []:
-                tb.insert(runtime.Entry(tuple(e.keys), e.priority or 0, e.action.index, tuple(e.args),
-                                        is_const=t.const_entries))
+                try:
+                    tb.insert(runtime.Entry(tuple(e.keys), e.priority or 0, e.action.index, tuple(e.args),
+                                            is_const=t.const_entries))
+                except SwitchError as x:          # the checker rules these out; a located error all the same
+                    raise P4Error(e.loc, f"entry cannot be installed: {x.message}") from None
         exec(compile(PRELUDE, "<switch-prelude>", "exec"), ns)
         exec(compile(src, f"<p4:{p.path}>", "exec"), ns)
         ns["ACTIONS"] = [ns.get(f"A{a.index}") for a in p.actions]    # fused code inlines actions
