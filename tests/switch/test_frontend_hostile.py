@@ -163,6 +163,7 @@ def test_header_stack_next_outside_a_parser(tmp_path):
 
 
 # ---- fuzz ---------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_mutated_programs_never_escape_the_located_error():
     """A few seconds of mutants of every program in p4src/ and tests/switch/programs (DLCP_P4FUZZ_SECONDS for a
     longer run); each compiles or fails with a located P4Error."""
