@@ -101,7 +101,7 @@ def test_reachable_params_walks_the_autograd_graph() -> None:
 @pytest.mark.slow
 def test_dear_and_spardl_library_contract_in_real_processes() -> None:
     """BatchNorm buffers == DDP's; unused parameters no longer hold back lower groups (== DDP with
-    find_unused_parameters); checkpoint/resume == uninterrupted (dense + tuner, SparDL residuals);
+    find_unused_parameters); checkpoint/resume == uninterrupted (dense + tuner, DeAR + SparDL, DDP + SparDL hook);
     conservation across DeAR re-plans and DDP's bucket rebuild; flush() raises within its timeout."""
     names = "buffers,unused,resume,conserve,flush-timeout"
     out = check(launch(WORKER, names, 2, timeout=200))
