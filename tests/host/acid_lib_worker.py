@@ -8,11 +8,14 @@
 * ``consensus`` (ring of n): A²CiD² and plain asynchronous gossip at the same rate on the non-iid MLP task, steps
   padded to ``STEP`` seconds (an emulated accelerator); x snapshots every few steps; rank 0 prints the mean
   consensus distance of each, and the final averaged model's loss.
+* ``dead`` (last): the last rank dies mid-training; the others' exchanges with it fail within the timeout, are
+  counted, and training and stopping go on.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from datetime import timedelta
@@ -120,10 +123,38 @@ def consensus(steps: int = 120, reps: int = 4) -> None:
     print("ok consensus", r, flush=True)
 
 
+def dead() -> None:
+    """The last rank dies (SIGKILL-like ``os._exit``) after 15 steps; the others keep training and gossiping for 60
+    steps: exchanges with it fail within the timeout and are counted, nobody hangs, stopping works (run it last)."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    spec = ProblemSpec(hidden=16, batch=32)
+    X, y = make_shard(spec, n, r)
+    model = build_model(spec, seed=r)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    acid = Acid(model, opt, topology="ring", rate_com=2.0, exchange_timeout=3.0)
+    t0 = time.monotonic()
+    for i in range(60):
+        if r == n - 1 and i == 15:
+            os._exit(0)
+        ts = time.monotonic()
+        opt.zero_grad()
+        F.cross_entropy(acid(X[:32]), y[:32]).backward()
+        acid.step()
+        time.sleep(max(0.0, STEP - (time.monotonic() - ts)))
+    acid.stop_communication()
+    dt = time.monotonic() - t0
+    assert acid.comms > 0, acid
+    assert dt < 60, f"training with a dead peer took {dt:.0f}s"
+    assert acid.failed_exchanges <= 2, f"rank {r}: {acid.failed_exchanges} failed exchanges with one dead peer"
+    print(f"dead: rank {r} comms {acid.comms} failed {acid.failed_exchanges} in {dt:.1f}s", flush=True)
+    print("ok dead", r, flush=True)
+    os._exit(0)
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
-    scenarios = {"resume": resume, "consensus": consensus}
+    scenarios = {"resume": resume, "consensus": consensus, "dead": dead}
     for name in sys.argv[1].split(","):
         t0 = time.monotonic()
         scenarios[name](*[int(a) for a in sys.argv[2:]])

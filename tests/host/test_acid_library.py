@@ -82,10 +82,12 @@ def test_acid_library_on_a_ring_of_4_resumes_exactly_and_beats_gossip_in_consens
     """Four processes with torchrun's environment: (1) save after 3 steps, load into a fresh model, optimizer,
     scheduler and Acid, 3 more steps == 6 uninterrupted steps, bit for bit (scripted clock and exchanges);
     (2) A²CiD² and plain asynchronous gossip at rate 1 on the ring, alternated four times each: A²CiD²'s mean
-    consensus distance is lower, both achieve most of the requested rate, and both train."""
-    out = check(launch(WORKER, "resume,consensus", 4, timeout=280))
+    consensus distance is lower, both achieve most of the requested rate, and both train; (3) rank 3 dies in
+    the middle of training: the others' exchanges with it fail within the timeout and they finish."""
+    out = check(launch(WORKER, "resume,consensus,dead", 4, timeout=280))
     for r, o in enumerate(out):
         assert f"ok resume {r}" in o and f"ok consensus {r}" in o, o
+        assert (f"ok dead {r}" in o) == (r != 3), o  # (3) rank 3 dies; the others go on and stop cleanly
     line = next(ln for ln in out[0].splitlines() if ln.startswith("consensus "))
     res = json.loads(line.split(" ", 1)[1])
     mean = {a: sum(v["consensus"]) / len(v["consensus"]) for a, v in res.items()}
