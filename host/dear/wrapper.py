@@ -49,6 +49,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from host.collectives import LossStats
 from host.dear.compressor import (ClippableCompressor, DenseCompressor, GroupCompressor, GroupLayout, ParamSlot,
                                   ReplannableCompressor, RingReduceScatter, StatefulCompressor, ring_reduce_scatter,
                                   wait_work)
@@ -192,6 +193,8 @@ class DeAR:
         if loss_bound > 0 and self.backend != "dlcp":
             raise ValueError(f"loss_bound > 0 needs the dlcp backend; this process group runs {self.backend!r}")
         self.loss_bound, self.average, self.max_grad_norm = loss_bound, average, max_grad_norm
+        # what bounded loss did to each fusion group's reduce-scatter (host.collectives.LossStats; take() per step)
+        self.loss_stats = LossStats()
         self.fusion = fusion
         if compressor is not None:
             if not isinstance(compressor, GroupCompressor):
@@ -370,6 +373,8 @@ class DeAR:
         try:
             self._ensure(len(self._groups) - 1)
         except DeARError as e:
+            if self._broken is None or "did not complete" not in self._broken:
+                raise
             raise DeARError(f"{e} (flush() waits for the same all-gathers on every rank: each rank must call "
                             "flush() or run a forward pass after its last step())") from e
         finally:
@@ -434,6 +439,7 @@ class DeAR:
             cfg = self.tuner_cfg
             self.tuner = BayesTuner(0.0, 1.0, n_init=cfg.n_init, seed=cfg.seed)
             self.tuner.load_state_dict(d["tuner"])
+        self.tuning = self.tuning and self.tuner is not None and self._tune_x is not None
         if self._order is not None:
             thr = d.get("threshold")
             if thr is not None and (thr != self._threshold or not self._groups):
@@ -550,7 +556,7 @@ class DeAR:
             return None
         from host.backend import loss_bound_scope
 
-        return lambda g: loss_bound_scope(self.loss_bound, self._groups[g].position)
+        return lambda g: loss_bound_scope(self.loss_bound, self._groups[g].position, stats=self.loss_stats)
 
     def _check_usable(self) -> None:
         if self._broken is not None:
