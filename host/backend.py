@@ -26,8 +26,9 @@ How it works:
   ``TransportError`` within the timeout).
 * **Options** (:class:`DlcpOptions`, or environment variables ``DLCP_LOSS_BOUND``, ``DLCP_MTU``,
   ``DLCP_POLICY``, ``DLCP_CC``, ``DLCP_TIMEOUT``, ``DLCP_PEER_TIMEOUT``, ``DLCP_ADDR``, ``DLCP_PORT``,
-  ``DLCP_JOB_ID``): the loss bound applies to gradient all-reduces; control traffic (barrier, broadcast of
-  parameters, gathers) is always reliable unless a call says otherwise through :func:`loss_bound_scope`.
+  ``DLCP_JOB_ID``): ``DLCP_LOSS_BOUND`` is the bound of the callers that ask for loss without naming one (the DDP
+  hook, DeAR, SparDL, :func:`loss_bound_scope` with ``None``); every other call is exact whatever it says, and
+  only SUM/AVG reductions of floating-point tensors may be lossy (``docs/bounded-loss.md``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ import torch
 import torch.distributed as dist
 
 from host import wire
-from host.collectives import Collectives, EndpointLink, Outcome, RecvReport, ReduceOp
+from host.collectives import Collectives, EndpointLink, LossStats, Outcome, RecvReport, ReduceOp, check_loss
 from host.transport.cc import CCParams, params_for_mode
 from host.transport.chunking import payload_capacity
 from host.transport.endpoint import Endpoint, Options, TransportError, path_mtu
@@ -67,7 +68,7 @@ BACKEND_NAME = "dlcp"
 class DlcpOptions:
     """Backend options. ``from_env()`` reads the ``DLCP_*`` variables; explicit fields win over them."""
 
-    loss_bound: float = 0.0  # fraction of a gradient all-reduce that may be zero-filled (0 = exact)
+    loss_bound: float = 0.0  # default bound of calls that ask for loss (loss_bound_scope(None)); others are exact
     mtu: int | None = None  # None: the smallest path MTU towards the peers (65535 on loopback, 1500 on Ethernet)
     policy: str = "layer-magnitude"  # the transport's priority policy (host.policy)
     # "on": DCTCP-style window on ECN marks and on queueing delay (paths whose queues only drop); "fast": the same
@@ -80,6 +81,9 @@ class DlcpOptions:
     addr: str | None = None  # IPv4 address to bind; None = auto
     port: int = wire.UDP_PORT
     job_id: int | None = None  # None: derived from the rendezvous (MASTER_ADDR/PORT, run id)
+    # Fault injection for tests and experiments: the fraction of this process's drop-eligible packets its socket
+    # drops as it sends them, as a congested DLCP switch would (host.transport.faults.LossySocket); 0: none.
+    drop_eligible: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -91,6 +95,7 @@ class DlcpOptions:
             "congestion_control": ("DLCP_CC", _cc_mode),
             "timeout": ("DLCP_TIMEOUT", float), "peer_timeout": ("DLCP_PEER_TIMEOUT", float),
             "addr": ("DLCP_ADDR", str), "port": ("DLCP_PORT", int), "job_id": ("DLCP_JOB_ID", int),
+            "drop_eligible": ("DLCP_DROP_ELIGIBLE", float),
         }
         for name, (var, fn) in conv.items():
             if var in env and env[var] != "":
@@ -102,6 +107,8 @@ class DlcpOptions:
             setattr(o, k, v)
         if not 0.0 <= o.loss_bound < 1.0:
             raise ValueError(f"loss bound must be in [0, 1), got {o.loss_bound}")
+        if not 0.0 <= o.drop_eligible <= 1.0:
+            raise ValueError(f"drop_eligible (DLCP_DROP_ELIGIBLE) must be in [0, 1], got {o.drop_eligible}")
         return o
 
 
@@ -109,23 +116,40 @@ _scope = threading.local()
 
 
 @contextlib.contextmanager
-def loss_bound_scope(loss_bound: float, layer: int | None = None):
-    """Within this block, all-reduces and reduce-scatters issued by this thread use ``loss_bound`` and ``layer`` as
-    the priority position; all-gathers take only the ``layer`` (their data, e.g. DeAR's reduced gradients, must
-    arrive whole). The DDP comm hook (``host.hooks``) and DeAR use it to tag each bucket or fusion group."""
+def loss_bound_scope(loss_bound: float | None = None, layer: int | None = None, stats: LossStats | None = None):
+    """The one way to ask for bounded loss: within this block, SUM/AVG all-reduces, reduce-scatters and reduces of
+    floating-point tensors issued by this thread may zero-fill up to ``loss_bound`` of their elements (None: the
+    process group's ``DlcpOptions.loss_bound``, i.e. ``DLCP_LOSS_BOUND``), and every call takes ``layer`` as its
+    priority position. Asking for loss on another op or dtype raises ``ValueError`` at the call. Outside such a
+    block every collective is exact, whatever ``DLCP_LOSS_BOUND`` says. ``stats`` (a
+    :class:`~host.collectives.LossStats`) receives each reducing call's outcome. The DDP comm hook
+    (``host.hooks``) and DeAR use it to tag each bucket or fusion group."""
     old = getattr(_scope, "v", None)
-    _scope.v = (loss_bound, layer)
+    _scope.v = (loss_bound, layer, stats)
     try:
         yield
     finally:
         _scope.v = old
 
 
-def _scoped(default_bound: float) -> tuple[float, int]:
+def _scoped(default_bound: float) -> tuple[float, int, LossStats | None]:
+    """(loss bound, layer, stats) of the calling thread's :func:`loss_bound_scope`: exact outside any scope."""
     v = getattr(_scope, "v", None)
     if v is None:
-        return default_bound, 0
-    return v[0], (v[1] or 0)
+        return 0.0, 0, None
+    return (default_bound if v[0] is None else v[0]), (v[1] or 0), v[2]
+
+
+def _recorded(run: Callable[[], Outcome], stats: LossStats | None, bound: float) -> Callable[[], Outcome]:
+    """``run`` that also hands its outcome to ``stats``."""
+    if stats is None:
+        return run
+
+    def wrapped() -> Outcome:
+        out = run()
+        stats.record(out, bound > 0)
+        return out
+    return wrapped
 
 
 # --- the process-wide transport -------------------------------------------------------------------------------
@@ -157,6 +181,14 @@ def _cc_mode(v: str | bool) -> str:
     if s in ("ecn", "fast"):
         return s
     raise ValueError(f"congestion control {v!r}: expected on, fast, ecn or off")
+
+
+def _dropper(o: DlcpOptions):
+    """The socket wrapper of ``DlcpOptions.drop_eligible`` (None without one)."""
+    if o.drop_eligible <= 0:
+        return None
+    from host.transport.faults import LossySocket
+    return lambda sock: LossySocket(sock, loss_eligible=o.drop_eligible, loss_protected=0.0)
 
 
 def _auto_addr(rank: int) -> str:
@@ -197,13 +229,16 @@ class DlcpWork:
         self._lock = threading.Lock()  # one finisher at a time
         self._waiter: threading.Thread | None = None
         self.source: int = -1  # the sender of a receive from any source
-        self.lost_ranges: list[tuple[int, int]] = []
+        self.lost_ranges: list[tuple[int, int]] = []  # union over the group's ranks (Outcome.lost)
+        self.zero_filled = 0  # elements covered by lost_ranges
+        self.elements = 0  # elements of the operation's flat buffer
 
     def _complete(self, outcome: Outcome | None, exc: BaseException | None) -> None:
         if self._done.is_set():
             return
         if outcome is not None:
             self.lost_ranges = outcome.merged()
+            self.zero_filled, self.elements = outcome.zero_filled, outcome.elements
         self._exc = exc
         self._done.set()
         if exc is None:
@@ -382,7 +417,7 @@ class DlcpBackend:
             cc = _cc_params(_cc_mode(o.congestion_control), o.mtu)
             ep = Endpoint(rank, addrs, job_id=job_id, nonce=nonce,
                           options=Options(mtu=o.mtu, policy=LayerMagnitudePolicy(), recv_timeout=o.timeout,
-                                          peer_timeout=o.peer_timeout, cc=cc))
+                                          peer_timeout=o.peer_timeout, cc=cc, socket_wrapper=_dropper(o)))
             with _Process.lock:
                 _Process.endpoint, _Process.link = ep, EndpointLink(ep)
                 _Process.global_store = store
@@ -459,24 +494,28 @@ class DlcpBackend:
     # collectives ----------------------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         op = ReduceOp.from_torch(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
-        bound, layer = _scoped(self.options.loss_bound)
+        bound, layer, stats = _scoped(self.options.loss_bound)
+        for t in tensors:
+            check_loss(op, t, bound)
         pairs = _flat_views(list(tensors))
 
         def run():
             out = Outcome()
             for _, flat in pairs:
-                out.lost += self._coll.allreduce(flat, op, layer=layer, loss_bound=bound).lost
+                out.extend(self._coll.allreduce(flat, op, layer=layer, loss_bound=bound))
             _copy_back(pairs)
             return out
-        return self._submit(run, list(tensors))
+        return self._submit(_recorded(run, stats, bound), list(tensors))
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = ReduceOp.from_torch(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         result = list(tensors)
         tensors = _plain(result)
-        bound, layer = _scoped(self.options.loss_bound)
+        bound, layer, stats = _scoped(self.options.loss_bound)
         if len({t.dtype for t in tensors}) > 1:
             raise ValueError("allreduce_coalesced needs tensors of one dtype")
+        for t in tensors:
+            check_loss(op, t, bound)
 
         def run():
             flat = torch.cat([t.reshape(-1) for t in tensors]) if tensors else torch.empty(0)
@@ -486,14 +525,14 @@ class DlcpBackend:
                 t.copy_(flat[pos:pos + t.numel()].view_as(t))
                 pos += t.numel()
             return out
-        return self._submit(run, result)
+        return self._submit(_recorded(run, stats, bound), result)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         if len(input_tensors) != 1:
             raise ValueError("dlcp allgather takes one input tensor per process")
         result = list(output_tensors[0])
         outs, (inp,) = _plain(result), _plain(input_tensors)
-        _, layer = _scoped(0.0)
+        _, layer, _ = _scoped(0.0)
         return self._submit(lambda: self._coll.all_gather(outs, inp, layer=layer), [result])
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
@@ -504,7 +543,7 @@ class DlcpBackend:
             raise ValueError(f"allgather_coalesced: expected {self._size} output lists (one per rank) of "
                              f"{len(ins)} tensors (one per input), got {[len(o) for o in output_lists]}")
         outs = [_plain(output_lists[r][i] for r in range(self._size)) for i in range(len(ins))]
-        _, layer = _scoped(0.0)
+        _, layer, _ = _scoped(0.0)
 
         def run():
             for o, i in zip(outs, ins):
@@ -521,7 +560,7 @@ class DlcpBackend:
                              f"{input.numel()} x {self._size}")
         pairs = _flat_views([output])
         (input,) = _plain([input])
-        _, layer = _scoped(0.0)  # priority from the caller's scope; never a loss bound for gathers
+        _, layer, _ = _scoped(0.0)  # priority from the caller's scope; never a loss bound for gathers
 
         def run():
             flat = pairs[0][1]
@@ -548,9 +587,10 @@ class DlcpBackend:
         if len(output_tensors) != 1:
             raise ValueError("dlcp reduce_scatter takes one output tensor per process")
         (out_t,), ins = _plain(output_tensors), _plain(input_tensors[0])
-        bound, layer = _scoped(0.0)
-        return self._submit(lambda: self._coll.reduce_scatter(out_t, ins, op, layer=layer, loss_bound=bound),
-                            [output_tensors[0]])
+        bound, layer, stats = _scoped(self.options.loss_bound)
+        check_loss(op, out_t, bound)
+        return self._submit(_recorded(lambda: self._coll.reduce_scatter(out_t, ins, op, layer=layer, loss_bound=bound),
+                                      stats, bound), [output_tensors[0]])
 
     def _reduce_scatter_base(self, output, input, opts=None):
         return self.reduce_scatter_single(output, input, opts)
@@ -562,14 +602,15 @@ class DlcpBackend:
             raise ValueError(f"reduce_scatter_tensor: input has {input.numel()} elements, expected "
                              f"{output.numel()} x {self._size}")
         output, input = _plain([output, input])
-        bound, layer = _scoped(0.0)
+        bound, layer, stats = _scoped(self.options.loss_bound)
+        check_loss(op, output, bound)
 
         def run():
             n = output.numel()
             flat = input.reshape(-1)
             return self._coll.reduce_scatter(output, [flat[i * n:(i + 1) * n] for i in range(self._size)], op,
                                              layer=layer, loss_bound=bound)
-        return run
+        return _recorded(run, stats, bound)
 
     def reduce_scatter_single(self, output, input, opts=None):
         return self._submit(self._scatter_reduce_into(output, input, opts), [output])
@@ -578,9 +619,9 @@ class DlcpBackend:
         runs = [self._scatter_reduce_into(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
 
         def run():
-            out = Outcome()  # several outputs: their lost ranges are not in one coordinate system, so none kept
+            out = Outcome()  # the outputs' inputs end to end
             for r in runs:
-                r()
+                out.extend(r())
             return out
         return self._submit(run, list(outputs))
 
@@ -589,25 +630,27 @@ class DlcpBackend:
         pairs = _flat_views(list(tensors))
 
         def run():
-            out = Outcome()
             for _, flat in pairs:
-                out.lost += self._coll.broadcast(flat, root).lost
+                self._coll.broadcast(flat, root)
             _copy_back(pairs)
-            return out
+            return Outcome()
         return self._submit(run, list(tensors))
 
     def reduce(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
         op = ReduceOp.from_torch(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        bound, layer, stats = _scoped(self.options.loss_bound)
+        for t in tensors:
+            check_loss(op, t, bound)
         pairs = _flat_views(list(tensors))
 
         def run():
             out = Outcome()
             for _, flat in pairs:
-                out.lost += self._coll.reduce(flat, root, op).lost
+                out.extend(self._coll.reduce(flat, root, op, layer=layer, loss_bound=bound))
             _copy_back(pairs)
             return out
-        return self._submit(run, list(tensors))
+        return self._submit(_recorded(run, stats, bound), list(tensors))
 
     def gather(self, output_tensors, input_tensors, opts=None):
         root = opts.rootRank if opts is not None else 0

@@ -62,7 +62,7 @@ import torch
 
 from host.transport.chunking import chunk_elems
 
-__all__ = ["check_loss", "loss_allowances", "LOSSY_OPS", "Link", "EndpointLink", "SendHandle", "RecvHandle", "RecvReport", "ReduceOp", "Outcome", "Collectives",
+__all__ = ["check_loss", "loss_allowances", "LOSSY_OPS", "LossStats", "Link", "EndpointLink", "SendHandle", "RecvHandle", "RecvReport", "ReduceOp", "Outcome", "Collectives",
            "chunk_bounds", "ring_reduce_scatter_schedule", "ring_segment_count", "RingPlan", "ring_plan",
            "allreduce_by_doubling"]
 
@@ -350,6 +350,36 @@ class Outcome:
     @property
     def fraction(self) -> float:
         return self.zero_filled / self.elements if self.elements else 0.0
+
+    def extend(self, other: "Outcome") -> None:
+        """Append another call's outcome after this one's elements (several tensors of one operation)."""
+        self.add(self.elements, RecvReport(lost=other.lost))
+        self.elements += other.elements
+
+
+class LossStats:
+    """Running totals of what bounded loss did over many collectives (thread-safe): the DDP hook and DeAR keep one
+    and hand it to every call they make (``host.backend.loss_bound_scope(..., stats=)``); :meth:`take` returns
+    the totals since the last take (one training step's, when taken once per step) and starts again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.total = {"calls": 0, "lossy_calls": 0, "elements": 0, "zero_filled": 0}
+        self._since = dict(self.total)
+
+    def record(self, outcome: "Outcome", lossy: bool) -> None:
+        with self._lock:
+            for d in (self.total, self._since):
+                d["calls"] += 1
+                d["lossy_calls"] += int(lossy)
+                d["elements"] += outcome.elements
+                d["zero_filled"] += outcome.zero_filled
+
+    def take(self) -> dict[str, float]:
+        """``{calls, lossy_calls, elements, zero_filled, fraction}`` since the previous take."""
+        with self._lock:
+            d, self._since = self._since, dict.fromkeys(self._since, 0)
+        return {**d, "fraction": d["zero_filled"] / d["elements"] if d["elements"] else 0.0}
 
 
 #: The reductions for which zero is the identity: a lost contribution leaves a sum short, never wrong in kind.
