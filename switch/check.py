@@ -560,6 +560,9 @@ class Checker:
                 if e.name not in s.type.members:
                     raise P4Error(e.loc, f"'{e.name}' is not a member of {s.type}")
                 return s.type
+            if isinstance(s, Sym) and s.kind == "type" and isinstance(s.type, (ir.HeaderT, ir.StructT, Bits,
+                                                                                 ir.StackT, ir.BoolT)):
+                raise P4Error(e.expr.loc, f"'{e.expr.name}' is a type, not a value")
         bt = self.expr(e.expr, scope)
         if isinstance(bt, (ir.HeaderT, ir.StructT)):
             if e.name in bt.index:

@@ -251,3 +251,8 @@ def test_declaration_cut_at_the_end_of_the_file(tmp_path):
     # a scan for a method name that runs into the end of the file
     e = compile_err(tmp_path, "extern ethernet_t {\n    bit<48> dst\n")
     assert e.loc.file.endswith("prog.p4") and e.loc.line >= 1
+
+
+def test_a_type_used_as_a_value(tmp_path):
+    e = compile_err(tmp_path, TEMPLATE.replace("BODY", "        hdr.h.b = (bit<16>)standard_metadata_t.enq_qdepth;"))
+    assert "'standard_metadata_t' is a type, not a value" in e.message and (e.loc.line, e.loc.col) == (12, 28)
