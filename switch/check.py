@@ -487,6 +487,9 @@ class Checker:
             return self.cast(e, src, to)
         if isinstance(e, A.ListExpr):
             ts = [self.expr(x, scope) for x in e.items]
+            for x, t in zip(e.items, ts):
+                if t is VOID or isinstance(t, (ir.TableT, ir.ExternT, ir.BlockT)):
+                    raise P4Error(x.loc, "a list item must be a value")
             return ir.TupleT(ts)
         if isinstance(e, A.Call):
             return self.call(e, scope, None)
@@ -568,7 +571,8 @@ class Checker:
             if e.name in bt.index:
                 return bt.ftype(e.name)
             if isinstance(bt, ir.HeaderT) and e.name in ("isValid", "setValid", "setInvalid"):
-                return VOID
+                # call() handles h.isValid() itself; reaching here means the method is used as a value
+                raise P4Error(getattr(e, "name_loc", e.loc), f"'{e.name}' is a method: call it, {e.name}()")
             raise P4Error(getattr(e, "name_loc", e.loc),
                           f"{'header' if isinstance(bt, ir.HeaderT) else 'struct'} {bt.name} has no field '{e.name}'")
         if isinstance(bt, ir.StackT):
@@ -898,6 +902,8 @@ class Checker:
             if isinstance(x.type, ir.IntLit) and isinstance(kt, (Bits, ir.EnumT)):
                 self.coerce(x, kt)
             v = self.const_eval(x, scope)
+            if not isinstance(v, int):            # e.g. a match_kind name such as 'ternary'
+                raise P4Error(x.loc, f"keyset value must be an integer constant, not {x.type}")
             return int(v) & full
 
         if isinstance(k, A.Default):

@@ -256,3 +256,15 @@ def test_declaration_cut_at_the_end_of_the_file(tmp_path):
 def test_a_type_used_as_a_value(tmp_path):
     e = compile_err(tmp_path, TEMPLATE.replace("BODY", "        hdr.h.b = (bit<16>)standard_metadata_t.enq_qdepth;"))
     assert "'standard_metadata_t' is a type, not a value" in e.message and (e.loc.line, e.loc.col) == (12, 28)
+
+
+def test_a_method_is_not_a_value(tmp_path):
+    body = "        hash(hdr.h.a, HashAlgorithm.crc16, 8w0, { hdr.h.b, hdr.h.isValid }, 8w255);"
+    e = compile_err(tmp_path, TEMPLATE.replace("BODY", body))
+    assert "'isValid' is a method: call it, isValid()" in e.message and e.loc.line == 12
+
+
+def test_keyset_of_a_match_kind_name(tmp_path):
+    src = TEMPLATE.replace("transition accept; }", "transition select(hdr.h.a) { 1: accept; ternary: accept; } }", 1)
+    e = compile_err(tmp_path, src.replace("BODY", ""))
+    assert "keyset value must be an integer constant" in e.message and e.loc.line == 7
