@@ -127,6 +127,7 @@ def dead() -> None:
     """The last rank dies (SIGKILL-like ``os._exit``) after 15 steps; the others keep training and gossiping for 60
     steps: exchanges with it fail within the timeout and are counted, nobody hangs, stopping works (run it last)."""
     r, n = dist.get_rank(), dist.get_world_size()
+    survivors = dist.new_group(list(range(n - 1)))  # (collective over all ranks: made before anyone dies)
     spec = ProblemSpec(hidden=16, batch=32)
     X, y = make_shard(spec, n, r)
     model = build_model(spec, seed=r)
@@ -148,6 +149,7 @@ def dead() -> None:
     assert acid.failed_exchanges <= 2, f"rank {r}: {acid.failed_exchanges} failed exchanges with one dead peer"
     print(f"dead: rank {r} comms {acid.comms} failed {acid.failed_exchanges} in {dt:.1f}s", flush=True)
     print("ok dead", r, flush=True)
+    dist.barrier(group=survivors)  # rank 0 hosts the store: it must outlive the others' use of it
     os._exit(0)
 
 

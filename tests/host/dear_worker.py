@@ -141,9 +141,9 @@ def equivalence(backend: str, group) -> None:
         import host.backend
         real = host.backend.loss_bound_scope
 
-        def spy(bound, layer=None):
+        def spy(bound, layer=None, **kw):
             tagged.append((bound, layer))
-            return real(bound, layer)
+            return real(bound, layer, **kw)
         host.backend.loss_bound_scope = spy
     for opt_name, make, fusion, kw in configs:
         batches = _batches(5, kw.get("accum", 1), seed=10 + r, dim=64 if make is SmallCNN else 20)
