@@ -80,7 +80,7 @@ class Preprocessor:
         except UnicodeDecodeError as e:
             raise P4Error(Loc(display, 1, 1), f"not a UTF-8 text file (byte {e.start})") from None
         toks = lex(text, display)
-        # stack of (active, taken_any, in_else) per conditional
+        # per open conditional: [active, a branch was taken, active outside it, #else seen]
         stack: list[list[bool]] = []
         active = True
         for t in toks:
@@ -129,7 +129,7 @@ class Preprocessor:
                 val = rest.split()[0] in self.macros
                 if name == "ifndef":
                     val = not val
-            stack.append([outer and val, bool(val), outer])
+            stack.append([outer and val, bool(val), outer, False])
             return outer and bool(val)
         if name in ("elif", "else", "endif"):
             if not stack:
@@ -139,7 +139,10 @@ class Preprocessor:
             if name == "endif":
                 stack.pop()
                 return outer
+            if top[3]:
+                raise P4Error(t.loc, f"#{name} after #else")
             if name == "else":
+                top[3] = True
                 top[0] = outer and not top[1]
                 top[1] = True
                 return top[0]

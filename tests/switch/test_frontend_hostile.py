@@ -268,3 +268,15 @@ def test_keyset_of_a_match_kind_name(tmp_path):
     src = TEMPLATE.replace("transition accept; }", "transition select(hdr.h.a) { 1: accept; ternary: accept; } }", 1)
     e = compile_err(tmp_path, src.replace("BODY", ""))
     assert "keyset value must be an integer constant" in e.message and e.loc.line == 7
+
+
+@pytest.mark.parametrize("text,line,msg", [
+    ("#if 1\n#else\n#elif 1\n#endif\n", 3, "#elif after #else"),
+    ("#if 0\n#else\n#else\n#endif\n", 3, "#else after #else"),
+    ("#endif\n", 1, "#endif without #if"),
+    ("#if 1\n", 1, "missing #endif"),
+    ("#ifdef\n#endif\n", 1, "#ifdef expects a macro name"),
+])
+def test_conditional_structure_errors(tmp_path, text, line, msg):
+    e = compile_err(tmp_path, text + PROG)
+    assert msg in e.message and e.loc.line >= line
