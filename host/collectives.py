@@ -366,9 +366,11 @@ class LossStats:
         self._lock = threading.Lock()
         self.total = {"calls": 0, "lossy_calls": 0, "elements": 0, "zero_filled": 0}
         self._since = dict(self.total)
+        self.last: Outcome | None = None  # the latest call's outcome (its lost ranges)
 
     def record(self, outcome: "Outcome", lossy: bool) -> None:
         with self._lock:
+            self.last = outcome
             for d in (self.total, self._since):
                 d["calls"] += 1
                 d["lossy_calls"] += int(lossy)

@@ -21,7 +21,7 @@ import socket
 import threading
 from typing import Callable, Sequence
 
-from host.wire import ECN_CE, Flag, MsgType
+from host.wire import ECN_CE, HEADER_LEN, Flag, MsgType
 
 __all__ = ["LossySocket"]
 
@@ -46,7 +46,7 @@ class LossySocket:
         return getattr(self.sock, name)
 
     def sendmsg(self, buffers: Sequence, ancdata=(), flags: int = 0, address=None) -> int:
-        first = bytes(buffers[0][:16])
+        first = bytes(buffers[0][:HEADER_LEN])
         nbytes = sum(len(b) for b in buffers)
         with self._lock:
             out = self._decide(first, list(buffers), list(ancdata), flags, address)
