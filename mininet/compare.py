@@ -56,6 +56,9 @@ def comparison_rows(runs: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     rows.append(("ECN marks by priority", [_prios((r.get("switches") or {}).get("marks_by_priority", {}))
                                            for r in runs]))
     rows.append(("zero-filled elements", [str(x.get("zero_filled_elements", 0)) for x in s]))
+    rows.append(("zero-filled fraction (worst step / bound)",
+                 [f"{x.get('zero_filled_fraction', 0.0):.4%} ({x.get('zero_filled_step_max', 0.0):.4%} / "
+                  f"{x.get('loss_bound', 0.0):.2%})" for x in s]))
     if len(runs) > 1:
         base = s[0]
         for key, name in (("iter_p50_s", "p50 speed-up vs first"), ("train_time_s", "training speed-up vs first")):

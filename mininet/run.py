@@ -320,13 +320,20 @@ def summarise(spec: RunSpec, workers: list[dict[str, Any]], wall_s: float) -> di
             if e["accuracy"] >= spec.target_accuracy:
                 ttt = e["t"]
                 break
-    zero_filled = sum(w.get("transport", {}).get("zero_filled_elements", 0) or 0 for w in workers)
+    # bounded loss, as the collectives report it (the union over ranks, the same on every rank: rank 0's figures);
+    # DeAR's elements are its reduce-scatters', the hook's its all-reduces'
+    its = r0["iterations"][:steps]
+    zero_filled = sum(int(i.get("zero_filled", 0)) for i in its)
+    elements = sum(int(i.get("elements", 0)) for i in its)
+    worst = max((i.get("zero_filled", 0) / i["elements"] for i in its if i.get("elements")), default=0.0)
     retrans = sum(w.get("transport", {}).get("retransmissions", 0) or 0 for w in workers)
     return {"algorithm": spec.algorithm, "steps": steps, "iter_p50_s": _percentile(per_step, 0.5),
             "iter_p99_s": _percentile(per_step, 0.99), "iter_mean_s": sum(per_step) / max(1, len(per_step)),
             "train_time_s": r0["iterations"][-1]["start"] + r0["iterations"][-1]["dt"] if steps else 0.0,
             "time_to_target_s": ttt, "target_accuracy": spec.target_accuracy,
             "final_accuracy": r0["final_accuracy"], "wall_s": wall_s, "zero_filled_elements": zero_filled,
+            "zero_filled_fraction": zero_filled / elements if elements else 0.0, "zero_filled_step_max": worst,
+            "loss_bound": spec.loss_bound,
             "retransmissions": retrans}
 
 

@@ -60,6 +60,16 @@ class LinkSpec:
 
 
 @dataclass
+class ThresholdSpec:
+    """Per-queue thresholds of the DLCP data queues (priorities 0-6), in packets; None: the defaults (drop at 3/4
+    of the queue, mark at 1/4). A low drop threshold makes the switches drop drop-eligible packets as soon as a
+    queue builds (bounded loss that really happens); 0 turns a threshold off."""
+
+    drop: int | None = None
+    mark: int | None = None
+
+
+@dataclass
 class TopologySpec:
     kind: str = "star"
     hosts: int = 2                      # worker hosts h1..hN
@@ -109,6 +119,7 @@ class RunSpec:
     seed: int = 0
     background: list[BackgroundFlow] = field(default_factory=list)
     priority_queues: int = 8
+    thresholds: ThresholdSpec = field(default_factory=ThresholdSpec)
     timeout_s: float = 300.0            # the whole run (workers included) must end within this
     source: str = "<spec>"              # the file it came from (not a YAML key)
 
@@ -160,6 +171,8 @@ class _Reader:
             return self.dataclass(LinkSpec, node, path)
         if (cls, name) == (RunSpec, "topology"):
             return self.dataclass(TopologySpec, node, path)
+        if (cls, name) == (RunSpec, "thresholds"):
+            return self.dataclass(ThresholdSpec, node, path)
         if (cls, name) == (RunSpec, "background"):
             if not isinstance(node, yaml.SequenceNode):
                 raise SpecError(where, path, "expected a list of flows")
@@ -173,13 +186,16 @@ class _Reader:
 
 _INTS = {"mtu", "hosts", "background_hosts", "delay_us", "queue", "flows", "workers", "teams", "batch_size", "steps",
          "eval_every", "hidden", "seed", "priority_queues"}
+_OPTIONAL_INTS = {"drop", "mark"}
 _FLOATS = {"acid_step_seconds", "rate_com", "loss", "loss_bound", "density", "lr", "momentum", "target_accuracy", "timeout_s"}
 
 
 def _convert(cls: type, name: str, v: Any) -> Any:
     if name == "rate":
         return parse_rate(v)
-    if name in _INTS:
+    if name in _OPTIONAL_INTS and v is None:
+        return None
+    if name in _INTS or name in _OPTIONAL_INTS:
         if isinstance(v, bool) or not isinstance(v, int):
             raise TypeError(f"expected an integer, got {v!r}")
         return v
@@ -235,6 +251,10 @@ def _check(spec: RunSpec) -> None:
         raise bad("optimizer", f"{spec.optimizer!r} is not one of sgd, adam, adamw")
     if not 1 <= spec.priority_queues <= 8:
         raise bad("priority_queues", "must be 1..8")
+    for key in ("drop", "mark"):
+        v = getattr(spec.thresholds, key)
+        if v is not None and not 0 <= v <= t.link.queue:
+            raise bad(f"thresholds.{key}", f"{v} is outside 0..topology.link.queue ({t.link.queue}) packets")
     hosts = {f"h{i + 1}" for i in range(t.hosts)} | {f"b{i + 1}" for i in range(t.background_hosts)}
     for i, f in enumerate(spec.background):
         if f.kind not in ("tcp", "udp"):

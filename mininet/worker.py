@@ -37,7 +37,7 @@ from torch import nn
 
 from .data import load, shard
 from .models import build
-from .spec import BackgroundFlow, LinkSpec, RunSpec, TopologySpec
+from .spec import BackgroundFlow, LinkSpec, RunSpec, ThresholdSpec, TopologySpec
 
 __all__ = ["main", "spec_from_json", "spec_to_json"]
 
@@ -52,6 +52,7 @@ def spec_from_json(text: str) -> RunSpec:
     t["link"] = LinkSpec(**t["link"])
     t["core"] = LinkSpec(**t["core"]) if t.get("core") else None
     d["background"] = [BackgroundFlow(**b) for b in d.pop("background")]
+    d["thresholds"] = ThresholdSpec(**d.get("thresholds", {}))
     return RunSpec(topology=TopologySpec(**t), **d)
 
 
@@ -85,6 +86,11 @@ class Trainer:
     def eval_model(self) -> nn.Module:
         return self.model
 
+    def loss_step(self) -> dict[str, float]:
+        """What bounded loss did in the last step: ``{elements, zero_filled, ...}`` (host.collectives.LossStats)."""
+        stats = getattr(self, "loss_stats", None)
+        return stats.take() if stats is not None else {"elements": 0, "zero_filled": 0}
+
     def close(self) -> None:
         pass
 
@@ -97,6 +103,7 @@ class DDPTrainer(Trainer):
         self.ddp = nn.parallel.DistributedDataParallel(model)
         if hook is not None:
             self.ddp.register_comm_hook(*hook)
+            self.loss_stats = getattr(hook[0], "stats", None)
         self.opt = _optimizer(spec, self.ddp.parameters())
 
     def step(self, x, y) -> float:
@@ -115,6 +122,7 @@ class DeARTrainer(Trainer):
         self.opt = _optimizer(spec, model.parameters())
         # Bounded loss on the gradient reduce-scatters (all-gathers of parameters' gradients stay exact).
         self.dear = DeAR(model, self.opt, loss_bound=spec.loss_bound if backend_for(spec) == "dlcp" else 0.0)
+        self.loss_stats = self.dear.loss_stats
 
     def step(self, x, y) -> float:
         self.opt.zero_grad(set_to_none=True)
@@ -177,7 +185,9 @@ def train(spec: RunSpec, out: Path) -> dict[str, Any]:
         start = time.monotonic()
         loss = trainer.step(x[idx], y[idx])
         end = time.monotonic()
-        iters.append({"step": step, "start": start - t0, "dt": end - start, "loss": loss})
+        lost = trainer.loss_step()  # collective-level: the union over ranks, the same figure on every rank
+        iters.append({"step": step, "start": start - t0, "dt": end - start, "loss": loss,
+                      "elements": lost["elements"], "zero_filled": lost["zero_filled"]})
         if (step + 1) % spec.eval_every == 0 or step + 1 == spec.steps:
             acc = accuracy(trainer.eval_model(), data.x_test, data.y_test)
             evals.append({"step": step + 1, "t": time.monotonic() - t0, "accuracy": acc})

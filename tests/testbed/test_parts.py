@@ -67,7 +67,8 @@ def test_leaf_spine_plan():
 
 
 def fake_worker(dts, accs):
-    return {"iterations": [{"step": i, "start": sum(dts[:i]), "dt": d, "loss": 1.0} for i, d in enumerate(dts)],
+    return {"iterations": [{"step": i, "start": sum(dts[:i]), "dt": d, "loss": 1.0, "elements": 1000,
+                            "zero_filled": 2 * i} for i, d in enumerate(dts)],
             "evals": [{"step": i, "t": float(i), "accuracy": a} for i, a in enumerate(accs, 1)],
             "final_accuracy": accs[-1], "transport": {"zero_filled_elements": 3}}
 
@@ -77,7 +78,9 @@ def test_summary_uses_slowest_worker_and_first_target_hit():
     s = summarise(spec, [fake_worker([0.1, 0.2, 0.1], [0.5, 0.85, 0.9]),
                          fake_worker([0.3, 0.1, 0.1], [0.5, 0.85, 0.9])], 5.0)
     assert s["steps"] == 3 and s["iter_p50_s"] == pytest.approx(0.2)
+    # zero-filled: the collectives' union (the same on every rank: rank 0's), not the transports' sum
     assert s["time_to_target_s"] == 2.0 and s["zero_filled_elements"] == 6
+    assert s["zero_filled_fraction"] == pytest.approx(6 / 3000) and s["zero_filled_step_max"] == pytest.approx(0.004)
     run = {"spec": {"name": "a", "algorithm": "x"}, "summary": s, "workers": [], "switches": {
         "drops_by_priority": {"0": 5, "3": 0}, "marks_by_priority": {}}}
     rows = dict(comparison_rows([run, run]))

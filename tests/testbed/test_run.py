@@ -116,3 +116,20 @@ def test_acid_run_end_to_end(root_required, tmp_path):
     assert any(int(p) > 0 for p in r["switches"]["forwarded_by_priority"])
     assert r["summary"]["final_accuracy"] > 0.5
     assert_clean(spec)
+
+
+def test_switch_drops_eligible_packets_within_the_bound(root_required, tmp_path):
+    """Bounded loss that really happens: with a drop threshold of one packet the switch drops drop-eligible DLCP
+    packets whenever a queue builds; the run reports the zero-filled fraction (never above the bound in any step),
+    the ranks stay in step (the same evaluation), and the switches counted the eligible drops."""
+    import json
+
+    spec = load_spec(STAR2, {"algorithm": "dlcp-allreduce", "loss_bound": 0.05, "steps": 12, "eval_every": 6,
+                             "thresholds": {"drop": 1}, "name": "t-lossy"})
+    r = json.loads(run_spec(spec, tmp_path / "out").read_text())
+    s = r["summary"]
+    assert s["steps"] == 12 and s["zero_filled_elements"] > 0
+    assert 0 < s["zero_filled_fraction"] <= s["zero_filled_step_max"] <= 0.05
+    assert r["workers"][0]["final_accuracy"] == r["workers"][1]["final_accuracy"]
+    assert sum(r["switches"]["drops_by_priority"].values()) > 0
+    assert_clean(spec)

@@ -46,6 +46,9 @@ def test_bad_values(tmp_path):
         "background: [{src: h1, dst: nowhere}]\n": "background[0].dst",
         "loss_bound: 1.5\n": "loss_bound",
         "name: a\nname: b\n": "name",
+        "thresholds: {drop: 100}\n": "thresholds.drop",
+        "thresholds: {mark: -1}\n": "thresholds.mark",
+        "thresholds: {early: 3}\n": "thresholds.early",
     }
     for text, key in cases.items():
         with pytest.raises(SpecError) as e:
