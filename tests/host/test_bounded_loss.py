@@ -106,6 +106,21 @@ def test_lossy_allreduce_leaves_identical_replicas(size, local, n):
         assert union.zero_filled > 0, "the lossy link lost nothing: the test would prove nothing"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("size,local", [(3, False), (8, True)], ids=["P3-segmented-ring", "P8-hypercube"])
+def test_lossy_allreduce_of_64_mb(size, local):
+    """64 MB: the pipelined ring cuts each chunk into segments (P=3), halving-doubling takes it whole (P=8)."""
+    n, p = 16 << 20, 0.001
+    lossy = _run(size, n, p, local=local, loss=True, seed=11, packet=2241)
+    exact = _run(size, n, p, local=local, loss=False, seed=11, packet=2241)[0][0]
+    first, union = lossy[0]
+    assert all(torch.equal(t, first) and o.lost == union.lost for t, o in lossy)
+    covered = torch.zeros(n, dtype=torch.bool)
+    for a, b in union.lost:
+        covered[a:b] = True
+    assert torch.equal(covered, first != exact) and 0 < union.zero_filled <= p * n
+
+
 @pytest.mark.parametrize("size", [3, 5, 8])
 def test_lossy_reduce_scatter_reports_the_same_union_everywhere(size):
     n, p = 60_000, 0.03
