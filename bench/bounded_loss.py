@@ -98,6 +98,7 @@ def _free_port() -> int:
 
 
 def run(sizes: list[int], reps: int, timeout: float = 1200) -> list[dict]:
+    from harness import wait_ranks
     from testbed.netns import Star
 
     net = Star(WORLD, rate="1gbit", mtu=9000)
@@ -113,15 +114,7 @@ def run(sizes: list[int], reps: int, timeout: float = 1200) -> list[dict]:
                 env = {**os.environ, "MASTER_ADDR": ips[0], "MASTER_PORT": str(port), "RANK": str(r),
                        "WORLD_SIZE": str(WORLD), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "eth0"}
                 procs.append(subprocess.Popen(argv, cwd=ROOT, env=env))
-            try:
-                for p in procs:
-                    if p.wait(timeout=timeout) != 0:
-                        raise SystemExit(f"a rank exited with {p.returncode}")
-            finally:
-                for p in procs:
-                    if p.poll() is None:
-                        p.kill()
-                        p.wait()
+            wait_ranks(procs, timeout, "bounded_loss")
             return json.loads(Path(out).read_text())
     finally:
         net.close()

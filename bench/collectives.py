@@ -151,6 +151,8 @@ def _free_port() -> int:
 def run_world(net_kind: str, world: int, plan: list, tune: dict, timeout: float = 900) -> list[dict]:
     """Run one world over ``plan`` on the given network; returns one row per (size, op) with both backends'
     per-repetition seconds and CPU seconds."""
+    from harness import wait_ranks
+
     net = None
     env_extra: dict[str, str] = {}
     if os.geteuid() == 0:
@@ -178,15 +180,7 @@ def run_world(net_kind: str, world: int, plan: list, tune: dict, timeout: float 
                 env = {**os.environ, "MASTER_ADDR": master, "MASTER_PORT": str(port), "RANK": str(r),
                        "WORLD_SIZE": str(world), "OMP_NUM_THREADS": "1", **env_extra}
                 procs.append(subprocess.Popen(argv, cwd=ROOT, env=env))
-            try:
-                for p in procs:
-                    if p.wait(timeout=timeout) != 0:
-                        raise SystemExit(f"{net_kind} P={world}: a rank exited with {p.returncode}")
-            finally:
-                for p in procs:
-                    if p.poll() is None:
-                        p.kill()
-                        p.wait()
+            wait_ranks(procs, timeout, f"{net_kind} P={world}")
             got = json.loads(Path(out).read_text())
     finally:
         if net is not None:

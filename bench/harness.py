@@ -124,3 +124,17 @@ def timed(fn: Callable[[], Any], work: float, unit: str) -> Metrics:
     fn()
     dt = time.perf_counter() - t0
     return {unit: work / dt if dt > 0 else float("inf"), "seconds": dt}
+
+
+def wait_ranks(procs: list[subprocess.Popen], timeout: float, what: str) -> None:
+    """Wait for every process of a multi-process benchmark; raise SystemExit naming ``what`` if one fails or
+    outlives ``timeout``; kill whatever is still running on the way out."""
+    try:
+        for p in procs:
+            if p.wait(timeout=timeout) != 0:
+                raise SystemExit(f"{what}: a rank exited with {p.returncode}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

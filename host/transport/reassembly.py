@@ -153,32 +153,13 @@ class Reassembly:
             if cum + 1 > self.pcum:
                 self.pcum = cum + 1
             return
-        while cum < total and arrived[cum]:
-            win = arrived[cum: cum + 4096]
-            k = int(np.argmin(win))
-            if win[k]:
-                cum += len(win)
-            else:
-                cum += k
-                break
-        self.cum = cum
+        self.cum = cum = _run_end(arrived, cum)
         if cum > self.pcum:
             self.pcum = cum
 
     def _advance_pcum(self) -> None:
         """Move ``pcum`` over the run of arrived protected seqs that starts at it."""
-        arrived, pc, total = self.arrived, self.pcum, self.total
-        if self.cum > pc:
-            pc = self.cum
-        while pc < total and arrived[pc]:
-            win = arrived[pc: pc + 4096]
-            k = int(np.argmin(win))
-            if win[k]:
-                pc += len(win)
-            else:
-                pc += k
-                break
-        self.pcum = pc
+        self.pcum = _run_end(self.arrived, max(self.pcum, self.cum))
 
     @property
     def complete(self) -> bool:
@@ -251,6 +232,20 @@ class Reassembly:
         gaps = bounds.reshape(-1, 2)
         gaps = gaps[gaps[:, 1] > gaps[:, 0]]
         return [(int(a), int(b)) for a, b in gaps]
+
+
+def _run_end(arrived: np.ndarray, start: int) -> int:
+    """The first seq at or after ``start`` that has not arrived (``len(arrived)``: none), a numpy window at a time
+    (filling a hole can join a long run)."""
+    pos, total = start, len(arrived)
+    while pos < total and arrived[pos]:
+        win = arrived[pos: pos + 4096]
+        k = int(np.argmin(win))
+        if win[k]:
+            pos += len(win)
+        else:
+            return pos + k
+    return pos
 
 
 def merge_ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
