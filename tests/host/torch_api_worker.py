@@ -47,6 +47,8 @@ def registration_and_functional() -> None:
         assert sub.group_name != pg.group_name and dist.get_backend(sub) == "dlcp"
 
     x = _data((P * 6, 5), seed=r)
+    w = dist.all_reduce(x.clone(), async_op=True)  # torch hands back dlcp's own work, with its loss report
+    assert w.wait() and type(w).__name__ == "DlcpWork" and w.lost_ranges == [], (type(w), w.lost_ranges)
     for name, fn in (
         ("all_reduce", lambda g: fc.all_reduce(x, "sum", g)),
         ("all_reduce avg", lambda g: fc.all_reduce(x, "avg", g) if g is pg else fc.all_reduce(x, "sum", g) / P),
