@@ -183,8 +183,6 @@ class Checker:
             g.declare(Sym("action", d.name, None, d.loc, a), d.name, d.loc)
         elif isinstance(d, (A.ParserDecl, A.ControlDecl)):
             g.declare(Sym("block", d.name, ir.BlockT(d), d.loc, d), d.name, d.loc)
-            if d.ctor_params:
-                raise unsupported("constructor parameters of a parser or control", d.ctor_params[0].loc)
         elif isinstance(d, A.Instance):
             if d.name == "main":
                 self.main = d
@@ -1152,6 +1150,8 @@ class Checker:
             if not isinstance(s, Sym) or s.kind != "block":
                 raise P4Error(a.loc, f"unknown parser or control '{a.func.name}'")
             d = s.decl
+            if d.ctor_params:   # a sub-parser/sub-control's are bound by switch.inline; V1Switch's blocks take none
+                raise unsupported(f"constructor parameters of {d.name} passed to V1Switch", d.ctor_params[0].loc)
             if (kind == "parser") != isinstance(d, A.ParserDecl):
                 raise P4Error(a.loc, f"'{d.name}' is a {'parser' if isinstance(d, A.ParserDecl) else 'control'}, "
                                      f"but V1Switch expects a {kind} for {role}")
@@ -1200,9 +1200,10 @@ def check(prog: A.Program, path: str) -> ir.ProgramIR:
 
 def load_ir(path: str, include_dirs: list[str] | None = None, defines: dict | None = None) -> ir.ProgramIR:
     """Preprocess, parse and check a P4 file."""
+    from .inline import inline
     from .parser import parse
     from .preprocess import preprocess
     try:
-        return check(parse(preprocess(path, include_dirs, defines)), path)
+        return check(inline(parse(preprocess(path, include_dirs, defines))), path)
     except RecursionError:
         raise P4Error(Loc(path, 1, 1), "program nesting too deep") from None

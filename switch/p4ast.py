@@ -310,6 +310,14 @@ class ActionDecl(Decl):
 
 
 @dataclass
+class FunctionDecl(Decl):
+    """A top-level ``function`` declaration (P4-16 10.2); the midend (:mod:`switch.inline`) inlines every call."""
+    ret: TypeRef | None = None
+    params: list[Param] = field(default_factory=list)
+    body: Block | None = None
+
+
+@dataclass
 class KeyElement(Node):
     expr: Expr
     match_kind: str

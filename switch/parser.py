@@ -172,11 +172,20 @@ class Parser:
         if t.kind == "id" and self.is_type_name(k):
             # function declaration (T name(...) {...}) or instantiation (T(args) name;)
             if self.peek().kind == "id" and self.peek(2).text in ("(", "<"):
-                raise unsupported("function declaration", t.loc)
+                return self.function_decl(annots)
             return self.instantiation(annots)
-        if t.kind in ("kw",) and t.text in BASE_TYPE_KW:
-            raise unsupported("function declaration", t.loc)
+        if t.kind in ("kw",) and (t.text in BASE_TYPE_KW or t.text == "void"):
+            return self.function_decl(annots)
         raise self.err(f"expected a declaration, found {self.desc()}")
+
+    def function_decl(self, annots) -> A.FunctionDecl:
+        ret = self.type_ref()
+        n = self.ident("function name")
+        if self.at("<"):
+            raise unsupported("generic function", self.tok.loc)
+        ps = self.params()
+        body = self.block()
+        return A.FunctionDecl(n.loc, n.text, annots, ret, ps, body)
 
     def name_list(self) -> list[tuple[str, Loc]]:
         self.expect("{")

@@ -1,0 +1,493 @@
+"""Midend inlining pass: functions, sub-controls and sub-parsers (P4-16 10.2, 13.2, 14.3, 15.1).
+
+Runs on the syntax tree between :mod:`switch.parser` and :mod:`switch.check`, so the checker, the code
+generator and P4Info only ever see the V1Switch blocks with plain statements, actions and tables:
+
+* A call of a top-level ``function`` is replaced by its body.  Arguments are copied in to fresh variables and
+  ``out``/``inout`` ones copied back after the body (copy-in/copy-out, P4-16 6.8); ``return e`` becomes an
+  assignment to a result variable plus a ``done`` flag that guards the statements after it.  Calls are hoisted
+  out of the statement that holds them, in evaluation order.  A call in a position that is evaluated only
+  conditionally (right of ``&&``/``||``, a branch of ``?:``) or outside a statement (a table key, a constant)
+  is a located ``unsupported`` error.
+* An instance of a control inside a control (``C(ctor args) c;`` then ``c.apply(args);``) is replaced by C's
+  locals, renamed ``c__name`` and given ``@name("c.name")`` so P4Info names them as p4c does
+  (``Outer.c.table``), and the apply call by C's apply body.  Parameters and constructor parameters are
+  substituted by the arguments when these are paths (``hdr.ipv4``) or compile-time values; other ``in``
+  arguments are copied to a fresh control-local variable first.  ``return`` in C's apply body ends only C's body.
+* An instance of a parser inside a parser: the state holding ``p.apply(...)`` is split at the call, the first
+  half transitions to p's renamed ``start`` state and p's ``accept`` continues with the second half.
+
+Choices: an instance may be applied at most once (its tables would otherwise be shared between call sites with
+different arguments); an argument substituted by a path is not copied, so a sub-control that writes an ``in``
+argument's alias through another ``inout`` argument sees the write (p4c copies; programs that tell the difference
+alias one argument twice).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import fields, is_dataclass
+from typing import Any, Callable
+
+from . import p4ast as A
+from .errors import Loc, P4Error, unsupported
+
+
+# ---- generic tree helpers -------------------------------------------------------------------------
+def _map(node: Any, fn: Callable[[Any], Any]) -> Any:
+    """Rebuild ``node`` bottom-up in place: every dataclass child ``c`` is replaced by ``fn(c)``."""
+    if isinstance(node, list):
+        return [_map(x, fn) for x in node]
+    if isinstance(node, tuple):
+        return tuple(_map(x, fn) for x in node)
+    if isinstance(node, dict):
+        return {k: _map(v, fn) for k, v in node.items()}
+    if is_dataclass(node) and not isinstance(node, (type, Loc)):
+        for f in fields(node):
+            setattr(node, f.name, _map(getattr(node, f.name), fn))
+        return fn(node)
+    return node
+
+
+def _walk(node: Any):
+    """Every dataclass node under ``node`` (pre-order)."""
+    if isinstance(node, (list, tuple)):
+        for x in node:
+            yield from _walk(x)
+    elif isinstance(node, dict):
+        for x in node.values():
+            yield from _walk(x)
+    elif is_dataclass(node) and not isinstance(node, (type, Loc)):
+        yield node
+        for f in fields(node):
+            yield from _walk(getattr(node, f.name))
+
+
+def _substitute(node: Any, names: dict[str, str], exprs: dict[str, A.Expr]) -> Any:
+    """Rename the names in ``names`` and replace those in ``exprs`` by a copy of their expression."""
+    def fn(n):
+        if isinstance(n, A.Name):
+            if n.name in exprs:
+                return copy.deepcopy(exprs[n.name])
+            if n.name in names:
+                return A.Name(n.loc, names[n.name])
+        elif isinstance(n, (A.VarDecl, A.ConstDecl, A.Instance, A.ActionDecl, A.TableDecl)) and n.name in names:
+            n.name = names[n.name]
+        elif isinstance(n, A.ActionRef) and n.name in names:
+            n.name = names[n.name]
+        return n
+    return _map(node, fn)
+
+
+def _is_path(e: A.Expr) -> bool:
+    """A side-effect-free location: a name, its members, constant indexes."""
+    while isinstance(e, (A.Member, A.Index)):
+        if isinstance(e, A.Index) and not isinstance(e.index, A.Lit):
+            return False
+        e = e.expr
+    return isinstance(e, A.Name)
+
+
+def _text(e: A.Expr) -> str:
+    """Source text of a path expression (see :func:`_is_path`)."""
+    if isinstance(e, A.Member):
+        return f"{_text(e.expr)}.{e.name}"
+    if isinstance(e, A.Index):
+        return f"{_text(e.expr)}[{e.index.value}]"
+    return e.name
+
+
+def _has_return(node: Any) -> bool:
+    return any(isinstance(n, A.Return) for n in _walk(node))
+
+
+def _lower_returns(stmts: list[A.Stmt], done: str, result: str | None) -> list[A.Stmt]:
+    """Rewrite ``return`` in ``stmts`` into ``result = e; done = true;`` and guard what follows with ``!done``."""
+    def one(s: A.Stmt) -> A.Stmt:
+        if isinstance(s, A.Return):
+            out: list[A.Stmt] = []
+            if s.expr is not None:
+                if result is None:
+                    raise P4Error(s.loc, "return with a value in a function returning void")
+                out.append(A.Assign(s.loc, A.Name(s.loc, result), s.expr))
+            elif result is not None:
+                raise P4Error(s.loc, "return without a value in a function that returns one")
+            out.append(A.Assign(s.loc, A.Name(s.loc, done), A.BoolLit(s.loc, True)))
+            return A.Block(s.loc, out)
+        if isinstance(s, A.Block):
+            return A.Block(s.loc, _lower_returns(s.stmts, done, result))
+        if isinstance(s, A.If):
+            return A.If(s.loc, s.cond, one(s.then), one(s.other) if s.other is not None else None)
+        if isinstance(s, A.Switch):
+            for c in s.cases:
+                if c.body is not None:
+                    c.body = one(c.body)
+            return s
+        return s
+
+    out: list[A.Stmt] = []
+    for i, s in enumerate(stmts):
+        out.append(one(s))
+        rest = stmts[i + 1:]
+        if rest and _has_return(s):
+            loc = rest[0].loc
+            guard = A.Unary(loc, "!", A.Name(loc, done))
+            out.append(A.If(loc, guard, A.Block(loc, _lower_returns(rest, done, result)), None))
+            break
+    return out
+
+
+class Inliner:
+    def __init__(self, prog: A.Program):
+        self.prog = prog
+        self.functions: dict[str, A.FunctionDecl] = {}
+        self.blocks: dict[str, A.ParserDecl | A.ControlDecl] = {}
+        self.n = 0
+
+    def fresh(self, base: str) -> str:
+        self.n += 1
+        return f"__{base}_{self.n}"
+
+    def run(self) -> A.Program:
+        out = []
+        for d in self.prog.decls:
+            if isinstance(d, A.FunctionDecl):
+                if d.name in self.functions or d.name in self.blocks:
+                    raise P4Error(d.loc, f"'{d.name}' is already declared")
+                d.body = self.stmt_list_block(d.body)
+                self.functions[d.name] = d
+                continue
+            if isinstance(d, A.ActionDecl):
+                d.body = self.stmt_list_block(d.body)
+            elif isinstance(d, (A.ParserDecl, A.ControlDecl)):
+                self.block(d)
+                self.blocks[d.name] = d
+            else:
+                self.no_calls(d)
+            out.append(d)
+        return A.Program(self.prog.loc, out)
+
+    # ---- functions --------------------------------------------------------------------------
+    def is_fcall(self, e: Any) -> bool:
+        return isinstance(e, A.Call) and isinstance(e.func, A.Name) and e.func.name in self.functions
+
+    def no_calls(self, node: Any) -> None:
+        """A function call where no statement can hold its body is a located error."""
+        for n in _walk(node):
+            if self.is_fcall(n):
+                raise unsupported(f"a call of function {n.func.name} outside a statement", n.loc)
+
+    def hoist(self, e: Any, pre: list[A.Stmt], cond: bool = False) -> Any:
+        """Replace function calls in expression ``e`` by their result variable; their bodies go to ``pre``."""
+        if isinstance(e, list):
+            return [self.hoist(x, pre, cond) for x in e]
+        if not isinstance(e, A.Expr):
+            return e
+        if isinstance(e, A.Binary) and e.op in ("&&", "||"):
+            e.left = self.hoist(e.left, pre, cond)
+            e.right = self.hoist(e.right, pre, True)
+            return e
+        if isinstance(e, A.Ternary):
+            e.cond = self.hoist(e.cond, pre, cond)
+            e.then = self.hoist(e.then, pre, True)
+            e.other = self.hoist(e.other, pre, True)
+            return e
+        for f in fields(e):
+            v = getattr(e, f.name)
+            if isinstance(v, (A.Expr, list)):
+                setattr(e, f.name, self.hoist(v, pre, cond))
+        if self.is_fcall(e):
+            if cond:
+                raise unsupported(f"a call of function {e.func.name} that is evaluated only conditionally "
+                                  "(right of && or ||, or a branch of ?:)", e.loc)
+            return self.expand_call(e, pre, want_value=True)
+        return e
+
+    def expand_call(self, e: A.Call, pre: list[A.Stmt], want_value: bool) -> A.Expr | None:
+        f = self.functions[e.func.name]
+        loc = e.loc
+        if e.type_args:
+            raise unsupported("type arguments to a function", loc)
+        if len(e.args) != len(f.params):
+            raise P4Error(loc, f"function {f.name} expects {len(f.params)} argument(s), got {len(e.args)}")
+        void = f.ret is None or f.ret.kind == "void"
+        if want_value and void:
+            raise P4Error(loc, f"function {f.name} returns void; its call is not a value")
+        tag = self.fresh(f.name)
+        names: dict[str, str] = {p.name: f"{tag}_{p.name}" for p in f.params}
+        body = copy.deepcopy(f.body)
+        for n in _walk(body):
+            if isinstance(n, (A.VarDecl, A.ConstDecl)):
+                names.setdefault(n.name, f"{tag}_{n.name}")
+        body = _substitute(body, names, {})
+        inner: list[A.Stmt] = []
+        copy_out: list[A.Stmt] = []
+        for p, a in zip(f.params, e.args):
+            tmp = names[p.name]
+            if p.direction in ("out", "inout") and not isinstance(a, A.Default) and not _is_path(a):
+                raise P4Error(a.loc, f"argument for '{p.direction} {p.name}' must be assignable")
+            init = None if p.direction == "out" else a
+            if isinstance(a, A.Default) and p.direction != "out":
+                raise P4Error(a.loc, "'_' can only be passed to an out parameter")
+            inner.append(A.VarDecl(p.loc, copy.deepcopy(p.type), tmp, init))
+            if p.direction in ("out", "inout") and not isinstance(a, A.Default):
+                copy_out.append(A.Assign(a.loc, copy.deepcopy(a), A.Name(a.loc, tmp)))
+        result = None if void else f"{tag}_result"
+        stmts = body.stmts
+        if _has_return(body):
+            done = f"{tag}_done"
+            inner.append(A.VarDecl(loc, A.TypeRef(loc, "bool"), done, A.BoolLit(loc, False)))
+            stmts = _lower_returns(stmts, done, result)
+        if result is not None:
+            pre.append(A.VarDecl(loc, copy.deepcopy(f.ret), result, None))
+        pre.append(A.Block(loc, inner + stmts + copy_out))
+        return A.Name(loc, result) if result is not None else None
+
+    def stmt_list_block(self, b: A.Block | None) -> A.Block | None:
+        if b is None:
+            return None
+        return A.Block(b.loc, self.stmts(b.stmts))
+
+    def stmts(self, stmts: list[A.Stmt]) -> list[A.Stmt]:
+        out: list[A.Stmt] = []
+        for s in stmts:
+            out.extend(self.stmt(s))
+        return out
+
+    def stmt(self, s: A.Stmt) -> list[A.Stmt]:
+        """``s`` with its function calls expanded: the statements to put in its place."""
+        pre: list[A.Stmt] = []
+        if isinstance(s, A.Block):
+            return [A.Block(s.loc, self.stmts(s.stmts))]
+        if isinstance(s, A.CallStmt) and self.is_fcall(s.call):
+            s.call.args = self.hoist(s.call.args, pre)
+            self.expand_call(s.call, pre, want_value=False)
+            return pre
+        if isinstance(s, A.Assign):
+            s.lhs = self.hoist(s.lhs, pre)
+            s.rhs = self.hoist(s.rhs, pre)
+        elif isinstance(s, A.CallStmt):
+            s.call = self.hoist(s.call, pre)
+        elif isinstance(s, A.If):
+            s.cond = self.hoist(s.cond, pre)
+            s.then = self._one(s.then)
+            if s.other is not None:
+                s.other = self._one(s.other)
+        elif isinstance(s, A.Switch):
+            s.expr = self.hoist(s.expr, pre)
+            for c in s.cases:
+                if c.body is not None:
+                    c.body = A.Block(c.body.loc, self.stmts(c.body.stmts))
+        elif isinstance(s, A.VarDecl) and s.init is not None:
+            s.init = self.hoist(s.init, pre)
+        elif isinstance(s, A.Return) and s.expr is not None:
+            s.expr = self.hoist(s.expr, pre)
+        else:
+            self.no_calls(s)
+        return pre + [s]
+
+    def _one(self, s: A.Stmt) -> A.Stmt:
+        r = self.stmt(s)
+        return r[0] if len(r) == 1 else A.Block(s.loc, r)
+
+    # ---- blocks -----------------------------------------------------------------------------
+    def block(self, d: A.ParserDecl | A.ControlDecl) -> None:
+        locals_: list[Any] = []
+        for x in d.locals:
+            if isinstance(x, A.ActionDecl):
+                x.body = self.stmt_list_block(x.body)
+            elif not isinstance(x, A.Instance):
+                self.no_calls(x)
+            locals_.append(x)
+        d.locals = locals_
+        if isinstance(d, A.ControlDecl):
+            d.apply = self.stmt_list_block(d.apply)
+            self.inline_controls(d)
+        else:
+            for st in d.states:
+                pre: list[A.Stmt] = []
+                st.stmts = self.stmts(st.stmts)
+                if st.transition is not None and st.transition.select is not None:
+                    st.transition.select = self.hoist(st.transition.select, pre)
+                    st.stmts += pre
+            self.inline_parsers(d)
+
+    def sub_instances(self, d, kind: type) -> dict[str, tuple[A.Instance, Any]]:
+        out = {}
+        for x in d.locals:
+            if isinstance(x, A.Instance) and x.type.kind == "name" and x.type.name in self.blocks:
+                sub = self.blocks[x.type.name]
+                if not isinstance(sub, kind):
+                    what = "parser" if isinstance(sub, A.ParserDecl) else "control"
+                    raise P4Error(x.loc, f"cannot instantiate {what} {sub.name} inside "
+                                         f"{'a parser' if kind is A.ParserDecl else 'a control'}")
+                out[x.name] = (x, sub)
+        return out
+
+    def prepare(self, inst: A.Instance, sub, args: list[A.Expr], call_loc: Loc
+                ) -> tuple[dict[str, str], dict[str, A.Expr], list[Any], list[A.Stmt], list[A.Stmt]]:
+        """Renaming of ``sub``'s locals for instance ``inst``, substitution of its parameters by ``args``.
+        Returns (names, exprs, new locals, copy-in statements, copy-out statements)."""
+        p = inst.name
+        if len(inst.args) != len(sub.ctor_params):
+            raise P4Error(inst.loc, f"{sub.name} expects {len(sub.ctor_params)} constructor argument(s), "
+                                    f"got {len(inst.args)}")
+        if len(args) != len(sub.params):
+            raise P4Error(call_loc, f"{sub.name}.apply expects {len(sub.params)} argument(s), got {len(args)}")
+        names: dict[str, str] = {}
+        locals_ = copy.deepcopy(sub.locals)
+        for x in locals_:
+            if isinstance(x, A.TableDecl):       # p4c names a key by its source text in the sub-control
+                for k in x.keys:
+                    if _is_path(k.expr) and not A.annot(k.annots, "name"):
+                        k.annots = list(k.annots) + [A.Annotation(k.loc, "name", [A.StrLit(k.loc, _text(k.expr))])]
+            if isinstance(x, (A.VarDecl, A.ConstDecl, A.Instance, A.ActionDecl, A.TableDecl)):
+                names[x.name] = f"{p}__{x.name}"
+                if isinstance(x, (A.Instance, A.ActionDecl, A.TableDecl)):
+                    self._rename_annot(x, p)
+        exprs: dict[str, A.Expr] = {}
+        new_locals: list[Any] = []
+        copy_in: list[A.Stmt] = []
+        copy_out: list[A.Stmt] = []
+        for cp, a in zip(sub.ctor_params, inst.args):
+            cname = f"{p}__{cp.name}"
+            new_locals.append(A.ConstDecl(cp.loc, copy.deepcopy(cp.type), cname, a))
+            names[cp.name] = cname
+        for prm, a in zip(sub.params, args):
+            if _is_path(a):
+                exprs[prm.name] = a
+                continue
+            if prm.direction in ("out", "inout"):
+                raise P4Error(a.loc, f"argument for '{prm.direction} {prm.name}' must be assignable")
+            tmp = f"{p}__{prm.name}"
+            new_locals.append(A.VarDecl(prm.loc, copy.deepcopy(prm.type), tmp, None))
+            copy_in.append(A.Assign(a.loc, A.Name(a.loc, tmp), a))
+            names[prm.name] = tmp
+        return names, exprs, new_locals + locals_, copy_in, copy_out
+
+    @staticmethod
+    def _rename_annot(x, prefix: str) -> None:
+        a = A.annot(x.annots, "name")
+        if a and a.args and isinstance(a.args[0], A.StrLit):
+            if not a.args[0].value.startswith("."):
+                a.args[0] = A.StrLit(a.args[0].loc, f"{prefix}.{a.args[0].value}")
+        else:
+            x.annots = list(x.annots) + [A.Annotation(x.loc, "name", [A.StrLit(x.loc, f"{prefix}.{x.name}")])]
+
+    def _apply_calls(self, node: Any, insts: dict) -> list[A.Call]:
+        return [n for n in _walk(node) if isinstance(n, A.Call) and isinstance(n.func, A.Member)
+                and isinstance(n.func.expr, A.Name) and n.func.expr.name in insts]
+
+    def inline_controls(self, d: A.ControlDecl) -> None:
+        insts = self.sub_instances(d, A.ControlDecl)
+        if not insts:
+            return
+        for x in d.locals:
+            if isinstance(x, A.ActionDecl) and self._apply_calls(x, insts):
+                raise P4Error(self._apply_calls(x, insts)[0].loc, "a control cannot be applied inside an action")
+            if isinstance(x, A.TableDecl) and self._apply_calls(x, insts):
+                raise unsupported("applying a control in a table declaration", self._apply_calls(x, insts)[0].loc)
+        calls = self._apply_calls(d.apply, insts)
+        seen: dict[str, A.Call] = {}
+        for c in calls:
+            n = c.func.expr.name
+            if c.func.name != "apply":
+                raise P4Error(c.func.loc, f"control instance {n} has no method '{c.func.name}'")
+            if n in seen:
+                raise unsupported(f"applying control instance {n} more than once", c.loc)
+            seen[n] = c
+        bodies: dict[int, A.Block] = {}
+        new_locals: list[Any] = []
+        for x in d.locals:
+            if not (isinstance(x, A.Instance) and x.name in insts):
+                new_locals.append(x)
+                continue
+            inst, sub = insts[x.name]
+            call = seen.get(x.name)
+            if call is None:
+                continue                   # never applied: nothing of it exists at run time
+            names, exprs, locs, copy_in, copy_out = self.prepare(inst, sub, call.args, call.loc)
+            body = copy.deepcopy(sub.apply)
+            for n in _walk(body):
+                if isinstance(n, (A.VarDecl, A.ConstDecl)):
+                    names.setdefault(n.name, f"{inst.name}__{n.name}")
+            new_locals.extend(_substitute(locs, names, exprs))
+            body = _substitute(body, names, exprs)
+            stmts = body.stmts
+            if _has_return(body):
+                done = f"{inst.name}__done"
+                new_locals.append(A.VarDecl(call.loc, A.TypeRef(call.loc, "bool"), done, None))
+                stmts = [A.Assign(call.loc, A.Name(call.loc, done), A.BoolLit(call.loc, False))] + \
+                    _lower_returns(stmts, done, None)
+            bodies[id(call)] = A.Block(call.loc, copy_in + stmts + copy_out)
+        d.locals = new_locals
+
+        def fn(n):
+            if isinstance(n, A.CallStmt) and id(n.call) in bodies:
+                return bodies[id(n.call)]
+            return n
+        d.apply = _map(d.apply, fn)
+        left = self._apply_calls(d.apply, insts)
+        if left:
+            raise unsupported("applying a control inside an expression", left[0].loc)
+
+    def inline_parsers(self, d: A.ParserDecl) -> None:
+        insts = self.sub_instances(d, A.ParserDecl)
+        if not insts:
+            return
+        for st in d.states:
+            for x in st.stmts:
+                if not isinstance(x, A.CallStmt) and self._apply_calls(x, insts):
+                    raise unsupported("applying a sub-parser other than as a statement of a state",
+                                      self._apply_calls(x, insts)[0].loc)
+        applied: set[str] = set()
+        extra_locals: list[Any] = []
+        states: list[A.State] = []
+        work = list(d.states)
+        while work:
+            st = work.pop(0)
+            k = next((i for i, x in enumerate(st.stmts) if isinstance(x, A.CallStmt)
+                      and self._apply_calls(x, insts)), None)
+            if k is None:
+                states.append(st)
+                continue
+            call = st.stmts[k].call
+            n = call.func.expr.name
+            if call.func.name != "apply":
+                raise P4Error(call.func.loc, f"parser instance {n} has no method '{call.func.name}'")
+            if n in applied:
+                raise unsupported(f"applying parser instance {n} more than once", call.loc)
+            applied.add(n)
+            inst, sub = insts[n]
+            names, exprs, locs, copy_in, _ = self.prepare(inst, sub, call.args, call.loc)
+            sub_states = copy.deepcopy(sub.states)
+            for s2 in sub_states:
+                for x in _walk(s2.stmts):
+                    if isinstance(x, (A.VarDecl, A.ConstDecl)):
+                        names.setdefault(x.name, f"{n}__{x.name}")
+            extra_locals.extend(_substitute(locs, names, exprs))
+            after = f"{st.name}__after_{n}"
+            snames = {s2.name: f"{n}__{s2.name}" for s2 in sub_states}
+            snames["accept"] = after
+            for s2 in _substitute(sub_states, names, exprs):
+                s2.name = snames[s2.name]
+                tr = s2.transition
+                if tr is not None:
+                    if tr.state is not None:
+                        tr.state = snames.get(tr.state, tr.state)
+                    for c in tr.cases:
+                        c.state = snames.get(c.state, c.state)
+                states.append(s2)
+            rest = A.State(call.loc, after, [], st.stmts[k + 1:], st.transition)
+            st.stmts = st.stmts[:k] + copy_in
+            st.transition = A.Transition(call.loc, snames["start"]) if "start" in snames else None
+            if st.transition is None:
+                raise P4Error(sub.loc, f"parser {sub.name} has no 'start' state")
+            states.append(st)
+            work.insert(0, rest)
+        d.locals = [x for x in d.locals if not (isinstance(x, A.Instance) and x.name in insts)] + extra_locals
+        d.states = states
+
+
+def inline(prog: A.Program) -> A.Program:
+    """The program with every function call, sub-control and sub-parser inlined (see the module docstring)."""
+    return Inliner(prog).run()
