@@ -6,14 +6,23 @@ directory so an operator can re-apply or inspect it by hand (``dlcpctl show tabl
 rejected. :func:`switch_summary` folds every switch's counters into drops and ECN marks per priority, the numbers
 the comparison table and plots show.
 
-Priorities installed (the DLCP program's ``dlcp_priority`` and ``dscp_priority`` tables):
+Priorities installed (the DLCP program's ``dlcp_priority`` and ``dscp_priority`` tables), with ``top`` =
+``priority_queues - 1``:
 
-* DLCP control, ACK and NACK packets: queue 7;
-* DLCP data: the priority the sender put in the header (``trust``), 1..6 by layer position (host.policy);
-* everything else (Gloo's TCP, background iperf3) by DSCP: 0, best effort.
+* ``priority_mode: trust`` (default): DLCP control, ACK and NACK packets to ``top``; DLCP data at the priority the
+  sender put in the header (1..6 by layer position, host.policy), capped at ``top - 1`` when the switches have
+  fewer than 8 queues (so data never shares the control queue unless there is only one);
+* ``priority_mode: layer-table``: the switch decides, not the sender: control to ``top``, data of magnitude
+  classes 0-1 (the smallest gradients, the drop-eligible ones) to the lowest data queue, other data by layer
+  index in pairs (layers 0-1 to ``top - 1``, 2-3 one lower, ..., the rest to the lowest data queue);
+* ``priority_mode: single``: every DLCP packet in queue 0 with everything else (no prioritisation);
+* everything else (Gloo's TCP, background iperf3) by DSCP through ``dscp_map`` (default: class selector CSp to
+  queue p, capped at ``top``; unmarked traffic to queue 0). ``job_dscp`` marks the workers' TCP on the hosts.
 
-Thresholds: a drop-eligible DLCP packet is dropped at ``3/4`` of the queue capacity, protected ones are ECN-marked
-from ``1/4``; queue 7 (control) has neither.
+Thresholds: a drop-eligible DLCP packet is dropped at ``3/4`` of the queue capacity, ECN-capable packets (DLCP's
+protected ones, and TCP when the hosts enable ECN) are marked from ``1/4``; the control queue has neither.
+``load_balancing`` is the program's ``lb_mode``: ``spray`` (DLCP packets round-robin over equal-cost next hops,
+other traffic hashed per flow) or ``per-flow`` (everything hashed per flow).
 """
 
 from __future__ import annotations
@@ -38,25 +47,45 @@ def _link_props(props: LinkSpec) -> dict[str, Any]:
     return d
 
 
+def _dlcp_rules(spec: RunSpec, top: int) -> list[dict[str, Any]]:
+    """The ``priorities.dlcp`` rules of ``spec.priority_mode`` (first matching rule wins)."""
+    control = {"msg_type": ["ack", "nack", "control"], "queue": top}
+    if spec.priority_mode == "single" or top == 0:
+        return [{"queue": 0}]
+    data_top = max(1, top - 1) if top > 1 else 0
+    data_low = min(1, data_top)
+    if spec.priority_mode == "trust":
+        if top == 7:
+            return [control, {"trust": True}]
+        return [control] + [{"priority": p, "queue": min(max(p, data_low), data_top)} for p in range(8)]
+    rules = [control, {"msg_type": "data", "mag_class": [0, 1], "queue": data_low}]
+    layer = 0
+    for q in range(data_top, data_low, -1):
+        rules.append({"msg_type": "data", "layer": f"{layer}-{layer + 1}", "queue": q})
+        layer += 2
+    rules.append({"queue": data_low})
+    return rules
+
+
 def network_yaml(plan: Plan, spec: RunSpec) -> str:
     """The controller's network file for ``plan`` (YAML text)."""
     queue = spec.topology.link.queue
     th = spec.thresholds
+    top = spec.priority_queues - 1
+    dscp = spec.dscp_map if spec.dscp_map is not None else {p << 3: min(p, top) for p in range(8)}
     doc: dict[str, Any] = {
-        "load_balancing": "spray",
+        "load_balancing": spec.load_balancing,
         "switches": {s.name: {"address": f"127.0.0.1:{s.grpc_port}", "device_id": s.device_id,
-                              "target": spec.switch} for s in plan.switches},
+                              "target": spec.switch, "priority_queues": spec.priority_queues}
+                     for s in plan.switches},
         "hosts": {h.name: {"ip": h.ip, "mac": h.mac, "attach": f"{h.switch}:{h.port}",
                            **_link_props(spec.topology.link)} for h in plan.hosts},
         "links": [{"between": [f"{ln.a}:{ln.a_port}", f"{ln.b}:{ln.b_port}"], **_link_props(ln.props)}
                   for ln in plan.links if ln.a_port],
-        "priorities": {
-            "dlcp": [{"msg_type": ["ack", "nack", "control"], "queue": 7}, {"trust": True}],
-            "dscp": {0: 0},
-        },
+        "priorities": {"dlcp": _dlcp_rules(spec, top), "dscp": dict(sorted(dscp.items()))},
         "thresholds": [{"drop": max(1, queue * 3 // 4) if th.drop is None else th.drop,
-                        "mark": max(1, queue // 4) if th.mark is None else th.mark},
-                       {"priority": 7, "drop": 0, "mark": 0}],
+                        "mark": max(1, queue // 4) if th.mark is None else th.mark}]
+        + ([{"priority": top, "drop": 0, "mark": 0}] if top > 0 and spec.priority_mode != "single" else []),
     }
     return "# Generated by dlcp-testbed from the run spec; apply by hand with `dlcpctl apply`.\n" + \
         yaml.safe_dump(doc, sort_keys=False)

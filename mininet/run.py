@@ -71,6 +71,8 @@ class Testbed:
         self.procs: list[subprocess.Popen] = []
         self.console = console
         self.network = None  # controller.Network once programmed
+        self.background: list[tuple[int, subprocess.Popen, subprocess.Popen, list[Any]]] = []
+        self.background_report: list[dict[str, Any]] = []
 
     def say(self, msg: str) -> None:
         if self.console is not None:
@@ -98,6 +100,7 @@ class Testbed:
             self.net = Mininet(topo, host=DlcpHost, controller=None, autoSetMacs=False, autoStaticArp=False)
             self.net.start()
             self._static_arp()
+            self._configure_tcp()
             self.say("[bold]controller[/]: programming switches")
             from .netfile import program
 
@@ -113,10 +116,38 @@ class Testbed:
                 if other.name != h.name:
                     h.cmd(f"ip neigh replace {other.ip} lladdr {other.mac} dev {h.defaultIntf().name} nud permanent")
 
+    def _configure_tcp(self) -> None:
+        """The spec's ``tcp`` settings in every host's namespace: congestion control and ECN by sysctl (both are
+        per network namespace), ``rto_min`` on every route. A congestion control this kernel lacks is an error
+        naming what it has."""
+        tcp = self.spec.tcp
+        if tcp.congestion_control is not None:
+            have = _available_congestion_control()
+            if tcp.congestion_control not in have:
+                raise RunError(f"tcp.congestion_control: this kernel has no {tcp.congestion_control!r} (available: "
+                               f"{', '.join(have)}: net.ipv4.tcp_available_congestion_control limited to "
+                               f"tcp_allowed_congestion_control)")
+        for h in self.net.hosts:
+            if tcp.congestion_control is not None:
+                _host_cmd(h, f"sysctl -qw net.ipv4.tcp_congestion_control={tcp.congestion_control}")
+            if tcp.ecn is not None:
+                _host_cmd(h, f"sysctl -qw net.ipv4.tcp_ecn={1 if tcp.ecn else 0}")
+            if tcp.rto_min_ms is not None:
+                for route in h.cmd("ip -4 route show").splitlines():
+                    if route.strip():
+                        _host_cmd(h, f"ip route replace {route.strip()} rto_min {tcp.rto_min_ms}ms")
+
+    def job_env(self) -> dict[str, str]:
+        """Environment that marks the workers' TCP with ``job_dscp`` (the LD_PRELOAD shim, built on first use)."""
+        if self.spec.job_dscp is None:
+            return {}
+        return {"LD_PRELOAD": str(dscp_preload(self.out_dir)), "DLCP_JOB_DSCP": str(self.spec.job_dscp)}
+
     def __exit__(self, *exc) -> None:
         self.close()
 
     def close(self) -> None:
+        self.stop_background()
         for p in self.procs:
             if p.poll() is None:
                 try:
@@ -148,18 +179,46 @@ class Testbed:
         return p
 
     def start_background(self) -> None:
+        """One iperf3 server and client per background entry; the client reports JSON (``-J``) into
+        ``background-<i>.json`` when :meth:`stop_background` interrupts it."""
         for i, f in enumerate(self.spec.background):
             dst = self.plan.host(f.dst)
             port = 5201 + i
-            log = open(self.out_dir / f"background-{i}.log", "w")
-            self.popen(f.dst, ["iperf3", "-s", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
+            log = open(self.out_dir / f"background-{i}-server.json", "w")
+            server = self.popen(f.dst, ["iperf3", "-s", "-1", "-J", "-p", str(port)], stdout=log,
+                                stderr=subprocess.STDOUT)
             time.sleep(0.3)
-            cmd = ["iperf3", "-c", dst.ip, "-p", str(port), "-t", "86400", "-P", str(f.flows), "-i", "0"]
+            cmd = ["iperf3", "-c", dst.ip, "-p", str(port), "-t", "86400", "-P", str(f.flows), "-i", "0", "-J"]
             if f.kind == "udp":
                 rate = f.rate or self.spec.topology.link.rate
                 cmd += ["-u", "-b", str(int(rate)), "-l", "1400"]
-            self.popen(f.src, cmd, stdout=log, stderr=subprocess.STDOUT)
+            out = open(self.out_dir / f"background-{i}.json", "w")
+            client = self.popen(f.src, cmd, stdout=out, stderr=subprocess.STDOUT)
+            self.background.append((i, client, server, [out, log]))
             self.say(f"[bold]background[/]: {f.kind} x{f.flows} {f.src} -> {f.dst}")
+
+    def stop_background(self) -> list[dict[str, Any]]:
+        """Interrupt the iperf3 clients (SIGINT: they end the test and print their JSON report) and read each
+        one's goodput from the server's JSON report (``-J``): the bytes it received over the time the flow ran."""
+        out = []
+        for i, client, server, files in self.background:
+            for p in (client, server):  # the client ends the test; the server then reports what it received
+                if p.poll() is None:
+                    try:
+                        os.killpg(p.pid, signal.SIGINT)
+                    except ProcessLookupError:
+                        pass
+                    try:
+                        p.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        pass
+            for f in files:
+                f.close()
+            out.append({"flow": i, **background_goodput(self.out_dir / f"background-{i}-server.json")})
+        self.background.clear()
+        if out:
+            self.background_report = out
+        return out
 
     def run_acid(self, progress=None) -> dict[str, Any]:
         """A²CiD²: the pairing service in h1's namespace, one ``python -m host.acid worker`` per worker host
@@ -230,7 +289,7 @@ class Testbed:
                    "WORLD_SIZE": str(spec.workers), "LOCAL_RANK": "0", "OMP_NUM_THREADS": "1",
                    "PYTHONUNBUFFERED": "1", "DLCP_ADDR": self.plan.host(host).ip,
                    # gloo picks its interface from the hostname, which resolves in the root namespace
-                   "GLOO_SOCKET_IFNAME": self.net.get(host).defaultIntf().name}
+                   "GLOO_SOCKET_IFNAME": self.net.get(host).defaultIntf().name, **self.job_env()}
             log = open(self.out_dir / f"worker-{r}.log", "w")
             stdout = subprocess.PIPE if r == 0 else log
             p = self.popen(host, [sys.executable, "-m", "testbed.worker", str(spec_file),
@@ -240,12 +299,11 @@ class Testbed:
         deadline = time.monotonic() + spec.timeout_s
         rank0 = workers[0][0]
         with open(self.out_dir / "worker-0.log", "a") as log0:
-            for line in rank0.stdout:
+            # A reader thread, so the deadline holds even when rank 0 prints nothing at all.
+            for line in _lines_until(rank0.stdout, deadline):
                 log0.write(line)
                 if progress is not None and line.startswith("step "):
                     progress(int(line.split()[1].split("/")[0]))
-                if time.monotonic() > deadline:
-                    break
         results = []
         for r, (p, log) in enumerate(workers):
             try:
@@ -264,6 +322,77 @@ class Testbed:
         from .netfile import switch_summary
 
         return switch_summary(self.network.stats()) if self.network is not None else {}
+
+
+def _lines_until(stream, deadline: float) -> Iterator[str]:
+    """Lines of ``stream`` until it ends or ``deadline`` (time.monotonic()) passes, whichever comes first; a
+    daemon thread does the blocking reads."""
+    import queue
+    import threading
+
+    q: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        try:
+            for line in stream:
+                q.put(line)
+        except (OSError, ValueError):
+            pass
+        q.put(None)
+
+    threading.Thread(target=pump, daemon=True, name="rank0-reader").start()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        try:
+            line = q.get(timeout=min(left, 1.0))
+        except queue.Empty:
+            continue
+        if line is None:
+            return
+        yield line
+
+
+def _host_cmd(h, cmd: str) -> None:
+    """Run ``cmd`` in host ``h``'s namespace; a failure is a RunError naming the host and command."""
+    out = h.cmd(f"{cmd} 2>&1; echo rc=$?")
+    if not out.rstrip().endswith("rc=0"):
+        raise RunError(f"host {h.name}: `{cmd}` failed: {out.strip()}")
+
+
+def _available_congestion_control() -> list[str]:
+    """The congestion controls a host namespace may select: the kernel's available ones that the root
+    namespace's ``tcp_allowed_congestion_control`` allows (a non-initial namespace can set no other)."""
+    base = Path("/proc/sys/net/ipv4")
+    allowed = set((base / "tcp_allowed_congestion_control").read_text().split())
+    return [c for c in (base / "tcp_available_congestion_control").read_text().split() if c in allowed]
+
+
+def dscp_preload(out_dir: Path) -> Path:
+    """Build the LD_PRELOAD shim that marks a process's TCP sockets (``dscp_preload.c``) into ``out_dir``."""
+    so = out_dir / "dscp_preload.so"
+    if not so.exists():
+        src = Path(__file__).with_name("dscp_preload.c")
+        r = subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(so), str(src), "-ldl"], capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            raise RunError(f"job_dscp: building the marking shim {src} failed:\n{r.stderr.strip()}")
+    return so
+
+
+def background_goodput(path: Path) -> dict[str, Any]:
+    """Goodput of one background flow from its iperf3 server's JSON report: bits/s received (TCP
+    ``sum_received``, UDP ``sum``) and the seconds it ran; ``error`` when there is no usable report."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        return {"goodput_bps": None, "error": f"{path.name}: no JSON report ({e})"}
+    end = doc.get("end") or {}
+    s = end.get("sum_received") or end.get("sum") or {}
+    if not s or "bits_per_second" not in s:
+        return {"goodput_bps": None, "error": doc.get("error", f"{path.name}: no summary")}
+    return {"goodput_bps": float(s["bits_per_second"]), "seconds": float(s.get("seconds", 0.0))}
 
 
 def _project_root() -> Path:
@@ -334,7 +463,10 @@ def summarise(spec: RunSpec, workers: list[dict[str, Any]], wall_s: float) -> di
             "final_accuracy": r0["final_accuracy"], "wall_s": wall_s, "zero_filled_elements": zero_filled,
             "zero_filled_fraction": zero_filled / elements if elements else 0.0, "zero_filled_step_max": worst,
             "loss_bound": spec.loss_bound,
-            "retransmissions": retrans}
+            "retransmissions": retrans,
+            # workers' CPU seconds per second of training, summed over ranks (how many cores the job kept busy)
+            "cpu_use": (sum(float(w["cpu_s"]) for w in workers) / max(1e-9, float(r0.get("wall_s") or 0.0))
+                        if all("cpu_s" in w for w in workers) and r0.get("wall_s") else None)}
 
 
 @contextmanager
@@ -375,8 +507,12 @@ def run_spec(spec: RunSpec, out_dir: str | Path | None = None, *, console=None, 
             if done < spec.steps:  # stopped at the target accuracy: the bar ends full at the step reached
                 bar.update(task, total=max(1, done), completed=done)
         switches = tb.switch_stats()
-    result = {"spec": asdict(spec), "summary": summarise(spec, workers, time.monotonic() - t0),
-              "workers": workers, "switches": switches, "out_dir": str(out)}
+        background = tb.stop_background()
+    summary = summarise(spec, workers, time.monotonic() - t0)
+    good = [b["goodput_bps"] for b in background if b.get("goodput_bps") is not None]
+    summary["background_goodput_bps"] = sum(good) if background and len(good) == len(background) else None
+    result = {"spec": asdict(spec), "summary": summary, "workers": workers, "switches": switches,
+              "background": background, "out_dir": str(out)}
     path = out / "results.json"
     path.write_text(json.dumps(result, indent=1, default=str))
     if plots:

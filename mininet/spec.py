@@ -26,10 +26,19 @@ from typing import Any
 
 import yaml
 
-__all__ = ["SpecError", "LinkSpec", "TopologySpec", "BackgroundFlow", "RunSpec", "load_spec", "parse_rate",
-           "ALGORITHMS", "TOPOLOGIES"]
+__all__ = ["SpecError", "LinkSpec", "TopologySpec", "BackgroundFlow", "TcpSpec", "ThresholdSpec", "RunSpec",
+           "load_spec", "parse_rate", "ALGORITHMS", "TOPOLOGIES", "PRIORITY_MODES", "LOAD_BALANCING"]
 
-ALGORITHMS = ("ddp-gloo", "dlcp-allreduce", "dear", "spardl", "acid")
+ALGORITHMS = ("ddp-gloo", "dlcp-allreduce", "dear", "dear-gloo", "spardl", "acid")
+#: How the switches pick a DLCP packet's queue (``priority_mode``): ``trust`` the priority the sender wrote (1..6 by
+#: layer position, host.policy); ``layer-table`` a controller table by layer index and gradient magnitude class
+#: (the sender's priority ignored); ``single`` every packet, DLCP's control messages included, in queue 0 (no
+#: prioritisation at all).
+PRIORITY_MODES = ("trust", "layer-table", "single")
+LOAD_BALANCING = ("spray", "per-flow")
+#: Congestion control algorithms Linux can have (which ones this kernel offers is checked when a run starts).
+TCP_CONGESTION = ("reno", "cubic", "bbr", "dctcp", "vegas", "htcp", "bic", "westwood", "illinois", "highspeed",
+                  "scalable", "yeah", "hybla", "lp", "veno", "nv", "cdg")
 TOPOLOGIES = ("star", "dumbbell", "leaf-spine")
 SWITCH_TARGETS = ("embedded", "bmv2")
 
@@ -67,6 +76,18 @@ class ThresholdSpec:
 
     drop: int | None = None
     mark: int | None = None
+
+
+@dataclass
+class TcpSpec:
+    """TCP on every host (workers' Gloo and store connections, background iperf3), set per namespace:
+    ``net.ipv4.tcp_congestion_control``, ``net.ipv4.tcp_ecn`` and the routes' ``rto_min``. None: the kernel's
+    default. DCTCP with ``ecn: true`` is the fair TCP baseline on a marking network (the switches mark ECN-capable
+    packets above the mark threshold, whatever their protocol)."""
+
+    congestion_control: str | None = None
+    ecn: bool | None = None
+    rto_min_ms: int | None = None
 
 
 @dataclass
@@ -120,6 +141,15 @@ class RunSpec:
     background: list[BackgroundFlow] = field(default_factory=list)
     priority_queues: int = 8
     thresholds: ThresholdSpec = field(default_factory=ThresholdSpec)
+    priority_mode: str = "trust"
+    # DSCP -> queue for non-DLCP traffic; None: class selector CSp (DSCP p << 3) -> queue p, capped at the top
+    # queue (everything unmarked, background iperf3 included, in queue 0)
+    dscp_map: dict[int, int] | None = None
+    # host-side DSCP for the workers' TCP (Gloo, the rendezvous store): None leaves it 0 (best effort)
+    job_dscp: int | None = None
+    load_balancing: str = "spray"       # DLCP packets sprayed per packet, or everything hashed per flow
+    tcp: TcpSpec = field(default_factory=TcpSpec)
+    compute_ms: float = 0.0             # emulated accelerator compute per step (1/3 in forward, 2/3 in backward)
     timeout_s: float = 300.0            # the whole run (workers included) must end within this
     source: str = "<spec>"              # the file it came from (not a YAML key)
 
@@ -173,6 +203,10 @@ class _Reader:
             return self.dataclass(TopologySpec, node, path)
         if (cls, name) == (RunSpec, "thresholds"):
             return self.dataclass(ThresholdSpec, node, path)
+        if (cls, name) == (RunSpec, "tcp"):
+            return self.dataclass(TcpSpec, node, path)
+        if (cls, name) == (RunSpec, "dscp_map"):
+            return self.dscp_map(node, path)
         if (cls, name) == (RunSpec, "background"):
             if not isinstance(node, yaml.SequenceNode):
                 raise SpecError(where, path, "expected a list of flows")
@@ -183,18 +217,41 @@ class _Reader:
         except (TypeError, ValueError) as e:
             raise SpecError(where, path, str(e)) from None
 
+    def dscp_map(self, node: yaml.Node, path: str) -> dict[int, int] | None:
+        if isinstance(node, yaml.ScalarNode) and self.scalar(node, path) is None:
+            return None
+        out = {}
+        for _name, knode, vnode in self.mapping_any(node, path):
+            d, q = self.scalar(knode, path), self.scalar(vnode, path)
+            for what, v, n, hi in (("DSCP", d, knode, 63), ("queue", q, vnode, 7)):
+                if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= hi:
+                    raise SpecError(self.where(n), f"{path}.{d}", f"{what} must be an integer 0..{hi}, got {v!r}")
+            out[d] = q
+        return out
+
+    def mapping_any(self, node: yaml.Node, key: str) -> list[tuple[Any, yaml.Node, yaml.Node]]:
+        if not isinstance(node, yaml.MappingNode):
+            raise SpecError(self.where(node), key, "expected a mapping (key: value lines)")
+        return [(self.scalar(k, key), k, v) for k, v in node.value]
+
 
 _INTS = {"mtu", "hosts", "background_hosts", "delay_us", "queue", "flows", "workers", "teams", "batch_size", "steps",
          "eval_every", "hidden", "seed", "priority_queues"}
-_OPTIONAL_INTS = {"drop", "mark"}
-_FLOATS = {"acid_step_seconds", "rate_com", "loss", "loss_bound", "density", "lr", "momentum", "target_accuracy", "timeout_s"}
+_OPTIONAL_INTS = {"drop", "mark", "job_dscp", "rto_min_ms"}
+_OPTIONAL_BOOLS = {"ecn"}
+_FLOATS = {"acid_step_seconds", "rate_com", "loss", "loss_bound", "density", "lr", "momentum", "target_accuracy",
+           "timeout_s", "compute_ms"}
 
 
 def _convert(cls: type, name: str, v: Any) -> Any:
     if name == "rate":
         return parse_rate(v)
-    if name in _OPTIONAL_INTS and v is None:
+    if (name in _OPTIONAL_INTS or name in _OPTIONAL_BOOLS) and v is None:
         return None
+    if name in _OPTIONAL_BOOLS:
+        if not isinstance(v, bool):
+            raise TypeError(f"expected true or false, got {v!r}")
+        return v
     if name in _INTS or name in _OPTIONAL_INTS:
         if isinstance(v, bool) or not isinstance(v, int):
             raise TypeError(f"expected an integer, got {v!r}")
@@ -255,6 +312,27 @@ def _check(spec: RunSpec) -> None:
         v = getattr(spec.thresholds, key)
         if v is not None and not 0 <= v <= t.link.queue:
             raise bad(f"thresholds.{key}", f"{v} is outside 0..topology.link.queue ({t.link.queue}) packets")
+    if spec.priority_mode not in PRIORITY_MODES:
+        raise bad("priority_mode", f"{spec.priority_mode!r} is not one of {', '.join(PRIORITY_MODES)}")
+    if spec.load_balancing not in LOAD_BALANCING:
+        raise bad("load_balancing", f"{spec.load_balancing!r} is not one of {', '.join(LOAD_BALANCING)}")
+    for d, q in (spec.dscp_map or {}).items():
+        if q >= spec.priority_queues:
+            raise bad(f"dscp_map.{d}", f"queue {q} is outside 0..{spec.priority_queues - 1} (priority_queues is "
+                                       f"{spec.priority_queues})")
+    if spec.job_dscp is not None and not 0 <= spec.job_dscp <= 63:
+        raise bad("job_dscp", f"{spec.job_dscp} is outside 0..63")
+    if spec.job_dscp is not None and spec.algorithm == "acid":
+        raise bad("job_dscp", "acid's workers use no TCP to mark (their exchanges are DLCP)")
+    tcp = spec.tcp
+    if tcp.congestion_control is not None and tcp.congestion_control not in TCP_CONGESTION:
+        raise bad("tcp.congestion_control", f"{tcp.congestion_control!r} is not one of {', '.join(TCP_CONGESTION)}")
+    if tcp.rto_min_ms is not None and not 1 <= tcp.rto_min_ms <= 1000:
+        raise bad("tcp.rto_min_ms", f"{tcp.rto_min_ms} is outside 1..1000 ms")
+    if not 0.0 <= spec.compute_ms <= 10_000.0:
+        raise bad("compute_ms", f"{spec.compute_ms} is outside 0..10000 ms")
+    if spec.compute_ms and spec.algorithm == "acid":
+        raise bad("compute_ms", "acid pads its steps with acid_step_seconds instead")
     hosts = {f"h{i + 1}" for i in range(t.hosts)} | {f"b{i + 1}" for i in range(t.background_hosts)}
     for i, f in enumerate(spec.background):
         if f.kind not in ("tcp", "udp"):
@@ -265,6 +343,23 @@ def _check(spec: RunSpec) -> None:
                 raise bad(f"background[{i}].{side}", f"no host {h!r} (hosts: {', '.join(sorted(hosts))})")
         if f.src == f.dst or f.flows < 1:
             raise bad(f"background[{i}]", "src and dst must differ and flows must be >= 1")
+
+
+def _override(node: yaml.MappingNode, key: str, value: Any) -> None:
+    """Replace ``key`` (dotted for nested mappings: ``topology.link.rate``) in the composed file; the value then
+    goes through the same typed reader as the file's own (its line is the file's first)."""
+    *parents, last = key.split(".")
+    for part in parents:
+        child = next((v for k, v in node.value if k.value == part), None)
+        if child is None:
+            child = yaml.MappingNode("tag:yaml.org,2002:map", [], start_mark=node.start_mark)
+            node.value.append((yaml.ScalarNode("tag:yaml.org,2002:str", part, start_mark=node.start_mark), child))
+        if not isinstance(child, yaml.MappingNode):
+            # a flow-style or scalar value: rebuild it as a mapping holding what it had
+            raise SpecError(f"{key}", part, "cannot override inside a value that is not a mapping")
+        node = child
+    pair = yaml.compose(yaml.safe_dump({last: value})).value[0]
+    node.value = [kv for kv in node.value if kv[0].value != last] + [pair]
 
 
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> RunSpec:
@@ -285,9 +380,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> RunS
     if not isinstance(node, yaml.MappingNode):
         raise SpecError(f"{p}:1", "", "a spec is a mapping of keys to values")
     for k, v in (overrides or {}).items():
-        # An override goes through the same typed reader as the file (its line is the file's first).
-        pair = yaml.compose(yaml.safe_dump({k: v})).value[0]
-        node.value = [kv for kv in node.value if kv[0].value != k] + [pair]
+        _override(node, k, v)
     spec = _Reader(p).dataclass(RunSpec, node, "")
     spec.source = p
     _check(spec)

@@ -13,9 +13,15 @@ Algorithms:
   the spec's loss bound).
 * ``dear``: :class:`host.dear.DeAR` over the dlcp backend (reduce-scatter in backward, all-gather in the next
   forward) with the loss bound on the gradient reduce-scatters.
+* ``dear-gloo``: the same DeAR over the gloo backend (exact; its ring reduce-scatter over isend/irecv), so
+  DeAR's overlap and DLCP's network mechanisms can be told apart.
 * ``spardl``: DDP over dlcp with the SparDL comm hook at ``spec.density``.
 * ``acid`` does not come here: :meth:`testbed.run.Testbed.run_acid` starts A²CiD²'s own pairing service and
   workers (``python -m host.acid``), which have no global step.
+
+Emulated compute (``spec.compute_ms``): every parameterised layer sleeps its share of the step, a third of it in
+forward and two thirds in backward (as an accelerator's kernels would take, leaving the CPU to communication), so
+an algorithm that overlaps communication with computation (DeAR) has something to hide behind.
 
 Stopping: after ``spec.steps`` steps, or at the first evaluation reaching ``spec.target_accuracy`` (rank 0
 decides and broadcasts the decision, so every rank stops at the same step).
@@ -37,7 +43,7 @@ from torch import nn
 
 from .data import load, shard
 from .models import build
-from .spec import BackgroundFlow, LinkSpec, RunSpec, ThresholdSpec, TopologySpec
+from .spec import BackgroundFlow, LinkSpec, RunSpec, TcpSpec, ThresholdSpec, TopologySpec
 
 __all__ = ["main", "spec_from_json", "spec_to_json"]
 
@@ -53,6 +59,9 @@ def spec_from_json(text: str) -> RunSpec:
     t["core"] = LinkSpec(**t["core"]) if t.get("core") else None
     d["background"] = [BackgroundFlow(**b) for b in d.pop("background")]
     d["thresholds"] = ThresholdSpec(**d.get("thresholds", {}))
+    d["tcp"] = TcpSpec(**d.get("tcp", {}))
+    if d.get("dscp_map") is not None:  # JSON keys are text
+        d["dscp_map"] = {int(k): v for k, v in d["dscp_map"].items()}
     return RunSpec(topology=TopologySpec(**t), **d)
 
 
@@ -139,6 +148,19 @@ class DeARTrainer(Trainer):
         self.dear.flush()
 
 
+def emulate_compute(model: nn.Module, compute_ms: float) -> None:
+    """Make each forward+backward of ``model`` take ``compute_ms`` longer, spread over its parameterised layers
+    (forward hooks sleep 1/3, full backward hooks 2/3 of each layer's share): the time an accelerator would
+    compute, without using this machine's CPU."""
+    if compute_ms <= 0:
+        return
+    layers = [m for m in model.modules() if any(True for _ in m.parameters(recurse=False))]
+    share = compute_ms / 1000.0 / max(1, len(layers))
+    for m in layers:
+        m.register_forward_hook(lambda mod, inp, out: mod.training and time.sleep(share / 3))  # not in evaluation
+        m.register_full_backward_hook(lambda mod, gin, gout: time.sleep(share * 2 / 3))
+
+
 def make_trainer(spec: RunSpec, model: nn.Module) -> Trainer:
     if spec.algorithm in ("ddp-gloo",):
         return DDPTrainer(spec, model)
@@ -147,7 +169,7 @@ def make_trainer(spec: RunSpec, model: nn.Module) -> Trainer:
 
         return DDPTrainer(spec, model, (DlcpHookState.for_model(model, loss_bound=spec.loss_bound),
                                         dlcp_allreduce_hook))
-    if spec.algorithm == "dear":
+    if spec.algorithm in ("dear", "dear-gloo"):
         return DeARTrainer(spec, model)
     if spec.algorithm == "spardl":
         from host.spardl.api import SparDLHookState, spardl_hook
@@ -157,7 +179,7 @@ def make_trainer(spec: RunSpec, model: nn.Module) -> Trainer:
 
 
 def backend_for(spec: RunSpec) -> str:
-    return "gloo" if spec.algorithm == "ddp-gloo" else "dlcp"
+    return "gloo" if spec.algorithm in ("ddp-gloo", "dear-gloo") else "dlcp"
 
 
 def train(spec: RunSpec, out: Path) -> dict[str, Any]:
@@ -166,6 +188,7 @@ def train(spec: RunSpec, out: Path) -> dict[str, Any]:
     data = load(spec.dataset, seed=spec.seed, path=spec.dataset_path)
     x, y = shard(data.x_train, data.y_train, rank, world)
     model = build(spec.model, data, hidden=spec.hidden, seed=spec.seed)
+    emulate_compute(model, spec.compute_ms)
     if spec.loss_bound:
         os.environ.setdefault("DLCP_LOSS_BOUND", str(spec.loss_bound))
     os.environ.setdefault("DLCP_CC", spec.congestion_control)
@@ -175,6 +198,7 @@ def train(spec: RunSpec, out: Path) -> dict[str, Any]:
     iters: list[dict[str, float]] = []
     evals: list[dict[str, float]] = []
     t0 = time.monotonic()
+    cpu0 = time.process_time()
     per_epoch = max(1, len(x) // spec.batch_size)
     order = torch.randperm(len(x), generator=g)
     stop = torch.zeros(1)
@@ -209,7 +233,8 @@ def train(spec: RunSpec, out: Path) -> dict[str, Any]:
     dist.barrier()
     dist.destroy_process_group()
     result = {"rank": rank, "world": world, "algorithm": spec.algorithm, "iterations": iters, "evals": evals,
-              "final_accuracy": final, "wall_s": time.monotonic() - t0, "transport": _jsonable(stats)}
+              "final_accuracy": final, "wall_s": time.monotonic() - t0, "cpu_s": time.process_time() - cpu0,
+              "transport": _jsonable(stats)}
     out.write_text(json.dumps(result))
     return result
 
