@@ -24,6 +24,7 @@ tables; user calls only post work and wait on events.
 from __future__ import annotations
 
 import bisect
+import errno
 import ipaddress
 import itertools
 import logging
@@ -194,7 +195,14 @@ class Options:
     # 0.91 against 0.84 Gb/s (docs/transport.md). One peer keeps the deep buffer, which rides out the I/O thread's
     # scheduling gaps (the ring's transfers).
     send_buf_shared: int = 256 << 10
-    max_staged_bytes: int = 1 << 30  # data buffered for transfers nobody has called recv() for yet
+    # data buffered for transfers nobody has called recv() for yet, their bookkeeping included (_BOOK_BYTES per
+    # packet the first header claims): a header's ``total`` reserves nothing beyond it
+    max_staged_bytes: int = 1 << 30
+    # A transfer nobody has posted a receive for is dropped with its staging this long after its last packet (or
+    # after it completed): data for a receive that never comes (a peer's mistake, a stranger's packets, a rank
+    # that failed before posting) does not hold the staging budget forever. Long against any compute skew between
+    # ranks (a receive is normally posted within an iteration of its send); a later post_recv names the expiry.
+    unposted_expiry: float = 120.0
     # A reliable send (loss bound 0) of more than this many bytes is classified a slice of this size at a time:
     # send() classifies the first slice and returns; the I/O thread classifies each next slice while the previous
     # one's packets are on the wire (magnitude classes are then octiles within each slice). Classifying all of a
@@ -278,6 +286,8 @@ class RecvHandle:
         timeout = self.timeout if timeout is None else timeout
         if not inc.event.wait(timeout):
             got = f"{inc.st.npackets}/{inc.st.total} packets" if inc.st else "no packet"
+            if inc.rejected:
+                got += f"; {inc.rejected} packets rejected, the last for {inc.reject_why}"
             self._ep._abandon(inc, f"receive of transfer {inc.tid} from rank {inc.peer} at "
                                    f"{self._ep.addr_map.get(inc.peer)} timed out after {timeout}s ({got})")
         if inc.error is not None:
@@ -386,6 +396,19 @@ class _Peer:
 
 
 _NO_STAGE = np.empty(0, np.uint8)
+#: Bytes of Reassembly bookkeeping per packet (arrived: bool, offsets and counts: int64), charged to the staging
+#: budget for a transfer nobody has posted a receive for.
+_BOOK_BYTES = 17
+
+
+def max_packets(nelems: int, count: int) -> int:
+    """The most packets a genuine transfer of ``nelems`` elements can have, given one of its packets carries
+    ``count`` elements: every packet but one carries the full chunk, and none more than it, so ``ceil(nelems /
+    count)``; a transfer of no elements is one empty packet; a packet of none in a non-empty transfer bounds
+    nothing but that each packet carries one element or more."""
+    if nelems <= 0:
+        return 1
+    return -(-nelems // count) if count > 0 else nelems
 
 
 class _In:
@@ -413,6 +436,10 @@ class _In:
         self.nack_interval = 0.0
         self.nacked: set[int] | None = None  # every seq NACKed so far
         self.bytes = 0
+        self.book = 0  # bytes of Reassembly bookkeeping charged to the staging budget while unposted
+        self.touched = now  # last arrival or completion: an unposted transfer idle past Options.unposted_expiry ends
+        self.rejected = 0  # packets of this transfer dropped for a header field its receive does not allow
+        self.reject_why = ""  # the last such reason (named when the receive times out)
 
     @property
     def cap(self) -> int:
@@ -437,12 +464,15 @@ def src_key(addr: tuple[str, int]) -> int:
 _SOCK_BUF_FORCE = {socket.SO_RCVBUF: 33, socket.SO_SNDBUF: 32}  # SO_RCVBUFFORCE, SO_SNDBUFFORCE
 
 
-def _set_sock_buf(sock: socket.socket, opt: int, size: int) -> None:
-    """Set SO_RCVBUF or SO_SNDBUF to ``size``, forced past the sysctl maximum when the process may (root)."""
+def _set_sock_buf(sock: socket.socket, opt: int, size: int) -> int:
+    """Set SO_RCVBUF or SO_SNDBUF to ``size``, forced past the sysctl maximum when the process may (root); returns
+    the usable size the kernel granted (Linux reports twice the usable size, bookkeeping included), which is less
+    than ``size`` when an unprivileged process met the sysctl cap."""
     try:
         sock.setsockopt(socket.SOL_SOCKET, _SOCK_BUF_FORCE[opt], size)
     except OSError:
         sock.setsockopt(socket.SOL_SOCKET, opt, size)
+    return sock.getsockopt(socket.SOL_SOCKET, opt) // 2
 
 
 class Endpoint:
@@ -466,10 +496,18 @@ class Endpoint:
         # behind, and the slices' extra steps made loopback all-reduces of 16-256 MiB 5-10% slower.
         self._slice_to = {r: not ipaddress.ip_address(a[0]).is_loopback for r, a in self.addr_map.items()}
 
+        # The bind is exclusive: no SO_REUSEADDR/SO_REUSEPORT. With them a second job on this host could bind the
+        # same address and the kernel would hand it this job's datagrams silently; without them its bind fails.
         self._sock = sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        _set_sock_buf(sock, socket.SO_RCVBUF, opts.sock_buf)
-        _set_sock_buf(sock, socket.SO_SNDBUF, opts.send_buf)
+        self._capped: dict[str, tuple[int, int]] = {}
+        for name, opt, size in (("SO_RCVBUF", socket.SO_RCVBUF, opts.sock_buf),
+                                ("SO_SNDBUF", socket.SO_SNDBUF, opts.send_buf)):
+            got = _set_sock_buf(sock, opt, size)
+            if got < size:
+                self._capped[name] = (size, got)
+                log.warning("dlcp rank %d: %s is %d bytes, %d were asked for (capped by net.core.%s; run as root or "
+                            "raise the sysctl): bursts may overflow it", self.rank, name, got, size,
+                            "rmem_max" if opt == socket.SO_RCVBUF else "wmem_max")
         self._send_buf = opts.send_buf  # what SO_SNDBUF is set to now (see _pick_burst)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, _TOS_CONTROL)
@@ -481,7 +519,12 @@ class Endpoint:
             sock.bind(self.local_addr)
         except OSError as e:
             sock.close()
-            raise TransportError(f"rank {self.rank}: cannot bind {self.local_addr}: {e}", self.rank) from e
+            where = f"{self.local_addr[0]}:{self.local_addr[1]}"
+            if e.errno == errno.EADDRINUSE:
+                raise TransportError(f"rank {self.rank}: address {where} is already in use (another DLCP job or "
+                                     "endpoint on this host has bound it; give this job other addresses or another "
+                                     "port)", self.rank) from e
+            raise TransportError(f"rank {self.rank}: cannot bind {where}: {e}", self.rank) from e
         sock.setblocking(False)
         self._gso = opts.offload and opts.socket_wrapper is None
         if opts.offload:
@@ -517,9 +560,12 @@ class Endpoint:
             "acks_sent", "nacks_sent", "dones_sent", "acks_rx", "nacks_rx", "dones_rx", "stale_feedback",
             "ecn_ce_rx", "ecn_echo_rx", "zero_filled_elements", "transfers_sent", "transfers_received",
             "send_errors", "recv_timeouts", "peer_timeouts", "rto_timeouts", "internal_errors", "tx_gso_sends",
-            "rx_gro_buffers", "rx_fast_datagrams", "premature_nacks", "tx_buffer_full", "staged_transfers"), 0)
+            "rx_gro_buffers", "rx_fast_datagrams", "premature_nacks", "tx_buffer_full", "staged_transfers", "rejected",
+            "expired_unposted"), 0)
         self._reo: dict[int, float] = {}  # per sending peer: the adaptive wait after LAST (see _REORDER_MAX)
         self._malformed_by_field: dict[str, int] = {}
+        self._rejected_by_field: dict[str, int] = {}
+        self._next_expiry = 0.0  # when _expire_unposted runs next
         self._rxbuf = bytearray(_RX_BUF)
         self._rxmv = memoryview(self._rxbuf)
         # one row per receive record of a batch: position in _rxbuf, bytes, TOS, GRO segment size, source key
@@ -666,7 +712,12 @@ class Endpoint:
                 raise TransportError("endpoint is closed", peer)
             inc = self._ready.pop(key, None)
             if inc is None:
-                if key in self._tomb:
+                tomb = self._tomb.get(key)
+                if tomb is not None and tomb[0] == "expired":
+                    raise TransportError(f"transfer {transfer_id} from rank {peer} arrived, but no receive was "
+                                         f"posted for it within unposted_expiry ({self.opts.unposted_expiry}s): "
+                                         "its data was dropped", peer)
+                if tomb is not None:
                     raise ValueError(f"transfer {transfer_id} from rank {peer} was already received "
                                      "(transfer ids are unique per sender and receiver)")
                 inc = self._incoming.get(key)
@@ -690,10 +741,16 @@ class Endpoint:
             self._drop_in(inc, TransportError(why, inc.peer))
 
     def stats(self) -> dict[str, Any]:
-        """Totals, malformed drops by field, and the congestion state per peer."""
+        """Totals, malformed drops by field, rejected packets by field (well-formed, but a field the receive they
+        belong to does not allow: ``total`` more packets than the posted buffer or the staging budget can take,
+        ``offset`` past the end of the posted buffer, ``dtype`` not the posted one, ``eligible`` not below
+        ``total``), and the congestion state per peer."""
         with self._lock:
             d: dict[str, Any] = dict(self._c)
             d["malformed_by_field"] = dict(self._malformed_by_field)
+            d["rejected_by_field"] = dict(self._rejected_by_field)
+            # socket buffers the kernel capped below what Options asked: {"SO_RCVBUF": (asked, granted), ...}
+            d["sock_buf_capped"] = dict(self._capped)
             d["peers"] = {r: {**p.cc.snapshot(), "inflight": p.inflight, "active": len(p.active)}
                           for r, p in self._peers.items()}
             d["pending_recv"] = len(self._incoming)
@@ -796,6 +853,10 @@ class Endpoint:
         elif st is not None and st.max_end > tv.nbytes:
             inc.error = TransportError(f"transfer {inc.tid} from rank {inc.peer} is larger than the out buffer "
                                        f"({st.max_end} > {tv.nbytes} bytes)", inc.peer)
+        elif st is not None and st.total > max_packets(tv.nelems, st.max_count):
+            inc.error = TransportError(f"transfer {inc.tid} from rank {inc.peer} has {st.total} packets of up to "
+                                       f"{st.max_count} elements, more than the out buffer's {tv.nelems} elements "
+                                       "take (it does not fit)", inc.peer)
         if inc.error is not None:
             self._incoming.pop((inc.peer, inc.tid), None)
             self._tombstone((inc.peer, inc.tid), "abandoned")
@@ -812,8 +873,8 @@ class Endpoint:
         """Drop ``inc``'s staging buffer and its bytes from the staging budget (on every path that ends staging:
         moved into the posted buffer, a failed post, a failed transfer)."""
         if inc.stage is not None:
-            self._staged_bytes -= len(inc.stage)
-            inc.stage = None
+            self._staged_bytes -= len(inc.stage) + inc.book
+            inc.stage, inc.book = None, 0
 
     def _on_data(self, key: tuple[int, int], items: list[tuple], now: float) -> None:
         """The data packets of one transfer from one receive batch, in arrival order: ``(words, start, length,
@@ -842,38 +903,59 @@ class Endpoint:
             if self._staged_bytes >= self.opts.max_staged_bytes:
                 c["unclaimed_dropped"] += n
                 return
-            inc = self._incoming[key] = _In(rank, tid, now)
+            inc = _In(rank, tid, now)  # (kept only once its first header passed the checks below)
         st = inc.st
         if st is None:
-            if w0[W_ELIG] >= w0[W_TOTAL]:
-                c["inconsistent"] += n
+            # The first accepted header fixes the transfer's shape; nothing is reserved on its word beyond what the
+            # posted receive, or the staging budget, allows. A rejected packet is dropped and counted, never fails
+            # the receive: the receiver cannot tell a mismatched sender from a stranger's packet (a genuine
+            # mismatch shows in the receive's timeout message).
+            k = 0
+            while k < n:  # each packet on its own word: the first acceptable one opens the transfer
+                why = self._first_header_check(inc, items[k][0])
+                if why is None:
+                    break
+                self._reject(inc, why[0], 1, why[1])
+                if why[0] == "total" and inc.tv is None:
+                    c["unclaimed_dropped"] += 1
+                k += 1
+            if k == n:
                 return
-            st = inc.st = Reassembly(w0[W_TOTAL], w0[W_ELIG])
+            if k:
+                items = items[k:]
+                n = len(items)
+                w0 = items[0][0]
+            total, elig = w0[W_TOTAL], w0[W_ELIG]
+            if inc.tv is None:
+                inc.book = total * _BOOK_BYTES
+                self._staged_bytes += inc.book
+            st = inc.st = Reassembly(total, elig)
             inc.dtype, inc.layer = w0[W_DTYPE], w0[W_LAYER]
             inc.first_arrival = now
             inc.nack_interval = self.opts.nack_interval
-            if inc.tv is not None and int(inc.tv.dtype) != inc.dtype:
-                self._fail_in(inc, f"carries {DType(inc.dtype).name}, recv() was given {inc.tv.dtype.name}")
-                return
+            self._incoming[key] = inc
+        inc.touched = now
         total, dtype, arrived, n_elig = st.total, inc.dtype, st.arrived, st.eligible
         hl = wire.HEADER_LEN
         src = self._rxmv
-        if inc.dst is not None:
+        posted = inc.dst is not None
+        if posted:
             dst = inc.dst
         else:
             top = max(w[W_OFFSET] + ln - hl for w, _s, ln, _t in items)
             stage = inc.stage
             if top > len(stage):  # size it for the whole transfer at once when these are full-size packets
                 full = max(ln for _w, _s, ln, _t in items) - hl
-                room = max(0, self.opts.max_staged_bytes - self._staged_bytes)
-                size = max(top, min(max(2 * len(stage), full * total), room))
-                new = np.empty(size, np.uint8)
-                if not len(stage):
-                    c["staged_transfers"] += 1  # data came before its receive was posted
-                used = min(len(stage), st.max_end)
-                new[:used] = stage[:used]
-                self._staged_bytes += size - len(stage)
-                stage = inc.stage = new
+                limit = len(stage) + max(0, self.opts.max_staged_bytes - self._staged_bytes)  # never past the budget
+                size = min(max(top, 2 * len(stage), full * total), limit)
+                if size > len(stage):  # (what still does not fit is dropped below, as over the budget)
+                    new = np.empty(size, np.uint8)
+                    if not len(stage):
+                        c["staged_transfers"] += 1  # data came before its receive was posted
+                    used = min(len(stage), st.max_end)
+                    new[:used] = stage[:used]
+                    self._staged_bytes += size - len(stage)
+                    stage = inc.stage = new
             dst = memoryview(stage)
         cap = len(dst)
         batch = n >= _BATCH_MIN
@@ -900,9 +982,13 @@ class Endpoint:
                 self._premature_nack(rank)
             off = w[W_OFFSET]
             plen = ln - hl
-            if off + plen > cap:
-                self._fail_in(inc, f"packet {seq} ends at byte {off + plen}, the out buffer has {cap}")
-                return
+            if off + plen > cap:  # dropped, not fatal (see above)
+                if posted:
+                    self._reject(inc, "offset", 1, f"packet {seq} ends at byte {off + plen}, the out buffer has "
+                                                   f"{cap} (it does not fit)")
+                else:
+                    c["unclaimed_dropped"] += 1  # over the staging budget
+                continue
             dst[off: off + plen] = src[s + hl: s + ln]
             ce = (tos & 3) == wire.ECN_CE
             if ce:
@@ -991,6 +1077,33 @@ class Endpoint:
             st.add_batch(np.array(seqs, np.int64), np.array(offs, np.int64), np.array(cnts, np.int64),
                          np.array(plens, np.int64))
 
+    def _first_header_check(self, inc: _In, w: tuple) -> tuple[str, str] | None:
+        """Why the first header ``w`` of a transfer may not open it, as (field, reason), or None when it may: its
+        eligible count is below its total, and against a posted receive its dtype is the posted one and its total
+        fits the posted elements (:func:`max_packets`); without one, its bookkeeping fits the staging budget."""
+        total, elig, count = w[W_TOTAL], w[W_ELIG], w[W_COUNT]
+        tv = inc.tv
+        if elig >= total:
+            return "eligible", f"{elig} eligible packets of {total}"
+        if tv is None:
+            if self._staged_bytes + total * _BOOK_BYTES > self.opts.max_staged_bytes:
+                return "total", f"claims {total} packets, more than the staging budget holds"
+            return None
+        if int(tv.dtype) != w[W_DTYPE]:
+            return "dtype", f"carries {DType(w[W_DTYPE]).name}, recv() was given {tv.dtype.name}"
+        if total > max_packets(tv.nelems, count):
+            return "total", (f"claims {total} packets of {count} elements, more than the out buffer's {tv.nelems} "
+                             "elements take (it does not fit)")
+        return None
+
+    def _reject(self, inc: _In, fld: str, n: int, why: str) -> None:
+        """Drop ``n`` packets of ``inc`` whose header field ``fld`` its receive does not allow (counted per field;
+        the last reason is named if the receive times out)."""
+        self._c["rejected"] += n
+        self._rejected_by_field[fld] = self._rejected_by_field.get(fld, 0) + n
+        inc.rejected += n
+        inc.reject_why = f"{fld}: {why}"
+
     def _fail_in(self, inc: _In, why: str) -> None:
         self._c["inconsistent"] += 1
         self._drop_in(inc, TransportError(f"transfer {inc.tid} from rank {inc.peer}: {why}", inc.peer))
@@ -1074,7 +1187,7 @@ class Endpoint:
         if not inc.nacks and inc.peer in self._reo:
             self._reo[inc.peer] = max(_REORDER_TIME, self._reo[inc.peer] * _REORDER_DECAY)
         self._send_done(inc.peer, inc.tid, st.total, st.npackets)
-        inc.completed_at = now
+        inc.completed_at = inc.touched = now
         if inc.posted:
             self._deliver(inc)
         else:
@@ -1128,8 +1241,26 @@ class Endpoint:
                     self._send_ack(inc)
             self._ack_pending.clear()
 
+    def _expire_unposted(self, now: float) -> None:
+        """Drop the transfers nobody posted a receive for (in progress or complete) whose last packet or completion
+        is older than ``Options.unposted_expiry``, with their staging; a later ``post_recv`` names the expiry."""
+        limit = now - self.opts.unposted_expiry
+        gone = [(k, i) for k, i in self._incoming.items() if not i.posted and i.touched < limit]
+        gone += [(k, i) for k, i in self._ready.items() if not i.posted and i.touched < limit]
+        for key, inc in gone:
+            self._incoming.pop(key, None)
+            self._ready.pop(key, None)
+            self._ack_pending.discard(key)
+            self._tombstone(key, "expired")
+            self._release_stage(inc)
+            inc.done = True
+            self._c["expired_unposted"] += 1
+
     def _rx_timers(self, now: float) -> None:
         o = self.opts
+        if now >= self._next_expiry:
+            self._next_expiry = now + min(1.0, o.unposted_expiry / 4)
+            self._expire_unposted(now)
         for inc in list(self._incoming.values()):
             st = inc.st
             if st is None or inc.done:

@@ -217,15 +217,16 @@ def test_a_posted_receive_takes_the_data_directly_and_can_time_out_or_be_cancell
 
 def test_staging_budget_holds_back_new_transfers_until_recv(make_endpoints):
     """Data for a transfer nobody has called recv() for is staged, sized for the whole transfer at once; once the
-    staged bytes reach max_staged_bytes, packets of further unclaimed transfers are dropped (counted), and those
-    transfers still complete, by retransmission, once recv() is posted."""
+    staged bytes reach max_staged_bytes (never more), packets of further unclaimed transfers are dropped (counted),
+    and those transfers still complete, by retransmission, once recv() is posted."""
     a, b = make_endpoints(2, per_rank={0: Options(**FAST), 1: Options(max_staged_bytes=200_000, **FAST)})
-    xs = [torch.randn(n) for n in (100_000, 30_000, 1)]  # 400 kB (over the budget by itself), 120 kB, one element
+    xs = [torch.randn(n) for n in (40_000, 30_000, 1)]  # 160 kB, 120 kB (past the budget after the first), one
     hs = [a.send(1, x, transfer_id=200 + i) for i, x in enumerate(xs)]
     hs[0].wait(5)  # completed while staged
     time.sleep(0.2)
     st = b.stats()
     assert st["unclaimed_dropped"] > 0 and not hs[1].done() and not hs[2].done()
+    assert b._staged_bytes <= 200_000
     for i, x in reversed(list(enumerate(xs))):
         r = b.recv(0, 200 + i, out=torch.empty_like(x), timeout=10)
         assert torch.equal(r.data, x)

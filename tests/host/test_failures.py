@@ -205,13 +205,15 @@ def test_malformed_fields_named(make_endpoints):
 
 
 def test_dtype_or_size_mismatch_raises(make_endpoints):
+    """Data staged before the receive is posted fails the receive at once; packets arriving after it are rejected
+    one by one (a stranger could send them) and the receive's timeout names why."""
     a, b = make_endpoints(2)
     a.send(1, torch.randn(1000), transfer_id=1)
     with pytest.raises(TransportError, match="FLOAT32"):
-        b.recv(0, 1, out=torch.empty(1000, dtype=torch.float16), timeout=5)
+        b.recv(0, 1, out=torch.empty(1000, dtype=torch.float16), timeout=1)
     a.send(1, torch.randn(1000), transfer_id=2)
     with pytest.raises(TransportError, match="does not fit|larger|out buffer"):
-        b.recv(0, 2, out=torch.empty(500), timeout=5)  # too small (whether posted before or after the data)
+        b.recv(0, 2, out=torch.empty(500), timeout=1)  # too small (whether posted before or after the data)
     h = a.send(1, torch.randn(1000), transfer_id=3)
     h.wait(5)
     with pytest.raises(TransportError, match="does not fit"):
