@@ -477,8 +477,10 @@ class Collectives:
     HALVING_MAX_LOCAL = 64 << 20
     RING_DEPTH = 2  # threads posting receives ahead (and scratch slots) per pipelined ring; 0: the caller posts
     # Scratch buffers (a reduce-scatter's working copy, a ring's receive slots, a gather buffer) are kept per thread
-    # and reused, up to this many bytes each: on this VM the first write to fresh pages cost ~1.5 ms per MB
-    # (a 64 MiB torch.cat took 113-142 ms, the same copy into a reused buffer 18-42 ms). Larger ones are fresh.
+    # and reused: on this VM the first write to fresh pages cost ~1.5 ms per MB (a 64 MiB torch.cat took 113-142
+    # ms, the same copy into a reused buffer 18-42 ms). A thread keeps at most this many bytes of them in all: a
+    # buffer that would take it past the bound drops the thread's other kept buffers (a caller still holding one
+    # keeps it alive until it lets go), and one larger than the bound is fresh and not kept.
     SCRATCH_MAX_BYTES = 512 << 20
 
     def __init__(self, link: Link, ranks: Sequence[int], my_rank: int, group_tag: int = 0,
@@ -511,6 +513,9 @@ class Collectives:
         bufs = self._tls.__dict__.setdefault("bufs", {})
         b = bufs.get(name)
         if b is None or b.numel() < nbytes:
+            bufs.pop(name, None)
+            if sum(x.numel() for x in bufs.values()) + nbytes > self.SCRATCH_MAX_BYTES:
+                bufs.clear()  # (SCRATCH_MAX_BYTES bounds what a thread keeps in all)
             b = bufs[name] = torch.empty(nbytes, dtype=torch.uint8)
         return b[:nbytes].view(dtype)
 
