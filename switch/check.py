@@ -543,7 +543,11 @@ class Checker:
             if op not in ("==", "!=") and not isinstance(t, (Bits, ir.IntLit)):
                 raise P4Error(e.loc, f"'{op}' needs integer operands, not {t}")
             if isinstance(t, (ir.HeaderT, ir.StructT, ir.StackT)):
-                raise unsupported("comparison of headers or structs", e.loc)
+                # P4-16 8.9/8.11/8.17: equal when both invalid or both valid with equal fields; structs and
+                # stacks field by field.  The code generator compares the operands' slots.
+                for x in (e.left, e.right):
+                    if isinstance(x, A.ListExpr):
+                        raise unsupported("comparison with a list or structure expression", x.loc)
             return BOOL
         if not isinstance(t, (Bits, ir.IntLit)):
             raise P4Error(e.loc, f"'{op}' needs integer operands, not {t}")
@@ -698,7 +702,9 @@ class Checker:
                 e.target = bt.table
                 return ir.ApplyResultT(bt.table)
             if isinstance(bt, ir.BlockT):
-                raise unsupported("applying a sub-parser or sub-control", e.loc)
+                # switch.inline has replaced every apply of a parser/control declared earlier by its body
+                raise P4Error(e.loc, f"{bt.name} cannot be applied here: a parser applies parsers and a control "
+                                     "applies controls, declared before it (P4-16 15.1)")
             if isinstance(bt, ir.ExternT):
                 decl = bt.decl
                 ms = [x for x in decl.methods if x.name == m and x.ret is not None]
@@ -781,6 +787,8 @@ class Checker:
             if s.other is not None:
                 self.stmt(s.other, Scope(scope), ctx)
         elif isinstance(s, A.Switch):
+            if ctx.kind == "parser":
+                raise P4Error(s.loc, "switch is not allowed in a parser (P4-16 13.4)")
             if ctx.action is not None:
                 raise P4Error(s.loc, "switch is not allowed inside actions")
             t = self.call(s.expr.expr, scope, ctx) if isinstance(s.expr, A.Member) and isinstance(s.expr.expr, A.Call) else None
@@ -790,7 +798,8 @@ class Checker:
             else:
                 self.expr(s.expr, scope)
             if not isinstance(s.expr.type, ir.ActionEnumT):
-                raise unsupported("switch on a value other than table.apply().action_run", s.loc)
+                self.value_switch(s, scope, ctx)
+                return
             table = s.expr.type.table
             names = {a.name: a for a in table.actions}
             names.update({a.fqname: a for a in table.actions})
@@ -833,6 +842,34 @@ class Checker:
             pass
         else:
             raise unsupported(type(s).__name__, s.loc)
+
+    def value_switch(self, s: A.Switch, scope: Scope, ctx: Ctx) -> None:
+        """P4-16 12.7: ``switch`` on a bit<W>, int<W>, enum or error value with compile-time labels; each
+        label's value is kept in ``label.value`` for the code generator (``s.on_value`` marks the form)."""
+        t = s.expr.type
+        if not isinstance(t, (Bits, ir.EnumT, ir.ErrorT)):
+            raise P4Error(s.expr.loc, f"switch needs a bit<W>, int<W>, enum or error value (or an action_run), "
+                                      f"not {t}")
+        s.on_value = True
+        seen: dict = {}
+        for i, c in enumerate(s.cases):
+            for lab in c.labels:
+                if isinstance(lab, A.Default):
+                    if i != len(s.cases) - 1:
+                        raise P4Error(lab.loc, "the default label of a switch must be the last one")
+                    continue
+                self.expr(lab, scope, t)
+                self.assignable(t, lab, lab.loc)
+                v = self.const_eval(lab, scope)
+                v = wrap(v, t) if isinstance(t, Bits) else v
+                if v in seen:
+                    raise P4Error(lab.loc, f"duplicate switch label (same value as the label at {seen[v]})")
+                seen[v] = lab.loc
+                lab.value_v = v
+            if c.body is not None:
+                self.stmt(c.body, Scope(scope), ctx)
+        if s.cases and s.cases[-1].body is None:
+            raise P4Error(s.cases[-1].loc, "the last label of a switch needs a block")
 
     # ---- actions, tables, blocks ----------------------------------------------------------------
     def qualify(self, prefix: str, name: str, annots) -> str:

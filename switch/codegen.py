@@ -276,8 +276,28 @@ class Gen:
                 v -= 1 << t.width
         return v
 
+    def eq_at(self, la, ra, t: ir.Type) -> str:
+        """Equality of the values of type ``t`` at slots ``la`` and ``ra`` (P4-16: two headers are equal when
+        both are invalid, or both valid with equal fields; structs and stacks compare member by member)."""
+        if isinstance(t, ir.HeaderT):
+            v = self.sl(la)
+            fs = " and ".join(f"{self.sl(self.add(la, 1 + i))} == {self.sl(self.add(ra, 1 + i))}"
+                              for i in range(len(t.fields))) or "True"
+            return f"({v} == {self.sl(ra)} and (not {v} or ({fs})))"
+        if isinstance(t, ir.StructT):
+            parts = [self.eq_at(self.add(la, t.offset(n)), self.add(ra, t.offset(n)), ft) for n, ft in t.fields]
+            return "(" + (" and ".join(parts) or "True") + ")"
+        if isinstance(t, ir.StackT):
+            parts = [self.eq_at(self.add(la, 1 + i * t.elem.slots), self.add(ra, 1 + i * t.elem.slots), t.elem)
+                     for i in range(t.size)]
+            return "(" + " and ".join(parts) + ")"
+        return f"({self.sl(la)} == {self.sl(ra)})"
+
     def binary(self, e: A.Binary) -> str:
         op, t = e.op, e.type
+        if op in ("==", "!=") and isinstance(e.left.type, (ir.HeaderT, ir.StructT, ir.StackT)):
+            eq = self.eq_at(self.addr(e.left), self.addr(e.right), e.left.type)
+            return eq if op == "==" else f"(not {eq})"
         a = self.ex(e.left)
         if op in ("&&", "||"):
             self.no_hoist += 1
@@ -801,27 +821,37 @@ class Gen:
     def assign(self, ind: int, lhs: A.Expr, rhs: A.Expr) -> None:
         t = lhs.type
         if isinstance(t, (ir.HeaderT, ir.StructT, ir.StackT)):
-            la = self.addr(lhs)
-            if isinstance(rhs, A.ListExpr):
-                if isinstance(t, ir.HeaderT):
-                    self.emit(ind, f"{self.sl(la, True)} = True")
-                for (n, ft), item in zip(t.fields, rhs.items):
-                    fa = self.add(la, t.offset(n))
-                    if isinstance(ft, (ir.HeaderT, ir.StructT)):
-                        raise unsupported("nested list assignment", rhs.loc)
-                    self.emit(ind, f"{self.sl(fa, True)} = {self.ex(item)}")
-                return
-            ra = self.addr(rhs)
-            if self.fused:
-                if not (isinstance(la, int) and isinstance(ra, int)):
-                    raise NotFusable("a slot address computed per packet (header stack)")
-                lhs_s = ", ".join(self.sl(la + i, True) for i in range(t.slots))
-                rhs_s = ", ".join(self.sl(ra + i) for i in range(t.slots))
-                self.emit(ind, f"{lhs_s}, = {rhs_s},")
-                return
-            self.emit(ind, f"s[{la}:{self.add(la, t.slots)}] = s[{ra}:{self.add(ra, t.slots)}]")
+            self.assign_at(ind, self.addr(lhs), t, rhs)
             return
         self.assign_scalar(ind, lhs, self.ex(rhs))
+
+    def assign_at(self, ind: int, la, t: ir.Type, rhs: A.Expr) -> None:
+        """Assign ``rhs`` to the header, struct or stack of type ``t`` at slot ``la``: a list/structure
+        expression (nested ones included) member by member, any other value slot by slot."""
+        if isinstance(rhs, A.ListExpr):
+            if isinstance(t, ir.HeaderT):
+                self.emit(ind, f"{self.sl(la, True)} = True")
+            if not isinstance(t, (ir.HeaderT, ir.StructT)):
+                raise unsupported(f"a list expression assigned to {t}", rhs.loc)
+            for (n, ft), item in zip(t.fields, rhs.items):
+                fa = self.add(la, t.offset(n))
+                if isinstance(ft, (ir.HeaderT, ir.StructT, ir.StackT)):
+                    self.assign_at(ind, fa, ft, item)
+                else:
+                    self.emit(ind, f"{self.sl(fa, True)} = {self.ex(item)}")
+            return
+        if not isinstance(t, (ir.HeaderT, ir.StructT, ir.StackT)):
+            self.emit(ind, f"{self.sl(la, True)} = {self.ex(rhs)}")
+            return
+        ra = self.addr(rhs)
+        if self.fused:
+            if not (isinstance(la, int) and isinstance(ra, int)):
+                raise NotFusable("a slot address computed per packet (header stack)")
+            lhs_s = ", ".join(self.sl(la + i, True) for i in range(t.slots))
+            rhs_s = ", ".join(self.sl(ra + i) for i in range(t.slots))
+            self.emit(ind, f"{lhs_s}, = {rhs_s},")
+            return
+        self.emit(ind, f"s[{la}:{self.add(la, t.slots)}] = s[{ra}:{self.add(ra, t.slots)}]")
 
     def hoisting(self, ind: int, fn):
         """Evaluate ``fn()`` (which generates an expression) allowing table applies in it to be
@@ -858,8 +888,12 @@ class Gen:
                 self.stmt(ind + 1, s.other, ctx)
         elif isinstance(s, A.Switch):
             r = self.fresh("r")
-            res = self.hoisting(ind, lambda: self.ex(s.expr.expr))
-            self.emit(ind, f"{r} = {res}[1]")
+            if getattr(s, "on_value", False):          # switch on a value (check.value_switch)
+                res = self.hoisting(ind, lambda: self.ex(s.expr))
+                self.emit(ind, f"{r} = {res}")
+            else:
+                res = self.hoisting(ind, lambda: self.ex(s.expr.expr))
+                self.emit(ind, f"{r} = {res}[1]")
             first = True
             pending: list[str] = []
             default_body = None
@@ -868,7 +902,7 @@ class Gen:
                 if isinstance(lab, A.Default):
                     default_body = c.body
                     continue
-                pending.append(str(lab.ref.index))
+                pending.append(repr(lab.value_v) if getattr(s, "on_value", False) else str(lab.ref.index))
                 if c.body is None:
                     continue
                 cond = f"{r} in ({', '.join(pending)},)"

@@ -301,6 +301,7 @@ class Inliner:
         d.locals = locals_
         if isinstance(d, A.ControlDecl):
             d.apply = self.stmt_list_block(d.apply)
+            self.direct_invocations(d, d.apply)
             self.inline_controls(d)
         else:
             for st in d.states:
@@ -309,7 +310,23 @@ class Inliner:
                 if st.transition is not None and st.transition.select is not None:
                     st.transition.select = self.hoist(st.transition.select, pre)
                     st.stmts += pre
+            self.direct_invocations(d, [st.stmts for st in d.states])
             self.inline_parsers(d)
+
+    def direct_invocations(self, d, body: Any) -> None:
+        """P4-16 15.1 direct type invocation: ``T.apply(...)`` of a parser/control type ``T`` without
+        constructor parameters is an instance of T named T (declared here as one)."""
+        declared = {x.name for x in d.locals if isinstance(x, (A.Instance, A.VarDecl, A.ConstDecl,
+                                                                  A.ActionDecl, A.TableDecl))}
+        declared |= {p.name for p in d.params}
+        for n in _walk(body):
+            if isinstance(n, A.Call) and isinstance(n.func, A.Member) and isinstance(n.func.expr, A.Name) \
+                    and n.func.expr.name in self.blocks and n.func.expr.name not in declared:
+                t = n.func.expr.name
+                if self.blocks[t].ctor_params:
+                    raise P4Error(n.loc, f"{t} has constructor parameters: instantiate it to apply it")
+                d.locals.append(A.Instance(n.loc, A.TypeRef(n.loc, "name", name=t), [], t, []))
+                declared.add(t)
 
     def sub_instances(self, d, kind: type) -> dict[str, tuple[A.Instance, Any]]:
         out = {}
