@@ -2,7 +2,8 @@
 
     dlcp-testbed run SPEC.yaml [--out DIR] [--set key=value ...]
     dlcp-testbed compare A.json B.json [...]
-    dlcp-testbed demo [--out DIR] [--steps N]
+    dlcp-testbed sweep SWEEP.yaml [--out DIR]
+    dlcp-testbed demo [--out DIR] [--steps N] [--repetitions N] [--handicapped]
 
 Exit codes: 0 success; 1 a run failed (the message says at which stage); 2 bad command line, spec or results
 file (the message names the key and line); 130 interrupted (after teardown).
@@ -62,33 +63,101 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from .sweep import load_sweep, run_sweep
+
+    sweep = load_sweep(args.sweep)
+    console = _console()
+    out = Path(args.out or f"/tmp/dlcp-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
+    console.print(f"sweep {args.sweep}: {len(sweep.cells)} cell(s) x {sweep.repetitions} repetition(s), "
+                  f"interleaved; results in {out}")
+    run_sweep(sweep, out, console=console, name=Path(args.sweep).stem)
+    console.print((out / "report.md").read_text())
+    console.print(f"report: {out / 'report.md'}  raw: {out / 'sweep.json'}")
+    return 0
+
+
+#: The fair baseline's host TCP (every host, both sides): DCTCP with ECN where the kernel lets a namespace pick
+#: it, otherwise Reno with ECN (halves its window on a CE mark), and a 5 ms minimum RTO instead of 200 ms.
+FAIR_TCP_PREFERENCE = ("dctcp", "reno")
+#: DSCP for Gloo's TCP in the fair baseline: CS6, which the default DSCP map puts in queue 6, the highest queue
+#: DLCP's data uses (DLCP's layers are spread over 1..6), so Gloo's traffic is never below DLCP's.
+FAIR_JOB_DSCP = 48
+
+
+def fair_tcp() -> dict:
+    from .run import _available_congestion_control
+
+    have = _available_congestion_control()
+    cc = next((c for c in FAIR_TCP_PREFERENCE if c in have), None)
+    if cc is None:
+        raise SpecError("demo", "tcp.congestion_control", f"none of {', '.join(FAIR_TCP_PREFERENCE)} can be set in "
+                                                          f"a namespace here (available: {', '.join(have)})")
+    return {"congestion_control": cc, "ecn": True, "rto_min_ms": 5}
+
+
+def demo_cells(handicapped: bool) -> tuple[dict[str, dict], dict]:
+    """The demo's cells: fair Gloo and DLCP with the same host TCP (and the handicapped Gloo when asked)."""
+    tcp = fair_tcp()
+    cells = {"gloo-fair": {"algorithm": "ddp-gloo", "loss_bound": 0.0, "job_dscp": FAIR_JOB_DSCP, "tcp": tcp},
+             "dlcp": {"tcp": tcp}}
+    if handicapped:
+        # the old baseline: Gloo's TCP in queue 0 with the background, the kernel's default TCP, no ECN
+        cells = {"gloo-handicapped": {"algorithm": "ddp-gloo", "loss_bound": 0.0}, **cells}
+    return cells, tcp
+
+
 def cmd_demo(args) -> int:
-    """The main job: the same 4-worker leaf-spine network with background TCP, first DDP over Gloo, then DLCP
-    (DeAR + bounded loss + priorities + per-packet spraying); prints the comparison and the plots' paths."""
-    from .plots import plot_runs
-    from .run import run_spec
+    """The main job: the same 4-worker leaf-spine network with background TCP, DDP over Gloo with its traffic in
+    DLCP's class and DCTCP/ECN (the fair baseline) against DLCP (DeAR + bounded loss + priorities + per-packet
+    spraying), interleaved repetitions; prints each side's median with its interval."""
+    from .sweep import make_sweep, run_sweep
 
     console = _console()
     out = Path(args.out or f"/tmp/dlcp-demo-{time.strftime('%Y%m%d-%H%M%S')}")
-    out.mkdir(parents=True, exist_ok=True)
-    extra = {"steps": args.steps} if args.steps else {}
-    base = load_spec(args.spec, {"name": "gloo-ddp", "algorithm": "ddp-gloo", "loss_bound": 0.0, **extra})
-    dlcp = load_spec(args.spec, {**extra})
+    cells, tcp = demo_cells(args.handicapped)
+    common = {"steps": args.steps} if args.steps else {}
+    sweep = make_sweep(Path(args.spec), cells, common, {}, args.repetitions,
+                       [1 + r for r in range(args.repetitions)], "demo")
+    dlcp = sweep.cells[-1].spec
     console.rule("[bold]dlcp demo[/]")
     console.print(f"spec {args.spec}: {dlcp.topology.kind}, {dlcp.workers} workers, {dlcp.model} on {dlcp.dataset}, "
-                  f"{len(dlcp.background)} background flow(s); results in {out}")
-    runs = []
-    for spec in (base, dlcp):
-        console.rule(f"run: {spec.name} ({spec.algorithm})")
-        runs.append(load_result(run_spec(spec, out / spec.name, console=console)))
-    console.rule("comparison")
-    print_comparison(runs, console)
-    plots = plot_runs(runs, out, prefix="compare_")
-    (out / "comparison.json").write_text(json.dumps([r["summary"] for r in runs], indent=1))
-    for p in plots:
-        console.print(f"plot: {p}")
-    console.print(f"results: {out / base.name / 'results.json'} {out / dlcp.name / 'results.json'}")
+                  f"{len(dlcp.background)} background flow(s), {dlcp.steps} steps; every host's TCP: "
+                  f"{tcp['congestion_control']} + ECN, rto_min {tcp['rto_min_ms']} ms")
+    console.print(f"fair baseline: Gloo's TCP marked DSCP {FAIR_JOB_DSCP} -> queue 6 (DLCP's data: queues 1-6); "
+                  f"{args.repetitions} interleaved repetitions per side; results in {out}")
+    doc = run_sweep(sweep, out, console=console, name="demo")
+    print_demo(doc, console)
+    console.print(f"report: {out / 'report.md'}  raw: {out / 'sweep.json'}")
     return 0
+
+
+def print_demo(doc: dict, console) -> None:
+    """Each side's median [interval] of the headline metrics, and DLCP's speed-up over each baseline's median."""
+    from rich.table import Table
+
+    from .sweep import _fmt
+
+    cells = doc["cells"]
+    labels = {"gloo-handicapped": "Gloo, handicapped (queue 0, default TCP)",
+              "gloo-fair": "Gloo, fair (DLCP's class, ECN)", "dlcp": "DLCP"}
+    t = Table(title=f"dlcp demo: median [interval] over {doc['repetitions']} interleaved runs")
+    t.add_column("metric")
+    for name in cells:
+        t.add_column(labels.get(name, name))
+    for key, label, scale, unit in (("iter_p50_s", "iteration time (p50)", 1000.0, "ms"),
+                                    ("time_to_target_s", "time to target", 1.0, "s"),
+                                    ("final_accuracy", "final accuracy", 1.0, ""),
+                                    ("zero_filled_fraction", "zero-filled", 100.0, "%"),
+                                    ("background_goodput_bps", "background goodput", 1e-6, "Mb/s")):
+        t.add_row(label, *[_fmt(cells[n][key], scale, unit) for n in cells])
+    t.add_row("target reached", *[f"{cells[n]['target_reached']}/{cells[n]['runs']}" for n in cells])
+    console.print(t)
+    d = cells["dlcp"]["iter_p50_s"]["median"]
+    for name in cells:
+        b = cells[name]["iter_p50_s"]["median"]
+        if name != "dlcp" and b and d:
+            console.print(f"DLCP iteration time vs {labels[name]}: {b / d:.2f}x (ratio of medians)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,10 +171,17 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("compare", help="side-by-side table of results files")
     c.add_argument("results", nargs="+")
     c.set_defaults(fn=cmd_compare)
-    d = sub.add_parser("demo", help="DDP over Gloo vs DLCP on the same congested leaf-spine network")
+    w = sub.add_parser("sweep", help="a matrix of runs with repetitions: medians, intervals, report, plots")
+    w.add_argument("sweep")
+    w.add_argument("--out", help="results directory (default: a new /tmp/dlcp-sweep-* directory)")
+    w.set_defaults(fn=cmd_sweep)
+    d = sub.add_parser("demo", help="fair Gloo vs DLCP on the same congested leaf-spine network, repeated")
     d.add_argument("--spec", default=str(DEMO_SPEC))
     d.add_argument("--out")
     d.add_argument("--steps", type=int, help="override the spec's steps (quicker demo)")
+    d.add_argument("--repetitions", type=int, default=3, help="interleaved runs per side (default 3)")
+    d.add_argument("--handicapped", action="store_true",
+                   help="also run the old baseline (Gloo in queue 0, kernel TCP), labelled as such")
     d.set_defaults(fn=cmd_demo)
     args = ap.parse_args(argv)
     try:

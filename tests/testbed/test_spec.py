@@ -74,3 +74,70 @@ def test_overrides_are_validated_like_the_file(tmp_path):
     with pytest.raises(SpecError) as e:
         load_spec(p, {"topology": {"knd": "star"}})
     assert e.value.key == "topology.knd"
+
+
+def test_knob_keys_are_validated(tmp_path):
+    """Every knob of the evaluation (issue 32) is a validated key: the error names it."""
+    cases = {
+        "priority_mode: magnitude\n": "priority_mode",
+        "load_balancing: ecmp\n": "load_balancing",
+        "dscp_map: {64: 1}\n": "dscp_map.64",
+        "dscp_map: {46: 9}\n": "dscp_map.46",
+        "dscp_map: {46: 5}\npriority_queues: 4\n": "dscp_map.46",
+        "dscp_map: [46]\n": "dscp_map",
+        "job_dscp: 64\n": "job_dscp",
+        "job_dscp: ef\n": "job_dscp",
+        "tcp: {congestion_control: fastest}\n": "tcp.congestion_control",
+        "tcp: {ecn: maybe}\n": "tcp.ecn",
+        "tcp: {rto_min_ms: 0}\n": "tcp.rto_min_ms",
+        "tcp: {rto: 5}\n": "tcp.rto",
+        "compute_ms: -1\n": "compute_ms",
+        "compute_ms: fast\n": "compute_ms",
+        "priority_queues: 9\n": "priority_queues",
+        "algorithm: dear-nccl\n": "algorithm",
+    }
+    for text, key in cases.items():
+        with pytest.raises(SpecError) as e:
+            load_spec(write(tmp_path, "workers: 2\n" + text))
+        assert e.value.key == key, (text, str(e.value))
+    spec = load_spec(write(tmp_path, "workers: 2\npriority_mode: layer-table\nload_balancing: per-flow\n"
+                                     "dscp_map: {48: 6, 0: 0}\njob_dscp: 48\ncompute_ms: 20\nalgorithm: dear-gloo\n"
+                                     "tcp: {congestion_control: dctcp, ecn: true, rto_min_ms: 5}\n"))
+    assert (spec.priority_mode, spec.load_balancing, spec.dscp_map, spec.job_dscp, spec.compute_ms) == \
+        ("layer-table", "per-flow", {48: 6, 0: 0}, 48, 20.0)
+    assert (spec.tcp.congestion_control, spec.tcp.ecn, spec.tcp.rto_min_ms) == ("dctcp", True, 5)
+    assert spec_from_json(spec_to_json(spec)) == spec
+
+
+def test_dotted_overrides_reach_nested_keys(tmp_path):
+    spec = load_spec(EXAMPLES / "demo.yaml", {"topology.link.rate": "5mbit", "tcp.ecn": True})
+    assert spec.topology.link.rate == 5e6 and spec.topology.core.rate == 20e6 and spec.tcp.ecn is True
+    with pytest.raises(SpecError) as e:
+        load_spec(EXAMPLES / "demo.yaml", {"topology.link.speed": 1})
+    assert e.value.key == "topology.link.speed"
+
+
+@pytest.mark.parametrize("queues", [8, 4, 2, 1])
+@pytest.mark.parametrize("mode", ["trust", "layer-table", "single"])
+def test_network_file_follows_priority_queues_and_mode(tmp_path, queues, mode):
+    """The generated network file names the switches' queue count, and the controller accepts it: ACK/NACK/control
+    messages go to the top queue that exists (not queue 7 of a 4-queue switch), data never above it."""
+    from controller.netfile import loads
+    from testbed.netfile import network_yaml
+    from testbed.topos import plan
+
+    spec = load_spec(EXAMPLES / "demo.yaml", {"priority_queues": queues, "priority_mode": mode,
+                                              "load_balancing": "per-flow"})
+    net = loads(network_yaml(plan(spec.topology), spec))
+    assert {s.priority_queues for s in net.switches.values()} == {queues} and net.lb_mode == "per-flow"
+    top = queues - 1
+    qs = {r.queue for r in net.dlcp_rules}
+    assert all(q is None or 0 <= q <= top for q in qs)
+    ack = next(r for r in net.dlcp_rules if r.msg_type in (None, 1))  # first rule an ACK (msg_type 1) matches
+    if mode == "single" or queues == 1:
+        assert qs == {0}
+    else:
+        assert ack.queue == top
+        data = [r for r in net.dlcp_rules if r.msg_type in (None, 0)]
+        assert all(r.queue is None or r.queue < top or top == 0 for r in data)
+    assert max(net.dscp_map.values()) <= top

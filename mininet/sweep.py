@@ -1,0 +1,317 @@
+"""Sweeps: a matrix of testbed runs with repetitions, summarised with medians and confidence intervals.
+
+``dlcp-testbed sweep SWEEP.yaml [--out DIR]`` reads a sweep file::
+
+    base: demo.yaml                 # the run spec every cell starts from (relative to this file)
+    set: {steps: 60}                # overrides for every cell (dotted keys reach nested ones: topology.link.rate)
+    cells:                          # named cells, each a set of overrides (default: one cell, "base")
+      gloo-fair: {algorithm: ddp-gloo, loss_bound: 0, job_dscp: 48}
+      dlcp: {}
+    matrix:                         # optional: the cartesian product over these keys, crossed with the cells
+      topology.link.rate: [10mbit, 20mbit]
+    repetitions: 3                  # runs per cell
+    seeds: [1, 2, 3]                # repetition r runs with seeds[r % len(seeds)]
+
+Every cell's spec is loaded (and so validated) before anything runs. Runs are interleaved: repetition 0 of every
+cell, then repetition 1 of every cell, ... (ABAB, not AAAA BBBB), so a slow drift of the machine (another job,
+thermal throttling) spreads over all cells instead of biasing one; within a repetition all cells share its seed.
+
+Per cell, each metric's median and a distribution-free confidence interval for the median (order statistics of
+the binomial: the widest interval [x_(k), x_(n+1-k)] whose coverage is at least 95%; with fewer than 6 runs no
+such interval exists, and the report gives [min, max] with its actual coverage, e.g. 75% for 3 runs). The
+metrics come from each run's ``results.json`` summary: iteration time (p50 of the run), time to target, final
+accuracy, zero-filled fraction, background goodput (iperf3's JSON) and CPU use.
+
+Output in DIR: ``sweep.json`` (every run's summary, the statistics, version metadata: git commit, package
+versions, CPU, load), ``report.md`` (the table), ``sweep_<metric>.png`` (medians with their intervals as error
+bars), and each run's own directory.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import platform
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from .spec import RunSpec, SpecError, load_spec
+
+__all__ = ["Sweep", "Cell", "load_sweep", "run_sweep", "median_ci", "cell_stats", "report_markdown", "METRICS",
+           "metadata"]
+
+#: (summary key, label, unit scale, unit) of the metrics a sweep summarises.
+METRICS: tuple[tuple[str, str, float, str], ...] = (
+    ("iter_p50_s", "iteration time (p50)", 1000.0, "ms"),
+    ("time_to_target_s", "time to target", 1.0, "s"),
+    ("final_accuracy", "final accuracy", 1.0, ""),
+    ("zero_filled_fraction", "zero-filled fraction", 100.0, "%"),
+    ("background_goodput_bps", "background goodput", 1e-6, "Mb/s"),
+    ("cpu_use", "CPU use (cores)", 1.0, ""),
+)
+
+
+@dataclass
+class Cell:
+    name: str
+    overrides: dict[str, Any]
+    spec: RunSpec
+
+
+@dataclass
+class Sweep:
+    base: Path
+    cells: list[Cell]
+    repetitions: int = 3
+    seeds: list[int] = field(default_factory=lambda: [1])
+    source: str = "<sweep>"
+
+    def order(self) -> list[tuple[int, int, Cell]]:
+        """(repetition, seed, cell) in run order: interleaved, every cell once per repetition."""
+        return [(r, self.seeds[r % len(self.seeds)], c) for r in range(self.repetitions) for c in self.cells]
+
+
+def _cell_name(parts: list[str]) -> str:
+    return ",".join(p for p in parts if p) or "base"
+
+
+def make_sweep(base: Path, cells: dict[str, dict[str, Any]], common: dict[str, Any], matrix: dict[str, list],
+               repetitions: int, seeds: list[int], source: str = "<sweep>") -> Sweep:
+    """Build and validate every cell (cells x matrix product); a bad override is a SpecError naming the cell."""
+    keys = list(matrix)
+    combos = list(itertools.product(*(matrix[k] for k in keys))) if keys else [()]
+    out = []
+    for cname, over in (cells or {"base": {}}).items():
+        for combo in combos:
+            mo = dict(zip(keys, combo))
+            name = _cell_name([cname if cells else ""] + [f"{k}={v}" for k, v in mo.items()])
+            merged = {**common, **over, **mo}
+            try:
+                spec = load_spec(base, {**merged, "name": name.replace(",", "_").replace("=", "-")})
+            except SpecError as e:
+                raise SpecError(source, f"cells.{cname}", f"{e}") from None
+            out.append(Cell(name, merged, spec))
+    if repetitions < 1:
+        raise SpecError(source, "repetitions", "must be >= 1")
+    if not seeds:
+        raise SpecError(source, "seeds", "needs at least one seed")
+    return Sweep(base, out, repetitions, list(seeds), source)
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and validate a sweep file (see the module docstring)."""
+    p = Path(path)
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise SpecError(str(p), "", f"cannot read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise SpecError(str(p), "", f"not valid YAML: {e}") from None
+    if not isinstance(doc, dict):
+        raise SpecError(str(p), "", "a sweep is a mapping of keys to values")
+    known = {"base", "set", "cells", "matrix", "repetitions", "seeds"}
+    for k in doc:
+        if k not in known:
+            raise SpecError(str(p), str(k), f"unknown key (known: {', '.join(sorted(known))})")
+    if "base" not in doc:
+        raise SpecError(str(p), "base", "missing: the run spec every cell starts from")
+    base = (p.parent / str(doc["base"])).resolve()
+    for key, kind in (("set", dict), ("cells", dict), ("matrix", dict), ("seeds", list)):
+        if key in doc and not isinstance(doc[key], kind):
+            raise SpecError(str(p), key, f"expected a {'mapping' if kind is dict else 'list'}")
+    for name, over in (doc.get("cells") or {}).items():
+        if not isinstance(over, dict):
+            raise SpecError(str(p), f"cells.{name}", "expected a mapping of overrides ({} for the base as is)")
+    for k, vals in (doc.get("matrix") or {}).items():
+        if not isinstance(vals, list) or not vals:
+            raise SpecError(str(p), f"matrix.{k}", "expected a non-empty list of values")
+    reps = doc.get("repetitions", 3)
+    if isinstance(reps, bool) or not isinstance(reps, int):
+        raise SpecError(str(p), "repetitions", f"expected an integer, got {reps!r}")
+    seeds = doc.get("seeds", [1])
+    if any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
+        raise SpecError(str(p), "seeds", f"expected integers, got {seeds!r}")
+    return make_sweep(base, doc.get("cells") or {}, doc.get("set") or {}, doc.get("matrix") or {}, reps, seeds,
+                      str(p))
+
+
+# -- statistics ---------------------------------------------------------------------------------------------------
+
+def median_ci(values: list[float], confidence: float = 0.95) -> dict[str, Any]:
+    """Median and a distribution-free confidence interval for it: [x_(k), x_(n+1-k)] (1-based order statistics)
+    with the largest k whose coverage 1 - 2 P(Binomial(n, 1/2) < k) is at least ``confidence``; when even k = 1
+    falls short (n < 6 at 95%), [min, max] and its coverage. ``n`` counts the values given (None left out)."""
+    xs = sorted(float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v)))
+    n = len(xs)
+    if n == 0:
+        return {"n": 0, "median": None, "lo": None, "hi": None, "coverage": None}
+    mid = n // 2
+    median = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+    def coverage(k: int) -> float:
+        below = sum(math.comb(n, i) for i in range(k)) / 2 ** n  # P(B < k)
+        return 1.0 - 2.0 * below
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= confidence:
+        k += 1
+    return {"n": n, "median": median, "lo": xs[k - 1], "hi": xs[n - k], "coverage": coverage(k)}
+
+
+def cell_stats(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per metric, :func:`median_ci` of the runs' values; plus how many runs reached the target."""
+    out: dict[str, Any] = {key: median_ci([s.get(key) for s in summaries]) for key, *_ in METRICS}
+    out["runs"] = len(summaries)
+    out["target_reached"] = sum(1 for s in summaries if s.get("time_to_target_s") is not None)
+    return out
+
+
+def _fmt(st: dict[str, Any], scale: float, unit: str, digits: int = 3) -> str:
+    if not st or st.get("median") is None:
+        return "-"
+
+    def f(v: float) -> str:
+        return f"{v * scale:.{digits}g}"
+
+    u = f" {unit}" if unit and unit != "%" else unit
+    ci = f"[{f(st['lo'])}, {f(st['hi'])}]"
+    cov = "" if st["coverage"] >= 0.95 else f" ({st['coverage']:.0%} CI)"
+    return f"{f(st['median'])}{u} {ci}{cov}"
+
+
+def report_markdown(doc: dict[str, Any]) -> str:
+    """The sweep's Markdown report from its ``sweep.json`` document."""
+    meta = doc["metadata"]
+    lines = [f"# Sweep {doc.get('name', '')}".rstrip(), "",
+             f"{doc['repetitions']} repetition(s) per cell, interleaved; seeds {doc['seeds']}. Each cell: median "
+             f"[95% confidence interval of the median; with fewer than 6 runs, [min, max] and its coverage].", "",
+             f"git {meta.get('git_commit', '?')[:12]}{' (dirty)' if meta.get('git_dirty') else ''}, "
+             f"python {meta.get('python')}, torch {meta.get('packages', {}).get('torch')}, "
+             f"{meta.get('cpu_count')} x {meta.get('cpu_model')}, load {meta.get('load_start')} -> "
+             f"{meta.get('load_end')}", ""]
+    head = ["cell", "runs"] + [f"{label}" for _key, label, _s, _u in METRICS] + ["target reached"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    for name, st in doc["cells"].items():
+        row = [name, str(st["runs"])] + [_fmt(st[key], scale, unit) for key, _l, scale, unit in METRICS]
+        row.append(f"{st['target_reached']}/{st['runs']}")
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Runs, in the order they ran:", "", "| # | cell | repetition | seed | iteration p50 | results |",
+              "|---|---|---|---|---|---|"]
+    for i, r in enumerate(doc["runs"]):
+        it = r["summary"].get("iter_p50_s")
+        lines.append(f"| {i} | {r['cell']} | {r['repetition']} | {r['seed']} | "
+                     f"{'-' if it is None else f'{it * 1000:.1f} ms'} | {r['results']} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_sweep(doc: dict[str, Any], out: Path) -> list[Path]:
+    """One PNG per metric: each cell's median with its interval as error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    names = list(doc["cells"])
+    for key, label, scale, unit in METRICS:
+        sts = [doc["cells"][n][key] for n in names]
+        if all(s["median"] is None for s in sts):
+            continue
+        med = [(s["median"] or 0.0) * scale for s in sts]
+        lo = [max(0.0, m - (s["lo"] or 0.0) * scale) if s["median"] is not None else 0.0 for m, s in zip(med, sts)]
+        hi = [max(0.0, (s["hi"] or 0.0) * scale - m) if s["median"] is not None else 0.0 for m, s in zip(med, sts)]
+        fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(names)), 3.5))
+        ax.bar(range(len(names)), med, yerr=[lo, hi], capsize=5, color="#4c72b0")
+        ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
+        ax.set_ylabel(f"{label} ({unit})" if unit else label)
+        ax.set_title(f"{label}: median, interval over {doc['repetitions']} runs")
+        fig.tight_layout()
+        p = out / f"sweep_{key}.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+# -- metadata -----------------------------------------------------------------------------------------------------
+
+def _git(*args: str) -> str:
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run(["git", *args], capture_output=True, text=True, cwd=root)
+    return r.stdout.strip() if r.returncode == 0 else ""
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def metadata() -> dict[str, Any]:
+    """What produced these numbers: commit, package versions, CPU, kernel, load."""
+    from importlib import metadata as md
+
+    pkgs = {}
+    for name in ("dlcp", "torch", "numpy", "finsy", "grpcio"):
+        try:
+            pkgs[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pkgs[name] = None
+    cpu = ""
+    try:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                    if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"git_commit": _git("rev-parse", "HEAD"), "git_dirty": bool(_git("status", "--porcelain", "--",
+                                                                                 "mininet", "host", "switch",
+                                                                                 "controller", "p4src")),
+            "python": platform.python_version(), "packages": pkgs, "kernel": platform.release(),
+            "cpu_model": cpu, "cpu_count": os.cpu_count(), "load_start": _load(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+# -- running ------------------------------------------------------------------------------------------------------
+
+def run_sweep(sweep: Sweep, out: Path, *, console=None, name: str = "",
+              on_run: Callable[[int, int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run every cell ``sweep.repetitions`` times in interleaved order; write sweep.json, report.md and plots into
+    ``out``; return the sweep document. A failed run stops the sweep (its RunError propagates) after writing what
+    ran so far."""
+    from .compare import load_result
+    from .run import run_spec
+
+    out.mkdir(parents=True, exist_ok=True)
+    doc: dict[str, Any] = {"name": name, "source": sweep.source, "base": str(sweep.base),
+                           "repetitions": sweep.repetitions, "seeds": sweep.seeds,
+                           "cell_overrides": {c.name: c.overrides for c in sweep.cells}, "metadata": metadata(),
+                           "runs": [], "cells": {}}
+    order = sweep.order()
+    try:
+        for i, (rep, seed, cell) in enumerate(order):
+            spec = load_spec(sweep.base, {**cell.overrides, "seed": seed, "name": f"{cell.spec.name}-r{rep}"})
+            if console is not None:
+                console.rule(f"run {i + 1}/{len(order)}: {cell.name}, repetition {rep}, seed {seed}")
+            rdir = out / f"{i:03d}-{spec.name}"
+            res = load_result(run_spec(spec, rdir, console=console, plots=False))
+            doc["runs"].append({"cell": cell.name, "repetition": rep, "seed": seed,
+                                "results": str(rdir.relative_to(out) / "results.json"),
+                                "summary": res["summary"]})
+            if on_run is not None:
+                on_run(i, len(order), doc["runs"][-1])
+    finally:
+        doc["metadata"]["load_end"] = _load()
+        for cell in sweep.cells:
+            doc["cells"][cell.name] = cell_stats([r["summary"] for r in doc["runs"] if r["cell"] == cell.name])
+        (out / "sweep.json").write_text(json.dumps(doc, indent=1, default=str))
+        (out / "report.md").write_text(report_markdown(doc))
+        if doc["runs"]:
+            doc["plots"] = [str(p) for p in plot_sweep(doc, out)]
+            (out / "sweep.json").write_text(json.dumps(doc, indent=1, default=str))
+    return doc
