@@ -96,6 +96,18 @@ def _text(e: A.Expr) -> str:
     return e.name
 
 
+def _key(e: A.Expr):
+    """Comparable form of a bound action argument (a path or a literal)."""
+    if isinstance(e, (A.Lit, A.BoolLit)):
+        return ("value", e.value)
+    return ("path", _text(e))
+
+
+def _writes_params(a: A.ActionDecl) -> bool:
+    """Whether action ``a`` has out/inout parameters (its direct calls are inlined by :class:`Inliner`)."""
+    return any(p.direction in ("out", "inout") for p in a.params)
+
+
 def _has_return(node: Any) -> bool:
     return any(isinstance(n, A.Return) for n in _walk(node))
 
@@ -141,6 +153,8 @@ class Inliner:
         self.prog = prog
         self.functions: dict[str, A.FunctionDecl] = {}
         self.blocks: dict[str, A.ParserDecl | A.ControlDecl] = {}
+        self.global_actions: dict[str, A.ActionDecl] = {}    # top-level actions with out/inout parameters
+        self.cur_actions: dict[str, A.ActionDecl] = {}       # those visible in the block being processed
         self.n = 0
 
     def fresh(self, base: str) -> str:
@@ -157,7 +171,11 @@ class Inliner:
                 self.functions[d.name] = d
                 continue
             if isinstance(d, A.ActionDecl):
+                self.cur_actions = self.global_actions
                 d.body = self.stmt_list_block(d.body)
+                if _writes_params(d):
+                    self.global_actions[d.name] = d   # called directly only (a table cannot bind it): inlined
+                    continue
             elif isinstance(d, (A.ParserDecl, A.ControlDecl)):
                 self.block(d)
                 self.blocks[d.name] = d
@@ -167,8 +185,15 @@ class Inliner:
         return A.Program(self.prog.loc, out)
 
     # ---- functions --------------------------------------------------------------------------
+    def callee(self, e: Any) -> A.FunctionDecl | A.ActionDecl | None:
+        """The function, or action with out/inout parameters, that call ``e`` invokes (both are inlined)."""
+        if isinstance(e, A.Call) and isinstance(e.func, A.Name):
+            n = e.func.name
+            return self.cur_actions.get(n) or (self.functions.get(n) if n not in self.cur_actions else None)
+        return None
+
     def is_fcall(self, e: Any) -> bool:
-        return isinstance(e, A.Call) and isinstance(e.func, A.Name) and e.func.name in self.functions
+        return self.callee(e) is not None
 
     def no_calls(self, node: Any) -> None:
         """A function call where no statement can hold its body is a located error."""
@@ -203,8 +228,12 @@ class Inliner:
         return e
 
     def expand_call(self, e: A.Call, pre: list[A.Stmt], want_value: bool) -> A.Expr | None:
-        f = self.functions[e.func.name]
+        f = self.callee(e)
         loc = e.loc
+        if isinstance(f, A.ActionDecl):
+            if want_value:
+                raise P4Error(loc, f"action {f.name} is not a value")
+            f = A.FunctionDecl(f.loc, f.name, [], None, f.params, f.body)
         if e.type_args:
             raise unsupported("type arguments to a function", loc)
         if len(e.args) != len(f.params):
@@ -292,15 +321,21 @@ class Inliner:
     # ---- blocks -----------------------------------------------------------------------------
     def block(self, d: A.ParserDecl | A.ControlDecl) -> None:
         locals_: list[Any] = []
+        self.cur_actions = dict(self.global_actions)
         for x in d.locals:
             if isinstance(x, A.ActionDecl):
                 x.body = self.stmt_list_block(x.body)
+                if _writes_params(x):
+                    self.cur_actions[x.name] = x
+                else:
+                    self.cur_actions.pop(x.name, None)
             elif not isinstance(x, A.Instance):
                 self.no_calls(x)
             locals_.append(x)
         d.locals = locals_
         if isinstance(d, A.ControlDecl):
             d.apply = self.stmt_list_block(d.apply)
+            self.bind_table_actions(d)
             self.direct_invocations(d, d.apply)
             self.inline_controls(d)
         else:
@@ -312,6 +347,77 @@ class Inliner:
                     st.stmts += pre
             self.direct_invocations(d, [st.stmts for st in d.states])
             self.inline_parsers(d)
+
+    def bind_table_actions(self, d: A.ControlDecl) -> None:
+        """P4-16 14.2.1.2: an action's directional parameters are bound by arguments in a table's action list
+        (``actions = { set(hdr.ipv4.ttl); }``).  The action is rewritten to copy those arguments in (and
+        ``out``/``inout`` ones back) around its body, keeping only its directionless parameters (the ones the
+        control plane supplies, as in P4Info); actions with out/inout parameters that no table lists are called
+        directly only, and inlined there, so they are dropped."""
+        local = {x.name: x for x in d.locals if isinstance(x, A.ActionDecl)}
+        binding: dict[str, tuple[list[A.Expr], Loc]] = {}
+        listed: set[str] = set()
+        for t in d.locals:
+            if not isinstance(t, A.TableDecl):
+                continue
+            for ar in t.actions:
+                name = ar.name.lstrip(".")
+                listed.add(name)
+                a = local.get(name)
+                if a is None and name in self.global_actions:
+                    raise unsupported(f"action {name}, declared outside control {d.name} with out/inout "
+                                      "parameters, in a table", ar.loc)
+                ndir = sum(1 for p in a.params if p.direction) if a is not None else 0
+                if not ar.args:
+                    if ndir:
+                        raise P4Error(ar.loc, f"action {name} has directional parameters: bind them in table "
+                                              f"{t.name}'s action list, e.g. {name}(hdr.x)")
+                    continue
+                if a is None:
+                    raise unsupported(f"arguments bound to action {name}, declared outside control {d.name}",
+                                      ar.loc)
+                if len(ar.args) != ndir:
+                    raise P4Error(ar.loc, f"action {name} has {ndir} directional parameter(s), "
+                                          f"{len(ar.args)} argument(s) bound")
+                for x, p in zip(ar.args, a.params):
+                    if p.direction in ("out", "inout") and not _is_path(x):
+                        raise P4Error(x.loc, f"argument for '{p.direction} {p.name}' must be assignable")
+                    if not (_is_path(x) or isinstance(x, (A.Lit, A.BoolLit))):
+                        raise unsupported("a bound action argument other than a path or a literal", x.loc)
+                prev = binding.get(name)
+                if prev is not None and [_key(x) for x in prev[0]] != [_key(x) for x in ar.args]:
+                    raise unsupported(f"action {name} bound to different arguments by two tables "
+                                      f"(the other at {prev[1]})", ar.loc)
+                binding[name] = (ar.args, ar.loc)
+        for name, (args, loc) in binding.items():
+            a = local[name]
+            ndir = len(args)
+            pre: list[A.Stmt] = []
+            post: list[A.Stmt] = []
+            for p, x in zip(a.params[:ndir], args):
+                pre.append(A.VarDecl(p.loc, copy.deepcopy(p.type), p.name,
+                                     None if p.direction == "out" else copy.deepcopy(x)))
+                if p.direction in ("out", "inout"):
+                    post.append(A.Assign(x.loc, copy.deepcopy(x), A.Name(x.loc, p.name)))
+            stmts = a.body.stmts
+            if post and _has_return(a.body):
+                done = self.fresh("done")
+                pre.append(A.VarDecl(loc, A.TypeRef(loc, "bool"), done, A.BoolLit(loc, False)))
+                stmts = _lower_returns(stmts, done, None)
+            a.body = A.Block(a.body.loc, pre + stmts + post)
+            a.params = a.params[ndir:]
+            for t in d.locals:
+                if isinstance(t, A.TableDecl):
+                    refs = [t.default_action] + [en.action for en in (t.entries or [])]
+                    for ar in refs:
+                        if ar is not None and ar.name.lstrip(".") == name and ar.args \
+                                and len(ar.args) == ndir + len(a.params):
+                            ar.args = ar.args[ndir:]     # the directional arguments repeat the binding
+                    for ar in t.actions:
+                        if ar.name.lstrip(".") == name:
+                            ar.args = None
+        d.locals = [x for x in d.locals if not (isinstance(x, A.ActionDecl) and x.name not in listed
+                                                and x.name not in binding and _writes_params(x))]
 
     def direct_invocations(self, d, body: Any) -> None:
         """P4-16 15.1 direct type invocation: ``T.apply(...)`` of a parser/control type ``T`` without

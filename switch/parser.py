@@ -557,8 +557,6 @@ class Parser:
                     aa = self.annotations()
                     an = self.dotted_name()
                     args = self.arguments() if self.at("(") else None
-                    if args:
-                        raise unsupported("action arguments in a table's action list", an[1])
                     self.expect(";")
                     td.actions.append(A.ActionRef(an[1], an[0], args, aa))
                 self.expect("}")

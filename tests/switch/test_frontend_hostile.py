@@ -184,8 +184,6 @@ def _prog(body: str = "", decl: str = "", parser_stmt: str | None = None) -> str
 # the ones it implements are in tests/switch/conformance
 UNSUPPORTED = {
     "header union": (_prog(decl="header_union u_t { h_t a; }"), 5, "unsupported: header_union"),
-    "inout action parameter": (_prog(decl="action a(inout bit<8> x) { x = 1; }"), 5,
-                               "unsupported: action parameter with direction 'inout'"),
     "named arguments": (_prog(body="        mark_to_drop(standard_metadata=sm);"), 13, "unsupported: named arguments"),
     "for loop": (_prog(body="        for (bit<8> i = 0; i < 4; i = i + 1) { }"), 13, "unsupported: for loop"),
     "function-like macro": ("#define F(x) x\n" + PROG, 1, "unsupported: function-like macro"),

@@ -17,6 +17,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from p4rt_local import connect, local_server  # noqa: E402
 from switch.errors import P4Error  # noqa: E402
+from switch.p4info import P4InfoBuilder  # noqa: E402
 from switch.target import Switch  # noqa: E402
 
 MODES = {"fused": dict(fuse=True, fast_paths=True), "fast": dict(fuse=False, fast_paths=True),
@@ -59,6 +60,12 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(2, 3, 0, 0), [(2, h(2, 3, 20, 0))]),
         (h(4, 0, 0, 0), [(2, h(4, 0, 40, 0))]),
         (h(7, 1, 0, 0), [(2, h(7, 1, 99, 0x51))]),
+    ],
+    # table t binds set_b(hdr.h.b, 3): entry a == 1 gives v = 10; split(a) -> (c, d) copied out; bump(d, 1)
+    "action_params.p4": [
+        (h(1, 5, 0, 0), [(1, h(1, 18, 0x10, 2))]),          # 5 + 10 + 3; hi 0 + 0x10, lo 1 + 1
+        (h(0x2A, 5, 0, 0), [(1, h(0x2A, 5, 0x12, 0x0B))]),  # table miss: b unchanged
+        (h(0, 5, 9, 9), [(1, h(0, 5, 0, 1))]),              # early return: hi, lo already assigned 0
     ],
     # d bits: 1 first == second, 2 first != third, 4 {first, second} == {second, first}, 8 invalid == invalid
     "header_eq.p4": [
@@ -112,6 +119,18 @@ def test_subcontrol_through_p4runtime(tmp_path):
         asyncio.run(go())
 
 
+def test_bound_action_parameters_are_not_in_p4info():
+    """The control plane supplies only set_b's directionless parameter v (its directional ones are bound by
+    the table), and the action works with a controller's entry."""
+    sw = Switch(str(HERE / "action_params.p4"))
+    info = P4InfoBuilder(sw.ir).build()
+    (act,) = [a for a in info.actions if a.preamble.name == "Ing.set_b"]
+    assert [p.name for p in act.params] == ["v"]
+    assert not [a for a in info.actions if a.preamble.name in ("Ing.split", "bump")]   # inlined, no table uses it
+    sw.insert_entry("Ing.t", {"hdr.h.a": 0x2A}, "Ing.set_b", {"v": 100})
+    assert [(o.port, o.data) for o in sw.send(0, h(0x2A, 5, 0, 0))] == [(1, h(0x2A, 108, 0x12, 0x0B))]
+
+
 # ---- what stays unsupported or wrong is a located error ---------------------------------------------------------
 PROLOGUE = '#include "common.p4"\nstruct H { h_t h; }\n'
 EPILOGUE = """
@@ -148,6 +167,15 @@ ERRORS = {
         ingress("        c.apply(hdr.h);",
                 decls="control S(inout h_t x)(bit<8> k) { apply { x.a = k; } }", locals_="    S() c;"),
         "S expects 1 constructor argument(s), got 0"),
+    "unbound directional action parameter": (
+        ingress("        t.apply();", locals_="    action a(inout bit<8> x) { x = 1; }\n"
+                "    table t { key = { hdr.h.a: exact; } actions = { a; } }"),
+        "action a has directional parameters: bind them"),
+    "action bound differently by two tables": (
+        ingress("        t.apply(); u.apply();", locals_="    action a(inout bit<8> x) { x = 1; }\n"
+                "    table t { key = { hdr.h.a: exact; } actions = { a(hdr.h.b); } }\n"
+                "    table u { key = { hdr.h.a: exact; } actions = { a(hdr.h.c); } }"),
+        "unsupported: action a bound to different arguments by two tables"),
     "switch label type": (
         ingress("        switch (hdr.h.a) { 16w1: { } }"), "width mismatch"),
     "duplicate switch label": (
