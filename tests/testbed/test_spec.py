@@ -141,3 +141,24 @@ def test_network_file_follows_priority_queues_and_mode(tmp_path, queues, mode):
         data = [r for r in net.dlcp_rules if r.msg_type in (None, 0)]
         assert all(r.queue is None or r.queue < top or top == 0 for r in data)
     assert max(net.dscp_map.values()) <= top
+
+
+def test_sweep_files_are_validated_before_running(tmp_path):
+    from testbed.sweep import load_sweep
+
+    sweep = load_sweep(EXAMPLES / "ablation.yaml")
+    order = [c.name for _r, _s, c in sweep.order()]
+    n = len(sweep.cells)
+    assert order[:n] == order[n:2 * n] and len(set(order[:n])) == n  # interleaved: every cell once per repetition
+    assert {c.spec.tcp.ecn for c in sweep.cells} == {True}
+    cases = {"base: demo.yaml\nrepeats: 3\n": "repeats",
+             "base: demo.yaml\ncells: {a: {algoritm: dear}}\n": "cells.a",
+             "base: demo.yaml\nmatrix: {steps: []}\n": "matrix.steps",
+             "base: demo.yaml\nrepetitions: 0\n": "repetitions",
+             "cells: {a: {}}\n": "base"}
+    for text, key in cases.items():
+        q = tmp_path / "s.yaml"
+        q.write_text(text.replace("demo.yaml", str(EXAMPLES / "demo.yaml")))
+        with pytest.raises(SpecError) as e:
+            load_sweep(q)
+        assert e.value.key == key, (text, str(e.value))
