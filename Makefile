@@ -36,10 +36,12 @@ test-torch-suite: setup
 bench: setup
 	$(PY) bench/run_all.py
 
-# The main job: DDP over Gloo, then DLCP (DeAR + bounded loss + priorities + spraying), on the same emulated
-# leaf-spine network with competing TCP traffic (examples/testbed/demo.yaml); prints the comparison table.
+# The main job: DDP over Gloo against the fair baseline (Gloo's TCP in DLCP's class, ECN TCP on every host) vs
+# DLCP (DeAR + bounded loss + priorities + spraying), 3 interleaved repetitions each, on the same emulated
+# leaf-spine network with competing TCP traffic (examples/testbed/demo.yaml); prints each side's median and
+# interval. DEMO_ARGS=--handicapped adds the old baseline (Gloo in queue 0, default TCP), labelled as such.
 demo: setup
-	$(VENV)/bin/dlcp-testbed demo
+	$(VENV)/bin/dlcp-testbed demo $(DEMO_ARGS)
 
 # Regenerate the committed gRPC stubs of the switch management service (switch/mgmt.proto).
 proto: setup
