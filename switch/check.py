@@ -601,6 +601,7 @@ class Checker:
     # ---- calls ------------------------------------------------------------------------------
     def bind_args(self, e: A.Call, params: list[A.Param], tparams: list[str], scope: Scope,
                   tvars: dict | None = None, what: str = "") -> dict:
+        e.args = A.resolve_args(e.args, params, e.loc, what)
         if len(e.args) != len(params):
             raise P4Error(e.loc, f"{what} expects {len(params)} argument(s), got {len(e.args)}")
         tv: dict[str, ir.Type] = dict(tvars or {})
@@ -644,7 +645,9 @@ class Checker:
                 raise P4Error(f.loc, f"unknown name '{f.name}'")
             f.ref = s
             if isinstance(s, list):   # extern function (possibly overloaded)
-                cands = [x for x in s if len(x.decl.params) == len(e.args)]
+                cands = [x for x in s if _resolves(e.args, x.decl.params)]
+                if not cands and any(isinstance(a, A.NamedArg) for a in e.args):
+                    A.resolve_args(e.args, s[0].decl.params, e.loc, f.name)     # raises the precise error
                 if not cands:
                     raise P4Error(e.loc, f"{f.name} expects {len(s[0].decl.params)} argument(s), got {len(e.args)}")
                 proto = cands[0].decl
@@ -669,6 +672,7 @@ class Checker:
                 if ctx is not None and ctx.action is not None and ctx.action is a:
                     raise P4Error(e.loc, "an action cannot call itself")
                 params = a.decl.params
+                e.args = A.resolve_args(e.args, params, e.loc, f"action {a.name}")
                 if len(e.args) != len(params):
                     raise P4Error(e.loc, f"action {a.name} expects {len(params)} argument(s), got {len(e.args)}")
                 for arg, p in zip(e.args, a.in_params + a.params):
@@ -710,7 +714,7 @@ class Checker:
                 ms = [x for x in decl.methods if x.name == m and x.ret is not None]
                 if not ms:
                     raise P4Error(f.loc, f"extern {decl.name} has no method '{m}'")
-                cands = [x for x in ms if len(x.params) == len(e.args)] or ms
+                cands = [x for x in ms if _resolves(e.args, x.params)] or ms
                 proto = cands[0]
                 ext_tv = dict(zip(decl.type_params, bt.args))
                 tv = self.bind_args(e, proto.params, proto.type_params, scope, ext_tv, what=f"{decl.name}.{m}")
@@ -911,7 +915,7 @@ class Checker:
             raise P4Error(d.loc, f"cannot instantiate {t}")
         if t.decl.name not in SUPPORTED_EXTERNS:
             raise unsupported(f"extern {t.decl.name}", d.loc)
-        ctors = [m for m in t.decl.methods if m.ret is None and len(m.params) == len(d.args)]
+        ctors = [m for m in t.decl.methods if m.ret is None and _resolves(d.args, m.params)]
         if not ctors:
             raise P4Error(d.loc, f"no constructor of {t.decl.name} takes {len(d.args)} argument(s)")
         call = A.Call(d.loc, A.Name(d.loc, t.decl.name), [], d.args)
@@ -988,7 +992,7 @@ class Checker:
             a = byname.get(ar.name.lstrip("."))
             if a is None:
                 raise P4Error(ar.loc, f"{what} '{ar.name}' is not in the actions of table {d.name}")
-            args = ar.args or []
+            args = A.resolve_args(ar.args or [], a.decl.params, ar.loc, f"action {a.name}")
             if len(args) != len(a.params):
                 raise P4Error(ar.loc, f"action {a.name} expects {len(a.params)} argument(s), got {len(args)}")
             vals = []
@@ -1228,6 +1232,14 @@ class Checker:
                     ctrl.append((a.args[0].value, self.header_types[d.name], d.annots))
         return ir.ProgramIR(self.path, H, M, SM, blocks, self.actions, self.tables, self.instances,
                             list(self.digests.values()), self.errors, self.header_types, ctrl)
+
+
+def _resolves(args: list[A.Expr], params: list[A.Param]) -> bool:
+    """Whether ``args`` (named, positional, with defaults) fit ``params``: picks among overloads."""
+    try:
+        return len(A.resolve_args(args, params, None, "")) == len(params) == max(len(args), len(params))
+    except P4Error:
+        return False
 
 
 def check(prog: A.Program, path: str) -> ir.ProgramIR:

@@ -236,6 +236,7 @@ class Inliner:
             f = A.FunctionDecl(f.loc, f.name, [], None, f.params, f.body)
         if e.type_args:
             raise unsupported("type arguments to a function", loc)
+        e.args = A.resolve_args(e.args, f.params, loc, f"function {f.name}")
         if len(e.args) != len(f.params):
             raise P4Error(loc, f"function {f.name} expects {len(f.params)} argument(s), got {len(e.args)}")
         void = f.ret is None or f.ret.kind == "void"
@@ -451,6 +452,8 @@ class Inliner:
         """Renaming of ``sub``'s locals for instance ``inst``, substitution of its parameters by ``args``.
         Returns (names, exprs, new locals, copy-in statements, copy-out statements)."""
         p = inst.name
+        inst.args = A.resolve_args(inst.args, sub.ctor_params, inst.loc, f"{sub.name}'s constructor")
+        args = A.resolve_args(args, sub.params, call_loc, f"{sub.name}.apply")
         if len(inst.args) != len(sub.ctor_params):
             raise P4Error(inst.loc, f"{sub.name} expects {len(sub.ctor_params)} constructor argument(s), "
                                     f"got {len(inst.args)}")

@@ -129,6 +129,13 @@ class ListExpr(Expr):
 
 
 @dataclass
+class NamedArg(Expr):
+    """``name = value`` in an argument list (P4-16 6.8.1); :func:`resolve_args` puts it in place."""
+    name: str
+    value: Expr
+
+
+@dataclass
 class Mask(Expr):
     value: Expr
     mask: Expr
@@ -233,6 +240,7 @@ class Param(Node):
     type: TypeRef
     name: str
     annots: list[Annotation] = field(default_factory=list)
+    default: Expr | None = None     # default value (P4-16 6.8.2)
 
 
 @dataclass
@@ -393,3 +401,34 @@ class ControlDecl(Decl):
 @dataclass
 class Program(Node):
     decls: list[Any]
+
+
+def resolve_args(args: list[Expr], params: list[Param], loc, what: str) -> list[Expr]:
+    """The arguments of a call in parameter order: named arguments (all or none, P4-16 6.8.1) put in place and
+    omitted ones filled with a copy of the parameter's default value (6.8.2).  Raises a located P4Error for an
+    unknown, repeated or missing argument."""
+    import copy
+
+    from .errors import P4Error
+    named = [a for a in args if isinstance(a, NamedArg)]
+    if not named and len(args) >= len(params):
+        return args
+    if named and len(named) != len(args):
+        raise P4Error(loc, f"{what}: either every argument is named or none is")
+    out: list[Expr | None] = [None] * len(params)
+    if named:
+        idx = {p.name: i for i, p in enumerate(params)}
+        for a in named:
+            if a.name not in idx:
+                raise P4Error(a.loc, f"{what} has no parameter named '{a.name}'")
+            if out[idx[a.name]] is not None:
+                raise P4Error(a.loc, f"argument '{a.name}' given twice")
+            out[idx[a.name]] = a.value
+    else:
+        out[:len(args)] = args
+    for i, (p, a) in enumerate(zip(params, out)):
+        if a is None:
+            if p.default is None:
+                raise P4Error(loc, f"{what} expects {len(params)} argument(s): '{p.name}' is missing")
+            out[i] = copy.deepcopy(p.default)
+    return out      # type: ignore[return-value]

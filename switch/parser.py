@@ -266,9 +266,10 @@ class Parser:
                 self.i += 1
             ty = self.type_ref()
             n = self.ident("parameter name")
-            if self.at("="):
-                raise unsupported("default parameter value", self.tok.loc)
-            out.append(A.Param(n.loc, d, ty, n.text, pa))
+            default = None
+            if self.accept("="):
+                default = self.expression()
+            out.append(A.Param(n.loc, d, ty, n.text, pa, default))
             if not self.accept(","):
                 break
         self.expect(")")
@@ -775,8 +776,14 @@ class Parser:
         args = []
         while not self.at(")"):
             if self.tok.kind == "id" and self.peek().text == "=" and self.peek(2).text != "=":
-                raise unsupported("named arguments", self.tok.loc)
-            if self.tok.kind == "id" and self.tok.text == "_":
+                n = self.ident()
+                self.expect("=")
+                v = A.Default(self.tok.loc, True) if self.tok.text == "_" and self.peek().text in (",", ")") \
+                    else None
+                if v is not None:
+                    self.i += 1
+                args.append(A.NamedArg(n.loc, n.text, v if v is not None else self.expression()))
+            elif self.tok.kind == "id" and self.tok.text == "_":
                 t = self.tok
                 self.i += 1
                 args.append(A.Default(t.loc, True))

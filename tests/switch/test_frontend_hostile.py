@@ -184,7 +184,6 @@ def _prog(body: str = "", decl: str = "", parser_stmt: str | None = None) -> str
 # the ones it implements are in tests/switch/conformance
 UNSUPPORTED = {
     "header union": (_prog(decl="header_union u_t { h_t a; }"), 5, "unsupported: header_union"),
-    "named arguments": (_prog(body="        mark_to_drop(standard_metadata=sm);"), 13, "unsupported: named arguments"),
     "for loop": (_prog(body="        for (bit<8> i = 0; i < 4; i = i + 1) { }"), 13, "unsupported: for loop"),
     "function-like macro": ("#define F(x) x\n" + PROG, 1, "unsupported: function-like macro"),
     "value_set": (_prog(parser_stmt="pkt.extract(hdr.h); transition accept; } value_set<bit<8>>(4) vs; "
@@ -196,7 +195,6 @@ UNSUPPORTED = {
     "structure expression": (_prog(body="        hdr.h = {a = 1, b = 2};"), 13,
                              "unsupported: structure-valued expression"),
     "generic struct": (_prog(decl="struct g_t<T> { T x; }"), 5, "unsupported: generic struct"),
-    "default parameter value": (_prog(decl="action a(bit<8> x = 3) { }"), 5, "unsupported: default parameter"),
     "register of a struct": (_prog(decl="struct r_t { bit<8> a; }\nregister<r_t>(4) regs;"), 6,
                              "unsupported: register of r_t"),
     "apply in a parser": (_prog(parser_stmt="I.apply(); transition accept;"), 8,

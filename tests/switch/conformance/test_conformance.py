@@ -67,6 +67,13 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(0x2A, 5, 0, 0), [(1, h(0x2A, 5, 0x12, 0x0B))]),  # table miss: b unchanged
         (h(0, 5, 9, 9), [(1, h(0, 5, 0, 1))]),              # early return: hi, lo already assigned 0
     ],
+    # b = scale(add = 7, x = a) = 2a + 7 (mul defaults to 2); c = a - 1 (named); d = 0x33 + 0x40 (defaults);
+    # a == 0: mark_to_drop(standard_metadata = sm)
+    "arguments.p4": [
+        (h(1, 0, 0, 0), [(1, h(1, 9, 0, 0x73))]),
+        (h(200, 0, 0, 0), [(1, h(200, 151, 199, 0x73))]),   # 407 wraps to 151
+        (h(0, 0, 0, 0), []),
+    ],
     # d bits: 1 first == second, 2 first != third, 4 {first, second} == {second, first}, 8 invalid == invalid
     "header_eq.p4": [
         (h(0, 1, 2, 3, 0, 1, 2, 3), [(1, h(0, 1, 2, 0x0F))]),
@@ -166,7 +173,7 @@ ERRORS = {
     "missing constructor argument": (
         ingress("        c.apply(hdr.h);",
                 decls="control S(inout h_t x)(bit<8> k) { apply { x.a = k; } }", locals_="    S() c;"),
-        "S expects 1 constructor argument(s), got 0"),
+        "S's constructor expects 1 argument(s): 'k' is missing"),
     "unbound directional action parameter": (
         ingress("        t.apply();", locals_="    action a(inout bit<8> x) { x = 1; }\n"
                 "    table t { key = { hdr.h.a: exact; } actions = { a; } }"),
@@ -176,6 +183,14 @@ ERRORS = {
                 "    table t { key = { hdr.h.a: exact; } actions = { a(hdr.h.b); } }\n"
                 "    table u { key = { hdr.h.a: exact; } actions = { a(hdr.h.c); } }"),
         "unsupported: action a bound to different arguments by two tables"),
+    "unknown named argument": (
+        ingress("        hdr.h.a = f(y = 1);", decls="bit<8> f(bit<8> x) { return x; }"),
+        "function f has no parameter named 'y'"),
+    "named and positional arguments mixed": (
+        ingress("        mark_to_drop(sm, standard_metadata = sm);"), "either every argument is named or none is"),
+    "missing argument without default": (
+        ingress("        hdr.h.a = f(1);", decls="bit<8> f(bit<8> x, bit<8> y) { return x; }"),
+        "'y' is missing"),
     "switch label type": (
         ingress("        switch (hdr.h.a) { 16w1: { } }"), "width mismatch"),
     "duplicate switch label": (
