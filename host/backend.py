@@ -378,6 +378,8 @@ class DlcpBackend:
                                  timeout=self.options.timeout,
                                  local=_all_loopback(_Process.endpoint.addr_map, self._global_ranks))
         self._endpoint = _Process.endpoint
+        # a member's death (seen here or reported by another rank) fails this group's pending and later collectives
+        self._endpoint.share_fate(self._global_ranks, *self._coll.collective_ids())
         self._queue: queue.Queue = queue.Queue()
         self._worker = threading.Thread(target=self._run, name=f"dlcp-pg{group_tag}-r{rank}", daemon=True)
         self._worker.start()

@@ -544,6 +544,12 @@ class Collectives:
         """Transfer id of message ``j`` of the call whose ids start at sequence number ``base``."""
         return self._tid((base + j // 256) % (1 << 17), j % 256)
 
+    def collective_ids(self) -> tuple[int, int]:
+        """``(mask, value)``: a transfer id ``t`` belongs to one of this group's collectives iff ``t & mask ==
+        value`` (the group tag, and bit 25 clear: point-to-point ids set it). The backend makes these transfers
+        share the fate of the group's members (``Endpoint.share_fate``)."""
+        return 0xFE000000, self.group_tag << 26
+
     def _p2p_tid(self, peer: int, tag: int, direction: str) -> int:
         with self._p2p_lock:
             key = (peer, tag % 512, direction)

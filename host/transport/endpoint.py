@@ -76,8 +76,14 @@ for _d in DType:
 _NDTYPES = len(DType)
 _FLAGS_AT = wire.WIRE_DTYPE.fields[wire.WIRE_DTYPE.names[W_FLAGS]][1]  # byte offset of the flags
 
-CTL_DONE = 1  # CONTROL payload: opcode byte, then u32 packets received
+# CONTROL payloads: an opcode byte and a u32 argument (docs/transport.md, "Failure propagation")
+CTL_DONE = 1  # the transfer named by the header is done; the argument: packets received (0xFFFFFFFF: unknown)
+CTL_DEAD = 2  # the rank in the argument is dead (the sender's own rank: it aborted); UTF-8 reason follows
+CTL_PROBE = 3  # are you alive? (sent to a peer this rank waits on and has not heard from for a while)
+CTL_ALIVE = 4  # the answer to a probe
 _CTL = struct.Struct("!BI")
+_DEAD_REASON_MAX = 400  # bytes of reason a DEAD notice carries
+_DEAD_NOTICE_AGAIN = (0.05, 0.25)  # a DEAD notice is sent at once and again this long after (datagrams get lost)
 # Loss detection by ACK (RACK-like, RFC 8985): a packet is lost once a packet sent at least _REORDER_PKTS packets
 # and one reordering window later has been ACKed. The count alone (TCP's dupthresh) is not enough: packets of one
 # burst can arrive out of order (sprayed over paths, or on Linux veth/loopback paths without RPS, where each CPU's
@@ -438,6 +444,7 @@ class _In:
         self.bytes = 0
         self.book = 0  # bytes of Reassembly bookkeeping charged to the staging budget while unposted
         self.touched = now  # last arrival or completion: an unposted transfer idle past Options.unposted_expiry ends
+        self.posted_at = 0.0  # when post_recv attached the buffer (the peer's silence counts from then at most)
         self.rejected = 0  # packets of this transfer dropped for a header field its receive does not allow
         self.reject_why = ""  # the last such reason (named when the receive times out)
 
@@ -561,10 +568,17 @@ class Endpoint:
             "ecn_ce_rx", "ecn_echo_rx", "zero_filled_elements", "transfers_sent", "transfers_received",
             "send_errors", "recv_timeouts", "peer_timeouts", "rto_timeouts", "internal_errors", "tx_gso_sends",
             "rx_gro_buffers", "rx_fast_datagrams", "premature_nacks", "tx_buffer_full", "staged_transfers", "rejected",
-            "expired_unposted"), 0)
+            "expired_unposted", "peers_dead", "dead_notices_sent", "dead_notices_rx", "probes_sent", "probes_rx"), 0)
         self._reo: dict[int, float] = {}  # per sending peer: the adaptive wait after LAST (see _REORDER_MAX)
         self._malformed_by_field: dict[str, int] = {}
         self._rejected_by_field: dict[str, int] = {}
+        # failure propagation (see _peer_died): dead ranks and why, when each rank was last heard from (any valid
+        # datagram), when to probe a silent one next, fate groups (share_fate), DEAD notices still to repeat
+        self._dead: dict[int, str] = {}
+        self._heard: dict[int, float] = {}
+        self._probe_next: dict[int, float] = {}
+        self._fates: list[tuple[frozenset[int], int, int]] = []
+        self._notices: list[tuple[float, bytes]] = []
         self._next_expiry = 0.0  # when _expire_unposted runs next
         self._rxbuf = bytearray(_RX_BUF)
         self._rxmv = memoryview(self._rxbuf)
@@ -611,6 +625,9 @@ class Endpoint:
         with self._lock:
             if self._closed:
                 raise TransportError("endpoint is closed", peer)
+            dead = self._dead_error(peer, transfer_id)
+            if dead is not None:
+                raise dead
             p = self._peer(peer)
             if transfer_id in p.out:
                 raise ValueError(f"transfer {transfer_id} to rank {peer} is already in progress")
@@ -720,6 +737,9 @@ class Endpoint:
                 if tomb is not None:
                     raise ValueError(f"transfer {transfer_id} from rank {peer} was already received "
                                      "(transfer ids are unique per sender and receiver)")
+                dead = self._dead_error(peer, transfer_id)
+                if dead is not None:
+                    raise dead
                 inc = self._incoming.get(key)
                 if inc is None:
                     inc = self._incoming[key] = _In(peer, transfer_id, time.monotonic())
@@ -740,6 +760,31 @@ class Endpoint:
                 self._c["recv_timeouts"] += 1
             self._drop_in(inc, TransportError(why, inc.peer))
 
+    def share_fate(self, ranks: Any, tid_mask: int, tid_value: int) -> None:
+        """Transfers whose id matches ``tid & tid_mask == tid_value`` (with any peer) fail as soon as any rank of
+        ``ranks`` is known dead, pending ones at once and new ones when started: a collective over a group cannot
+        complete without every member, and a rank whose own steps are all with live members would otherwise wait
+        for a message that a member whose collective failed will never send. A second call with the same mask and
+        value replaces the first (a group id used again)."""
+        fate = (frozenset(int(r) for r in ranks), int(tid_mask), int(tid_value))
+        with self._lock:
+            self._fates = [f for f in self._fates if f[1:] != fate[1:]] + [fate]
+
+    def dead_peers(self) -> dict[int, str]:
+        """The ranks this endpoint knows dead, with the reason (its own detection, or a peer's DEAD notice)."""
+        with self._lock:
+            return dict(self._dead)
+
+    def abort(self, reason: str) -> None:
+        """Give up: tell every peer that this rank is gone (each fails its work with this rank, and the work of
+        every group it shares with it, at once), then :meth:`close` (which fails what is pending here)."""
+        with self._lock:
+            if not self._closed:
+                msg = self._dead_notice(self.rank, reason)
+                for _ in range(1 + len(_DEAD_NOTICE_AGAIN)):
+                    self._notify_all(msg, skip=self.rank)
+        self.close()
+
     def stats(self) -> dict[str, Any]:
         """Totals, malformed drops by field, rejected packets by field (well-formed, but a field the receive they
         belong to does not allow: ``total`` more packets than the posted buffer or the staging budget can take,
@@ -749,6 +794,7 @@ class Endpoint:
             d: dict[str, Any] = dict(self._c)
             d["malformed_by_field"] = dict(self._malformed_by_field)
             d["rejected_by_field"] = dict(self._rejected_by_field)
+            d["dead_peers"] = dict(self._dead)
             # socket buffers the kernel capped below what Options asked: {"SO_RCVBUF": (asked, granted), ...}
             d["sock_buf_capped"] = dict(self._capped)
             d["peers"] = {r: {**p.cc.snapshot(), "inflight": p.inflight, "active": len(p.active)}
@@ -795,6 +841,133 @@ class Endpoint:
         if p is None:
             p = self._peers[rank] = _Peer(rank, self.addr_map[rank], self._ccp)
         return p
+
+    # --- failure propagation (under the lock) ------------------------------------------------------------------
+
+    def _dead_error(self, peer: int, tid: int) -> TransportError | None:
+        """Why a transfer ``tid`` with ``peer`` cannot complete (its peer, or a member of a group whose fate it
+        shares, is dead), or None."""
+        if not self._dead:
+            return None
+        if peer in self._dead:
+            return TransportError(f"rank {peer} is dead: {self._dead[peer]}", peer)
+        for ranks, mask, value in self._fates:
+            if tid & mask == value:
+                for r in ranks:
+                    if r in self._dead:
+                        return TransportError(f"transfer {tid} with rank {peer} cannot complete: rank {r} of its "
+                                              f"group is dead: {self._dead[r]}", r)
+        return None
+
+    def _peer_died(self, rank: int, reason: str, *, tell: bool) -> None:
+        """``rank`` is dead: fail every pending transfer with it, and every pending transfer of a group that shares
+        its fate (:meth:`share_fate`), with a :class:`TransportError` naming it; new ones fail when started. With
+        ``tell`` (this rank saw the death itself), send every other peer a DEAD notice, so that their work fails
+        now rather than after their own timeouts."""
+        if rank in self._dead or rank == self.rank or rank not in self.addr_map:
+            return
+        self._dead[rank] = reason
+        self._c["peers_dead"] += 1
+        log.warning("dlcp rank %d: rank %d is dead: %s", self.rank, rank, reason)
+        masks = [(m, v) for ranks, m, v in self._fates if rank in ranks]
+        for p in list(self._peers.values()):
+            for o in list(p.active):
+                if p.rank == rank or any(o.tid & m == v for m, v in masks):
+                    self._finish_out(p, o, self._dead_error(p.rank, o.tid))
+        for inc in list(self._incoming.values()):
+            if inc.peer == rank and not inc.posted:  # staged data nobody will complete
+                self._drop_in(inc, TransportError(f"rank {rank} is dead: {reason}", rank))
+            elif inc.posted and not inc.done and (inc.peer == rank or any(inc.tid & m == v for m, v in masks)):
+                self._drop_in(inc, self._dead_error(inc.peer, inc.tid))
+        if tell:
+            msg = self._dead_notice(rank, reason)
+            self._notify_all(msg, skip=rank)
+            now = time.monotonic()
+            self._notices.extend((now + dt, msg) for dt in _DEAD_NOTICE_AGAIN)
+
+    def _dead_notice(self, rank: int, reason: str) -> bytes:
+        """A CONTROL datagram saying ``rank`` is dead, and why."""
+        why = reason.encode("utf-8", "replace")[:_DEAD_REASON_MAX]
+        buf = bytearray(wire.HEADER_LEN + _CTL.size + len(why))
+        pack_control_header(buf, MsgType.CONTROL, flags=0, rank=self.rank, job_id=self.job_id, transfer_id=0,
+                            seq=0, total=0, count=0, nonce=self.nonce)
+        _CTL.pack_into(buf, wire.HEADER_LEN, CTL_DEAD, rank)
+        buf[wire.HEADER_LEN + _CTL.size:] = why
+        return bytes(buf)
+
+    def _notify_all(self, msg: bytes, skip: int) -> None:
+        """Send ``msg`` to every peer but ``skip`` and the ranks known dead."""
+        for r, addr in self.addr_map.items():
+            if r != self.rank and r != skip and r not in self._dead:
+                self._send_msg(msg, addr)
+                self._c["dead_notices_sent"] += 1
+
+    def _send_msg(self, msg: bytes, addr: tuple[str, int]) -> None:
+        n = len(msg)
+        self._ctl_buf[:n] = msg
+        self._send_ctl(addr, n)
+
+    def _send_probe(self, rank: int, op: int) -> None:
+        buf = self._ctl_buf
+        pack_control_header(buf, MsgType.CONTROL, flags=0, rank=self.rank, job_id=self.job_id, transfer_id=0,
+                            seq=0, total=0, count=0, nonce=self.nonce)
+        _CTL.pack_into(buf, wire.HEADER_LEN, op, 0)
+        self._send_ctl(self.addr_map[rank], wire.HEADER_LEN + _CTL.size)
+        if op == CTL_PROBE:
+            self._c["probes_sent"] += 1
+
+    def _on_control(self, w: tuple, payload: memoryview) -> None:
+        """A CONTROL message that is not about a transfer: a probe, its answer, or a DEAD notice."""
+        op, arg = _CTL.unpack_from(payload)
+        src = w[W_RANK]
+        if op == CTL_PROBE:
+            self._c["probes_rx"] += 1
+            self._send_probe(src, CTL_ALIVE)
+        elif op == CTL_ALIVE:
+            pass  # (the datagram itself refreshed when src was last heard from)
+        elif op == CTL_DEAD and arg in self.addr_map:
+            self._c["dead_notices_rx"] += 1
+            reason = bytes(payload[_CTL.size:]).decode("utf-8", "replace")
+            if arg == src:
+                self._peer_died(src, f"rank {src} aborted: {reason}", tell=False)
+            elif arg == self.rank:  # src has given up on this rank: its work with this rank ends here too
+                self._peer_died(src, f"rank {src} declared this rank dead ({reason})", tell=False)
+            else:
+                self._peer_died(arg, f"{reason} (reported by rank {src})", tell=False)
+        else:
+            self._malformed("payload")
+
+    def _liveness(self, now: float) -> None:
+        """Probe the peers this rank waits on (posted receives, unacknowledged sends) that have been silent for a
+        quarter of ``peer_timeout``; declare dead one silent for all of it. Silence counts from the later of the
+        last datagram heard from the peer and the start of the wait, so a peer that computes for a long time but
+        whose endpoint answers probes is never declared dead."""
+        waiting: dict[int, float] = {}
+        for inc in self._incoming.values():
+            if inc.posted and not inc.done:
+                t = waiting.get(inc.peer)
+                waiting[inc.peer] = inc.posted_at if t is None else min(t, inc.posted_at)
+        for p in self._peers.values():
+            if p.active:
+                t = waiting.get(p.rank)
+                waiting[p.rank] = p.last_feedback if t is None else min(t, p.last_feedback)
+        pt = self.opts.peer_timeout
+        for r, since in waiting.items():
+            silent = now - max(since, self._heard.get(r, 0.0))
+            if silent > pt:
+                self._c["peer_timeouts"] += 1
+                a = self.addr_map[r]
+                self._peer_died(r, f"peer rank {r} at {a[0]}:{a[1]} sent nothing for {silent:.3f}s (peer_timeout "
+                                   f"{pt}s) while rank {self.rank} waited on it", tell=True)
+            elif silent > pt / 4 and now >= self._probe_next.get(r, 0.0):
+                self._probe_next[r] = now + pt / 4
+                self._send_probe(r, CTL_PROBE)
+        if self._notices:
+            due = [m for t, m in self._notices if t <= now]
+            if due:
+                self._notices = [(t, m) for t, m in self._notices if t > now]
+                for m in due:
+                    self._notify_all(m, skip=_CTL.unpack_from(m, wire.HEADER_LEN)[1])
 
     def _tombstone(self, key: tuple[int, int], kind: str, nacked: set[int] | None = None) -> None:
         """Remember a finished transfer: [kind, when DONE was last repeated, the seqs it NACKed (or None)]."""
@@ -845,6 +1018,7 @@ class Endpoint:
         if loss_bound is not None and not 0.0 <= loss_bound < 1.0:
             raise ValueError("loss_bound must be in [0, 1)")
         inc.tv, inc.loss_bound, inc.posted = tv, loss_bound, True
+        inc.posted_at = time.monotonic()
         inc.dst = memoryview(tv.raw)
         st = inc.st
         if st is not None and inc.dtype != int(tv.dtype):
@@ -1043,6 +1217,7 @@ class Endpoint:
         c = self._c
         for inc, _ndg, fresh, dups, got, nelems, max_count, max_end, _min_elig, max_seq, cum, ce, premature in prog:
             key = (inc.peer, inc.tid)
+            self._heard[inc.peer] = now
             if premature:
                 inc.nacked = None
                 self._premature_nack(inc.peer)
@@ -1261,6 +1436,7 @@ class Endpoint:
         if now >= self._next_expiry:
             self._next_expiry = now + min(1.0, o.unposted_expiry / 4)
             self._expire_unposted(now)
+        self._liveness(now)
         for inc in list(self._incoming.values()):
             st = inc.st
             if st is None or inc.done:
@@ -1290,6 +1466,9 @@ class Endpoint:
 
     def _on_feedback(self, w: tuple, mt: int, payload: memoryview, now: float) -> None:
         c = self._c
+        if mt == MsgType.CONTROL and len(payload) >= _CTL.size and payload[0] != CTL_DONE:
+            self._on_control(w, payload)
+            return
         p = self._peers.get(w[W_RANK])
         o = p.out.get(w[W_TID]) if p is not None else None
         if o is None or w[W_TOTAL] != o.total:
@@ -1871,12 +2050,14 @@ class Endpoint:
                 elif src != w[W_RANK]:
                     c["stray"] += 1
                 elif mt == MsgType.DATA:
+                    self._heard[src] = now
                     key = (w[W_RANK], w[W_TID])
                     g = groups.get(key)
                     if g is None:
                         g = groups[key] = []
                     g.append((w, s, ln, tos))
                 else:
+                    self._heard[src] = now
                     feedback.append((w, mt, s, ln))
         c["rx_datagrams"] += ndgrams
         for key, items in groups.items():

@@ -1,0 +1,90 @@
+"""Failure propagation between real processes (issue 35, item 2): a rank that sees a peer die (silence past
+``peer_timeout``, an explicit abort) tells the others, and every rank's pending work with the dead rank, or in a
+group that shares its fate, fails naming it, well before the operation timeout (60 s here); no rank hangs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.host.conftest import loopback_map
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _start(scenario: str, n: int = 3) -> tuple[dict[int, subprocess.Popen], dict[int, str]]:
+    amap = loopback_map(n)
+    procs = {r: subprocess.Popen([sys.executable, "-m", "tests.host.propagation_worker", scenario, str(r),
+                                  json.dumps(amap)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True) for r in range(n)}
+    for p in procs.values():
+        assert p.stdout.readline().strip() == "ready"
+    return procs, amap
+
+
+def _result(p: subprocess.Popen, timeout: float = 20) -> dict:
+    out = p.communicate(timeout=timeout)[0]
+    assert p.returncode == 0, out
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _stop(procs: dict[int, subprocess.Popen]) -> None:
+    for p in procs.values():
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def test_a_killed_rank_fails_every_ranks_pending_work_naming_it():
+    """Rank 2 is killed. Rank 1, waiting on it, hears nothing (its probes go unanswered) for peer_timeout (1 s),
+    declares it dead and tells the others; rank 0, whose pending receive is from the live rank 1 (in the same
+    group), fails on that notice with rank 2 named, not after its 60 s receive timeout."""
+    procs, amap = _start("killed")
+    try:
+        procs[2].send_signal(signal.SIGKILL)
+        r1, r0 = _result(procs[1]), _result(procs[0])
+    finally:
+        _stop(procs)
+    assert r1["peer"] == 2 and "rank 2 is dead" in r1["error"] and "sent nothing" in r1["error"], r1
+    assert r1["stats"]["probes_sent"] >= 1 and r1["stats"]["dead_notices_sent"] >= 1, r1
+    assert r0["peer"] == 2 and "rank 2 of its group is dead" in r0["error"] and "reported by rank 1" in r0["error"]
+    assert r0["stats"]["dead_notices_rx"] >= 1 and list(r0["dead_peers"]) == ["2"], r0
+    assert r0["after"] < 30 and r1["after"] < 30  # (the receive timeout is 60 s: these came from the failure)
+
+
+@pytest.mark.slow
+def test_an_explicit_abort_fails_the_others_at_once():
+    """Rank 1 aborts: ranks 0 and 2, each waiting on the other (both alive), fail naming rank 1 and its reason."""
+    procs, amap = _start("abort")
+    try:
+        procs[1].stdin.write("go\n")
+        procs[1].stdin.flush()
+        assert _result(procs[1])["aborted"]
+        r0, r2 = _result(procs[0]), _result(procs[2])
+    finally:
+        _stop(procs)
+    for r in (r0, r2):
+        assert r["peer"] == 1 and "rank 1 aborted: simulated failure" in r["error"], r
+        assert r["after"] < 30, r
+
+
+@pytest.mark.slow
+def test_backend_collectives_fail_on_every_rank_naming_the_dead_one():
+    """torch.distributed over dlcp, 4 processes: the last rank dies after rendezvous; every survivor's all-reduce
+    fails naming rank 3 (peer_timeout 2 s; the operation timeout is 60 s), whether or not it exchanges with rank 3
+    directly."""
+    from tests.host.dist_run import check, launch
+
+    from host.backend_ext import load
+
+    load()  # built once here, not raced by the ranks
+    out = check(launch("tests.host.propagation_backend_worker", "", 4, timeout=120))
+    for r, o in enumerate(out[:3]):
+        line = o.strip().splitlines()[-1]
+        assert line.startswith("error after") and "rank 3" in line, (r, o)
+        assert float(line.split()[2].rstrip("s:")) < 30, (r, line)
