@@ -347,6 +347,8 @@ class Checker:
             return True
         if isinstance(a, ir.TupleT) and isinstance(b, ir.TupleT):
             return len(a.elems) == len(b.elems) and all(self.same(x, y) for x, y in zip(a.elems, b.elems))
+        if isinstance(a, ir.StackT) and isinstance(b, ir.StackT):     # P4-16 8.18: stacks of one type assign
+            return a.size == b.size and self.same(a.elem, b.elem)
         return False
 
     def assignable(self, t: ir.Type, e: A.Expr, loc: Loc) -> None:
@@ -735,7 +737,7 @@ class Checker:
                     if not e.type_args:
                         raise P4Error(e.loc, "lookahead needs a type argument, e.g. lookahead<bit<8>>()")
                     lt = tv.get(proto.type_params[0]) if proto.type_params else None
-                    if not isinstance(lt, (Bits, ir.HeaderT)):
+                    if not isinstance(lt, (Bits, ir.HeaderT)) or (isinstance(lt, ir.HeaderT) and lt.varbit is not None):
                         raise unsupported(f"lookahead of {lt}", e.loc)
                 if decl.name == "packet_out" and m == "emit":
                     at = e.args[0].type
@@ -967,11 +969,12 @@ class Checker:
             kt = self.expr(k.expr, scope)
             if k.match_kind not in self.match_kinds.members:
                 raise P4Error(k.loc, f"unknown match kind '{k.match_kind}'")
-            if not isinstance(kt, (Bits, ir.BoolT, ir.EnumT)):
-                raise P4Error(k.loc, f"table key must be bit<W>, int<W>, bool or enum, not {kt}")
+            if not isinstance(kt, (Bits, ir.BoolT, ir.EnumT, ir.ErrorT)):
+                raise P4Error(k.loc, f"table key must be bit<W>, int<W>, bool, enum or error, not {kt}")
             na = A.annot(k.annots, "name")
             name = na.args[0].value if na and na.args and isinstance(na.args[0], A.StrLit) else self.expr_text(k.expr)
-            kir = ir.KeyIR(k.expr, k.match_kind, name, kt.width, k.annots)
+            # an error key matches the error's number (declaration order, core.p4's first) as a 32-bit field
+            kir = ir.KeyIR(k.expr, k.match_kind, name, ir.bit_width(kt), k.annots)
             (sel_keys if k.match_kind == "selector" else keys).append(kir)
         acts = []
         scopes = {}

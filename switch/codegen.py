@@ -222,6 +222,8 @@ class Gen:
             return self.sl(self.addr(e))
         if isinstance(e, A.Member):
             bt = e.expr.type
+            if isinstance(bt, ir.HeaderT) and _is_lookahead(e.expr):       # lookahead<H>().field
+                return self.look_field(f"_look(pkt, off, {bt.width})", bt, e.name)
             if isinstance(e.expr, A.Name) and isinstance(e.expr.ref, Sym) and e.expr.ref.kind == "type":
                 return repr(bt.members[e.name])
             if isinstance(bt, ir.StackT):
@@ -430,7 +432,8 @@ class Gen:
             if ext == "packet_in" and m == "lookahead":
                 lt = list(e.tvars.values())[0]
                 if isinstance(lt, ir.HeaderT):
-                    raise unsupported("lookahead of a header in an expression", e.loc)
+                    raise unsupported("lookahead of a header other than assigned to a header or read "
+                                      "by a field", e.loc)
                 code = f"_look(pkt, off, {lt.width})"
                 return self.wrapx(code, lt) if lt.signed else code
             if ext == "packet_in" and m == "length":
@@ -552,7 +555,19 @@ class Gen:
             else:
                 self.emit(ind, f"if {cond}:")
                 self.out_assign(ind + 1, a[2], h)
-        elif n in ("log_msg", "assert", "assume"):
+        elif n == "log_msg":
+            # BMv2 writes log_msg to its log; here the "switch.p4" logger at INFO, "{}" replaced in order
+            vals = []
+            if not isinstance(a[0], A.StrLit):
+                raise unsupported("log_msg with a format other than a string literal", a[0].loc)
+            if len(a) > 1:
+                items = a[1].items if isinstance(a[1], A.ListExpr) else [a[1]]
+                for it in items:
+                    if not ir.is_scalar(it.type):
+                        raise unsupported(f"log_msg of a {it.type} value", it.loc)
+                    vals.append(self.uns(self.ex(it), it.type))
+            self.emit(ind, f"_log_msg({a[0].value!r}, ({''.join(v + ', ' for v in vals)}))")
+        elif n in ("assert", "assume"):
             pass
         else:
             raise unsupported(f"{n}()", e.loc)
@@ -825,6 +840,18 @@ class Gen:
             return
         self.assign_scalar(ind, lhs, self.ex(rhs))
 
+    def look_field(self, v: str, t: ir.HeaderT, fname: str) -> str:
+        """Field ``fname`` of header type ``t`` out of ``v``, the header's bits as one integer."""
+        pos = t.width
+        for n, ft in t.fields:
+            pos -= ft.width
+            if n == fname:
+                code = f"(({v} >> {pos}) & {(1 << ft.width) - 1})"
+                if isinstance(ft, ir.BoolT):
+                    return f"bool{code}"
+                return self.wrapx(code, ft) if isinstance(ft, Bits) and ft.signed else code
+        raise KeyError(fname)
+
     def assign_at(self, ind: int, la, t: ir.Type, rhs: A.Expr) -> None:
         """Assign ``rhs`` to the header, struct or stack of type ``t`` at slot ``la``: a list/structure
         expression (nested ones included) member by member, any other value slot by slot."""
@@ -842,6 +869,14 @@ class Gen:
             return
         if not isinstance(t, (ir.HeaderT, ir.StructT, ir.StackT)):
             self.emit(ind, f"{self.sl(la, True)} = {self.ex(rhs)}")
+            return
+        if isinstance(t, ir.HeaderT) and _is_lookahead(rhs):
+            # P4-16 12.8.3: lookahead<H>() gives a valid H made of the next bits, without advancing
+            v = self.fresh("la")
+            self.emit(ind, f"{v} = _look(pkt, off, {t.width})")
+            self.emit(ind, f"{self.sl(la, True)} = True")
+            for i, (n, ft) in enumerate(t.fields):
+                self.emit(ind, f"{self.sl(self.add(la, 1 + i), True)} = {self.look_field(v, t, n)}")
             return
         ra = self.addr(rhs)
         if self.fused:
@@ -1603,6 +1638,10 @@ class Gen:
 _INT_LITERAL = re.compile(r"-?[0-9]+")
 
 
+def _is_lookahead(e) -> bool:
+    return isinstance(e, A.Call) and getattr(e, "kind", None) == "method" and e.target == ("packet_in", "lookahead")
+
+
 def _refers(node, sym: Sym) -> bool:
     """Whether the syntax tree ``node`` names ``sym``."""
     if isinstance(node, A.Name):
@@ -1697,6 +1736,17 @@ def _stk_last(i, code):
     if i == 0:
         raise _PErr(code)
     return i - 1
+
+import logging as _logging
+_P4LOG = _logging.getLogger("switch.p4")
+
+def _log_msg(fmt, vals):
+    if _P4LOG.isEnabledFor(_logging.INFO):
+        parts = fmt.split("{}")
+        out = parts[0]
+        for i, p in enumerate(parts[1:]):
+            out += (str(int(vals[i])) if i < len(vals) else "{}") + p
+        _P4LOG.info("%s", out)
 
 def _look(pkt, off, w):
     nb = (w + 7) // 8

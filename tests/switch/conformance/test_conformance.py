@@ -74,6 +74,20 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(200, 0, 0, 0), [(1, h(200, 151, 199, 0x73))]),   # 407 wraps to 151
         (h(0, 0, 0, 0), []),
     ],
+    # peek = lookahead<h_t>() with d = lookahead<h_t>().b; s2 = s1 (then s1 invalidated); emitted peek, h, s2
+    "parser_features.p4": [
+        (h(1, 2, 3, 4, 5, 6, 7, 8), [(1, h(1, 2, 3, 2, 1, 2, 3, 4, 5, 6, 7, 8))]),
+        (h(2, 3, 3, 4, 5, 6, 7, 8, 9, 9, 9, 9) + b"z", [(1, h(2, 3, 3, 3, 2, 3, 3, 4, 5, 6, 7, 8, 9, 9, 9, 9) + b"z")]),
+        # shorter than the lookahead: PacketTooShort; v1model's ingress still runs (port 1), no header is
+        # valid, so the unparsed bytes go out as they came
+        (h(1, 2, 3), [(1, h(1, 2, 3))]),
+    ],
+    # d from table by_error keyed on parser_error: NoError 0x11, PacketTooShort 0x22, otherwise default 0xFF
+    "error_key.p4": [
+        (h(0, 2, 3, 4), [(1, h(0, 2, 3, 0x11))]),
+        (h(1, 2, 3, 4, 5, 6), [(1, h(1, 2, 3, 0x22, 5, 6))]),
+        (h(2, 2, 3, 4, 5, 6, 7, 8, 9, 9, 9, 9), [(1, h(2, 2, 3, 0xFF, 5, 6, 7, 8, 9, 9, 9, 9))]),  # StackOutOfBounds
+    ],
     # d bits: 1 first == second, 2 first != third, 4 {first, second} == {second, first}, 8 invalid == invalid
     "header_eq.p4": [
         (h(0, 1, 2, 3, 0, 1, 2, 3), [(1, h(0, 1, 2, 0x0F))]),
@@ -136,6 +150,23 @@ def test_bound_action_parameters_are_not_in_p4info():
     assert not [a for a in info.actions if a.preamble.name in ("Ing.split", "bump")]   # inlined, no table uses it
     sw.insert_entry("Ing.t", {"hdr.h.a": 0x2A}, "Ing.set_b", {"v": 100})
     assert [(o.port, o.data) for o in sw.send(0, h(0x2A, 5, 0, 0))] == [(1, h(0x2A, 108, 0x12, 0x0B))]
+
+
+def test_error_key_from_the_control_plane():
+    sw = Switch(str(HERE / "error_key.p4"))
+    info = P4InfoBuilder(sw.ir).build()
+    (mf,) = [m for t in info.tables for m in t.match_fields]
+    assert (mf.name, mf.bitwidth) == ("sm.parser_error", 32)
+    sw.insert_entry("Ing.by_error", {"sm.parser_error": 3}, "Ing.mark", {"v": 0x33})     # StackOutOfBounds
+    pkt = h(2, 2, 3, 4, 5, 6, 7, 8, 9, 9, 9, 9)
+    assert [(o.port, o.data) for o in sw.send(0, pkt)] == [(1, h(2, 2, 3, 0x33, 5, 6, 7, 8, 9, 9, 9, 9))]
+
+
+def test_log_msg_goes_to_the_log(caplog, mode):
+    sw = switch("parser_features.p4", mode)
+    with caplog.at_level("INFO", logger="switch.p4"):
+        sw.send(0, h(7, 200, 3, 4, 5, 6, 7, 8))
+    assert [r.getMessage() for r in caplog.records if r.name == "switch.p4"] == ["a=7 b=200"]
 
 
 # ---- what stays unsupported or wrong is a located error ---------------------------------------------------------
