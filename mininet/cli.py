@@ -134,6 +134,7 @@ def cmd_demo(args) -> int:
 
 def print_demo(doc: dict, console) -> None:
     """Each side's median [interval] of the headline metrics, and DLCP's speed-up over each baseline's median."""
+    from rich.markup import escape
     from rich.table import Table
 
     from .sweep import _fmt
@@ -141,7 +142,7 @@ def print_demo(doc: dict, console) -> None:
     cells = doc["cells"]
     labels = {"gloo-handicapped": "Gloo, handicapped (queue 0, default TCP)",
               "gloo-fair": "Gloo, fair (DLCP's class, ECN)", "dlcp": "DLCP"}
-    t = Table(title=f"dlcp demo: median [interval] over {doc['repetitions']} interleaved runs")
+    t = Table(title=escape(f"dlcp demo: median [interval] over {doc['repetitions']} interleaved runs"))
     t.add_column("metric")
     for name in cells:
         t.add_column(labels.get(name, name))
@@ -150,7 +151,7 @@ def print_demo(doc: dict, console) -> None:
                                     ("final_accuracy", "final accuracy", 1.0, ""),
                                     ("zero_filled_fraction", "zero-filled", 100.0, "%"),
                                     ("background_goodput_bps", "background goodput", 1e-6, "Mb/s")):
-        t.add_row(label, *[_fmt(cells[n][key], scale, unit) for n in cells])
+        t.add_row(label, *[escape(_fmt(cells[n][key], scale, unit)) for n in cells])
     t.add_row("target reached", *[f"{cells[n]['target_reached']}/{cells[n]['runs']}" for n in cells])
     console.print(t)
     d = cells["dlcp"]["iter_p50_s"]["median"]
