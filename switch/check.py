@@ -126,7 +126,10 @@ class Checker:
                 if f.name in seen:
                     raise P4Error(f.loc, f"duplicate field '{f.name}'")
                 seen.add(f.name)
-                if not d.is_struct:
+                if d.is_union:
+                    if not isinstance(ft, ir.HeaderT):
+                        raise P4Error(f.loc, f"header_union member '{f.name}' must be a header, not {ft}")
+                elif not d.is_struct:
                     if isinstance(ft, ir.EnumT) and ft.underlying:
                         ft = ft
                     elif isinstance(ft, ir.VarbitT):
@@ -137,6 +140,10 @@ class Checker:
                 elif isinstance(ft, (ir.ExternT, ir.TableT, ir.IntLit)):
                     raise P4Error(f.loc, f"struct field '{f.name}' cannot have type {ft}")
                 fields.append((f.name, ft))
+            if d.is_union:
+                self.header_types[d.name] = ir.HeaderUnionT(d.name, fields)
+                g.declare(Sym("type", d.name, self.header_types[d.name], d.loc, d), d.name, d.loc)
+                return
             t = ir.StructT(d.name, fields) if d.is_struct else ir.HeaderT(d.name, fields)
             if not d.is_struct and t.fixed_width % 8:
                 raise P4Error(d.loc, f"header {d.name} is {t.fixed_width} bits long"
@@ -687,6 +694,12 @@ class Checker:
         if isinstance(f, A.Member):
             bt = self.expr(f.expr, scope)
             m = f.name
+            if isinstance(bt, ir.HeaderUnionT) and m == "isValid":      # P4-16 8.20: any member valid
+                if e.args:
+                    raise P4Error(e.loc, "isValid() takes no arguments")
+                e.kind = "union"
+                e.target = m
+                return BOOL
             if isinstance(bt, ir.HeaderT) and m in ("isValid", "setValid", "setInvalid"):
                 if e.args:
                     raise P4Error(e.loc, f"{m}() takes no arguments")

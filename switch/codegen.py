@@ -419,6 +419,9 @@ class Gen:
         k = getattr(e, "kind", None)
         if k == "hdr" and e.target == "isValid":
             return self.sl(self.addr(e.func.expr))
+        if k == "union":
+            ut = e.func.expr.type
+            return "(" + " or ".join(self.sl(v) for _, v in ut.members_valid(self.addr(e.func.expr))) + ")"
         if k == "table":
             if self.fused:
                 # applied by statements placed before the statement being generated; only valid
@@ -468,6 +471,7 @@ class Gen:
             a = self.addr(e.func.expr)
             if e.target == "setValid":
                 self.emit(ind, f"{self.sl(a, True)} = True")
+                self.union_others_invalid(ind, e.func.expr)
             elif e.target == "setInvalid":
                 self.emit(ind, f"{self.sl(a, True)} = False")
             return
@@ -581,6 +585,7 @@ class Gen:
                 raise P4Error(e.loc, f"{m}() can only be called in a parser")
             if m == "extract":
                 self.extract(ind, a[0], a[1] if len(a) > 1 else None)
+                self.union_others_invalid(ind, a[0])
             elif m == "advance":
                 self.emit(ind, f"off = _adv(pkt, off, {self.ex(a[0])})")
             elif m == "lookahead":
@@ -837,8 +842,28 @@ class Gen:
         t = lhs.type
         if isinstance(t, (ir.HeaderT, ir.StructT, ir.StackT)):
             self.assign_at(ind, self.addr(lhs), t, rhs)
+            if isinstance(t, ir.HeaderT):
+                self.union_others_invalid(ind, lhs, only_if_valid=True)
             return
         self.assign_scalar(ind, lhs, self.ex(rhs))
+
+    def union_others_invalid(self, ind: int, target: A.Expr, only_if_valid: bool = False) -> None:
+        """After header ``target`` became valid: if it is a member of a header_union, the union's other members
+        become invalid (P4-16 8.20).  ``only_if_valid``: the header may have stayed invalid (an assignment
+        from an invalid header), so test it first."""
+        if not (isinstance(target, A.Member) and isinstance(target.expr.type, ir.HeaderUnionT)):
+            return
+        ut = target.expr.type
+        if self.fused:
+            raise NotFusable("header union")
+        others = [v for n, v in ut.members_valid(self.addr(target.expr)) if n != target.name]
+        if not others:
+            return
+        if only_if_valid:
+            self.emit(ind, f"if {self.sl(self.addr(target))}:")
+            ind += 1
+        for v in others:
+            self.emit(ind, f"{self.sl(v, True)} = False")
 
     def look_field(self, v: str, t: ir.HeaderT, fname: str) -> str:
         """Field ``fname`` of header type ``t`` out of ``v``, the header's bits as one integer."""

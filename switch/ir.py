@@ -142,6 +142,15 @@ class StructT(Type):
         return self.fields[self.index[fname]][1]
 
 
+class HeaderUnionT(StructT):
+    """header_union: laid out as a struct of its member headers; at most one member is valid (the code
+    generator invalidates the others whenever one becomes valid)."""
+
+    def members_valid(self, base: int) -> list[tuple[str, int]]:
+        """(member name, validity slot) of every member for a union stored at slot ``base``."""
+        return [(n, base + self.offsets[n]) for n, _ in self.fields]
+
+
 class StackT(Type):
     def __init__(self, elem: HeaderT, size: int):
         self.elem = elem

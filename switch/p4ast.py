@@ -260,6 +260,7 @@ class Decl(Node):
 class HeaderDecl(Decl):
     fields: list[FieldDecl] = field(default_factory=list)
     is_struct: bool = False
+    is_union: bool = False        # header_union (P4-16 8.20)
 
 
 @dataclass

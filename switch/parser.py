@@ -141,7 +141,7 @@ class Parser:
             if k in ("header", "struct"):
                 return self.header_decl(annots)
             if k == "header_union":
-                raise unsupported("header_union", t.loc)
+                return self.header_decl(annots)
             if k == "enum":
                 return self.enum_decl(annots)
             if k == "error":
@@ -223,7 +223,7 @@ class Parser:
             self.expect(";")
             fields.append(A.FieldDecl(fn.loc, ft, fn.text, fa))
         self.expect("}")
-        return A.HeaderDecl(n.loc, n.text, annots, fields, kw.text == "struct")
+        return A.HeaderDecl(n.loc, n.text, annots, fields, kw.text == "struct", kw.text == "header_union")
 
     def enum_decl(self, annots) -> A.EnumDecl:
         self.expect("enum")

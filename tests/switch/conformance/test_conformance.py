@@ -88,6 +88,14 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(1, 2, 3, 4, 5, 6), [(1, h(1, 2, 3, 0x22, 5, 6))]),
         (h(2, 2, 3, 4, 5, 6, 7, 8, 9, 9, 9, 9), [(1, h(2, 2, 3, 0xFF, 5, 6, 7, 8, 9, 9, 9, 9))]),  # StackOutOfBounds
     ],
+    # d = u.isValid(); b == 1 turns four into two (0xBEEF); b == 2 assigns h to four; c = 4 (four) + 2 (two)
+    "header_union.p4": [
+        (h(4, 0, 0, 0, 9, 8, 7, 6), [(1, h(4, 0, 4, 1, 9, 8, 7, 6))]),
+        (h(4, 1, 0, 0, 9, 8, 7, 6), [(1, h(4, 1, 2, 1, 0xBE, 0xEF))]),
+        (h(2, 0, 0, 0, 5, 5), [(1, h(2, 0, 2, 1, 5, 5))]),
+        (h(2, 2, 0, 0, 5, 5, 1), [(1, h(2, 2, 4, 1, 2, 2, 0, 1, 1))]),     # four = h as it was (d already 1)
+        (h(7, 0, 0, 0, 1), [(1, h(7, 0, 0, 0, 1))]),
+    ],
     # d bits: 1 first == second, 2 first != third, 4 {first, second} == {second, first}, 8 invalid == invalid
     "header_eq.p4": [
         (h(0, 1, 2, 3, 0, 1, 2, 3), [(1, h(0, 1, 2, 0x0F))]),
@@ -222,6 +230,8 @@ ERRORS = {
     "missing argument without default": (
         ingress("        hdr.h.a = f(1);", decls="bit<8> f(bit<8> x, bit<8> y) { return x; }"),
         "'y' is missing"),
+    "header union of a non-header": (
+        ingress("", decls="header_union bad_t { bit<8> x; }"), "header_union member 'x' must be a header"),
     "switch label type": (
         ingress("        switch (hdr.h.a) { 16w1: { } }"), "width mismatch"),
     "duplicate switch label": (
