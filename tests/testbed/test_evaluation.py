@@ -96,3 +96,13 @@ def test_timeout_kills_a_silent_rank0(root_required, tmp_path):
     with pytest.raises(RunError, match="timeout_s=4"):
         run_spec(spec, tmp_path / "out", plots=False)
     assert time.monotonic() - t0 < 10
+
+
+def test_fewer_priority_queues_end_to_end(root_required, tmp_path):
+    """With 4 queues per port the switches and the network file agree: DLCP's ACK/NACK/control messages use queue
+    3 (the top one that exists) and reach their senders, so the run completes; nothing is counted above queue 3."""
+    spec = load_spec(STAR2, {"priority_queues": 4, "steps": 6, "eval_every": 3, "name": "t-4q"})
+    r = json.loads(run_spec(spec, tmp_path / "out", plots=False).read_text())
+    fwd = r["switches"]["forwarded_by_priority"]
+    assert r["summary"]["steps"] == 6 and fwd.get("3", 0) > 0
+    assert all(int(q) <= 3 for q in fwd)

@@ -1,0 +1,33 @@
+"""Sweep statistics and the generated evaluation text: numbers come from the runs' summaries, verdicts only where
+intervals separate."""
+
+from testbed.evaluation import render
+from testbed.sweep import cell_stats, report_markdown
+
+
+def _summary(it: float, goodput: float, acc: float = 0.95) -> dict:
+    return {"iter_p50_s": it, "time_to_target_s": 10 * it, "final_accuracy": acc, "zero_filled_fraction": 0.0,
+            "background_goodput_bps": goodput, "cpu_use": 0.5}
+
+
+def _doc(cells: dict[str, list[dict]]) -> dict:
+    runs = [{"cell": c, "repetition": i, "seed": i, "results": f"{c}/{i}/results.json", "summary": s}
+            for c, ss in cells.items() for i, s in enumerate(ss)]
+    return {"name": "t", "repetitions": 3, "seeds": [1, 2, 3], "runs": runs,
+            "metadata": {"git_commit": "0" * 40, "packages": {"torch": "x"}},
+            "cells": {c: cell_stats(ss) for c, ss in cells.items()}}
+
+
+def test_generated_verdicts_follow_the_intervals():
+    doc = _doc({"gloo-fair": [_summary(0.5, 16e6), _summary(0.6, 17e6), _summary(0.55, 15e6)],
+                "dlcp": [_summary(0.3, 10e6), _summary(0.35, 16.5e6), _summary(0.32, 11e6)],
+                "dlcp-no-loss": [_summary(0.31, 9e6), _summary(0.352, 9e6), _summary(0.5, 9e6)]})
+    text = render(doc, doc, {"demo": "d.json"})
+    assert "| `dlcp` |" in text and "320 ms [300, 350] (75% CI)" in text  # median and [min, max] of 3 runs
+    assert "dlcp vs gloo-fair, iteration time: ratio of medians 0.58, better." in text
+    # goodput 11 [10, 16.5] vs 16 [15, 17]: the intervals overlap, so no verdict either way
+    assert "dlcp vs gloo-fair, background goodput: ratio of medians 0.69, within the run-to-run spread" in text
+    assert "dlcp-no-loss vs dlcp, iteration time: ratio of medians 1.10, within the run-to-run spread" in text
+    assert "- nowhere in these runs." in text
+    report = report_markdown(doc)
+    assert "| dlcp | 3 | 320 ms [300, 350] (75% CI) |" in report and "| 1 | gloo-fair | 1 | 1 | 600.0 ms |" in report
