@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CORPUS = sorted((ROOT / "p4src").glob("*.p4")) + sorted((Path(__file__).parent / "programs").glob("*.p4"))
+CORPUS = sorted((ROOT / "p4src").glob("*.p4")) + sorted((Path(__file__).parent / "programs").glob("*.p4")) \
+    + sorted(p for p in (Path(__file__).parent / "conformance").glob("*.p4") if p.name != "common.p4")
 
 POOL = ("( ) { } [ ] < > ; : , . = + - * / % & | ^ ~ ! ? @ << >> && || == != ++ &&& .. |+| |-| 0 1 -1 8w255 "
         "0x1 4s-1 return exit transition state select accept reject apply table key actions default_action "
