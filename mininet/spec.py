@@ -345,7 +345,7 @@ def _check(spec: RunSpec) -> None:
             raise bad(f"background[{i}]", "src and dst must differ and flows must be >= 1")
 
 
-def _override(node: yaml.MappingNode, key: str, value: Any) -> None:
+def _override(path: str, node: yaml.MappingNode, key: str, value: Any) -> None:
     """Replace ``key`` (dotted for nested mappings: ``topology.link.rate``) in the composed file; the value then
     goes through the same typed reader as the file's own (its line is the file's first)."""
     *parents, last = key.split(".")
@@ -355,8 +355,7 @@ def _override(node: yaml.MappingNode, key: str, value: Any) -> None:
             child = yaml.MappingNode("tag:yaml.org,2002:map", [], start_mark=node.start_mark)
             node.value.append((yaml.ScalarNode("tag:yaml.org,2002:str", part, start_mark=node.start_mark), child))
         if not isinstance(child, yaml.MappingNode):
-            # a flow-style or scalar value: rebuild it as a mapping holding what it had
-            raise SpecError(f"{key}", part, "cannot override inside a value that is not a mapping")
+            raise SpecError(f"{path}:{_line_of(child)}", key, f"{part!r} is a single value, not a mapping to set a key in")
         node = child
     pair = yaml.compose(yaml.safe_dump({last: value})).value[0]
     node.value = [kv for kv in node.value if kv[0].value != last] + [pair]
@@ -380,7 +379,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> RunS
     if not isinstance(node, yaml.MappingNode):
         raise SpecError(f"{p}:1", "", "a spec is a mapping of keys to values")
     for k, v in (overrides or {}).items():
-        _override(node, k, v)
+        _override(p, node, k, v)
     spec = _Reader(p).dataclass(RunSpec, node, "")
     spec.source = p
     _check(spec)
