@@ -91,6 +91,7 @@ class Checker:
         self.instances: list[ir.InstanceIR] = []
         self.digests: dict[str, ir.DigestIR] = {}
         self.blocks: dict[str, ir.BlockIR] = {}
+        self.value_sets: list[ir.ValueSetIR] = []
         self.header_types: dict[str, ir.Type] = {}
         self.main: A.Instance | None = None
         self.locals_all: list[Sym] = []
@@ -946,6 +947,17 @@ class Checker:
         self.instances.append(inst)
         return inst
 
+    def select_keyset(self, k: A.Expr, kt: ir.Type, scope: Scope):
+        """One element of a select case: a value set (``("vset", ValueSetIR)``) or a constant keyset."""
+        if isinstance(k, A.Name):
+            s = scope.lookup(k.name)
+            if isinstance(s, Sym) and s.kind == "value_set":
+                if not self.same(s.type, kt) and not (isinstance(kt, ir.EnumT) and kt.underlying == s.type):
+                    raise P4Error(k.loc, f"value_set {k.name} holds {s.type} but the select key is {kt}")
+                k.ref = s
+                return ("vset", s.decl)
+        return self.keyset_value(k, kt, "exact", scope)
+
     def keyset_value(self, k: A.Expr, kt: ir.Type, mk: str, scope: Scope):
         """Evaluate one keyset element of a const entry or a select case for key type ``kt``."""
         w = kt.width if isinstance(kt, (Bits, ir.BoolT, ir.EnumT)) else 32
@@ -1139,6 +1151,18 @@ class Checker:
                 t = self.table(loc, scope, b, d.name)
                 b.tables.append(t)
                 scope.declare(Sym("table", loc.name, ir.TableT(t), loc.loc, t), loc.name, loc.loc)
+            elif isinstance(loc, A.ValueSetDecl):
+                t = self.resolve_type(loc.type, scope)
+                if not isinstance(t, Bits):
+                    raise unsupported(f"value_set of {t} (only bit<W>/int<W>)", loc.type.loc)
+                self.expr(loc.size, scope)
+                size = int(self.const_eval(loc.size, scope))
+                if not 0 < size <= MAX_TABLE_SIZE:
+                    raise P4Error(loc.size.loc, f"value_set size {size} out of range (1..{MAX_TABLE_SIZE})")
+                vs = ir.ValueSetIR(loc.name, self.qualify(d.name, loc.name, loc.annots), t.width, size,
+                                   loc.annots, loc.loc, len(self.value_sets))
+                self.value_sets.append(vs)
+                scope.declare(Sym("value_set", loc.name, t, loc.loc, vs), loc.name, loc.loc)
             elif isinstance(loc, A.Instance):
                 inst = self.instance(loc, scope, d.name)
                 b.instances.append(inst)
@@ -1182,7 +1206,7 @@ class Checker:
                             ks = ks * len(kts)
                         if len(ks) != len(kts):
                             raise P4Error(c.loc, f"keyset has {len(ks)} element(s) but select has {len(kts)}")
-                        c.values = [self.keyset_value(k, kt, "exact", inner) for k, kt in zip(ks, kts)]
+                        c.values = [self.select_keyset(k, kt, inner) for k, kt in zip(ks, kts)]
         else:
             self.stmt(d.apply, Scope(scope), ctx)
         return b
@@ -1247,7 +1271,8 @@ class Checker:
                         raise unsupported("a varbit field in a @controller_header header", d.loc)
                     ctrl.append((a.args[0].value, self.header_types[d.name], d.annots))
         return ir.ProgramIR(self.path, H, M, SM, blocks, self.actions, self.tables, self.instances,
-                            list(self.digests.values()), self.errors, self.header_types, ctrl)
+                            list(self.digests.values()), self.errors, self.header_types, ctrl,
+                            value_sets=self.value_sets)
 
 
 def _resolves(args: list[A.Expr], params: list[A.Param]) -> bool:

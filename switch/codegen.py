@@ -1275,6 +1275,8 @@ class Gen:
                     conds.append(f"{kv} & {val[2]} == {val[1]}")
                 elif val[0] == "range":
                     conds.append(f"{val[1]} <= {kv} <= {val[2]}")
+                elif val[0] == "vset":       # the value set's current members (Switch.set_value_set)
+                    conds.append(f"{kv} in VS{val[1].index}")
             if not conds:
                 if first:
                     goto(ind, c.state)

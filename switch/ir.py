@@ -327,6 +327,19 @@ class BlockIR:
 
 
 @dataclass(eq=False)
+class ValueSetIR:
+    """A parser value_set of ``bit<width>`` values (P4Runtime ValueSetEntry: exact members)."""
+
+    name: str
+    fqname: str
+    width: int
+    size: int
+    annots: list
+    loc: Loc
+    index: int = 0
+
+
+@dataclass(eq=False)
 class DigestIR:
     name: str
     type: Type
@@ -350,3 +363,4 @@ class ProgramIR:
     header_types: dict[str, Type]
     controller_headers: list[tuple[str, HeaderT, list]]    # (name, type, annots)
     type_syms: dict[str, Sym] = field(default_factory=dict)
+    value_sets: list[ValueSetIR] = field(default_factory=list)

@@ -319,6 +319,13 @@ class ActionDecl(Decl):
 
 
 @dataclass
+class ValueSetDecl(Decl):
+    """``value_set<T>(size) name;`` in a parser (P4-16 13.6): select keysets the control plane fills."""
+    type: TypeRef | None = None
+    size: Expr | None = None
+
+
+@dataclass
 class FunctionDecl(Decl):
     """A top-level ``function`` declaration (P4-16 10.2); the midend (:mod:`switch.inline`) inlines every call."""
     ret: TypeRef | None = None

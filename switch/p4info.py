@@ -104,6 +104,7 @@ class P4InfoBuilder:
                           ("direct_meters", "direct_meter"), ("registers", "register")):
             by_kind[kind] = [i for i in p.instances if i.extern == ext]
         by_kind["action_profiles"] = [i for i in p.instances if i.extern in ("action_profile", "action_selector")]
+        by_kind["value_sets"] = list(p.value_sets)
         ids: dict[str, dict[str, int]] = {}
         all_names = []
         for kind, objs in by_kind.items():
@@ -205,6 +206,15 @@ class P4InfoBuilder:
             else:
                 m.type_spec.bitstring.bit.bitwidth = t.width
             m.size = inst.args[0]
+        for vs in sorted(p.value_sets, key=lambda v: ids["value_sets"][v.fqname]):
+            # a value set of bit<W>: one unnamed EXACT match field with id 1, as p4c writes it
+            m = info.value_sets.add()
+            pre(m, "value_sets", vs.fqname, vs.annots)
+            f = m.match.add()
+            f.id = 1
+            f.bitwidth = vs.width
+            f.match_type = p4info_pb2.MatchField.EXACT
+            m.size = vs.size
         for name, ht, annots in p.controller_headers:
             m = info.controller_packet_metadata.add()
             pre(m, "controller_packet_metadata", name, [])

@@ -168,7 +168,7 @@ class Parser:
             if k == "action":
                 return self.action_decl(annots)
             if k == "value_set":
-                raise unsupported("value_set", t.loc)
+                raise P4Error(t.loc, "a value_set is declared inside a parser (P4-16 13.6)")
         if t.kind == "id" and self.is_type_name(k):
             # function declaration (T name(...) {...}) or instantiation (T(args) name;)
             if self.peek().kind == "id" and self.peek(2).text in ("(", "<"):
@@ -482,7 +482,16 @@ class Parser:
         if self.at("const"):
             return self.const_decl(annots)
         if self.at("value_set"):
-            raise unsupported("value_set", t.loc)
+            self.expect("value_set")
+            self.expect("<")
+            ty = self.type_ref()
+            self.expect(">")
+            self.expect("(")
+            size = self.expression()
+            self.expect(")")
+            n = self.ident("value set name")
+            self.expect(";")
+            return A.ValueSetDecl(n.loc, n.text, annots, ty, size)
         if self.at("action") or self.at("table"):
             raise self.err(f"'{t.text}' is not allowed here")
         if self.tok.kind == "id" and self.is_type_name(t.text) and self.peek().text in ("(", "<") \

@@ -165,6 +165,11 @@ class Switch:
                                             is_const=t.const_entries))
                 except SwitchError as x:          # the checker rules these out; a located error all the same
                     raise P4Error(e.loc, f"entry cannot be installed: {x.message}") from None
+        # parser value sets: the generated select tests membership in these sets (updated in place)
+        self.value_sets: dict[str, tuple[ir.ValueSetIR, set[int]]] = {}
+        for vs in p.value_sets:
+            ns[f"VS{vs.index}"] = members = set()
+            self.value_sets[vs.fqname] = (vs, members)
         exec(compile(PRELUDE, "<switch-prelude>", "exec"), ns)
         exec(compile(src, f"<p4:{p.path}>", "exec"), ns)
         ns["ACTIONS"] = [ns.get(f"A{a.index}") for a in p.actions]    # fused code inlines actions
@@ -684,6 +689,30 @@ class Switch:
 
     def delete_mcast_group(self, group: int) -> None:
         self.mcast.pop(group, None)
+
+    # ---- parser value sets ------------------------------------------------------------------------
+    def _value_set(self, name: str) -> tuple[ir.ValueSetIR, set[int]]:
+        v = self.value_sets.get(name)
+        if v is None:
+            raise SwitchError("NOT_FOUND", f"no value_set named {name!r}")
+        return v
+
+    def set_value_set(self, name: str, values: Iterable[int]) -> None:
+        """Replace the members of value set ``name`` (as P4Runtime's ValueSetEntry MODIFY does)."""
+        vs, members = self._value_set(name)
+        new = set()
+        for v in values:
+            v = to_int(v, vs.width)
+            if not 0 <= v < (1 << vs.width):
+                raise SwitchError("INVALID_ARGUMENT", f"value_set {name}: {v} does not fit bit<{vs.width}>")
+            new.add(v)
+        if len(new) > vs.size:
+            raise SwitchError("RESOURCE_EXHAUSTED", f"value_set {name} holds at most {vs.size} members, got {len(new)}")
+        members.clear()
+        members.update(new)
+
+    def value_set_members(self, name: str) -> list[int]:
+        return sorted(self._value_set(name)[1])
 
     # ---- digests ----------------------------------------------------------------------------------
     def take_digests(self) -> list[tuple[str, tuple]]:

@@ -50,6 +50,7 @@ class Entities:
         self.meters = {m.preamble.id: m for m in info.meters}
         self.registers = {r.preamble.id: r for r in info.registers}
         self.digests = {d.preamble.id: d for d in info.digests}
+        self.value_sets = {v.preamble.id: v for v in info.value_sets}
         self.direct_counter = {dc.direct_table_id: dc.preamble.id for dc in info.direct_counters}
         self.direct_meter = {dm.direct_table_id: dm.preamble.id for dm in info.direct_meters}
         self.packet_in = ControllerHeader.from_p4info(info, "packet_in")
@@ -581,6 +582,21 @@ class Entities:
         c.CopyFrom(g)
         self.mcast[gid] = c
 
+    def _w_value_set_entry(self, ut, v: p4r.ValueSetEntry) -> None:
+        """P4Runtime 9.8: a value set is written whole with MODIFY (its members replace the old ones)."""
+        self._modify_only(ut, "value_set entries")
+        vs = self.value_sets.get(v.value_set_id)
+        if vs is None:
+            raise SwitchError("NOT_FOUND", f"unknown value_set id {v.value_set_id:#x}")
+        name = vs.preamble.name
+        w = vs.match[0].bitwidth
+        values = []
+        for mem in v.members:
+            if len(mem.match) != 1 or mem.match[0].field_id != 1 or mem.match[0].WhichOneof("field_match_type") != "exact":
+                raise _bad(f"value_set {name}: a member is one exact match of field 1")
+            values.append(decode(mem.match[0].exact.value, w, f"value_set {name} member"))
+        self.sw.set_value_set(name, values)
+
     def _w_digest_entry(self, ut, d: p4r.DigestEntry) -> None:
         if d.digest_id not in self.digests:
             raise _bad(f"unknown digest id {d.digest_id:#x}")
@@ -724,6 +740,18 @@ class Entities:
                 if m.cells[i].config is not None:
                     self._cfg_msg(m.cells[i].config, out.config)
                 yield _entity(meter_entry=out)
+
+    def _r_value_set_entry(self, f: p4r.ValueSetEntry) -> Iterator[p4r.Entity]:
+        if f.value_set_id and f.value_set_id not in self.value_sets:
+            raise _bad(f"unknown value_set id {f.value_set_id:#x}")
+        for vid in ([f.value_set_id] if f.value_set_id else sorted(self.value_sets)):
+            out = p4r.ValueSetEntry(value_set_id=vid)
+            for v in self.sw.value_set_members(self.value_sets[vid].preamble.name):
+                mem = out.members.add()
+                fm = mem.match.add()
+                fm.field_id = 1
+                fm.exact.value = encode(v)
+            yield _entity(value_set_entry=out)
 
     def _r_register_entry(self, f: p4r.RegisterEntry) -> Iterator[p4r.Entity]:
         if f.register_id and f.register_id not in self.registers:

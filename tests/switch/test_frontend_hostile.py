@@ -185,8 +185,8 @@ def _prog(body: str = "", decl: str = "", parser_stmt: str | None = None) -> str
 UNSUPPORTED = {
     "for loop": (_prog(body="        for (bit<8> i = 0; i < 4; i = i + 1) { }"), 13, "unsupported: for loop"),
     "function-like macro": ("#define F(x) x\n" + PROG, 1, "unsupported: function-like macro"),
-    "value_set": (_prog(parser_stmt="pkt.extract(hdr.h); transition accept; } value_set<bit<8>>(4) vs; "
-                                    "state x { transition accept;"), 8, "unsupported: value_set"),
+    "value_set of a struct": (_prog(parser_stmt="pkt.extract(hdr.h); transition accept; } value_set<meta_t>(4) vs; "
+                                               "state x { transition accept;"), 8, "unsupported: value_set of meta_t"),
     "clone": (_prog(body="        clone(CloneType.I2E, 1);"), 13, "unsupported: clone()"),
     "resubmit": (_prog(body="        resubmit({});"), 13, "unsupported: resubmit()"),
     "recirculate": (_prog(body="        recirculate({});"), 13, "unsupported: recirculate()"),

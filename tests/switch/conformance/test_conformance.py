@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from finsy import P4TableAction, P4TableEntry, P4TableMatch
+from finsy import P4TableAction, P4TableEntry, P4TableMatch, P4ValueSetEntry
+from finsy.p4entity import P4ValueSetMember
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
@@ -96,6 +97,11 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(2, 2, 0, 0, 5, 5, 1), [(1, h(2, 2, 4, 1, 2, 2, 0, 1, 1))]),     # four = h as it was (d already 1)
         (h(7, 0, 0, 0, 1), [(1, h(7, 0, 0, 0, 1))]),
     ],
+    # no member written yet: the value set matches nothing, extra is never extracted (d = 0)
+    "value_set.p4": [
+        (h(5, 0, 0, 0, 9, 9, 9, 9), [(1, h(5, 0, 0, 0, 9, 9, 9, 9))]),
+        (h(1, 0, 0, 0, 9, 9, 9, 9), [(1, h(1, 0, 0, 0, 9, 9, 9, 9))]),
+    ],
     # d bits: 1 first == second, 2 first != third, 4 {first, second} == {second, first}, 8 invalid == invalid
     "header_eq.p4": [
         (h(0, 1, 2, 3, 0, 1, 2, 3), [(1, h(0, 1, 2, 0x0F))]),
@@ -158,6 +164,35 @@ def test_bound_action_parameters_are_not_in_p4info():
     assert not [a for a in info.actions if a.preamble.name in ("Ing.split", "bump")]   # inlined, no table uses it
     sw.insert_entry("Ing.t", {"hdr.h.a": 0x2A}, "Ing.set_b", {"v": 100})
     assert [(o.port, o.data) for o in sw.send(0, h(0x2A, 5, 0, 0))] == [(1, h(0x2A, 108, 0x12, 0x0B))]
+
+
+def test_value_set_through_p4runtime(tmp_path):
+    """Members written with MODIFY steer the select; a later MODIFY replaces them; Read returns them; the
+    case listed before the value set (1) still wins; more members than the size is an error. The deparser
+    emits only h, so a packet that matched the set loses the 4 bytes extracted into 'extra' and shows d = 1."""
+    prog = HERE / "value_set.p4"
+    pkt = lambda a: h(a, 0, 0, 0, 9, 8, 7, 6, 5)                           # noqa: E731
+    with local_server(include_dirs=[str(HERE)]) as (dev, addr, _svc):
+        async def go():
+            async with connect(addr, prog, tmp_path) as sw:
+                vs = sw.p4info.value_sets["P.special"]
+                assert (vs.size, [(m.id, m.name, m.bitwidth) for m in vs.match]) == (4, [(1, "", 8)])
+
+                def run(a):
+                    with dev.lock:
+                        return [(o.port, o.data) for o in dev.pipeline.switch.send(0, pkt(a))]
+                await sw.modify([P4ValueSetEntry("P.special", members=[P4ValueSetMember(5), P4ValueSetMember(1)])])
+                got = [e async for e in sw.read(P4ValueSetEntry("P.special", members=[]))]
+                assert sorted(m.value for m in got[0].members) == [1, 5]
+                assert run(5) == [(1, h(5, 0, 0, 1, 5))]           # extra (9 8 7 6) extracted, not emitted
+                assert run(1) == [(1, h(1, 0, 0, 0, 9, 8, 7, 6, 5))]   # "1: accept" comes first
+                assert run(6) == [(1, h(6, 0, 0, 0, 9, 8, 7, 6, 5))]
+                await sw.modify([P4ValueSetEntry("P.special", members=[P4ValueSetMember(6)])])
+                assert run(5) == [(1, h(5, 0, 0, 0, 9, 8, 7, 6, 5))]
+                assert run(6) == [(1, h(6, 0, 0, 1, 5))]
+                with pytest.raises(Exception, match="at most 4"):
+                    await sw.modify([P4ValueSetEntry("P.special", members=[P4ValueSetMember(i) for i in range(5)])])
+        asyncio.run(go())
 
 
 def test_error_key_from_the_control_plane():
