@@ -83,7 +83,8 @@ CTL_PROBE = 3  # are you alive? (sent to a peer this rank waits on and has not h
 CTL_ALIVE = 4  # the answer to a probe
 _CTL = struct.Struct("!BI")
 _DEAD_REASON_MAX = 400  # bytes of reason a DEAD notice carries
-_DEAD_NOTICE_AGAIN = (0.05, 0.25)  # a DEAD notice is sent at once and again this long after (datagrams get lost)
+_DEAD_NOTICE_AGAIN = (0.05, 0.25)
+_PROBE_EVERY = 1.0  # seconds between probes of a silent peer this rank waits on (peer_timeout / 4 if shorter)  # a DEAD notice is sent at once and again this long after (datagrams get lost)
 # Loss detection by ACK (RACK-like, RFC 8985): a packet is lost once a packet sent at least _REORDER_PKTS packets
 # and one reordering window later has been ACKed. The count alone (TCP's dupthresh) is not enough: packets of one
 # burst can arrive out of order (sprayed over paths, or on Linux veth/loopback paths without RPS, where each CPU's
@@ -453,6 +454,20 @@ class _In:
         return len(self.dst) if self.dst is not None else -1
 
 
+_IP_RECVERR = 11
+_SOCK_EE = struct.Struct("=IBBBxII")  # struct sock_extended_err: errno, origin, type, code, info, data
+
+
+def _unrefused(fn: Callable, *args) -> Any:
+    """``fn(*args)`` (a send), once more if it raised ConnectionRefusedError: with IP_RECVERR the kernel reports an
+    earlier datagram's ICMP port-unreachable on the socket's next call, and this datagram was not sent. (Which
+    peer refused is read from the error queue, :meth:`Endpoint._read_errors`.)"""
+    try:
+        return fn(*args)
+    except ConnectionRefusedError:
+        return fn(*args)
+
+
 def _norm_addr(a: Any, port: int) -> tuple[str, int]:
     if isinstance(a, str):
         host, p = a, port
@@ -517,6 +532,8 @@ class Endpoint:
                             "rmem_max" if opt == socket.SO_RCVBUF else "wmem_max")
         self._send_buf = opts.send_buf  # what SO_SNDBUF is set to now (see _pick_burst)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+        # ICMP errors (port unreachable: the peer's socket is closed, its process ended) queued for _read_errors
+        sock.setsockopt(socket.IPPROTO_IP, _IP_RECVERR, 1)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, _TOS_CONTROL)
         try:
             sock.setsockopt(socket.IPPROTO_IP, 10, 0)  # IP_MTU_DISCOVER = IP_PMTUDISC_DONT: never set DF
@@ -568,7 +585,7 @@ class Endpoint:
             "ecn_ce_rx", "ecn_echo_rx", "zero_filled_elements", "transfers_sent", "transfers_received",
             "send_errors", "recv_timeouts", "peer_timeouts", "rto_timeouts", "internal_errors", "tx_gso_sends",
             "rx_gro_buffers", "rx_fast_datagrams", "premature_nacks", "tx_buffer_full", "staged_transfers", "rejected",
-            "expired_unposted", "peers_dead", "dead_notices_sent", "dead_notices_rx", "probes_sent", "probes_rx"), 0)
+            "expired_unposted", "peers_dead", "dead_notices_sent", "dead_notices_rx", "probes_sent", "probes_rx", "refused"), 0)
         self._reo: dict[int, float] = {}  # per sending peer: the adaptive wait after LAST (see _REORDER_MAX)
         self._malformed_by_field: dict[str, int] = {}
         self._rejected_by_field: dict[str, int] = {}
@@ -576,6 +593,7 @@ class Endpoint:
         # datagram), when to probe a silent one next, fate groups (share_fate), DEAD notices still to repeat
         self._dead: dict[int, str] = {}
         self._heard: dict[int, float] = {}
+        self._born = time.monotonic()
         self._probe_next: dict[int, float] = {}
         self._fates: list[tuple[frozenset[int], int, int]] = []
         self._notices: list[tuple[float, bytes]] = []
@@ -937,9 +955,31 @@ class Endpoint:
         else:
             self._malformed("payload")
 
+    def _read_errors(self, now: float) -> None:
+        """Read the socket's error queue (IP_RECVERR): a port-unreachable from a peer's address means its socket is
+        closed, its process gone. Such a peer is dead at once if it was heard from before (one not heard from yet
+        may not have bound its socket yet: it has until this endpoint is peer_timeout old)."""
+        while True:
+            try:
+                _data, anc, _flags, addr = self._sock.recvmsg(64, 512, socket.MSG_ERRQUEUE)
+            except OSError:  # (BlockingIOError: the queue is empty)
+                return
+            err = 0
+            for lvl, typ, data in anc:
+                if lvl == socket.IPPROTO_IP and typ == _IP_RECVERR and len(data) >= _SOCK_EE.size:
+                    err = _SOCK_EE.unpack_from(data)[0]
+            if err != errno.ECONNREFUSED or not addr:
+                continue
+            r = self._rank_of.get(src_key(addr))
+            self._c["refused"] += 1
+            if r is not None and (r in self._heard or now - self._born > self.opts.peer_timeout):
+                self._peer_died(r, f"peer rank {r} at {addr[0]}:{addr[1]} refused a datagram (port unreachable: "
+                                   "its socket is closed, its process ended)", tell=True)
+
     def _liveness(self, now: float) -> None:
         """Probe the peers this rank waits on (posted receives, unacknowledged sends) that have been silent for a
-        quarter of ``peer_timeout``; declare dead one silent for all of it. Silence counts from the later of the
+        quarter of ``peer_timeout`` (at most ``_PROBE_EVERY``); declare dead one silent for all of it. (A probe to
+        a peer whose process ended is refused at once: :meth:`_read_errors`.) Silence counts from the later of the
         last datagram heard from the peer and the start of the wait, so a peer that computes for a long time but
         whose endpoint answers probes is never declared dead."""
         waiting: dict[int, float] = {}
@@ -959,8 +999,8 @@ class Endpoint:
                 a = self.addr_map[r]
                 self._peer_died(r, f"peer rank {r} at {a[0]}:{a[1]} sent nothing for {silent:.3f}s (peer_timeout "
                                    f"{pt}s) while rank {self.rank} waited on it", tell=True)
-            elif silent > pt / 4 and now >= self._probe_next.get(r, 0.0):
-                self._probe_next[r] = now + pt / 4
+            elif silent > min(pt / 4, _PROBE_EVERY) and now >= self._probe_next.get(r, 0.0):
+                self._probe_next[r] = now + min(pt / 4, _PROBE_EVERY)
                 self._send_probe(r, CTL_PROBE)
         if self._notices:
             due = [m for t, m in self._notices if t <= now]
@@ -982,7 +1022,7 @@ class Endpoint:
             self._queue_ctl(bytes(self._ctl_buf[:nbytes]), addr)
             return
         try:
-            self._tx.sendmsg([memoryview(self._ctl_buf)[:nbytes]], [], 0, addr)
+            _unrefused(self._tx.sendmsg, [memoryview(self._ctl_buf)[:nbytes]], [], 0, addr)
             self._c["tx_datagrams"] += 1
         except BlockingIOError:
             self._queue_ctl(bytes(self._ctl_buf[:nbytes]), addr)
@@ -1002,7 +1042,7 @@ class Endpoint:
         while q:
             msg, addr = q[0]
             try:
-                self._tx.sendmsg([msg], [], 0, addr)
+                _unrefused(self._tx.sendmsg, [msg], [], 0, addr)
                 c["tx_datagrams"] += 1
             except BlockingIOError:
                 self._tx_full = True
@@ -1819,7 +1859,7 @@ class Endpoint:
         buffer is full (nothing sent; ``_tx_full`` is set), False when it failed (counted); a refused segmentation
         offload (a ``gso`` send failing) turns GSO off for good (the caller resends one by one)."""
         try:
-            fn(*args)
+            _unrefused(fn, *args)
             return True
         except BlockingIOError:
             self._tx_full = True
@@ -1882,6 +1922,8 @@ class Endpoint:
         while not self._closed:
             try:
                 recs = self._drain()
+            except ConnectionRefusedError:  # (an ICMP error, read from the error queue by the timers)
+                recs = 0
             except OSError:
                 if self._closed:
                     return
@@ -1898,6 +1940,7 @@ class Endpoint:
                 now = time.monotonic()
                 if now >= self._next_tick:
                     try:
+                        self._read_errors(now)
                         self._rx_timers(now)
                         self._tx_timers(now)
                     except Exception:
@@ -1962,7 +2005,10 @@ class Endpoint:
         pos = n = 0
         try:
             while pos < _RX_BATCH_BYTES and n < _RX_BATCH:
-                nbytes, anc, _fl, addr = recv([mv[pos: pos + _MAX_DGRAM]], ancsize)
+                try:
+                    nbytes, anc, _fl, addr = recv([mv[pos: pos + _MAX_DGRAM]], ancsize)
+                except ConnectionRefusedError:  # an ICMP error reported (see _read_errors): receive on
+                    continue
                 tos = seg = 0
                 for lvl, typ, data in anc:
                     if typ == _IP_TOS_CMSG and lvl == socket.IPPROTO_IP:

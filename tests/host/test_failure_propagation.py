@@ -1,5 +1,5 @@
-"""Failure propagation between real processes (issue 35, item 2): a rank that sees a peer die (silence past
-``peer_timeout``, an explicit abort) tells the others, and every rank's pending work with the dead rank, or in a
+"""Failure propagation between real processes (issue 35, item 2): a rank that sees a peer die (its port refuses
+datagrams, silence past ``peer_timeout``, an explicit abort) tells the others, and every rank's pending work with the dead rank, or in a
 group that shares its fate, fails naming it, well before the operation timeout (60 s here); no rank hangs."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from tests.host.conftest import loopback_map
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _start(scenario: str, n: int = 3) -> tuple[dict[int, subprocess.Popen], dict[int, str]]:
+def _start(scenario: str, n: int = 3, peer_timeout: float = 1.0) -> tuple[dict[int, subprocess.Popen], dict[int, str]]:
     amap = loopback_map(n)
     procs = {r: subprocess.Popen([sys.executable, "-m", "tests.host.propagation_worker", scenario, str(r),
-                                  json.dumps(amap)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  json.dumps(amap), str(peer_timeout)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  text=True) for r in range(n)}
     for p in procs.values():
         assert p.stdout.readline().strip() == "ready"
@@ -40,17 +40,20 @@ def _stop(procs: dict[int, subprocess.Popen]) -> None:
         p.wait()
 
 
-def test_a_killed_rank_fails_every_ranks_pending_work_naming_it():
-    """Rank 2 is killed. Rank 1, waiting on it, hears nothing (its probes go unanswered) for peer_timeout (1 s),
-    declares it dead and tells the others; rank 0, whose pending receive is from the live rank 1 (in the same
-    group), fails on that notice with rank 2 named, not after its 60 s receive timeout."""
-    procs, amap = _start("killed")
+@pytest.mark.parametrize("sig, peer_timeout, seen", [(signal.SIGKILL, 20.0, "refused a datagram"),
+                                                     (signal.SIGSTOP, 1.0, "sent nothing")])
+def test_a_dead_rank_fails_every_ranks_pending_work_naming_it(sig, peer_timeout, seen):
+    """Rank 2 is killed (its port then refuses rank 1's next probe: dead at once, though peer_timeout is 20 s) or
+    stopped (its socket stays open and silent: rank 1's probes go unanswered for peer_timeout, 1 s). Rank 1,
+    waiting on it, declares it dead and tells the others; rank 0, whose pending receive is from the live rank 1
+    (in the same group), fails on that notice with rank 2 named, not after its 60 s receive timeout."""
+    procs, amap = _start("killed", peer_timeout=peer_timeout)
     try:
-        procs[2].send_signal(signal.SIGKILL)
+        procs[2].send_signal(sig)
         r1, r0 = _result(procs[1]), _result(procs[0])
     finally:
         _stop(procs)
-    assert r1["peer"] == 2 and "rank 2 is dead" in r1["error"] and "sent nothing" in r1["error"], r1
+    assert r1["peer"] == 2 and "rank 2 is dead" in r1["error"] and seen in r1["error"], r1
     assert r1["stats"]["probes_sent"] >= 1 and r1["stats"]["dead_notices_sent"] >= 1, r1
     assert r0["peer"] == 2 and "rank 2 of its group is dead" in r0["error"] and "reported by rank 1" in r0["error"]
     assert r0["stats"]["dead_notices_rx"] >= 1 and list(r0["dead_peers"]) == ["2"], r0

@@ -100,7 +100,8 @@ def test_killed_peer_process(role):
             t0 = time.monotonic()
             t.join(10)
             assert not t.is_alive() and err and isinstance(err[0], TransportError)
-            assert time.monotonic() - t0 < 2.5 and "sent nothing" in str(err[0])
+            # (found by its silence, or at once by the ICMP port-unreachable its closed socket makes)
+            assert time.monotonic() - t0 < 2.5 and ("sent nothing" in str(err[0]) or "refused" in str(err[0]))
         assert ei.value.peer == 1 if role == "receiver" else err[0].peer == 1
     finally:
         proc.kill()
@@ -260,7 +261,7 @@ def test_lost_done_is_recovered_by_probe(make_endpoints):
 
 
 def test_duplicate_transfer_id_rejected(make_endpoints):
-    a, b = make_endpoints(2)
+    (a,) = make_endpoints(1, addr_map=loopback_map(2))  # rank 1 never answers: transfer 1 stays in progress
     a.send(1, torch.randn(100_000), transfer_id=1)
     with pytest.raises(ValueError, match="already in progress"):
         a.send(1, torch.randn(10), transfer_id=1)

@@ -26,7 +26,7 @@ from host.transport.chunking import plan_packets
 from host.wire import DType, Flag
 
 JOB, NONCE = 7, 0x1234
-SENDER = ("127.0.0.1", 1)  # rank 0's address: never bound, nothing is sent back that matters
+SENDER = ("127.0.0.1", 1)  # rank 0's address as the records give it (each twin maps it to a silent socket of its own)
 STRAY = ("127.0.0.9", 1)  # a source that is no rank
 
 # counters the two paths must agree on (ACK/NACK counts depend on timers, rx_fast_datagrams on the path)
@@ -114,7 +114,11 @@ class _Twin:
     """One receiving endpoint (rank 1) fed records directly, optionally with recv() posted in a thread."""
 
     def __init__(self, native: bool, post: bool, n: int, dtype):
-        amap = {0: SENDER, 1: ("127.0.0.1", 0)}
+        # rank 0 is a bound, silent socket: what the twin sends back must not be refused (a refusal from a rank
+        # heard from before would declare it dead, and drop its transfer, whenever the timers ran)
+        self.sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sender.bind(("127.0.0.1", 0))
+        amap = {0: self.sender.getsockname(), 1: ("127.0.0.1", 0)}
         # no timers (tick): the twins' states must change only by what they are fed. With the 1 ms tick, a twin
         # whose feeds paused for the reordering wait after LAST (a loaded machine) NACKed on its own (seen once in a full run)
         self.ep = Endpoint(1, amap, JOB, NONCE, Options(native=native, peer_timeout=30, recv_timeout=30,
@@ -135,6 +139,7 @@ class _Twin:
     def feed(self, dgrams: list[bytes], seg: int, tos: int, src) -> None:
         ep = self.ep
         data = b"".join(dgrams)
+        src = self.sender.getsockname() if src == SENDER else src
         with ep._lock:  # one record, as _drain describes it
             ep._rxbuf[:len(data)] = data
             ep._recs[0] = (0, len(data), tos, seg if len(dgrams) > 1 else 0, src_key(src))
@@ -162,6 +167,7 @@ class _Twin:
 
     def close(self):
         self.ep.close()
+        self.sender.close()
 
 
 def _corrupt(d: bytearray, kind: str, rng) -> tuple[bytearray, object]:
@@ -283,8 +289,8 @@ def test_an_ecn_change_within_one_receive_pass(first_ce):
             with ep._lock:
                 ra, rb = b"".join(a), b"".join(b)
                 ep._rxbuf[:len(ra) + len(rb)] = ra + rb
-                ep._recs[0] = (0, len(ra), tos_a, len(a[0]), src_key(SENDER))
-                ep._recs[1] = (len(ra), len(rb), tos_b, len(b[0]), src_key(SENDER))
+                ep._recs[0] = (0, len(ra), tos_a, len(a[0]), src_key(t.sender.getsockname()))
+                ep._recs[1] = (len(ra), len(rb), tos_b, len(b[0]), src_key(t.sender.getsockname()))
                 ep._handle(2)
         states = [t.state() for t in twins]
         assert [k for k in states[0] if states[0][k] != states[1][k]] == []
