@@ -346,17 +346,32 @@ def _check(spec: RunSpec) -> None:
 
 
 def _override(path: str, node: yaml.MappingNode, key: str, value: Any) -> None:
-    """Replace ``key`` (dotted for nested mappings: ``topology.link.rate``) in the composed file; the value then
-    goes through the same typed reader as the file's own (its line is the file's first)."""
+    """Replace ``key`` (dotted for nested mappings and list items: ``topology.link.rate``, ``background.0.flows``)
+    in the composed file; the value then goes through the same typed reader as the file's own (its line is the
+    file's first)."""
     *parents, last = key.split(".")
     for part in parents:
-        child = next((v for k, v in node.value if k.value == part), None)
-        if child is None:
-            child = yaml.MappingNode("tag:yaml.org,2002:map", [], start_mark=node.start_mark)
-            node.value.append((yaml.ScalarNode("tag:yaml.org,2002:str", part, start_mark=node.start_mark), child))
-        if not isinstance(child, yaml.MappingNode):
-            raise SpecError(f"{path}:{_line_of(child)}", key, f"{part!r} is a single value, not a mapping to set a key in")
+        if isinstance(node, yaml.SequenceNode):
+            if not part.isdigit() or int(part) >= len(node.value):
+                raise SpecError(f"{path}:{_line_of(node)}", key, f"{part!r} is not an item of a {len(node.value)}-item "
+                                                                 f"list")
+            child = node.value[int(part)]
+        else:
+            child = next((v for k, v in node.value if k.value == part), None)
+            if child is None:
+                child = yaml.MappingNode("tag:yaml.org,2002:map", [], start_mark=node.start_mark)
+                node.value.append((yaml.ScalarNode("tag:yaml.org,2002:str", part, start_mark=node.start_mark),
+                                   child))
+        if not isinstance(child, (yaml.MappingNode, yaml.SequenceNode)):
+            raise SpecError(f"{path}:{_line_of(child)}", key, f"{part!r} is a single value, not a mapping to set a "
+                                                              f"key in")
         node = child
+    if isinstance(node, yaml.SequenceNode):  # a whole list item: background.0
+        if not last.isdigit() or int(last) >= len(node.value):
+            raise SpecError(f"{path}:{_line_of(node)}", key, f"{last!r} is not an item of a {len(node.value)}-item "
+                                                             f"list")
+        node.value[int(last)] = yaml.compose(yaml.safe_dump(value))
+        return
     pair = yaml.compose(yaml.safe_dump({last: value})).value[0]
     node.value = [kv for kv in node.value if kv[0].value != last] + [pair]
 

@@ -115,6 +115,14 @@ def test_dotted_overrides_reach_nested_keys(tmp_path):
     with pytest.raises(SpecError) as e:
         load_spec(EXAMPLES / "demo.yaml", {"topology.link.speed": 1})
     assert e.value.key == "topology.link.speed"
+    spec = load_spec(EXAMPLES / "demo.yaml", {"background.0.flows": 1})
+    assert spec.background[0].flows == 1 and spec.background[0].src == "b1"
+    spec = load_spec(EXAMPLES / "demo.yaml", {"background.0": {"kind": "udp", "src": "b2", "dst": "b1"}})
+    assert (spec.background[0].kind, spec.background[0].src) == ("udp", "b2")
+    for bad in ("background.1.flows", "background.x", "steps.x"):
+        with pytest.raises(SpecError) as e:
+            load_spec(EXAMPLES / "demo.yaml", {bad: 1})
+        assert e.value.key == bad and "demo.yaml:" in e.value.where
 
 
 @pytest.mark.parametrize("queues", [8, 4, 2, 1])
@@ -146,6 +154,7 @@ def test_network_file_follows_priority_queues_and_mode(tmp_path, queues, mode):
 def test_sweep_files_are_validated_before_running(tmp_path):
     from testbed.sweep import load_sweep
 
+    assert len(load_sweep(EXAMPLES / "rates.yaml").cells) == 12
     sweep = load_sweep(EXAMPLES / "ablation.yaml")
     order = [c.name for _r, _s, c in sweep.order()]
     n = len(sweep.cells)
