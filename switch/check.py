@@ -27,9 +27,7 @@ ARITH = {"+", "-", "*", "/", "%", "|+|", "|-|", "&", "|", "^"}
 COMPARE = {"==", "!=", "<", ">", "<=", ">="}
 SUPPORTED_EXTERNS = {"packet_in", "packet_out", "counter", "direct_counter", "meter", "direct_meter",
                      "register", "action_profile", "action_selector"}
-UNSUPPORTED_FUNCS = {"resubmit", "resubmit_preserving_field_list", "recirculate",
-                     "recirculate_preserving_field_list", "clone", "clone3", "clone_preserving_field_list",
-                     "truncate"}
+UNSUPPORTED_FUNCS: set[str] = set()
 
 
 def wrap(v: int, t: ir.Type) -> int:
@@ -663,6 +661,11 @@ class Checker:
                 proto = cands[0].decl
                 if f.name in UNSUPPORTED_FUNCS:
                     raise unsupported(f"{f.name}()", e.loc)
+                if f.name in ("resubmit", "recirculate", "clone3"):      # v1model's deprecated data forms
+                    x = e.args[-1]
+                    if not (isinstance(x, A.ListExpr) and not x.items):
+                        raise unsupported(f"{f.name} with a data argument other than {{}} (use the "
+                                          "_preserving_field_list form and @field_list)", x.loc)
                 tv = self.bind_args(e, proto.params, proto.type_params, scope, what=f.name)
                 e.kind = "efunc"
                 e.target = f.name
@@ -1211,6 +1214,19 @@ class Checker:
             self.stmt(d.apply, Scope(scope), ctx)
         return b
 
+    def field_lists(self, meta: ir.Type) -> dict[int, list[str]]:
+        """v1model field lists: index -> the user metadata fields annotated ``@field_list(index, ...)``,
+        which resubmit/recirculate/clone ``_preserving_field_list(index)`` carry over."""
+        out: dict[int, list[str]] = {}
+        for d in self.prog.decls:
+            if isinstance(d, A.HeaderDecl) and d.is_struct and d.name == getattr(meta, "name", None):
+                for f in d.fields:
+                    a = A.annot(f.annots, "field_list")
+                    if a is not None:
+                        for i in _field_list_ids(a):
+                            out.setdefault(i, []).append(f.name)
+        return out
+
     # ---- main -------------------------------------------------------------------------------
     def bind_main(self) -> ir.ProgramIR:
         m = self.main
@@ -1272,7 +1288,16 @@ class Checker:
                     ctrl.append((a.args[0].value, self.header_types[d.name], d.annots))
         return ir.ProgramIR(self.path, H, M, SM, blocks, self.actions, self.tables, self.instances,
                             list(self.digests.values()), self.errors, self.header_types, ctrl,
-                            value_sets=self.value_sets)
+                            value_sets=self.value_sets, field_lists=self.field_lists(M))
+
+
+def _field_list_ids(a: A.Annotation) -> list[int]:
+    out = []
+    for x in a.args:
+        if not isinstance(x, A.Lit):
+            raise P4Error(a.loc, "@field_list takes integer constants")
+        out.append(x.value)
+    return out
 
 
 def _resolves(args: list[A.Expr], params: list[A.Param]) -> bool:

@@ -37,6 +37,14 @@ SM_FIELDS = ("ingress_port", "egress_spec", "egress_port", "instance_type", "pac
 QDEPTH_MAX = (1 << 19) - 1     # enq_qdepth / deq_qdepth are bit<19> in v1model
 
 
+#: the packet's hidden slots for v1model requests (Gen.v1) and the externs that set them
+V1_SLOTS = ("clone_i2e", "clone_i2e_fl", "clone_e2e", "clone_e2e_fl", "resubmit", "recirculate", "truncate",
+            "passes")
+V1_EXTERNS = {"clone", "clone3", "clone_preserving_field_list", "resubmit", "resubmit_preserving_field_list",
+              "recirculate", "recirculate_preserving_field_list", "truncate"}
+NO_FIELD_LIST = 1 << 16           # a request that preserves no metadata (field list indexes are bit<8>)
+
+
 class NotFusable(Exception):
     """The program needs the slot list (a slot address computed per packet, or a table applied in
     a conditionally evaluated operand): generate it in list mode instead (``Gen(fuse=False)``)."""
@@ -76,6 +84,18 @@ class Gen:
         self.M = self.alloc(prog.meta_type)
         self.SM = self.alloc(prog.sm_type)
         self.sm = {n: self.SM + prog.sm_type.offset(n) for n, _ in prog.sm_type.fields}
+        # v1model requests the target acts on after ingress/egress (0: none): clone session + 1 and field
+        # list + 1 for each direction, resubmit/recirculate field list + 1, truncate length
+        self.v1 = {n: self.alloc(Bits(32)) for n in V1_SLOTS}
+        self.uses_v1 = False          # the program calls clone/resubmit/recirculate/truncate
+        self.field_lists: dict[int, list[int]] = {}
+        mt = prog.meta_type
+        for idx, names in prog.field_lists.items():
+            slots = []
+            for n in names:
+                base = self.M + mt.offset(n)
+                slots += range(base, base + mt.ftype(n).slots)
+            self.field_lists[idx] = slots
         for f in ("egress_spec", "packet_length", "mcast_grp", "priority", "checksum_error", "parser_error"):
             if f not in self.sm:
                 raise P4Error(None, f"standard_metadata_t lacks field {f}")
@@ -483,6 +503,38 @@ class Gen:
             return
         raise unsupported("call", e.loc)
 
+    def v1_request(self, ind: int, e: A.Call, n: str, a: list) -> None:
+        """clone/resubmit/recirculate/truncate record a request in the packet's hidden v1model slots; the
+        target acts on it at the end of ingress or egress, as BMv2 simple_switch does."""
+        if self.fused:
+            raise NotFusable(f"{n}()")
+        self.uses_v1 = True
+        v = self.v1
+
+        def field_list(x) -> str:
+            if isinstance(x, A.ListExpr) and not x.items:
+                return str(NO_FIELD_LIST)
+            if isinstance(x, A.ListExpr) or isinstance(x.type, (ir.StructT, ir.TupleT)):
+                raise unsupported(f"{n} with a data argument (use the _preserving_field_list form)", x.loc)
+            return f"({self.ex(x)} + 1)"
+
+        if n == "truncate":
+            self.emit(ind, f"{self.sl(v['truncate'], True)} = {self.ex(a[0])}")
+        elif n in ("resubmit", "resubmit_preserving_field_list"):
+            self.emit(ind, f"{self.sl(v['resubmit'], True)} = {field_list(a[0])}")
+        elif n in ("recirculate", "recirculate_preserving_field_list"):
+            self.emit(ind, f"{self.sl(v['recirculate'], True)} = {field_list(a[0])}")
+        else:    # clone, clone3, clone_preserving_field_list: CloneType I2E = 0, E2E = 1
+            fl = str(NO_FIELD_LIST) if n == "clone" else field_list(a[2])
+            t = self.fresh("ct")
+            self.emit(ind, f"{t} = {self.ex(a[0])}")
+            self.emit(ind, f"if {t} == 0:")
+            self.emit(ind + 1, f"{self.sl(v['clone_i2e'], True)} = {self.ex(a[1])} + 1")
+            self.emit(ind + 1, f"{self.sl(v['clone_i2e_fl'], True)} = {fl}")
+            self.emit(ind, "else:")
+            self.emit(ind + 1, f"{self.sl(v['clone_e2e'], True)} = {self.ex(a[1])} + 1")
+            self.emit(ind + 1, f"{self.sl(v['clone_e2e_fl'], True)} = {fl}")
+
     def hash_call(self, al: str, e: A.Expr) -> str:
         """Hash of a field list; csum16 works on the concatenated integer directly."""
         if al == "csum16":
@@ -559,6 +611,8 @@ class Gen:
             else:
                 self.emit(ind, f"if {cond}:")
                 self.out_assign(ind + 1, a[2], h)
+        elif n in V1_EXTERNS:
+            self.v1_request(ind, e, n, a)
         elif n == "log_msg":
             # BMv2 writes log_msg to its log; here the "switch.p4" logger at INFO, "{}" replaced in order
             vals = []

@@ -364,3 +364,4 @@ class ProgramIR:
     controller_headers: list[tuple[str, HeaderT, list]]    # (name, type, annots)
     type_syms: dict[str, Sym] = field(default_factory=dict)
     value_sets: list[ValueSetIR] = field(default_factory=list)
+    field_lists: dict[int, list[str]] = field(default_factory=dict)    # v1model @field_list -> meta fields

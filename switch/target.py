@@ -24,8 +24,16 @@ from .p4info import P4InfoBuilder
 from .tm import TrafficManager
 
 DROP_PORT = 511
+# standard_metadata.instance_type values of BMv2 simple_switch
 INSTANCE_NORMAL = 0
+INSTANCE_INGRESS_CLONE = 1
+INSTANCE_EGRESS_CLONE = 2
+INSTANCE_RECIRC = 4
 INSTANCE_REPLICATION = 5
+INSTANCE_RESUBMIT = 6
+#: resubmits or recirculations of one received packet before it is dropped ("resubmit_limit",
+#: "recirculate_limit"): a program that always resubmits would otherwise loop for ever (BMv2 has no limit)
+MAX_EXTRA_PASSES = 16
 
 
 class Departure(tuple):
@@ -96,6 +104,9 @@ class Switch:
         self.digests: list[tuple[int, tuple]] = []
         self.parser_errors = 0
         self.mcast: dict[int, list[tuple[int, int]]] = {k: list(v) for k, v in (mcast_groups or {}).items()}
+        # clone (mirroring) sessions: id -> ([(egress port, egress_rid)], truncate length or 0)
+        self.clone_sessions: dict[int, tuple[list[tuple[int, int]], int]] = {}
+        self._deferred: list = []         # E2E clones and recirculations, run after the egress pass
         self.fast_paths = fast_paths      # False: the plain reference code, for differential tests
         # fused pipeline functions over local variables (with fast paths, when the program allows;
         # see docs/switch-target.md); False keeps the list-mode fast code, for differential tests
@@ -236,9 +247,36 @@ class Switch:
         M48, M32, QMAX = 0xFFFFFFFFFFFF, 0xFFFFFFFF, (1 << 19) - 1
         join = b"".join
 
-        def ingress_one(port: int, data: bytes) -> None:
+        v1 = self.gen.uses_v1
+        V = self.gen.v1
+        CI, CIF, CE, CEF = V["clone_i2e"], V["clone_i2e_fl"], V["clone_e2e"], V["clone_e2e_fl"]
+        RESUB, RECIRC, TRUNC, PASSES = V["resubmit"], V["recirculate"], V["truncate"], V["passes"]
+        H0, H1 = self.gen.H, self.gen.H + self.ir.headers_type.slots
+        field_lists = self.gen.field_lists
+
+        def preserved(s: list, fl: int) -> list[tuple[int, Any]]:
+            """(slot, value) of the user metadata in field list ``fl - 1`` (NO_FIELD_LIST: none)."""
+            return [(i, s[i]) for i in field_lists.get(fl - 1, ())]
+
+        def clone_to(session: int, c: list, prio: int, now: int) -> None:
+            """Enqueue copies of state ``c`` to clone session ``session``'s replicas (BMv2 mirroring)."""
+            sess = sw.clone_sessions.get(session)
+            if sess is None:                  # BMv2: an unconfigured session clones nothing
+                return
+            replicas, trunc = sess
+            if trunc:
+                c[TRUNC] = trunc if not c[TRUNC] or trunc < c[TRUNC] else c[TRUNC]
+            for eport, rid in replicas:
+                c[RID] = rid
+                enqueue(eport, prio, tuple(c), c[PLEN], now)
+
+        def ingress_one(port: int, data: bytes, preset: list | None = None, passes: int = 0) -> None:
             s = init[:]
+            if preset:
+                for i, x in preset:
+                    s[i] = x
             now = sw.now_ns
+            s[PASSES] = passes
             s[I_PORT] = port
             n = len(data)
             s[PLEN] = n
@@ -251,6 +289,28 @@ class Switch:
             verify(s)
             ingress(s)
             prio = s[PRIO]
+            if v1 and (s[CI] or s[RESUB]):
+                # BMv2 order at the end of ingress: clone (I2E) of the packet as received, parsed again,
+                # then resubmit (the packet as received goes through ingress again; nothing else happens)
+                if s[CI]:
+                    c = init[:]
+                    c[I_PORT] = port
+                    c[PLEN] = n
+                    for i, x in preserved(s, s[CIF]):
+                        c[i] = x
+                    off2, err2, _ok = parser(c, data)
+                    if err2:
+                        c[PERR] = err2
+                    c[ITYPE] = INSTANCE_INGRESS_CLONE
+                    c[PAY] = data
+                    c[POFF] = off2
+                    clone_to(s[CI] - 1, c, prio, now)
+                if s[RESUB]:
+                    if passes >= MAX_EXTRA_PASSES:
+                        tm_drop(port, prio, "resubmit_limit")
+                        return
+                    ingress_one(port, data, preserved(s, s[RESUB]) + [(ITYPE, INSTANCE_RESUBMIT)], passes + 1)
+                    return
             grp = s[MGRP]
             if grp:
                 s[PAY] = data
@@ -285,6 +345,18 @@ class Switch:
             s[EGT] = (now // 1000) & M48
             env.now_ns = now
             egress(s)
+            if v1 and s[CE]:
+                # E2E clone: the headers as egress left them, metadata reset but for the field list;
+                # made before the drop check (BMv2), enqueued once this egress pass is over
+                c = init[:]
+                c[H0:H1] = s[H0:H1]
+                for i, x in preserved(s, s[CEF]):
+                    c[i] = x
+                c[ITYPE] = INSTANCE_EGRESS_CLONE
+                c[PLEN] = s[PLEN]
+                c[PAY] = s[PAY]
+                c[POFF] = s[POFF]
+                sw._deferred.append(lambda c=c, sess=s[CE] - 1: clone_to(sess, c, prio, sw.now_ns))
             if s[ESPEC] == DROP_PORT:      # mark_to_drop() in egress
                 tm_drop(port, prio, "pipeline_drop")
                 return
@@ -292,6 +364,18 @@ class Switch:
             env.payload = payload
             compute(s)
             data = join(deparser(s)) + payload
+            if v1:
+                if s[RECIRC]:
+                    # the deparsed packet goes back to ingress (port 0, metadata reset but for the field
+                    # list, instance_type RECIRC) instead of leaving
+                    if s[PASSES] >= MAX_EXTRA_PASSES:
+                        tm_drop(port, prio, "recirculate_limit")
+                        return
+                    pre = preserved(s, s[RECIRC]) + [(ITYPE, INSTANCE_RECIRC)]
+                    sw._deferred.append(lambda d=data, pre=pre, k=s[PASSES] + 1: ingress_one(0, d, pre, k))
+                    return
+                if s[TRUNC] and s[TRUNC] < len(data):
+                    data = data[:s[TRUNC]]
             link = ports[port]
             if tm.plain_links:
                 busy = link.busy_until_ns
@@ -311,6 +395,11 @@ class Switch:
         Returns the departures of this call (also appended to ``self.outputs``)."""
         start = len(self.outputs)
         self.now_ns = self.tm.drain(until_ns, self.now_ns, self._egress_one)
+        while self._deferred:          # E2E clones and recirculated packets made by those egress passes
+            work, self._deferred = self._deferred, []
+            for fn in work:
+                fn()
+            self.now_ns = self.tm.drain(until_ns, self.now_ns, self._egress_one)
         if until_ns is not None:
             self.now_ns = max(self.now_ns, until_ns)
         return self.outputs[start:]
@@ -689,6 +778,16 @@ class Switch:
 
     def delete_mcast_group(self, group: int) -> None:
         self.mcast.pop(group, None)
+
+    def set_clone_session(self, session: int, ports: list[int] | list[tuple[int, int]],
+                          packet_length_bytes: int = 0) -> None:
+        """Clone session ``session``: clones go to these ports (or (port, egress_rid) pairs), truncated to
+        ``packet_length_bytes`` when it is not 0 (P4Runtime CloneSessionEntry)."""
+        self.clone_sessions[session] = ([(p, 0) if isinstance(p, int) else tuple(p) for p in ports],
+                                        packet_length_bytes)
+
+    def delete_clone_session(self, session: int) -> None:
+        self.clone_sessions.pop(session, None)
 
     # ---- parser value sets ------------------------------------------------------------------------
     def _value_set(self, name: str) -> tuple[ir.ValueSetIR, set[int]]:

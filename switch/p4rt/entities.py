@@ -68,6 +68,7 @@ class Entities:
         self.groups: dict[tuple[int, int], p4r.ActionProfileGroup] = {}
         self.refs: Counter = Counter()            # ("m"|"g", profile id, id) -> table entries using it
         self.mcast: dict[int, p4r.MulticastGroupEntry] = {}
+        self.clones: dict[int, p4r.CloneSessionEntry] = {}
         self.digest_config: dict[int, p4r.DigestEntry.Config] = {}
         self._hidden = 0
         # digest index (in the IR) -> (P4Info id, [(field name, bitwidth or None for bool)])
@@ -547,9 +548,11 @@ class Entities:
     # -- packet replication engine, digests ----------------------------------------------------------------------
     def _w_packet_replication_engine_entry(self, ut, p: p4r.PacketReplicationEngineEntry) -> None:
         kind = p.WhichOneof("type")
+        if kind == "clone_session_entry":
+            self._w_clone_session(ut, p.clone_session_entry)
+            return
         if kind != "multicast_group_entry":
-            raise SwitchError("UNIMPLEMENTED", f"{kind or 'empty PacketReplicationEngineEntry'} is not supported "
-                                               f"(clone is unsupported by this target)")
+            raise _bad("empty PacketReplicationEngineEntry")
         g = p.multicast_group_entry
         gid = g.multicast_group_id
         if gid == 0:
@@ -581,6 +584,37 @@ class Entities:
         c = p4r.MulticastGroupEntry()
         c.CopyFrom(g)
         self.mcast[gid] = c
+
+    def _w_clone_session(self, ut, c: p4r.CloneSessionEntry) -> None:
+        """Clone (mirroring) sessions for v1model clone(): replicas and packet_length_bytes truncation."""
+        sid = c.session_id
+        if sid == 0:
+            raise _bad("clone session id 0 is invalid")
+        if ut == DELETE:
+            if sid not in self.clones:
+                raise SwitchError("NOT_FOUND", f"no clone session {sid}")
+            self.sw.delete_clone_session(sid)
+            del self.clones[sid]
+            return
+        if ut == INSERT and sid in self.clones:
+            raise SwitchError("ALREADY_EXISTS", f"clone session {sid} exists")
+        if ut == MODIFY and sid not in self.clones:
+            raise SwitchError("NOT_FOUND", f"no clone session {sid}")
+        reps = []
+        for r in c.replicas:
+            if r.WhichOneof("port_kind") == "port":
+                port = decode(r.port, 9, f"clone session {sid} replica port")
+            else:
+                port = r.egress_port
+                if port >= 511:
+                    raise _bad(f"clone session {sid}: replica port {port} out of range")
+            if (port, r.instance) in reps:
+                raise _bad(f"clone session {sid}: replica ({port}, {r.instance}) listed twice")
+            reps.append((port, r.instance))
+        self.sw.set_clone_session(sid, reps, c.packet_length_bytes)
+        keep = p4r.CloneSessionEntry()
+        keep.CopyFrom(c)
+        self.clones[sid] = keep
 
     def _w_value_set_entry(self, ut, v: p4r.ValueSetEntry) -> None:
         """P4Runtime 9.8: a value set is written whole with MODIFY (its members replace the old ones)."""
@@ -796,6 +830,11 @@ class Entities:
     def _r_packet_replication_engine_entry(self, f: p4r.PacketReplicationEngineEntry) -> Iterator[p4r.Entity]:
         kind = f.WhichOneof("type")
         if kind == "clone_session_entry":
+            sid = f.clone_session_entry.session_id
+            for k in sorted(self.clones):
+                if not sid or k == sid:
+                    yield _entity(packet_replication_engine_entry=p4r.PacketReplicationEngineEntry(
+                        clone_session_entry=self.clones[k]))
             return
         if kind != "multicast_group_entry":
             raise _bad("PacketReplicationEngineEntry filter needs multicast_group_entry or clone_session_entry")

@@ -187,10 +187,9 @@ UNSUPPORTED = {
     "function-like macro": ("#define F(x) x\n" + PROG, 1, "unsupported: function-like macro"),
     "value_set of a struct": (_prog(parser_stmt="pkt.extract(hdr.h); transition accept; } value_set<meta_t>(4) vs; "
                                                "state x { transition accept;"), 8, "unsupported: value_set of meta_t"),
-    "clone": (_prog(body="        clone(CloneType.I2E, 1);"), 13, "unsupported: clone()"),
-    "resubmit": (_prog(body="        resubmit({});"), 13, "unsupported: resubmit()"),
-    "recirculate": (_prog(body="        recirculate({});"), 13, "unsupported: recirculate()"),
-    "truncate": (_prog(body="        truncate(10);"), 13, "unsupported: truncate()"),
+    "resubmit with data": (_prog(body="        resubmit({hdr.h.a});"), 13, "unsupported: resubmit with a data argument"),
+    "clone3 with data": (_prog(body="        clone3(CloneType.I2E, 1, m);"), 13,
+                         "unsupported: clone3 with a data argument"),
     "structure expression": (_prog(body="        hdr.h = {a = 1, b = 2};"), 13,
                              "unsupported: structure-valued expression"),
     "generic struct": (_prog(decl="struct g_t<T> { T x; }"), 5, "unsupported: generic struct"),

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from finsy import P4TableAction, P4TableEntry, P4TableMatch, P4ValueSetEntry
+from finsy import P4CloneSessionEntry, P4TableAction, P4TableEntry, P4TableMatch, P4ValueSetEntry
 from finsy.p4entity import P4ValueSetMember
 
 HERE = Path(__file__).parent
@@ -195,6 +195,59 @@ def test_value_set_through_p4runtime(tmp_path):
         asyncio.run(go())
 
 
+def v1_paths(sw) -> list:
+    """The v1model_paths.p4 packets (first byte: what the packet asks for) and what BMv2 sends for each with
+    clone session 5 -> port 7 (simple_switch.cpp's ingress_thread/egress_thread order)."""
+    return [
+        (h(0, 0, 0, 0), [(1, h(0, 0, 0, 0))]),
+        # resubmit: ingress again with instance_type 6, kept (field list 1) = 0x4B, lost reset to 0
+        (h(1, 0, 0, 0), [(2, h(1, 0, 6, 0x4B))]),
+        # recirculate from egress: the deparsed packet through ingress again, instance_type 4
+        (h(2, 0, 0, 0), [(2, h(2, 0, 4, 0x4B))]),
+        # I2E clone: the original (b = 0x33) to port 1, and the packet as received to session 5's port 7
+        (h(3, 0, 0, 0), [(1, h(3, 0x33, 0, 0)), (7, h(3, 0, 1, 0))]),
+        # E2E clone of a packet egress drops: the clone (with egress's d = 0x44) still leaves on port 7
+        (h(4, 0, 0, 0), [(7, h(4, 0, 2, 0x44))]),
+        (h(5, 0, 0, 0, 9), [(1, h(5, 0))]),                   # truncate(2)
+    ]
+
+
+def test_v1model_packet_paths(mode):
+    sw = Switch(str(HERE / "v1model_paths.p4"), **MODES[mode])
+    sw.set_clone_session(5, [7])
+    for pkt, want in v1_paths(sw):
+        assert sorted((o.port, o.data) for o in sw.send(0, pkt)) == sorted(want), pkt.hex()
+
+
+def test_clone_session_through_p4runtime(tmp_path):
+    """A CloneSessionEntry (P4Runtime PRE) configures where clones go, with packet_length_bytes truncation;
+    without a session, clone() clones nothing (BMv2)."""
+    prog = HERE / "v1model_paths.p4"
+    with local_server(include_dirs=[str(HERE)]) as (dev, addr, _svc):
+        async def go():
+            async with connect(addr, prog, tmp_path) as sw:
+                def run(pkt):
+                    with dev.lock:
+                        return sorted((o.port, o.data) for o in dev.pipeline.switch.send(0, pkt))
+                assert run(h(3, 0, 0, 0)) == [(1, h(3, 0x33, 0, 0))]              # no session yet
+                await sw.insert([P4CloneSessionEntry(5, replicas=[(6, 1)], packet_length_bytes=3)])
+                got = [e async for e in sw.read(P4CloneSessionEntry())]
+                assert [(e.session_id, e.packet_length_bytes) for e in got] == [(5, 3)]
+                assert run(h(3, 0, 0, 0)) == [(1, h(3, 0x33, 0, 0)), (6, h(3, 0, 1))]   # truncated to 3
+                await sw.delete([P4CloneSessionEntry(5)])
+                assert run(h(3, 0, 0, 0)) == [(1, h(3, 0x33, 0, 0))]
+        asyncio.run(go())
+
+
+def test_resubmit_loop_is_bounded(tmp_path):
+    """A program that resubmits every packet is stopped after MAX_EXTRA_PASSES passes (a counted drop)."""
+    f = tmp_path / "loop.p4"
+    f.write_text(ingress("        resubmit_preserving_field_list(0);\n        sm.egress_spec = 1;"))
+    sw = Switch(str(f), include_dirs=[str(HERE)])
+    assert sw.send(0, h(1, 2, 3, 4)) == []
+    assert sw.drop_total("resubmit_limit") == 1
+
+
 def test_error_key_from_the_control_plane():
     sw = Switch(str(HERE / "error_key.p4"))
     info = P4InfoBuilder(sw.ir).build()
@@ -267,6 +320,8 @@ ERRORS = {
         "'y' is missing"),
     "header union of a non-header": (
         ingress("", decls="header_union bad_t { bit<8> x; }"), "header_union member 'x' must be a header"),
+    "resubmit with a data argument": (
+        ingress("        resubmit({meta.x});"), "unsupported: resubmit with a data argument"),
     "switch label type": (
         ingress("        switch (hdr.h.a) { 16w1: { } }"), "width mismatch"),
     "duplicate switch label": (
