@@ -1114,6 +1114,9 @@ class Endpoint:
                         tomb[1] = now
                     self._send_done(rank, tid, w0[W_TOTAL], -1)
                 return
+            if rank in self._dead:  # (a rank declared dead stays dead: its stragglers open nothing)
+                c["late"] += n
+                return
             if self._staged_bytes >= self.opts.max_staged_bytes:
                 c["unclaimed_dropped"] += n
                 return

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 import subprocess
 import sys
 
@@ -91,3 +92,34 @@ def test_backend_collectives_fail_on_every_rank_naming_the_dead_one():
         line = o.strip().splitlines()[-1]
         assert line.startswith("error after") and "rank 3" in line, (r, o)
         assert float(line.split()[2].rstrip("s:")) < 30, (r, line)
+
+
+def test_a_dead_rank_fails_new_work_at_once_and_only_its_groups(make_endpoints):
+    """After rank 1 aborts, rank 0 refuses new sends to it and receives from it at once, and new transfers of a
+    group it belongs to (share_fate), naming it; transfers outside the group (here: point-to-point ids, bit 25
+    set) with the live rank 2 still complete."""
+    import numpy as np
+
+    from host.transport import TransportError
+
+    a, b, c = make_endpoints(3)
+    for ep in (a, c):
+        ep.share_fate([0, 1, 2], 0xFE000000, 0)
+    b.abort("leaving")
+    deadline = time.monotonic() + 5
+    while 1 not in a.dead_peers() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert a.dead_peers() == {1: "rank 1 aborted: leaving"}
+    with pytest.raises(TransportError, match="rank 1 is dead: rank 1 aborted: leaving") as ei:
+        a.send(1, np.ones(10, np.float32), transfer_id=1)
+    assert ei.value.peer == 1
+    with pytest.raises(TransportError, match="rank 1 is dead"):
+        a.post_recv(1, 2, np.zeros(10, np.float32))
+    with pytest.raises(TransportError, match="rank 1 of its group is dead") as ei:
+        a.post_recv(2, 3, np.zeros(10, np.float32))  # a collective id of the group
+    assert ei.value.peer == 1
+    p2p = (1 << 25) | 4
+    x = np.arange(1000, dtype=np.float32)
+    h = a.post_recv(2, p2p, np.zeros(1000, np.float32), timeout=10)
+    c.send(0, x, transfer_id=p2p)
+    assert np.array_equal(h.wait().data, x)
