@@ -406,6 +406,9 @@ _NO_STAGE = np.empty(0, np.uint8)
 #: Bytes of Reassembly bookkeeping per packet (arrived: bool, offsets and counts: int64), charged to the staging
 #: budget for a transfer nobody has posted a receive for.
 _BOOK_BYTES = 17
+#: The most payload one DATA packet carries (the largest UDP payload less the header): a transfer of ``total``
+#: packets ends at or below ``total * _MAX_PAYLOAD`` bytes, which bounds a staged transfer's buffer.
+_MAX_PAYLOAD = 65507 - wire.HEADER_LEN
 
 
 def max_packets(nelems: int, count: int) -> int:
@@ -1164,6 +1167,7 @@ class Endpoint:
             if top > len(stage):  # size it for the whole transfer at once when these are full-size packets
                 full = max(ln for _w, _s, ln, _t in items) - hl
                 limit = len(stage) + max(0, self.opts.max_staged_bytes - self._staged_bytes)  # never past the budget
+                limit = min(limit, total * _MAX_PAYLOAD)  # nor past what the claimed packets can carry
                 size = min(max(top, 2 * len(stage), full * total), limit)
                 if size > len(stage):  # (what still does not fit is dropped below, as over the budget)
                     new = np.empty(size, np.uint8)
@@ -1203,6 +1207,9 @@ class Endpoint:
                 if posted:
                     self._reject(inc, "offset", 1, f"packet {seq} ends at byte {off + plen}, the out buffer has "
                                                    f"{cap} (it does not fit)")
+                elif off + plen > total * _MAX_PAYLOAD:
+                    self._reject(inc, "offset", 1, f"packet {seq} ends at byte {off + plen}, past what {total} "
+                                                   "packets carry")
                 else:
                     c["unclaimed_dropped"] += 1  # over the staging budget
                 continue
@@ -1261,6 +1268,7 @@ class Endpoint:
         for inc, _ndg, fresh, dups, got, nelems, max_count, max_end, _min_elig, max_seq, cum, ce, premature in prog:
             key = (inc.peer, inc.tid)
             self._heard[inc.peer] = now
+            inc.touched = now
             if premature:
                 inc.nacked = None
                 self._premature_nack(inc.peer)

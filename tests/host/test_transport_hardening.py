@@ -187,3 +187,13 @@ def test_uncapped_buffers_are_not_reported(make_endpoints):
         assert a.stats()["sock_buf_capped"] == {}
     else:
         assert set(a.stats()["sock_buf_capped"]) <= {"SO_RCVBUF", "SO_SNDBUF"}
+
+
+def test_staging_is_bounded_by_what_the_claimed_packets_carry(impostor_pair):
+    """Unclaimed data: a packet whose offset lies past what its transfer's ``total`` packets can carry is rejected
+    (``offset``) instead of growing the staging buffer to that offset."""
+    b, raw, dst = impostor_pair
+    raw.sendto(_data(tid=11, total=2, seq=0, count=2), dst)  # opens the transfer (staged)
+    raw.sendto(_data(tid=11, total=2, seq=1, count=2, offset=900_000_000), dst)
+    assert _wait_for(lambda: b.stats()["rejected_by_field"].get("offset") == 1)
+    assert b._staged_bytes < 1 << 20
