@@ -368,6 +368,22 @@ class Checker:
             raise P4Error(loc, f"cannot assign an integer to a value of type {t}")
         if isinstance(t, ir.EnumT) and t.underlying and isinstance(e.type, Bits) and e.type == t.underlying:
             return
+        if isinstance(e, A.StructExpr) and isinstance(t, (ir.HeaderT, ir.StructT)):
+            # P4-16 8.13: every field named exactly once; put the items in the type's field order
+            by = {}
+            for n, it in zip(e.names, e.items):
+                if n not in t.index:
+                    raise P4Error(it.loc, f"{t} has no field '{n}'")
+                if n in by:
+                    raise P4Error(it.loc, f"field '{n}' given twice")
+                by[n] = it
+            missing = [n for n, _ in t.fields if n not in by]
+            if missing:
+                raise P4Error(loc, f"structure-valued expression lacks field(s) {', '.join(missing)} of {t}")
+            e.items = [by[n] for n, _ in t.fields]
+            e.names = [n for n, _ in t.fields]
+        elif isinstance(e, A.StructExpr):
+            raise P4Error(loc, f"a structure-valued expression cannot be a {t}")
         if isinstance(e, A.ListExpr) and isinstance(t, (ir.HeaderT, ir.StructT)):
             if len(e.items) != len(t.fields):
                 raise P4Error(loc, f"list has {len(e.items)} elements but {t} has {len(t.fields)} fields")
@@ -713,7 +729,17 @@ class Checker:
                 e.target = m
                 return BOOL if m == "isValid" else VOID
             if isinstance(bt, ir.StackT) and m in ("push_front", "pop_front"):
-                raise unsupported(f"header stack {m}", e.loc)
+                # P4-16 8.18: shift the elements by a compile-time count
+                if len(e.args) != 1:
+                    raise P4Error(e.loc, f"{m} takes one argument (a compile-time count)")
+                self.expr(e.args[0], scope)
+                k = self.const_eval(e.args[0], scope)
+                if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+                    raise P4Error(e.args[0].loc, f"{m} needs a non-negative compile-time integer")
+                self.lvalue(f.expr, scope, f"target of {m}()")
+                e.kind = "stack"
+                e.target = (m, k)
+                return VOID
             if isinstance(bt, ir.TableT):
                 if m != "apply":
                     raise P4Error(f.loc, f"table has no method '{m}'")

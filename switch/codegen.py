@@ -495,6 +495,9 @@ class Gen:
             elif e.target == "setInvalid":
                 self.emit(ind, f"{self.sl(a, True)} = False")
             return
+        if k == "stack":
+            self.stack_shift(ind, e.func.expr, *e.target)
+            return
         if k == "efunc":
             self.efunc(ind, e, ctx)
             return
@@ -534,6 +537,35 @@ class Gen:
             self.emit(ind, "else:")
             self.emit(ind + 1, f"{self.sl(v['clone_e2e'], True)} = {self.ex(a[1])} + 1")
             self.emit(ind + 1, f"{self.sl(v['clone_e2e_fl'], True)} = {fl}")
+
+    def stack_shift(self, ind: int, target: A.Expr, m: str, k: int) -> None:
+        """P4-16 8.18 ``push_front(k)``: element i takes element i - k, the first k become invalid, nextIndex
+        grows by k (at most size); ``pop_front(k)``: element i takes element i + k, the last k become invalid,
+        nextIndex shrinks by k (at least 0)."""
+        if self.fused:
+            raise NotFusable(f"header stack {m}")
+        st: ir.StackT = target.type
+        sb = self.addr(target)
+        es = st.elem.slots
+
+        def el(i: int):
+            return self.add(sb, 1 + i * es)
+
+        n = st.size
+        if k == 0:
+            return
+        if m == "push_front":
+            for i in range(n - 1, k - 1, -1):
+                self.emit(ind, f"s[{el(i)}:{self.add(el(i), es)}] = s[{el(i - k)}:{self.add(el(i - k), es)}]")
+            for i in range(min(k, n)):
+                self.emit(ind, f"{self.sl(el(i), True)} = False")
+            self.emit(ind, f"{self.sl(sb, True)} = min({self.sl(sb)} + {k}, {n})")
+        else:
+            for i in range(0, n - k):
+                self.emit(ind, f"s[{el(i)}:{self.add(el(i), es)}] = s[{el(i + k)}:{self.add(el(i + k), es)}]")
+            for i in range(max(n - k, 0), n):
+                self.emit(ind, f"{self.sl(el(i), True)} = False")
+            self.emit(ind, f"{self.sl(sb, True)} = max({self.sl(sb)} - {k}, 0)")
 
     def hash_call(self, al: str, e: A.Expr) -> str:
         """Hash of a field list; csum16 works on the concatenated integer directly."""

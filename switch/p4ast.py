@@ -136,6 +136,13 @@ class NamedArg(Expr):
 
 
 @dataclass
+class StructExpr(ListExpr):
+    """``{f = v, ...}`` (P4-16 8.13): a list expression whose items carry field names; the checker puts them
+    in the target type's field order when it assigns one."""
+    names: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Mask(Expr):
     value: Expr
     mask: Expr

@@ -868,13 +868,22 @@ class Parser:
         if self.at("{"):
             self.i += 1
             items = []
+            names: list[str] = []
             while not self.at("}"):
                 if self.tok.kind == "id" and self.peek().text == "=":
-                    raise unsupported("structure-valued expression", self.tok.loc)
+                    n = self.ident()
+                    self.expect("=")
+                    names.append(n.text)
+                elif names:
+                    raise self.err("in a structure-valued expression every item is 'field = value'")
                 items.append(self.expression())
                 if not self.accept(","):
                     break
             self.expect("}")
+            if names:
+                if len(names) != len(items):
+                    raise P4Error(t.loc, "in a structure-valued expression every item is 'field = value'")
+                return A.StructExpr(t.loc, items, names)
             return A.ListExpr(t.loc, items)
         if t.kind == "op" and t.text == ".":
             self.i += 1

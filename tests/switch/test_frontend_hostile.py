@@ -190,8 +190,6 @@ UNSUPPORTED = {
     "resubmit with data": (_prog(body="        resubmit({hdr.h.a});"), 13, "unsupported: resubmit with a data argument"),
     "clone3 with data": (_prog(body="        clone3(CloneType.I2E, 1, m);"), 13,
                          "unsupported: clone3 with a data argument"),
-    "structure expression": (_prog(body="        hdr.h = {a = 1, b = 2};"), 13,
-                             "unsupported: structure-valued expression"),
     "generic struct": (_prog(decl="struct g_t<T> { T x; }"), 5, "unsupported: generic struct"),
     "register of a struct": (_prog(decl="struct r_t { bit<8> a; }\nregister<r_t>(4) regs;"), 6,
                              "unsupported: register of r_t"),

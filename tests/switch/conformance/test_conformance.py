@@ -102,6 +102,13 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(5, 0, 0, 0, 9, 9, 9, 9), [(1, h(5, 0, 0, 0, 9, 9, 9, 9))]),
         (h(1, 0, 0, 0, 9, 9, 9, 9), [(1, h(1, 0, 0, 0, 9, 9, 9, 9))]),
     ],
+    # b == 1: push_front(1) then st[0] = 0xAA; b == 2: pop_front(1); b == 3: h = {a=1, b=2, c=3, d=4}, d = a
+    "struct_stack_ops.p4": [
+        (h(9, 0, 0, 0, 0x11, 0x22, 0x33), [(1, h(9, 0, 0, 0, 0x11, 0x22, 0x33))]),
+        (h(9, 1, 0, 0, 0x11, 0x22, 0x33), [(1, h(9, 1, 0, 0, 0xAA, 0x11, 0x22, 0x33))]),
+        (h(9, 2, 0, 0, 0x11, 0x22, 0x33), [(1, h(9, 2, 0, 0, 0x22, 0x33))]),     # st[1], st[2] invalid
+        (h(9, 3, 0, 0, 0x11, 0x22), [(1, h(1, 2, 3, 9, 0x11, 0x22))]),
+    ],
     # d bits: 1 first == second, 2 first != third, 4 {first, second} == {second, first}, 8 invalid == invalid
     "header_eq.p4": [
         (h(0, 1, 2, 3, 0, 1, 2, 3), [(1, h(0, 1, 2, 0x0F))]),
@@ -322,6 +329,13 @@ ERRORS = {
         ingress("", decls="header_union bad_t { bit<8> x; }"), "header_union member 'x' must be a header"),
     "resubmit with a data argument": (
         ingress("        resubmit({meta.x});"), "unsupported: resubmit with a data argument"),
+    "structure expression missing a field": (
+        ingress("        hdr.h = {a = 1, b = 2, c = 3};"), "lacks field(s) d of h_t"),
+    "structure expression unknown field": (
+        ingress("        hdr.h = {a = 1, b = 2, c = 3, e = 4};"), "h_t has no field 'e'"),
+    "push_front with a run-time count": (
+        ingress("        hdr.h.a = 1;", decls="struct S2 { h_t[2] s; }", locals_="    S2 v;\n    action x() { v.s.push_front(hdr.h.a); }"),
+        "not a compile-time constant"),
     "switch label type": (
         ingress("        switch (hdr.h.a) { 16w1: { } }"), "width mismatch"),
     "duplicate switch label": (
