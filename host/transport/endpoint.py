@@ -596,7 +596,6 @@ class Endpoint:
         # datagram), when to probe a silent one next, fate groups (share_fate), DEAD notices still to repeat
         self._dead: dict[int, str] = {}
         self._heard: dict[int, float] = {}
-        self._born = time.monotonic()
         self._probe_next: dict[int, float] = {}
         self._fates: list[tuple[frozenset[int], int, int]] = []
         self._notices: list[tuple[float, bytes]] = []
@@ -961,7 +960,8 @@ class Endpoint:
     def _read_errors(self, now: float) -> None:
         """Read the socket's error queue (IP_RECVERR): a port-unreachable from a peer's address means its socket is
         closed, its process gone. Such a peer is dead at once if it was heard from before (one not heard from yet
-        may not have bound its socket yet: it has until this endpoint is peer_timeout old)."""
+        may not have bound its socket yet, however long this endpoint has waited: its silence decides, after
+        peer_timeout)."""
         while True:
             try:
                 _data, anc, _flags, addr = self._sock.recvmsg(64, 512, socket.MSG_ERRQUEUE)
@@ -975,7 +975,7 @@ class Endpoint:
                 continue
             r = self._rank_of.get(src_key(addr))
             self._c["refused"] += 1
-            if r is not None and (r in self._heard or now - self._born > self.opts.peer_timeout):
+            if r is not None and r in self._heard:
                 self._peer_died(r, f"peer rank {r} at {addr[0]}:{addr[1]} refused a datagram (port unreachable: "
                                    "its socket is closed, its process ended)", tell=True)
 
