@@ -76,15 +76,15 @@ for _d in DType:
 _NDTYPES = len(DType)
 _FLAGS_AT = wire.WIRE_DTYPE.fields[wire.WIRE_DTYPE.names[W_FLAGS]][1]  # byte offset of the flags
 
-# CONTROL payloads: an opcode byte and a u32 argument (docs/transport.md, "Failure propagation")
+# CONTROL payloads: an opcode byte and a u32 argument (docs/transport.md, Packets and Failures)
 CTL_DONE = 1  # the transfer named by the header is done; the argument: packets received (0xFFFFFFFF: unknown)
 CTL_DEAD = 2  # the rank in the argument is dead (the sender's own rank: it aborted); UTF-8 reason follows
 CTL_PROBE = 3  # are you alive? (sent to a peer this rank waits on and has not heard from for a while)
 CTL_ALIVE = 4  # the answer to a probe
 _CTL = struct.Struct("!BI")
 _DEAD_REASON_MAX = 400  # bytes of reason a DEAD notice carries
-_DEAD_NOTICE_AGAIN = (0.05, 0.25)
-_PROBE_EVERY = 1.0  # seconds between probes of a silent peer this rank waits on (peer_timeout / 4 if shorter)  # a DEAD notice is sent at once and again this long after (datagrams get lost)
+_DEAD_NOTICE_AGAIN = (0.05, 0.25)  # a DEAD notice is sent at once and again this long after (datagrams get lost)
+_PROBE_EVERY = 1.0  # seconds between probes of a silent peer this rank waits on (peer_timeout / 4 if shorter)
 # Loss detection by ACK (RACK-like, RFC 8985): a packet is lost once a packet sent at least _REORDER_PKTS packets
 # and one reordering window later has been ACKed. The count alone (TCP's dupthresh) is not enough: packets of one
 # burst can arrive out of order (sprayed over paths, or on Linux veth/loopback paths without RPS, where each CPU's
@@ -587,8 +587,9 @@ class Endpoint:
             "acks_sent", "nacks_sent", "dones_sent", "acks_rx", "nacks_rx", "dones_rx", "stale_feedback",
             "ecn_ce_rx", "ecn_echo_rx", "zero_filled_elements", "transfers_sent", "transfers_received",
             "send_errors", "recv_timeouts", "peer_timeouts", "rto_timeouts", "internal_errors", "tx_gso_sends",
-            "rx_gro_buffers", "rx_fast_datagrams", "premature_nacks", "tx_buffer_full", "staged_transfers", "rejected",
-            "expired_unposted", "peers_dead", "dead_notices_sent", "dead_notices_rx", "probes_sent", "probes_rx", "refused"), 0)
+            "rx_gro_buffers", "rx_fast_datagrams", "premature_nacks", "tx_buffer_full", "staged_transfers",
+            "rejected", "expired_unposted", "peers_dead", "dead_notices_sent", "dead_notices_rx", "probes_sent",
+            "probes_rx", "refused"), 0)
         self._reo: dict[int, float] = {}  # per sending peer: the adaptive wait after LAST (see _REORDER_MAX)
         self._malformed_by_field: dict[str, int] = {}
         self._rejected_by_field: dict[str, int] = {}
@@ -1876,7 +1877,7 @@ class Endpoint:
             self._tx_full = True
             return None
         except OSError as e:
-            if gso and self._gso:
+            if gso and self._gso and not isinstance(e, ConnectionRefusedError):
                 self._gso = False
                 log.info("dlcp rank %d: UDP segmentation offload refused (%s); sending datagrams one by one",
                          self.rank, e)
