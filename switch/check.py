@@ -75,6 +75,7 @@ class Ctx:
         self.block = block
         self.kind = kind
         self.action = action
+        self.loops = 0            # enclosing for loops (break/continue need one)
 
 
 class Checker:
@@ -882,6 +883,26 @@ class Checker:
             # a state ends only with its transition
             what = "exit" if isinstance(s, A.Exit) else "return"
             raise P4Error(s.loc, f"'{what}' is not allowed in a parser (a state ends with its transition)")
+        elif isinstance(s, A.For):
+            if ctx.kind == "parser":
+                raise P4Error(s.loc, "a for loop is not allowed in a parser (P4-16 1.2.4: controls and actions)")
+            inner = Scope(scope)
+            for x in s.init:
+                self.stmt(x, inner, ctx)
+            if s.cond is not None:
+                c = self.expr(s.cond, inner)
+                if not isinstance(c, ir.BoolT):
+                    raise P4Error(s.cond.loc, f"for condition must be bool, not {c}")
+            for x in s.update:
+                self.stmt(x, inner, ctx)
+            ctx.loops += 1
+            try:
+                self.stmt(s.body, Scope(inner), ctx)
+            finally:
+                ctx.loops -= 1
+        elif isinstance(s, (A.Break, A.Continue)):
+            if not ctx.loops:
+                raise P4Error(s.loc, f"'{'break' if isinstance(s, A.Break) else 'continue'}' outside a for loop")
         elif isinstance(s, A.Exit):
             pass
         elif isinstance(s, A.Return):

@@ -80,6 +80,7 @@ class Gen:
         self.tmp = 0
         self.ns: dict[str, Any] = {}
         self.structs: dict[str, str] = {}     # struct format -> name of its Struct in the generated code
+        self.loops: list[str] = []            # break flags of the enclosing for loops
         self.H = self.alloc(prog.headers_type)
         self.M = self.alloc(prog.meta_type)
         self.SM = self.alloc(prog.sm_type)
@@ -1071,6 +1072,33 @@ class Gen:
                 self._reset(ind, sym.slot, sym.type)
         elif isinstance(s, A.ConstDecl):
             pass
+        elif isinstance(s, A.For):
+            # P4-16 1.2.4: init; while cond: body; update.  The body runs in a one-pass inner loop so that
+            # P4's continue (a Python break out of it) still runs the update; P4's break sets a flag.
+            if self.fused:
+                raise NotFusable("for loop")
+            for x in s.init:
+                self.stmt(ind, x, ctx)
+            brk = self.fresh("brk")
+            self.emit(ind, f"{brk} = False")
+            self.emit(ind, "while True:")
+            if s.cond is not None:
+                cond = self.hoisting(ind + 1, lambda: self.ex(s.cond))
+                self.emit(ind + 1, f"if not {cond}: break")
+            self.emit(ind + 1, "for _once in (0,):")
+            self.loops.append(brk)
+            try:
+                self.stmt(ind + 2, s.body, ctx)
+            finally:
+                self.loops.pop()
+            self.emit(ind + 1, f"if {brk}: break")
+            for x in s.update:
+                self.stmt(ind + 1, x, ctx)
+        elif isinstance(s, A.Break):
+            self.emit(ind, f"{self.loops[-1]} = True")
+            self.emit(ind, "break")
+        elif isinstance(s, A.Continue):
+            self.emit(ind, "break")
         elif isinstance(s, A.Exit):
             self.emit(ind, "raise _Exit")
         elif isinstance(s, A.Return):
@@ -1805,6 +1833,8 @@ def _contains(st, kind: type) -> bool:
         return _contains(st.then, kind) or (st.other is not None and _contains(st.other, kind))
     if isinstance(st, A.Switch):
         return any(c.body is not None and _contains(c.body, kind) for c in st.cases)
+    if isinstance(st, A.For):
+        return _contains(st.body, kind)
     return False
 
 

@@ -112,9 +112,13 @@ def _has_return(node: Any) -> bool:
     return any(isinstance(n, A.Return) for n in _walk(node))
 
 
-def _lower_returns(stmts: list[A.Stmt], done: str, result: str | None) -> list[A.Stmt]:
-    """Rewrite ``return`` in ``stmts`` into ``result = e; done = true;`` and guard what follows with ``!done``."""
+def _lower_returns(stmts: list[A.Stmt], done: str, result: str | None, in_loop: bool = False) -> list[A.Stmt]:
+    """Rewrite ``return`` in ``stmts`` into ``result = e; done = true;`` and guard what follows with ``!done``;
+    inside a for loop the return also leaves the loop (and every enclosing one)."""
     def one(s: A.Stmt) -> A.Stmt:
+        if isinstance(s, A.For):
+            return A.For(s.loc, s.init, s.cond, s.update,
+                         A.Block(s.loc, _lower_returns([s.body], done, result, True)))
         if isinstance(s, A.Return):
             out: list[A.Stmt] = []
             if s.expr is not None:
@@ -124,9 +128,11 @@ def _lower_returns(stmts: list[A.Stmt], done: str, result: str | None) -> list[A
             elif result is not None:
                 raise P4Error(s.loc, "return without a value in a function that returns one")
             out.append(A.Assign(s.loc, A.Name(s.loc, done), A.BoolLit(s.loc, True)))
+            if in_loop:
+                out.append(A.Break(s.loc))
             return A.Block(s.loc, out)
         if isinstance(s, A.Block):
-            return A.Block(s.loc, _lower_returns(s.stmts, done, result))
+            return A.Block(s.loc, _lower_returns(s.stmts, done, result, in_loop))
         if isinstance(s, A.If):
             return A.If(s.loc, s.cond, one(s.then), one(s.other) if s.other is not None else None)
         if isinstance(s, A.Switch):
@@ -140,6 +146,8 @@ def _lower_returns(stmts: list[A.Stmt], done: str, result: str | None) -> list[A
     for i, s in enumerate(stmts):
         out.append(one(s))
         rest = stmts[i + 1:]
+        if in_loop and isinstance(s, A.For) and _has_return(s):     # a return in a nested loop ends this one too
+            out.append(A.If(s.loc, A.Name(s.loc, done), A.Break(s.loc), None))
         if rest and _has_return(s):
             loc = rest[0].loc
             guard = A.Unary(loc, "!", A.Name(loc, done))
@@ -307,6 +315,10 @@ class Inliner:
             for c in s.cases:
                 if c.body is not None:
                     c.body = A.Block(c.body.loc, self.stmts(c.body.stmts))
+        elif isinstance(s, A.For):
+            self.no_calls([s.cond, s.update])      # evaluated at every iteration: no place to hoist to
+            s.init = self.stmts(s.init)
+            s.body = self._one(s.body)
         elif isinstance(s, A.VarDecl) and s.init is not None:
             s.init = self.hoist(s.init, pre)
         elif isinstance(s, A.Return) and s.expr is not None:

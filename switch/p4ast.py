@@ -207,6 +207,25 @@ class Exit(Stmt):
 
 
 @dataclass
+class For(Stmt):
+    """P4-16 1.2.4 ``for (init; cond; update) body``; ``for (T x in lo .. hi)`` is parsed into this form."""
+    init: list[Stmt]
+    cond: Expr | None
+    update: list[Stmt]
+    body: Stmt
+
+
+@dataclass
+class Break(Stmt):
+    pass
+
+
+@dataclass
+class Continue(Stmt):
+    pass
+
+
+@dataclass
 class Return(Stmt):
     expr: Expr | None
 

@@ -719,7 +719,10 @@ class Parser:
             self.i += 1
             return A.Empty(t.loc)
         if t.kind == "id" and k == "for" and self.peek().text == "(" and not self.is_type_name(k):
-            raise unsupported("for loop (P4-16 1.2.4)", t.loc)
+            return self.for_stmt()
+        if t.kind == "id" and k in ("break", "continue") and self.peek().text == ";" and not self.is_type_name(k):
+            self.i += 2
+            return A.Break(t.loc) if k == "break" else A.Continue(t.loc)
         if t.kind == "kw":
             if k == "if":
                 self.i += 1
@@ -759,6 +762,62 @@ class Parser:
             raise P4Error(t.loc, "expression is not a statement (expected an assignment or a call)")
         self.expect(";")
         return A.CallStmt(t.loc, e)
+
+    def _simple_stmt(self) -> A.Stmt:
+        """An assignment or call, as in a for loop's init and update lists (no ';')."""
+        t = self.tok
+        e = self.expression()
+        if self.accept("="):
+            return A.Assign(t.loc, e, self.expression())
+        if not isinstance(e, A.Call):
+            raise P4Error(t.loc, "expected an assignment or a call")
+        return A.CallStmt(t.loc, e)
+
+    def for_stmt(self) -> A.For:
+        """``for (init; cond; update) stmt`` and ``for (T x in lo .. hi) stmt`` (P4-16 1.2.4); the range form
+        becomes ``for (T x = lo; x <= hi; x = x + 1)`` (a range ending at the type's maximum never ends)."""
+        t = self.tok
+        self.i += 1
+        self.expect("(")
+        # range form: [type] name in lo .. hi
+        j = self.i
+        while self.toks[j].text not in (";", ")", "in") and self.toks[j].kind != "eof":
+            j += 1
+        if self.toks[j].text == "in":
+            ty = self.type_ref() if self.i + 1 < j else None
+            n = self.ident("loop variable")
+            self.expect("in")
+            lo = self.expression()
+            self.expect("..")
+            hi = self.expression()
+            self.expect(")")
+            body = self.statement()
+            var = A.Name(n.loc, n.text)
+            init = A.VarDecl(n.loc, ty, n.text, lo) if ty is not None else A.Assign(n.loc, var, lo)
+            step = A.Assign(n.loc, A.Name(n.loc, n.text), A.Binary(n.loc, "+", A.Name(n.loc, n.text), A.Lit(n.loc, 1)))
+            return A.For(t.loc, [init], A.Binary(n.loc, "<=", A.Name(n.loc, n.text), hi), [step], body)
+        init: list[A.Stmt] = []
+        while not self.at(";"):
+            if self.tok.kind in ("id", "kw") and (self.is_type_name(self.tok.text) or self.tok.text in BASE_TYPE_KW) \
+                    and self.peek().kind == "id" or (self.tok.text in BASE_TYPE_KW and self.peek().text == "<"):
+                ty = self.type_ref()
+                n = self.ident("variable name")
+                self.expect("=")
+                init.append(A.VarDecl(n.loc, ty, n.text, self.expression()))
+            else:
+                init.append(self._simple_stmt())
+            if not self.accept(","):
+                break
+        self.expect(";")
+        cond = None if self.at(";") else self.expression()
+        self.expect(";")
+        update: list[A.Stmt] = []
+        while not self.at(")"):
+            update.append(self._simple_stmt())
+            if not self.accept(","):
+                break
+        self.expect(")")
+        return A.For(t.loc, init, cond, update, self.statement())
 
     def switch_stmt(self) -> A.Switch:
         t = self.expect("switch")

@@ -183,7 +183,6 @@ def _prog(body: str = "", decl: str = "", parser_stmt: str | None = None) -> str
 # constructs this target does not implement (docs/p4-subset.md), each a located diagnostic: (program, line, text);
 # the ones it implements are in tests/switch/conformance
 UNSUPPORTED = {
-    "for loop": (_prog(body="        for (bit<8> i = 0; i < 4; i = i + 1) { }"), 13, "unsupported: for loop"),
     "function-like macro": ("#define F(x) x\n" + PROG, 1, "unsupported: function-like macro"),
     "value_set of a struct": (_prog(parser_stmt="pkt.extract(hdr.h); transition accept; } value_set<meta_t>(4) vs; "
                                                "state x { transition accept;"), 8, "unsupported: value_set of meta_t"),

@@ -109,6 +109,14 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(9, 2, 0, 0, 0x11, 0x22, 0x33), [(1, h(9, 2, 0, 0, 0x22, 0x33))]),     # st[1], st[2] invalid
         (h(9, 3, 0, 0, 0x11, 0x22), [(1, h(1, 2, 3, 9, 0x11, 0x22))]),
     ],
+    # b = 1 + ... + a (range loop in an action); c = odd j < min(a, 5) (continue, break) + the final k
+    # (10 - iterations run); d = lowest_set(d) (return from inside a loop in a function)
+    "for_loops.p4": [
+        (h(0, 0, 0, 0), [(1, h(0, 0, 10, 8))]),
+        (h(3, 0, 0, 8), [(1, h(3, 6, 1 + 7, 3))]),
+        (h(10, 0, 0, 0x80), [(1, h(10, 55, 2 + 5, 7))]),
+        (h(4, 0, 0, 3), [(1, h(4, 10, 2 + 6, 0))]),
+    ],
     # d bits: 1 first == second, 2 first != third, 4 {first, second} == {second, first}, 8 invalid == invalid
     "header_eq.p4": [
         (h(0, 1, 2, 3, 0, 1, 2, 3), [(1, h(0, 1, 2, 0x0F))]),
@@ -336,6 +344,12 @@ ERRORS = {
     "push_front with a run-time count": (
         ingress("        hdr.h.a = 1;", decls="struct S2 { h_t[2] s; }", locals_="    S2 v;\n    action x() { v.s.push_front(hdr.h.a); }"),
         "not a compile-time constant"),
+    "break outside a loop": (ingress("        break;"), "'break' outside a for loop"),
+    "function call in a for condition": (
+        ingress("        for (bit<8> i = 0; i < f(i); i = i + 1) { }", decls="bit<8> f(bit<8> x) { return x; }"),
+        "unsupported: a call of function f outside a statement"),
+    "for loop condition type": (
+        ingress("        for (bit<8> i = 0; i; i = i + 1) { }"), "for condition must be bool"),
     "switch label type": (
         ingress("        switch (hdr.h.a) { 16w1: { } }"), "width mismatch"),
     "duplicate switch label": (
