@@ -461,13 +461,20 @@ _IP_RECVERR = 11
 _SOCK_EE = struct.Struct("=IBBBxII")  # struct sock_extended_err: errno, origin, type, code, info, data
 
 
+#: errnos an ICMP error about an earlier datagram makes the socket's next call return (with IP_RECVERR)
+_ICMP_ERRNOS = frozenset((errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN))
+
+
 def _unrefused(fn: Callable, *args) -> Any:
-    """``fn(*args)`` (a send), once more if it raised ConnectionRefusedError: with IP_RECVERR the kernel reports an
-    earlier datagram's ICMP port-unreachable on the socket's next call, and this datagram was not sent. (Which
-    peer refused is read from the error queue, :meth:`Endpoint._read_errors`.)"""
+    """``fn(*args)`` (a send), once more if it failed with an ICMP errno: with IP_RECVERR the kernel reports an
+    earlier datagram's ICMP error (port or host unreachable) on the socket's next call, and this datagram was not
+    sent. (Which peer refused is read from the error queue, :meth:`Endpoint._read_errors`; an error of this
+    datagram itself fails again.)"""
     try:
         return fn(*args)
-    except ConnectionRefusedError:
+    except OSError as e:
+        if e.errno not in _ICMP_ERRNOS:
+            raise
         return fn(*args)
 
 
@@ -1877,7 +1884,7 @@ class Endpoint:
             self._tx_full = True
             return None
         except OSError as e:
-            if gso and self._gso and not isinstance(e, ConnectionRefusedError):
+            if gso and self._gso and e.errno not in _ICMP_ERRNOS:
                 self._gso = False
                 log.info("dlcp rank %d: UDP segmentation offload refused (%s); sending datagrams one by one",
                          self.rank, e)
@@ -1934,13 +1941,12 @@ class Endpoint:
         while not self._closed:
             try:
                 recs = self._drain()
-            except ConnectionRefusedError:  # (an ICMP error, read from the error queue by the timers)
-                recs = 0
-            except OSError:
+            except OSError as e:
                 if self._closed:
                     return
-                with self._lock:
-                    self._c["internal_errors"] += 1
+                if e.errno not in _ICMP_ERRNOS:  # (an ICMP error is read from the error queue by the timers)
+                    with self._lock:
+                        self._c["internal_errors"] += 1
                 recs = 0
             with self._lock:
                 if recs:
@@ -2019,7 +2025,11 @@ class Endpoint:
             while pos < _RX_BATCH_BYTES and n < _RX_BATCH:
                 try:
                     nbytes, anc, _fl, addr = recv([mv[pos: pos + _MAX_DGRAM]], ancsize)
-                except ConnectionRefusedError:  # an ICMP error reported (see _read_errors): receive on
+                except BlockingIOError:
+                    raise
+                except OSError as e:  # an ICMP error reported (see _read_errors): receive on
+                    if e.errno not in _ICMP_ERRNOS:
+                        raise
                     continue
                 tos = seg = 0
                 for lvl, typ, data in anc:
