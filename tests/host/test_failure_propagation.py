@@ -41,8 +41,9 @@ def _stop(procs: dict[int, subprocess.Popen]) -> None:
         p.wait()
 
 
-@pytest.mark.parametrize("sig, peer_timeout, seen", [(signal.SIGKILL, 20.0, "refused a datagram"),
-                                                     (signal.SIGSTOP, 1.0, "sent nothing")])
+@pytest.mark.parametrize("sig, peer_timeout, seen", [
+    (signal.SIGKILL, 20.0, "refused a datagram"),
+    pytest.param(signal.SIGSTOP, 1.0, "sent nothing", marks=pytest.mark.slow)])
 def test_a_dead_rank_fails_every_ranks_pending_work_naming_it(sig, peer_timeout, seen):
     """Rank 2 is killed (its port then refuses rank 1's next probe: dead at once, though peer_timeout is 20 s) or
     stopped (its socket stays open and silent: rank 1's probes go unanswered for peer_timeout, 1 s). Rank 1,
