@@ -1,4 +1,4 @@
-"""Preprocessor: ``#include``, ``#define`` (object-like), ``#undef``, ``#ifdef``/``#ifndef``/``#if``/
+"""Preprocessor: ``#include``, ``#define`` (object-like and function-like, with ``#`` and ``##``), ``#undef``, ``#ifdef``/``#ifndef``/``#if``/
 ``#elif``/``#else``/``#endif``, ``#error``; the result is one token stream with original positions.
 
 ``#include <core.p4>`` and ``<v1model.p4>`` resolve to this package's own declaration files in
@@ -38,6 +38,8 @@ class Preprocessor:
     def __init__(self, include_dirs: list[str] | None = None, defines: dict[str, str] | None = None):
         self.include_dirs = [Path(d) for d in (include_dirs or [])]
         self.macros: dict[str, list[Token]] = {}
+        self.params: dict[str, list[str]] = {}     # parameters of the function-like macros
+        self.produced = 0                         # tokens made by macro expansion so far (MAX_TOKENS)
         for k, v in (defines or {}).items():
             self.macros[k] = [t for t in lex(str(v), "<command-line>") if t.kind != "eof"]
         self.out: list[Token] = []
@@ -83,36 +85,130 @@ class Preprocessor:
         # per open conditional: [active, a branch was taken, active outside it, #else seen]
         stack: list[list[bool]] = []
         active = True
+        pending: list[Token] = []      # active text since the last directive, expanded at the next one
         for t in toks:
             if t.kind == "eof":
                 break
             if t.kind == "directive":
+                self._flush(pending)
                 active = self._directive(t, stack, active, path)
                 continue
             if active:
-                self._emit(t)
+                pending.append(t)
+        self._flush(pending)
         if stack:
             raise P4Error(toks[-1].loc, "missing #endif")
         self.depth -= 1
 
-    def _emit(self, t: Token, hide: frozenset = frozenset()) -> None:
-        """Append ``t`` to the output, expanding object-like macros (iteratively: a macro is not expanded
-        inside its own expansion; the expansion keeps ``t``'s position)."""
-        out = self.out
-        work = [(t, hide)]
-        while work:
-            x, h = work.pop()
-            if x.kind == "id" and x.text in self.macros and x.text not in h:
-                inner = h | {x.text}
-                work.extend((Token(r.kind, r.text, t.loc, r.value, r.adjacent), inner)
-                            for r in reversed(self.macros[x.text]))
-                if len(work) > MAX_TOKENS:
-                    raise P4Error(t.loc, f"macro expansion of {t.text!r} exceeds {MAX_TOKENS} tokens")
+    def _flush(self, pending: list[Token]) -> None:
+        if pending:
+            self.out.extend(self._expand(pending, frozenset(), None))
+            pending.clear()
+            if len(self.out) > MAX_TOKENS:
+                raise P4Error(self.out[-1].loc, f"the program exceeds {MAX_TOKENS} tokens after preprocessing")
+
+    def _count(self, n: int, t: Token, loc: Loc) -> None:
+        self.produced += n
+        if self.produced > MAX_TOKENS:
+            raise P4Error(loc, f"macro expansion of {t.text!r} exceeds {MAX_TOKENS} tokens")
+
+    def _expand(self, toks: list[Token], hide: frozenset, at: Loc | None) -> list[Token]:
+        """``toks`` with macros expanded (C rules, simplified: a macro is not expanded inside its own expansion;
+        a function-like macro's arguments are expanded before they replace its parameters, except next to
+        ``#`` or ``##``).  Expanded tokens take the position ``at`` of the outermost macro use, so errors point
+        into the file the programmer wrote."""
+        out: list[Token] = []
+        i = 0
+        n = len(toks)
+        while i < n:
+            x = toks[i]
+            m = self.macros.get(x.text) if x.kind == "id" and x.text not in hide else None
+            if m is None:
+                out.append(x if at is None else Token(x.kind, x.text, at, x.value, x.adjacent))
+                i += 1
+                continue
+            loc = at or x.loc
+            params = self.params.get(x.text)
+            if params is None:                                   # object-like
+                self._count(len(m), x, loc)
+                out += self._expand(m, hide | {x.text}, loc)
+                i += 1
+                continue
+            if i + 1 >= n or toks[i + 1].text != "(":             # a function-like name without '(': plain
+                out.append(x if at is None else Token(x.kind, x.text, at, x.value, x.adjacent))
+                i += 1
+                continue
+            args, i = self._arguments(toks, i + 1, x)
+            if args == [[]] and not params:
+                args = []
+            if len(args) != len(params):
+                raise P4Error(x.loc, f"macro {x.text} expects {len(params)} argument(s), got {len(args)}")
+            body = self._substitute(m, dict(zip(params, args)), hide, loc, x)
+            self._count(len(body), x, loc)
+            out += self._expand(body, hide | {x.text}, loc)
+        return out
+
+    @staticmethod
+    def _arguments(toks: list[Token], i: int, name: Token) -> tuple[list[list[Token]], int]:
+        """The comma-separated arguments of a function-like macro use whose '(' is ``toks[i]``; returns them and
+        the index after the closing ')'."""
+        args: list[list[Token]] = [[]]
+        depth = 0
+        i += 1
+        while i < len(toks):
+            t = toks[i]
+            if t.text in ("(", "[", "{"):
+                depth += 1
+            elif t.text in (")", "]", "}"):
+                if depth == 0 and t.text == ")":
+                    return args, i + 1
+                depth -= 1
+            elif t.text == "," and depth == 0:
+                args.append([])
+                i += 1
+                continue
+            args[-1].append(t)
+            i += 1
+        raise P4Error(name.loc, f"unterminated use of macro {name.text} (its arguments must end before the "
+                                "next preprocessor directive)")
+
+    def _substitute(self, body: list[Token], args: dict[str, list[Token]], hide: frozenset, loc: Loc,
+                    name: Token) -> list[Token]:
+        """A function-like macro's body with its parameters replaced; ``#p`` makes a string, ``a ## b`` pastes."""
+        if any(t.text == "##" for t in body):
+            return [Token(t.kind, t.text, loc, t.value, t.adjacent) for t in self._paste_sequence(body, args)]
+        out: list[Token] = []
+        j = 0
+        while j < len(body):
+            b = body[j]
+            if b.text == "#" and j + 1 < len(body) and body[j + 1].text in args:
+                text = " ".join(t.text for t in args[body[j + 1].text])
+                lit = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                out.append(Token("str", lit, loc, text))
+                j += 2
+                continue
+            if b.kind in ("id", "kw") and b.text in args:
+                out += self._expand(args[b.text], hide, loc)
             else:
-                out.append(x)
-                if len(out) > MAX_TOKENS:
-                    raise P4Error(t.loc, f"the program exceeds {MAX_TOKENS} tokens after preprocessing "
-                                         f"(here, expanding {t.text!r})")
+                out.append(b)
+            j += 1
+        return out
+
+    def _paste_sequence(self, body: list[Token], args: dict[str, list[Token]]) -> list[Token]:
+        """The body with ``##`` applied: the text of the operands on each side is joined and lexed again."""
+        parts: list[str] = []
+        glue = False
+        for j, b in enumerate(body):
+            if b.text == "##":
+                glue = True
+                continue
+            piece = " ".join(t.text for t in args[b.text]) if b.kind in ("id", "kw") and b.text in args else b.text
+            if glue and parts:
+                parts[-1] += piece
+            else:
+                parts.append(piece)
+            glue = False
+        return _lex_body(" ".join(parts), body[0].loc.file if body else "<macro>")
 
     # -- directives ----------------------------------------------------------------------------
     def _directive(self, t: Token, stack: list[list[bool]], active: bool, path: Path) -> bool:
@@ -168,15 +264,33 @@ class Preprocessor:
             m2 = re.match(r"([A-Za-z_]\w*)(\()?(.*)$", rest, re.S)
             if not m2:
                 raise P4Error(t.loc, "#define expects a name")
-            if m2.group(2):
-                raise unsupported("function-like macro", t.loc)
-            body = [x for x in lex(m2.group(3), t.loc.file) if x.kind != "eof"]
+            body_text = m2.group(3)
+            params = None
+            if m2.group(2):          # function-like: NAME(params) body, '(' right after the name
+                m3 = re.match(r"([^)]*)\)(.*)$", body_text, re.S)
+                if not m3:
+                    raise P4Error(t.loc, f"#define {m2.group(1)}(: missing ')' after the parameters")
+                params = [x.strip() for x in m3.group(1).split(",")] if m3.group(1).strip() else []
+                for x in params:
+                    if x == "...":
+                        raise unsupported("variadic macro", t.loc)
+                    if not re.match(r"[A-Za-z_]\w*$", x):
+                        raise P4Error(t.loc, f"#define {m2.group(1)}: bad parameter name {x!r}")
+                if len(set(params)) != len(params):
+                    raise P4Error(t.loc, f"#define {m2.group(1)}: a parameter is named twice")
+                body_text = m3.group(2)
+            body = _lex_body(body_text, t.loc.file)
             for x in body:
                 x.loc = t.loc
             self.macros[m2.group(1)] = body
+            if params is None:
+                self.params.pop(m2.group(1), None)
+            else:
+                self.params[m2.group(1)] = params
             return active
         if name == "undef":
             self.macros.pop(rest.split()[0] if rest else "", None)
+            self.params.pop(rest.split()[0] if rest else "", None)
             return active
         if name == "error":
             raise P4Error(t.loc, f"#error {rest}")
@@ -196,6 +310,20 @@ class Preprocessor:
             except P4Error:
                 raise P4Error(loc, f"#if: macro {name} ({text!r}) is not an integer expression") from None
         return evaluate(expr, body, lambda n: n in self.macros, loc)
+
+
+def _lex_body(text: str, file: str) -> list[Token]:
+    """Tokens of a macro body (a leading ``#`` is the stringify operator here, not a directive; ``##`` is one
+    token, the paste operator)."""
+    toks = [x for x in lex(";" + text, file)[1:] if x.kind != "eof"]
+    out: list[Token] = []
+    for x in toks:
+        if x.text == "#" and out and out[-1].text == "#" and out[-1].loc.line == x.loc.line \
+                and out[-1].loc.col + 1 == x.loc.col:
+            out[-1] = Token("op", "##", out[-1].loc)
+        else:
+            out.append(x)
+    return out
 
 
 def preprocess(path: str, include_dirs: list[str] | None = None,

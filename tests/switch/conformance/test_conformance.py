@@ -117,6 +117,12 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(10, 0, 0, 0x80), [(1, h(10, 55, 2 + 5, 7))]),
         (h(4, 0, 0, 3), [(1, h(4, 10, 2 + 6, 0))]),
     ],
+    # myvar = TWICE(a); c = MAX(a, b); d = myvar + EMPTY() (7); log_msg(NAME(hello world))
+    "macros.p4": [
+        (h(3, 9, 0, 0), [(1, h(3, 9, 9, 13))]),
+        (h(20, 5, 0, 0), [(1, h(20, 5, 20, 47))]),
+        (h(200, 1, 0, 0), [(1, h(200, 1, 200, (400 + 7) % 256))]),
+    ],
     # d bits: 1 first == second, 2 first != third, 4 {first, second} == {second, first}, 8 invalid == invalid
     "header_eq.p4": [
         (h(0, 1, 2, 3, 0, 1, 2, 3), [(1, h(0, 1, 2, 0x0F))]),
@@ -350,6 +356,12 @@ ERRORS = {
         "unsupported: a call of function f outside a statement"),
     "for loop condition type": (
         ingress("        for (bit<8> i = 0; i; i = i + 1) { }"), "for condition must be bool"),
+    "macro argument count": (
+        ingress("        hdr.h.a = F(1);", decls="#define F(a, b) a"), "macro F expects 2 argument(s), got 1"),
+    "unterminated macro use": (
+        ingress("        hdr.h.a = F(1;\n#define X 1\n        );", decls="#define F(a) a"),
+        "unterminated use of macro F"),
+    "variadic macro": (ingress("", decls="#define F(...) 1"), "unsupported: variadic macro"),
     "switch label type": (
         ingress("        switch (hdr.h.a) { 16w1: { } }"), "width mismatch"),
     "duplicate switch label": (
