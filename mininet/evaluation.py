@@ -91,7 +91,8 @@ def render(demo: dict[str, Any] | None, ablation: dict[str, Any] | None, sources
            "DLCP's data gets (DSCP CS6 written on the hosts, queue 6, above the background) and every host the same "
            "ECN TCP (see below), so DLCP no longer wins by having a private lane.", ""]
     if demo:
-        out += ["## `make demo`: fair Gloo vs DLCP", "", _meta(demo) + ".", ""]
+        tcp = (demo.get("cell_overrides", {}).get("dlcp", {}) or {}).get("tcp")
+        out += ["## `make demo`: fair Gloo vs DLCP", "", _meta(demo) + f"; host TCP {tcp}.", ""]
         out += _table(demo, "gloo-fair" if "gloo-fair" in demo["cells"] else None)
         cells = demo["cells"]
         if "dlcp" in cells and "gloo-fair" in cells:
@@ -124,7 +125,12 @@ def render(demo: dict[str, Any] | None, ablation: dict[str, Any] | None, sources
             out.append(_compare("dear-gloo-fair", "gloo-fair", cells["dear-gloo-fair"]["iter_p50_s"],
                                 cells["gloo-fair"]["iter_p50_s"], "iteration time", True))
         out.append("")
-    worse = [line for line in out if line.startswith("- dlcp vs") and "**worse**" in line]
+    worse, section = [], ""
+    for line in out:
+        if line.startswith("## "):
+            section = line[3:].split(":")[0].strip("`")
+        elif line.startswith("- dlcp vs") and "**worse**" in line:
+            worse.append(f"- {section}: {line[2:]}")
     out += ["## Where DLCP does not win, and what this evaluation does not cover", "",
             "Full DLCP against the fair baseline, where its interval lies on the wrong side of the baseline's:", ""]
     out += worse or ["- nowhere in these runs."]
@@ -132,11 +138,11 @@ def render(demo: dict[str, Any] | None, ablation: dict[str, Any] | None, sources
             "Gloo's TCP mostly in the kernel, where softirq time is not charged to the worker), so it understates "
             "Gloo's cost and is an upper bound on the difference. Background goodput is the iperf3 servers' "
             "received rate over the whole run, start-up included.", "",
-            "Not covered yet: iteration time as a function of background load and of link rate (the sweep command "
-            "does it with `matrix: {topology.link.rate: [...]}`, not run here); workloads sized so that "
+            "Not covered yet: iteration time as a function of background load and of link rate "
+            "(`examples/testbed/rates.yaml` is that sweep, not run here); workloads sized so that "
             "communication is 0.5x-3x of compute (`compute_ms` exists, the CNN and transformer sizing was not "
-            "done); DeAR's and SparDL's speed-up goals; DCTCP, which this kernel does not offer to a network "
-            "namespace (the runs use Reno with ECN, which halves its window on a CE mark, where DCTCP would "
+            "done); DeAR's and SparDL's speed-up goals; DCTCP, which this machine's kernel does not have (and a "
+            "namespace may only select reno or bbr here; the runs use Reno with ECN, which halves its window on a CE mark, where DCTCP would "
             "reduce it in proportion to the marked fraction).", ""]
     return "\n".join(out)
 
