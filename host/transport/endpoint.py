@@ -411,14 +411,22 @@ _BOOK_BYTES = 17
 _MAX_PAYLOAD = 65507 - wire.HEADER_LEN
 
 
-def max_packets(nelems: int, count: int) -> int:
-    """The most packets a genuine transfer of ``nelems`` elements can have, given one of its packets carries
-    ``count`` elements: every packet but one carries the full chunk, and none more than it, so ``ceil(nelems /
-    count)``; a transfer of no elements is one empty packet; a packet of none in a non-empty transfer bounds
-    nothing but that each packet carries one element or more."""
+def fits_transfer(nelems: int, total: int, count: int) -> bool:
+    """Whether a genuine transfer of ``nelems`` elements can have ``total`` packets one of which carries ``count``
+    elements. A sender cuts a tensor into packets of one chunk size ``c`` but the last (``chunking.py``; the
+    eligible-first order only permutes them): so either ``count == c`` and ``total == ceil(nelems / c)``, or the
+    packet is the short one, ``count == nelems - (total - 1) * c`` for a ``c >= count`` that makes ``total``
+    packets. A transfer of no elements is one empty packet. (MTU-independent: it needs no chunk size.)"""
     if nelems <= 0:
-        return 1
-    return -(-nelems // count) if count > 0 else nelems
+        return total == 1 and count == 0
+    if not 0 < count <= nelems:
+        return False
+    if -(-nelems // count) == total:
+        return True
+    if total < 2:
+        return False
+    c, rest = divmod(nelems - count, total - 1)
+    return rest == 0 and c >= count and -(-nelems // c) == total
 
 
 class _In:
@@ -1078,10 +1086,10 @@ class Endpoint:
         elif st is not None and st.max_end > tv.nbytes:
             inc.error = TransportError(f"transfer {inc.tid} from rank {inc.peer} is larger than the out buffer "
                                        f"({st.max_end} > {tv.nbytes} bytes)", inc.peer)
-        elif st is not None and st.total > max_packets(tv.nelems, st.max_count):
+        elif st is not None and st.npackets and not fits_transfer(tv.nelems, st.total, st.max_count):
             inc.error = TransportError(f"transfer {inc.tid} from rank {inc.peer} has {st.total} packets of up to "
-                                       f"{st.max_count} elements, more than the out buffer's {tv.nelems} elements "
-                                       "take (it does not fit)", inc.peer)
+                                       f"{st.max_count} elements: no cut of the out buffer's {tv.nelems} elements "
+                                       "makes that (it does not fit)", inc.peer)
         if inc.error is not None:
             self._incoming.pop((inc.peer, inc.tid), None)
             self._tombstone((inc.peer, inc.tid), "abandoned")
@@ -1314,7 +1322,8 @@ class Endpoint:
     def _first_header_check(self, inc: _In, w: tuple) -> tuple[str, str] | None:
         """Why the first header ``w`` of a transfer may not open it, as (field, reason), or None when it may: its
         eligible count is below its total, and against a posted receive its dtype is the posted one and its total
-        fits the posted elements (:func:`max_packets`); without one, its bookkeeping fits the staging budget."""
+        and count fit the posted elements (:func:`fits_transfer`); without one, its bookkeeping fits the staging
+        budget."""
         total, elig, count = w[W_TOTAL], w[W_ELIG], w[W_COUNT]
         tv = inc.tv
         if elig >= total:
@@ -1325,9 +1334,9 @@ class Endpoint:
             return None
         if int(tv.dtype) != w[W_DTYPE]:
             return "dtype", f"carries {DType(w[W_DTYPE]).name}, recv() was given {tv.dtype.name}"
-        if total > max_packets(tv.nelems, count):
-            return "total", (f"claims {total} packets of {count} elements, more than the out buffer's {tv.nelems} "
-                             "elements take (it does not fit)")
+        if not fits_transfer(tv.nelems, total, count):
+            return "total", (f"claims {total} packets, one of {count} elements: no cut of the out buffer's "
+                             f"{tv.nelems} elements makes that (it does not fit)")
         return None
 
     def _reject(self, inc: _In, fld: str, n: int, why: str) -> None:

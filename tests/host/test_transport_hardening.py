@@ -19,7 +19,7 @@ import torch
 from host import wire
 from host.transport import Endpoint, Options, TransportError
 from host.transport.chunking import chunk_elems
-from host.transport.endpoint import HDR, max_packets
+from host.transport.endpoint import HDR, fits_transfer
 from host.wire import DType, MsgType
 from tests.host.conftest import loopback_map
 
@@ -96,12 +96,15 @@ def test_a_posted_receive_bounds_total_dtype_and_offset(impostor_pair):
     n = 1000
     chunk = chunk_elems(1500, 4)
     npk = -(-n // chunk)
-    assert max_packets(n, chunk) == npk
+    last = n - (npk - 1) * chunk
+    assert fits_transfer(n, npk, chunk) and fits_transfer(n, npk, last)
+    assert not fits_transfer(n, 1, 2) and not fits_transfer(n, npk + 1, chunk) and not fits_transfer(n, npk, last + 1)
     out = np.zeros(n, np.float32)
     h = b.post_recv(0, 5, out, timeout=10)
     raw.sendto(_data(tid=5, total=1 << 20, count=2), dst)  # 2^20 packets cannot carry 1000 elements
+    raw.sendto(_data(tid=5, total=1, count=2), dst)  # nor can one packet of 2 (it would complete the transfer)
     raw.sendto(_data(tid=5, total=npk, count=2, dtype=DType.FLOAT16), dst)
-    assert _wait_for(lambda: len(b.stats()["rejected_by_field"]) == 2)
+    assert _wait_for(lambda: b.stats()["rejected"] == 3)
     assert not h.done()
     # the genuine first packet, then one that runs past the buffer's end (dropped, not fatal)
     x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
@@ -115,7 +118,7 @@ def test_a_posted_receive_bounds_total_dtype_and_offset(impostor_pair):
                    + x[lo: lo + counts[seq]].tobytes(), dst)
     r = h.wait(5)
     assert np.array_equal(r.data, x) and r.report.lost_ranges == []
-    assert b.stats()["rejected_by_field"] == {"total": 1, "dtype": 1, "offset": 1}
+    assert b.stats()["rejected_by_field"] == {"total": 2, "dtype": 1, "offset": 1}
 
 
 def test_a_receive_the_data_never_fits_times_out_naming_why(impostor_pair):
@@ -198,3 +201,19 @@ def test_staging_is_bounded_by_what_the_claimed_packets_carry(impostor_pair):
     raw.sendto(_data(tid=11, total=2, seq=1, count=2, offset=900_000_000), dst)
     assert _wait_for(lambda: b.stats()["rejected_by_field"].get("offset") == 1)
     assert b._staged_bytes < 1 << 20
+
+
+@pytest.mark.parametrize("mtu", [576, 1500, 9000])
+@pytest.mark.parametrize("dtype", [DType.FLOAT32, DType.FLOAT16, DType.INT64, DType.UINT8])
+def test_every_genuine_packet_fits_its_transfer(mtu, dtype):
+    """``fits_transfer`` accepts every packet a real sender makes (any size, MTU, dtype; the receiver's MTU plays
+    no part) and refuses one packet more than a full packet's chunk makes."""
+    from host.transport.chunking import plan_packets
+
+    rng = np.random.default_rng(mtu + int(dtype))
+    for n in [0, 1, 2, 3, 365, 366, 367, 1000, 4096, *rng.integers(1, 200_000, size=20).tolist()]:
+        plan = plan_packets(nelems=int(n), dtype=dtype, mtu=mtu, rank=0, job_id=1, transfer_id=1, nonce=1)
+        for c in set((plan.lengths // dtype.itemsize).tolist()):
+            assert fits_transfer(int(n), plan.total, c), (n, plan.total, c)
+            if c == plan.chunk and n:  # more packets than a full one's chunk makes: no cut gives that
+                assert not fits_transfer(int(n), plan.total + 1, c)
