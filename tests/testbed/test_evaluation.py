@@ -74,12 +74,18 @@ def _data_per_spine_port(result) -> dict[tuple[str, str], int]:
 
 
 def test_per_flow_vs_per_packet_in_spine_counters(root_required, tmp_path):
-    """Spraying puts each direction's DLCP data on both spines; per-flow hashing keeps it on one."""
+    """Spraying puts each direction's DLCP data on both spines; per-flow hashing keeps it on one. Both runs use 4
+    queues per port: the switches and the network file agree, so DLCP's ACK/NACK/control messages go to queue 3
+    (the top one that exists) and reach their senders, the runs complete, and nothing is counted above queue 3."""
     shares = {}
     for lb in ("spray", "per-flow"):
         spec = load_spec(STAR2, {"topology": {"kind": "leaf-spine", "hosts": 2, "link": {"rate": "100mbit"}},
-                                 "steps": 6, "eval_every": 3, "load_balancing": lb, "name": f"t-{lb}"})
-        per = _data_per_spine_port(json.loads(run_spec(spec, tmp_path / lb, plots=False).read_text()))
+                                 "steps": 6, "eval_every": 3, "load_balancing": lb, "priority_queues": 4,
+                                 "name": f"t-{lb}"})
+        result = json.loads(run_spec(spec, tmp_path / lb, plots=False).read_text())
+        fwd = result["switches"]["forwarded_by_priority"]
+        assert result["summary"]["steps"] == 6 and fwd.get("3", 0) > 0 and all(int(q) <= 3 for q in fwd)
+        per = _data_per_spine_port(result)
         # spine port p leads to leaf p: the share of the traffic towards each leaf that spine1 carried
         shares[lb] = [per[("spine1", p)] / max(1, per[("spine1", p)] + per[("spine2", p)]) for p in ("1", "2")]
         assert all(per[("spine1", p)] + per[("spine2", p)] > 100 for p in ("1", "2"))
@@ -97,12 +103,3 @@ def test_timeout_kills_a_silent_rank0(root_required, tmp_path):
         run_spec(spec, tmp_path / "out", plots=False)
     assert time.monotonic() - t0 < 10
 
-
-def test_fewer_priority_queues_end_to_end(root_required, tmp_path):
-    """With 4 queues per port the switches and the network file agree: DLCP's ACK/NACK/control messages use queue
-    3 (the top one that exists) and reach their senders, so the run completes; nothing is counted above queue 3."""
-    spec = load_spec(STAR2, {"priority_queues": 4, "steps": 6, "eval_every": 3, "name": "t-4q"})
-    r = json.loads(run_spec(spec, tmp_path / "out", plots=False).read_text())
-    fwd = r["switches"]["forwarded_by_priority"]
-    assert r["summary"]["steps"] == 6 and fwd.get("3", 0) > 0
-    assert all(int(q) <= 3 for q in fwd)
