@@ -23,13 +23,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--p4info takes one program; use --out-dir for several")
     defines = dict((d.split("=", 1) + ["1"])[:2] for d in a.defines)
     from .check import load_ir
-    from .codegen import Gen
+    from .codegen import Gen, NotFusable
     from .p4info import P4InfoBuilder, to_text
     status = 0
     for prog in a.programs:
         try:
             p = load_ir(prog, a.include, defines)
-            src = Gen(p).generate()
+            try:
+                src = Gen(p).generate()
+            except NotFusable:          # as switch.target.Switch does: the list-shape code instead
+                src = Gen(p, True, False).generate()
             info = P4InfoBuilder(p).build()
         except P4Error as e:
             print(str(e), file=sys.stderr)

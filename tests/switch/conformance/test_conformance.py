@@ -286,6 +286,15 @@ def test_log_msg_goes_to_the_log(caplog, mode):
     assert [r.getMessage() for r in caplog.records if r.name == "switch.p4"] == ["a=7 b=200"]
 
 
+def test_compile_cli_checks_every_program(tmp_path, capsys):
+    """``python -m switch.compile`` (what a user runs before pushing) accepts every conformance program, the
+    ones the fused code generator cannot take included, and writes their P4Info."""
+    from switch.compile import main
+    progs = sorted(str(p) for p in HERE.glob("*.p4") if p.name != "common.p4")
+    assert main(progs + ["--out-dir", str(tmp_path)]) == 0
+    assert len(list(tmp_path.glob("*.p4info.txtpb"))) == len(progs)
+
+
 # ---- what stays unsupported or wrong is a located error ---------------------------------------------------------
 PROLOGUE = '#include "common.p4"\nstruct H { h_t h; }\n'
 EPILOGUE = """
