@@ -1,6 +1,6 @@
 /* P4-16 14.3/15.1: a control instantiated inside another with a constructor parameter, applied with a
  * path argument and a computed 'in' argument; its table is named Ing.rw.t in P4Info; 'return' in its apply
- * body ends only its own body. */
+ * body ends only its own body; a control without constructor parameters applied directly by its type name. */
 #include "common.p4"
 
 struct H { h_t h; }
@@ -25,6 +25,10 @@ control Rewrite(inout h_t h, in bit<8> delta)(bit<8> base) {
     }
 }
 
+control Bump(inout h_t h) {
+    apply { h.d = h.d + 1; }
+}
+
 parser P(packet_in pkt, out H hdr, inout meta_t meta, inout standard_metadata_t sm) {
     state start { pkt.extract(hdr.h); transition accept; }
 }
@@ -34,6 +38,7 @@ control Ing(inout H hdr, inout meta_t meta, inout standard_metadata_t sm) {
     apply {
         rw.apply(hdr.h, hdr.h.d + 1);
         hdr.h.d = 0x77;
+        Bump.apply(hdr.h);                 // direct type invocation (P4-16 15.1)
         sm.egress_spec = 1;
     }
 }

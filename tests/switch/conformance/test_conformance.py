@@ -38,12 +38,13 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(255, 0, 0, 0), [(2, h(0, 255, 0, 0))]),          # 255 + 1 wraps to 0: classify's early return
         (h(7, 7, 0, 0) + b"tail", [(1, h(7, 7, 8, 1) + b"tail")]),
     ],
-    # a == 1: const-initialised entry add(10) with base 100; a == 0: the sub-control returns early; c = d + 1
+    # a == 1: initial entry add(10) with base 100; a == 0: the sub-control returns early; c = d + 1;
+    # d = 0x77 + 1 (Bump applied by type name)
     "subcontrol.p4": [
-        (h(1, 5, 0, 7), [(1, h(1, 115, 8, 0x77))]),
-        (h(0, 5, 0, 7), [(1, h(0, 5, 0xEE, 0x77))]),
-        (h(2, 5, 0, 7), [(1, h(2, 5, 8, 0x77))]),
-        (h(1, 250, 0, 255), [(1, h(1, 104, 0, 0x77))]),     # 250 + 110 wraps; 255 + 1 wraps
+        (h(1, 5, 0, 7), [(1, h(1, 115, 8, 0x78))]),
+        (h(0, 5, 0, 7), [(1, h(0, 5, 0xEE, 0x78))]),
+        (h(2, 5, 0, 7), [(1, h(2, 5, 8, 0x78))]),
+        (h(1, 250, 0, 255), [(1, h(1, 104, 0, 0x78))]),     # 250 + 110 wraps; 255 + 1 wraps
     ],
     # the sub-parser sets second.c = first.a and verifies second.a == 0x42; third follows when second.b == 1
     "subparser.p4": [
@@ -171,7 +172,7 @@ def test_subcontrol_through_p4runtime(tmp_path):
                                               action=P4TableAction("Ing.rw.add", v=1))])
                 with dev.lock:
                     out = dev.pipeline.switch.send(0, h(2, 5, 0, 7))
-                assert [(o.port, o.data) for o in out] == [(1, h(2, 106, 8, 0x77))]     # 5 + 1 + base 100
+                assert [(o.port, o.data) for o in out] == [(1, h(2, 106, 8, 0x78))]     # 5 + 1 + base 100
         asyncio.run(go())
 
 
