@@ -17,10 +17,11 @@ generator and P4Info only ever see the V1Switch blocks with plain statements, ac
 * An instance of a parser inside a parser: the state holding ``p.apply(...)`` is split at the call, the first
   half transitions to p's renamed ``start`` state and p's ``accept`` continues with the second half.
 
-Choices: an instance may be applied at most once (its tables would otherwise be shared between call sites with
-different arguments); an argument substituted by a path is not copied, so a sub-control that writes an ``in``
-argument's alias through another ``inout`` argument sees the write (p4c copies; programs that tell the difference
-alias one argument twice).
+Choices: a control instance applied once has its parameters replaced by the arguments when these are paths, so
+a sub-control that writes an ``in`` argument's alias through another ``inout`` argument sees the write (p4c
+copies; programs that tell the difference alias one argument twice); one applied at several places keeps one
+set of locals (its tables are shared, as the instance's are) and copies the arguments in and back at each
+site.  A parser instance may be applied once.
 """
 from __future__ import annotations
 
@@ -94,6 +95,11 @@ def _text(e: A.Expr) -> str:
     if isinstance(e, A.Index):
         return f"{_text(e.expr)}[{e.index.value}]"
     return e.name
+
+
+def _extern_param(p: A.Param) -> bool:
+    """A parameter of an extern object type (packet_in, packet_out): passed on, never copied."""
+    return p.type.kind == "name" and p.type.name in ("packet_in", "packet_out")
 
 
 def _key(e: A.Expr):
@@ -459,9 +465,30 @@ class Inliner:
                 out[x.name] = (x, sub)
         return out
 
-    def prepare(self, inst: A.Instance, sub, args: list[A.Expr], call_loc: Loc
+    def site_copies(self, inst: A.Instance, sub, call: A.Call, names: dict[str, str]
+                    ) -> tuple[list[A.Stmt], list[A.Stmt]]:
+        """Copy-in/copy-out of one apply site's arguments to a shared instance's parameter variables."""
+        args = A.resolve_args(call.args, sub.params, call.loc, f"{sub.name}.apply")
+        if len(args) != len(sub.params):
+            raise P4Error(call.loc, f"{sub.name}.apply expects {len(sub.params)} argument(s), got {len(args)}")
+        cin: list[A.Stmt] = []
+        cout: list[A.Stmt] = []
+        for prm, a in zip(sub.params, args):
+            if _extern_param(prm):
+                continue
+            tmp = names[prm.name]
+            if prm.direction != "out":
+                cin.append(A.Assign(a.loc, A.Name(a.loc, tmp), copy.deepcopy(a)))
+            if prm.direction in ("out", "inout"):
+                if not _is_path(a):
+                    raise P4Error(a.loc, f"argument for '{prm.direction} {prm.name}' must be assignable")
+                cout.append(A.Assign(a.loc, copy.deepcopy(a), A.Name(a.loc, tmp)))
+        return cin, cout
+
+    def prepare(self, inst: A.Instance, sub, args: list[A.Expr], call_loc: Loc, shared: bool = False
                 ) -> tuple[dict[str, str], dict[str, A.Expr], list[Any], list[A.Stmt], list[A.Stmt]]:
-        """Renaming of ``sub``'s locals for instance ``inst``, substitution of its parameters by ``args``.
+        """Renaming of ``sub``'s locals for instance ``inst``, substitution of its parameters by ``args``
+        (``shared``: every parameter but an extern one gets a variable instead, see :meth:`site_copies`).
         Returns (names, exprs, new locals, copy-in statements, copy-out statements)."""
         p = inst.name
         inst.args = A.resolve_args(inst.args, sub.ctor_params, inst.loc, f"{sub.name}'s constructor")
@@ -491,6 +518,16 @@ class Inliner:
             new_locals.append(A.ConstDecl(cp.loc, copy.deepcopy(cp.type), cname, a))
             names[cp.name] = cname
         for prm, a in zip(sub.params, args):
+            if shared and _extern_param(prm):
+                if not _is_path(a):
+                    raise P4Error(a.loc, f"argument for '{prm.name}' must name the {prm.type.name}")
+                exprs[prm.name] = a            # packet_in/packet_out: the same object at every site
+                continue
+            if shared:
+                tmp = f"{p}__{prm.name}"
+                new_locals.append(A.VarDecl(prm.loc, copy.deepcopy(prm.type), tmp, None))
+                names[prm.name] = tmp
+                continue
             if _is_path(a):
                 exprs[prm.name] = a
                 continue
@@ -525,14 +562,12 @@ class Inliner:
             if isinstance(x, A.TableDecl) and self._apply_calls(x, insts):
                 raise unsupported("applying a control in a table declaration", self._apply_calls(x, insts)[0].loc)
         calls = self._apply_calls(d.apply, insts)
-        seen: dict[str, A.Call] = {}
+        seen: dict[str, list[A.Call]] = {}
         for c in calls:
             n = c.func.expr.name
             if c.func.name != "apply":
                 raise P4Error(c.func.loc, f"control instance {n} has no method '{c.func.name}'")
-            if n in seen:
-                raise unsupported(f"applying control instance {n} more than once", c.loc)
-            seen[n] = c
+            seen.setdefault(n, []).append(c)
         bodies: dict[int, A.Block] = {}
         new_locals: list[Any] = []
         for x in d.locals:
@@ -540,23 +575,29 @@ class Inliner:
                 new_locals.append(x)
                 continue
             inst, sub = insts[x.name]
-            call = seen.get(x.name)
-            if call is None:
+            sites = seen.get(x.name)
+            if not sites:
                 continue                   # never applied: nothing of it exists at run time
-            names, exprs, locs, copy_in, copy_out = self.prepare(inst, sub, call.args, call.loc)
-            body = copy.deepcopy(sub.apply)
-            for n in _walk(body):
+            # applied once: parameters replaced by the (path) arguments; applied at several places: one set of
+            # locals (its tables are shared, as the instance's are) and per site copy-in/copy-out of the arguments
+            shared = len(sites) > 1
+            names, exprs, locs, copy_in, copy_out = self.prepare(inst, sub, sites[0].args, sites[0].loc, shared)
+            body0 = sub.apply
+            for n in _walk(body0):
                 if isinstance(n, (A.VarDecl, A.ConstDecl)):
                     names.setdefault(n.name, f"{inst.name}__{n.name}")
             new_locals.extend(_substitute(locs, names, exprs))
-            body = _substitute(body, names, exprs)
-            stmts = body.stmts
-            if _has_return(body):
-                done = f"{inst.name}__done"
-                new_locals.append(A.VarDecl(call.loc, A.TypeRef(call.loc, "bool"), done, None))
-                stmts = [A.Assign(call.loc, A.Name(call.loc, done), A.BoolLit(call.loc, False))] + \
-                    _lower_returns(stmts, done, None)
-            bodies[id(call)] = A.Block(call.loc, copy_in + stmts + copy_out)
+            done = f"{inst.name}__done"
+            if _has_return(body0):
+                new_locals.append(A.VarDecl(inst.loc, A.TypeRef(inst.loc, "bool"), done, None))
+            for call in sites:
+                if shared:
+                    copy_in, copy_out = self.site_copies(inst, sub, call, names)
+                stmts = _substitute(copy.deepcopy(body0), names, exprs).stmts
+                if _has_return(body0):
+                    stmts = [A.Assign(call.loc, A.Name(call.loc, done), A.BoolLit(call.loc, False))] + \
+                        _lower_returns(stmts, done, None)
+                bodies[id(call)] = A.Block(call.loc, copy_in + stmts + copy_out)
         d.locals = new_locals
 
         def fn(n):

@@ -46,6 +46,13 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(2, 5, 0, 7), [(1, h(2, 5, 8, 0x78))]),
         (h(1, 250, 0, 255), [(1, h(1, 104, 0, 0x78))]),     # 250 + 110 wraps; 255 + 1 wraps
     ],
+    # inc.apply(b, a) then inc.apply(c, a + 1): one table (entries by 1 -> +10, 2 -> +20, base 1); by 0 returns
+    "subcontrol_shared.p4": [
+        (h(1, 0, 0, 0), [(1, h(1, 11, 21, 0))]),
+        (h(0, 0, 0, 0), [(1, h(0, 0, 11, 0))]),
+        (h(5, 3, 4, 0), [(1, h(5, 3, 4, 0))]),
+        (h(255, 7, 7, 0), [(1, h(255, 7, 7, 0))]),          # a + 1 wraps to 0: the second apply returns
+    ],
     # the sub-parser sets second.c = first.a and verifies second.a == 0x42; third follows when second.b == 1
     "subparser.p4": [
         (h(1, 2, 3, 4, 0x42, 1, 0, 0, 9, 9, 9, 9) + b"xy",
@@ -174,6 +181,14 @@ def test_subcontrol_through_p4runtime(tmp_path):
                     out = dev.pipeline.switch.send(0, h(2, 5, 0, 7))
                 assert [(o.port, o.data) for o in out] == [(1, h(2, 106, 8, 0x78))]     # 5 + 1 + base 100
         asyncio.run(go())
+
+
+def test_shared_sub_control_has_one_table():
+    sw = Switch(str(HERE / "subcontrol_shared.p4"))
+    info = P4InfoBuilder(sw.ir).build()
+    assert [(t.preamble.name, [m.name for m in t.match_fields]) for t in info.tables] == [("Ing.inc.t", ["by"])]
+    sw.insert_entry("Ing.inc.t", {"by": 6}, "Ing.inc.add", {"v": 100})
+    assert [(o.port, o.data) for o in sw.send(0, h(5, 3, 4, 0))] == [(1, h(5, 3, 105, 0))]    # 4 + 100 + 1
 
 
 def test_bound_action_parameters_are_not_in_p4info():
@@ -324,10 +339,10 @@ ERRORS = {
         "function f expects 1 argument(s), got 2"),
     "void function as a value": (
         ingress("        hdr.h.a = f();", decls="void f() { }"), "function f returns void"),
-    "sub-control applied twice": (
-        ingress("        c.apply(hdr.h);\n        c.apply(hdr.h);",
+    "sub-control apply argument count": (
+        ingress("        c.apply(hdr.h);\n        c.apply();",
                 decls="control S(inout h_t x) { apply { x.a = 1; } }", locals_="    S() c;"),
-        "unsupported: applying control instance c more than once"),
+        "S.apply expects 1 argument(s)"),
     "missing constructor argument": (
         ingress("        c.apply(hdr.h);",
                 decls="control S(inout h_t x)(bit<8> k) { apply { x.a = k; } }", locals_="    S() c;"),
