@@ -156,9 +156,16 @@ def emulate_compute(model: nn.Module, compute_ms: float) -> None:
         return
     layers = [m for m in model.modules() if any(True for _ in m.parameters(recurse=False))]
     share = compute_ms / 1000.0 / max(1, len(layers))
+    def forward(mod: nn.Module, inp: Any, out: Any) -> None:  # returns None: the output stays as it is
+        if mod.training:  # not in evaluation
+            time.sleep(share / 3)
+
+    def backward(mod: nn.Module, gin: Any, gout: Any) -> None:
+        time.sleep(share * 2 / 3)
+
     for m in layers:
-        m.register_forward_hook(lambda mod, inp, out: mod.training and time.sleep(share / 3))  # not in evaluation
-        m.register_full_backward_hook(lambda mod, gin, gout: time.sleep(share * 2 / 3))
+        m.register_forward_hook(forward)
+        m.register_full_backward_hook(backward)
 
 
 def make_trainer(spec: RunSpec, model: nn.Module) -> Trainer:

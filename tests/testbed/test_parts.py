@@ -85,3 +85,32 @@ def test_summary_uses_slowest_worker_and_first_target_hit():
         "drops_by_priority": {"0": 5, "3": 0}, "marks_by_priority": {}}}
     rows = dict(comparison_rows([run, run]))
     assert rows["drops by priority"] == ["p0:5", "p0:5"] and rows["p50 speed-up vs first"][1] == "1.00x"
+
+
+def test_emulated_compute_splits_the_step_and_skips_evaluation(monkeypatch):
+    """compute_ms is slept, not computed: a third in forward, two thirds in backward, nothing in evaluation."""
+    import warnings
+
+    import torch
+
+    import testbed.worker as worker
+    from testbed.data import load
+    from testbed.models import build
+
+    data = load("digits", seed=0)
+    model = build("mlp", data, hidden=16, seed=0)
+    worker.emulate_compute(model, 90.0)
+    slept: list[tuple[str, float]] = []
+    phase = ["forward"]
+    monkeypatch.setattr(worker.time, "sleep", lambda s: slept.append((phase[0], s)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the first layer's input needs no gradient (torch says so once)
+        loss = torch.nn.functional.cross_entropy(model(data.x_train[:4]), data.y_train[:4])
+        phase[0] = "backward"
+        loss.backward()
+    fwd = sum(s for p, s in slept if p == "forward")
+    bwd = sum(s for p, s in slept if p == "backward")
+    assert abs(fwd - 0.030) < 1e-9 and abs(bwd - 0.060) < 1e-9
+    slept.clear()
+    worker.accuracy(model, data.x_test[:8], data.y_test[:8])
+    assert slept == []
