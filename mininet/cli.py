@@ -137,7 +137,7 @@ def print_demo(doc: dict, console) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from .sweep import _fmt
+    from .sweep import format_stat
 
     cells = doc["cells"]
     labels = {"gloo-handicapped": "Gloo, handicapped (queue 0, default TCP)",
@@ -151,7 +151,7 @@ def print_demo(doc: dict, console) -> None:
                                     ("final_accuracy", "final accuracy", 1.0, ""),
                                     ("zero_filled_fraction", "zero-filled", 100.0, "%"),
                                     ("background_goodput_bps", "background goodput", 1e-6, "Mb/s")):
-        t.add_row(label, *[escape(_fmt(cells[n][key], scale, unit)) for n in cells])
+        t.add_row(label, *[escape(format_stat(cells[n][key], scale, unit)) for n in cells])
     t.add_row("target reached", *[f"{cells[n]['target_reached']}/{cells[n]['runs']}" for n in cells])
     console.print(t)
     d = cells["dlcp"]["iter_p50_s"]["median"]

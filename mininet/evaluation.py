@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .sweep import METRICS, _fmt
+from .sweep import METRICS, format_stat
 
 __all__ = ["render", "main"]
 
@@ -61,7 +61,7 @@ def _table(doc: dict[str, Any], ref: str | None) -> list[str]:
         if ref:
             m = st["iter_p50_s"]["median"]
             row.append(f"{m / base:.2f}x" if m and base else "-")
-        row += [_fmt(st[key], scale, unit) for key, _l, scale, unit in METRICS]
+        row += [format_stat(st[key], scale, unit) for key, _l, scale, unit in METRICS]
         row.append(f"{st['target_reached']}/{st['runs']}")
         lines.append("| " + " | ".join(row) + " |")
     return lines

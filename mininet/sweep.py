@@ -44,8 +44,8 @@ import yaml
 
 from .spec import RunSpec, SpecError, load_spec
 
-__all__ = ["Sweep", "Cell", "load_sweep", "run_sweep", "median_ci", "cell_stats", "report_markdown", "METRICS",
-           "metadata"]
+__all__ = ["Sweep", "Cell", "load_sweep", "make_sweep", "run_sweep", "median_ci", "cell_stats", "report_markdown",
+           "format_stat", "plot_sweep", "METRICS", "metadata"]
 
 #: (summary key, label, unit scale, unit) of the metrics a sweep summarises.
 METRICS: tuple[tuple[str, str, float, str], ...] = (
@@ -173,7 +173,9 @@ def cell_stats(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _fmt(st: dict[str, Any], scale: float, unit: str, digits: int = 3) -> str:
+def format_stat(st: dict[str, Any], scale: float, unit: str, digits: int = 3) -> str:
+    """``median unit [lo, hi]`` of a :func:`median_ci` result scaled for display, with the interval's coverage
+    when it is below 95%; ``-`` without values."""
     if not st or st.get("median") is None:
         return "-"
 
@@ -200,7 +202,7 @@ def report_markdown(doc: dict[str, Any]) -> str:
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for name, st in doc["cells"].items():
-        row = [name, str(st["runs"])] + [_fmt(st[key], scale, unit) for key, _l, scale, unit in METRICS]
+        row = [name, str(st["runs"])] + [format_stat(st[key], scale, unit) for key, _l, scale, unit in METRICS]
         row.append(f"{st['target_reached']}/{st['runs']}")
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "Runs, in the order they ran:", "", "| # | cell | repetition | seed | iteration p50 | results |",
