@@ -157,7 +157,7 @@ def _lower_returns(stmts: list[A.Stmt], done: str, result: str | None, in_loop: 
         if rest and _has_return(s):
             loc = rest[0].loc
             guard = A.Unary(loc, "!", A.Name(loc, done))
-            out.append(A.If(loc, guard, A.Block(loc, _lower_returns(rest, done, result)), None))
+            out.append(A.If(loc, guard, A.Block(loc, _lower_returns(rest, done, result, in_loop)), None))
             break
     return out
 
@@ -181,6 +181,7 @@ class Inliner:
             if isinstance(d, A.FunctionDecl):
                 if d.name in self.functions or d.name in self.blocks:
                     raise P4Error(d.loc, f"'{d.name}' is already declared")
+                self.cur_actions = {}         # a function calls functions (and externs), not actions
                 d.body = self.stmt_list_block(d.body)
                 self.functions[d.name] = d
                 continue

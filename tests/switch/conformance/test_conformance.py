@@ -131,6 +131,14 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(20, 5, 0, 0), [(1, h(20, 5, 20, 47))]),
         (h(200, 1, 0, 0), [(1, h(200, 1, 200, (400 + 7) % 256))]),
     ],
+    # c = find(a, b): the lowest set bit index k >= b of a over two nested loops of 4, else 0xFF
+    "for_nested_return.p4": [
+        (h(0b100, 0, 0, 0), [(1, h(0b100, 0, 2, 0))]),
+        (h(0b100, 3, 0, 0), [(1, h(0b100, 3, 0xFF, 0))]),
+        (h(0b10010000, 0, 0, 0), [(1, h(0b10010000, 0, 4, 0))]),
+        (h(0b10010000, 5, 0, 0), [(1, h(0b10010000, 5, 7, 0))]),
+        (h(0, 0, 0, 0), [(1, h(0, 0, 0xFF, 0))]),
+    ],
     # d bits: 1 first == second, 2 first != third, 4 {first, second} == {second, first}, 8 invalid == invalid
     "header_eq.p4": [
         (h(0, 1, 2, 3, 0, 1, 2, 3), [(1, h(0, 1, 2, 0x0F))]),
