@@ -31,3 +31,17 @@ def test_generated_verdicts_follow_the_intervals():
     assert "- nowhere in these runs." in text
     report = report_markdown(doc)
     assert "| dlcp | 3 | 320 ms [300, 350] (75% CI) |" in report and "| 1 | gloo-fair | 1 | 1 | 600.0 ms |" in report
+
+
+def test_rate_cells_are_compared_at_the_same_setting():
+    rates = _doc({"gloo-fair,topology.core.rate=10mbit": [_summary(1.0, 8e6)] * 3,
+                  "dlcp,topology.core.rate=10mbit": [_summary(1.2, 5e6)] * 3,
+                  "gloo-fair,topology.core.rate=50mbit": [_summary(0.3, 40e6)] * 3,
+                  "dlcp,topology.core.rate=50mbit": [_summary(0.2, 40e6)] * 3})
+    text = render(None, None, {"rates": "r.json"}, rates)
+    assert "- dlcp vs gloo-fair at topology.core.rate=10mbit, iteration time: ratio of medians 1.20, **worse**." \
+        in text
+    assert "- dlcp vs gloo-fair at topology.core.rate=50mbit, iteration time: ratio of medians 0.67, better." in text
+    where = text[text.index("## Where DLCP does not win"):]
+    assert "Fair Gloo vs DLCP by link rate: dlcp vs gloo-fair at topology.core.rate=10mbit, iteration time" in where
+    assert "background goodput: ratio of medians 0.62, **worse**" in where and "50mbit, iteration" not in where
