@@ -179,8 +179,8 @@ class Testbed:
         return p
 
     def start_background(self) -> None:
-        """One iperf3 server and client per background entry; the client reports JSON (``-J``) into
-        ``background-<i>.json`` when :meth:`stop_background` interrupts it."""
+        """One iperf3 server (``-1 -J``: one test, a JSON report into ``background-<i>-server.json``) and client
+        (its own JSON report into ``background-<i>.json``) per background entry, until :meth:`stop_background`."""
         for i, f in enumerate(self.spec.background):
             dst = self.plan.host(f.dst)
             port = 5201 + i
@@ -198,8 +198,9 @@ class Testbed:
             self.say(f"[bold]background[/]: {f.kind} x{f.flows} {f.src} -> {f.dst}")
 
     def stop_background(self) -> list[dict[str, Any]]:
-        """Interrupt the iperf3 clients (SIGINT: they end the test and print their JSON report) and read each
-        one's goodput from the server's JSON report (``-J``): the bytes it received over the time the flow ran."""
+        """Interrupt each iperf3 client, then its server (SIGINT: they end the test and print their JSON
+        reports), and read the flow's goodput from the server's report: the bytes it received over the time the
+        flow ran (the client's own figures do not include what the receiver got)."""
         out = []
         for i, client, server, files in self.background:
             for p in (client, server):  # the client ends the test; the server then reports what it received
