@@ -21,7 +21,7 @@ Choices: a control instance applied once has its parameters replaced by the argu
 a sub-control that writes an ``in`` argument's alias through another ``inout`` argument sees the write (p4c
 copies; programs that tell the difference alias one argument twice); one applied at several places keeps one
 set of locals (its tables are shared, as the instance's are) and copies the arguments in and back at each
-site.  A parser instance may be applied once.
+site.  A parser instance applied in several states gets a copy of its states per site (its locals exist once).
 """
 from __future__ import annotations
 
@@ -619,7 +619,7 @@ class Inliner:
                 if not isinstance(x, A.CallStmt) and self._apply_calls(x, insts):
                     raise unsupported("applying a sub-parser other than as a statement of a state",
                                       self._apply_calls(x, insts)[0].loc)
-        applied: set[str] = set()
+        applied: dict[str, int] = {}
         extra_locals: list[Any] = []
         states: list[A.State] = []
         work = list(d.states)
@@ -634,9 +634,10 @@ class Inliner:
             n = call.func.expr.name
             if call.func.name != "apply":
                 raise P4Error(call.func.loc, f"parser instance {n} has no method '{call.func.name}'")
-            if n in applied:
-                raise unsupported(f"applying parser instance {n} more than once", call.loc)
-            applied.add(n)
+            # each apply site gets its own copy of the sub-parser's states; its locals exist once
+            site = applied.get(n, 0)
+            applied[n] = site + 1
+            prefix = n if site == 0 else f"{n}__{site + 1}"
             inst, sub = insts[n]
             names, exprs, locs, copy_in, _ = self.prepare(inst, sub, call.args, call.loc)
             sub_states = copy.deepcopy(sub.states)
@@ -644,9 +645,10 @@ class Inliner:
                 for x in _walk(s2.stmts):
                     if isinstance(x, (A.VarDecl, A.ConstDecl)):
                         names.setdefault(x.name, f"{n}__{x.name}")
-            extra_locals.extend(_substitute(locs, names, exprs))
-            after = f"{st.name}__after_{n}"
-            snames = {s2.name: f"{n}__{s2.name}" for s2 in sub_states}
+            have = {getattr(x, "name", None) for x in extra_locals}
+            extra_locals.extend(x for x in _substitute(locs, names, exprs) if getattr(x, "name", None) not in have)
+            after = f"{st.name}__after_{prefix}"
+            snames = {s2.name: f"{prefix}__{s2.name}" for s2 in sub_states}
             snames["accept"] = after
             for s2 in _substitute(sub_states, names, exprs):
                 s2.name = snames[s2.name]

@@ -62,6 +62,11 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         # parser_error set; the headers extracted so far are emitted, the rest is payload
         (h(1, 2, 3, 4, 0x41, 1, 0, 0, 9, 9, 9, 9), [(2, h(1, 2, 3, 0xEE, 0x41, 1, 1, 0, 9, 9, 9, 9))]),
     ],
+    # first = tp(0xA1 as d); a == 2: second = tp(first.b as d), the same instance in another state
+    "subparser_twice.p4": [
+        (h(1, 7, 0, 0, 9, 9, 9, 9), [(1, h(1, 7, 0, 0xA1, 9, 9, 9, 9))]),
+        (h(2, 7, 0, 0, 9, 9, 9, 9, 5), [(1, h(2, 7, 0, 0xA1, 9, 9, 9, 7, 5))]),
+    ],
     # c from switch(a) (1 falls through to 2's block), d from switch on an enum, port 2 from switch on an error
     "switch_values.p4": [
         (h(0, 1, 0, 0), [(2, h(0, 1, 10, 0x51))]),
