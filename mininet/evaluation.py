@@ -70,7 +70,11 @@ def _table(doc: dict[str, Any], ref: str | None) -> list[str]:
 
 def _meta(doc: dict[str, Any]) -> str:
     m = doc["metadata"]
-    return (f"git `{m.get('git_commit', '?')[:12]}`{' (sources modified)' if m.get('git_dirty') else ''}, "
+    short = [n for n, st in doc["cells"].items() if st["runs"] < doc["repetitions"]]
+    incomplete = (f"**Incomplete sweep**: {', '.join(short)} ran fewer than {doc['repetitions']} times "
+                  f"(a run failed and stopped the sweep{': ' + doc['failed']['error'] if doc.get('failed') else ''})."
+                  " " if short else "")
+    return incomplete + (f"git `{m.get('git_commit', '?')[:12]}`{' (sources modified)' if m.get('git_dirty') else ''}, "
             f"torch {m.get('packages', {}).get('torch')}, kernel {m.get('kernel')}, {m.get('cpu_count')} x "
             f"{m.get('cpu_model')}, load average {m.get('load_start')} at the start, {m.get('load_end')} at the end "
             f"(the machine is shared), started {m.get('started')}; {doc['repetitions']} interleaved repetitions "

@@ -205,6 +205,10 @@ def report_markdown(doc: dict[str, Any]) -> str:
         row = [name, str(st["runs"])] + [format_stat(st[key], scale, unit) for key, _l, scale, unit in METRICS]
         row.append(f"{st['target_reached']}/{st['runs']}")
         lines.append("| " + " | ".join(row) + " |")
+    if doc.get("failed"):
+        f = doc["failed"]
+        lines += ["", f"**Incomplete**: run {f['run']} ({f['cell']}, repetition {f['repetition']}, seed {f['seed']}) "
+                      f"failed and stopped the sweep: {f['error']}"]
     lines += ["", "Runs, in the order they ran:", "", "| # | cell | repetition | seed | iteration p50 | results |",
               "|---|---|---|---|---|---|"]
     for i, r in enumerate(doc["runs"]):
@@ -301,7 +305,12 @@ def run_sweep(sweep: Sweep, out: Path, *, console=None, name: str = "",
             if console is not None:
                 console.rule(f"run {i + 1}/{len(order)}: {cell.name}, repetition {rep}, seed {seed}")
             rdir = out / f"{i:03d}-{spec.name}"
-            res = load_result(run_spec(spec, rdir, console=console, plots=False))
+            try:
+                res = load_result(run_spec(spec, rdir, console=console, plots=False))
+            except Exception as e:
+                doc["failed"] = {"cell": cell.name, "repetition": rep, "seed": seed, "run": i,
+                                 "results": str(rdir.relative_to(out)), "error": str(e)}
+                raise
             doc["runs"].append({"cell": cell.name, "repetition": rep, "seed": seed,
                                 "results": str(rdir.relative_to(out) / "results.json"),
                                 "summary": res["summary"]})
