@@ -29,6 +29,7 @@ decides and broadcasts the decision, so every rank stops at the same step).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -237,6 +238,11 @@ def train(spec: RunSpec, out: Path) -> dict[str, Any]:
         from host.backend import transport_stats
 
         stats = transport_stats()
+    # DDP's reducer and DeAR hold the process group and may hold work on it: drop them before the group is
+    # destroyed (a gloo group destroyed under a live DDP has aborted the process at exit: "terminate called
+    # without an active exception")
+    del trainer
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
     result = {"rank": rank, "world": world, "algorithm": spec.algorithm, "iterations": iters, "evals": evals,

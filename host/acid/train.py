@@ -69,7 +69,8 @@ def train(a: argparse.Namespace) -> dict[str, Any]:
     from host.acid.library import Acid
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    if not dist.is_initialized():
+    owned = not dist.is_initialized()
+    if owned:
         dist.init_process_group(a.backend, timeout=timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
     split = _data(a.data, a.model, a.seed)
@@ -122,4 +123,7 @@ def train(a: argparse.Namespace) -> dict[str, Any]:
             with open(a.out, "w") as f:
                 json.dump(rec, f, indent=1)
     dist.barrier()
+    if owned:  # every group (the library's private gloo group included) is torn down while all ranks are here: a
+        # gloo group left to the interpreter's exit has aborted a rank ("terminate called without an active exception")
+        dist.destroy_process_group()
     return rec
