@@ -96,7 +96,10 @@ class Report:
         return result
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "machine": machine_info(), "params": self.params,
+        # the command line that made the result, so that a figure quoted from it can be re-made
+        command = " ".join(["python", os.path.relpath(sys.argv[0], Path(__file__).resolve().parent.parent),
+                            *sys.argv[1:]]) if sys.argv and sys.argv[0] else ""
+        return {"name": self.name, "command": command, "machine": machine_info(), "params": self.params,
                 "seconds": round(time.time() - self.started, 3), "cases": self.cases}
 
     def table(self) -> str:
