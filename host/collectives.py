@@ -21,7 +21,20 @@ Bit-identical results on every rank (summation order):
   are commutative in IEEE arithmetic bit for bit, so both hold the same bits after every round. With a
   non-power-of-two size the first ``2*rem`` ranks pair up first (odd rank computes ``x[r-1] op x[r]``) and the
   even ones get the final result back.
-* **AVG** is SUM followed by one division by the group size on every rank (floating-point only).
+* **AVG** is SUM followed by one division by the group size on every rank (floating-point only), except for
+  fp16, where every rank divides its input by the group size first and the group sums the quotients (as NCCL and
+  DDP do): fp16 overflows at 65504, and a sum of ``P`` gradients scaled up by a ``GradScaler`` reaches that ``P``
+  times sooner than the average it is divided into.
+
+Half precision (bf16, fp16) travels as 2-byte elements and is reduced in its own type, never widened to float32
+for the wire: every reduction step computes ``received op local`` with one elementwise kernel, which for these
+types evaluates in float32 and rounds once to the tensor's type (round to nearest even, as gloo's ``float16`` and
+PyTorch's ``BFloat16`` additions do). A partial sum must be rounded to travel (float32 partial sums would double
+the bytes, the round trip this avoids), so each element of a SUM is rounded once per reduction step it passes:
+``P - 1`` steps in the ring, ``log2 P`` in recursive halving or doubling. The result is therefore within
+``(P - 1) * u * sum(|x_i|)`` of the exact sum (``u`` = 2^-8 for bf16, 2^-11 for fp16: half an ulp), the bound
+``tests/host/backend_worker.py`` checks for both dlcp and gloo; at two ranks there is one rounding and the bits
+are gloo's.
 
 Bounded loss (``docs/bounded-loss.md``): only a SUM or AVG all-reduce, reduce-scatter or reduce of a floating-point
 tensor may lose elements, and only when its caller passes a loss bound ``p > 0`` (:func:`check_loss`); every other
@@ -199,6 +212,12 @@ def _finish(op: ReduceOp, t: torch.Tensor, size: int) -> None:
         if not t.is_floating_point():
             raise TypeError(f"AVG needs a floating-point tensor, got {t.dtype}")
         t.div_(size)
+
+
+def _divides_first(op: ReduceOp, t: torch.Tensor) -> bool:
+    """Whether an AVG divides every input by the group size before summing (fp16: see the module docstring)
+    instead of dividing the sum."""
+    return op is ReduceOp.AVG and t.dtype == torch.float16
 
 
 def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -996,6 +1015,9 @@ class Collectives:
         would pick doubling."""
         out = Outcome(elements=t.numel())
         self._check_op(op, t, loss_bound)
+        if _divides_first(op, t) and self.size > 1:
+            t.div_(self.size)
+            op = ReduceOp.SUM
         if self.size == 1:
             self._take_ids(1)
             _finish(op, t, 1)
@@ -1080,10 +1102,15 @@ class Collectives:
         # Inputs laid end to end (reduce_scatter_tensor's) are read in place and stay as they are: the ring reduces
         # into scratch space, the last step straight into ``output``. Others are joined into the scratch buffer
         # (that copy is needed anyway), and the ring reduces there in place.
-        src = _consecutive(inputs, bounds, output.dtype)
+        first = _divides_first(op, output) and self.size > 1
+        src = None if first else _consecutive(inputs, bounds, output.dtype)
         work = self._scratch("work", bounds[-1], output.dtype)
         if src is None:
             torch.cat([x.reshape(-1) for x in inputs], out=work)
+        if first:  # (the inputs stay as they are: the quotients are the working copy's)
+            check_loss(op, output, loss_bound)
+            work.div_(self.size)
+            op = ReduceOp.SUM
         direct = src is not None and output.is_contiguous() and not _shares_storage(output, src)
         res = Outcome(elements=bounds[-1])
         own = self.reduce_scatter_flat(work, bounds, op, layer=layer, loss_bound=loss_bound, outcome=res, src=src,
@@ -1184,6 +1211,9 @@ class Collectives:
         # root reduces in place; the others read t in place and reduce into scratch space (no copy of t)
         src = None if self.rank == root else t
         work = t if src is None else self._scratch("work", t.numel(), t.dtype)
+        if _divides_first(op, t):  # (a non-root's t stays as it is: the quotients are the working copy's)
+            torch.div(t, self.size, out=work)
+            src, op = None, ReduceOp.SUM
         self.reduce_scatter_flat(work, bounds, op, layer=layer, loss_bound=loss_bound, base=base, outcome=out,
                                  src=src)
         if self.rank == root:

@@ -232,7 +232,98 @@ def dead_peer() -> None:
     os._exit(1)
 
 
+#: Unit roundoff (half an ulp at 1) of the half-precision types: 8 and 11 significant bits.
+UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+
+
+def _within_rounding(got: torch.Tensor, exact: torch.Tensor, abs_sum: torch.Tensor, steps: int, what: str) -> None:
+    """``got`` is within ``steps`` roundings of the exact result: ``|got - exact| <= steps * u * sum(|x_i|)`` per
+    element (the error of a sum evaluated by ``steps`` rounded additions of representable inputs)."""
+    u = UNIT_ROUNDOFF[got.dtype]
+    err = (got.double() - exact).abs()
+    bound = steps * u * abs_sum * (1 + 1e-6) + 2.0 ** -24  # (+ fp16's smallest subnormal, for sums near zero)
+    bad = err > bound
+    assert not bad.any(), (f"{what}: {int(bad.sum())} elements beyond {steps} roundings, worst "
+                           f"{float((err - bound).max()):.3g} over the bound")
+
+
+def half() -> None:
+    """bf16 and fp16 collectives: results against gloo (bit for bit at 2 ranks, where each sum is one rounding)
+    and a float64 reference (within ``P - 1`` roundings per element, the bound the module docstring of
+    host.collectives states); 2-byte elements on the wire, half float32's bytes (the transport's tx_bytes)."""
+    from host.backend import transport_stats
+
+    dist.init_process_group("dlcp")
+    r, P = dist.get_rank(), dist.get_world_size()
+    gloo = dist.new_group(backend="gloo")
+    for dtype in (torch.bfloat16, torch.float16):
+        for n in (1000, 3_000_000):  # recursive doubling; the ring (above the cost model's doubling range)
+            xs = [_data((n,), dtype, seed=1000 * q + n) for q in range(P)]  # every rank's input, on every rank
+            exact = sum(x.double() for x in xs)
+            abs_sum = sum(x.double().abs() for x in xs)
+            a, b = xs[r].clone(), xs[r].clone()
+            dist.all_reduce(a)
+            dist.all_reduce(b, group=gloo)
+            assert a.dtype == dtype
+            for got, who in ((a, "dlcp"), (b, "gloo")):
+                _within_rounding(got, exact, abs_sum, P - 1, f"{who} all_reduce SUM {dtype} n={n}")
+            if P == 2:
+                assert torch.equal(a, b), f"all_reduce SUM {dtype} n={n}: not gloo's bits"
+            avg = xs[r].clone()
+            dist.all_reduce(avg, op=dist.ReduceOp.AVG)
+            _within_rounding(avg, exact / P, abs_sum / P, P + 1, f"all_reduce AVG {dtype} n={n}")
+            for op in (dist.ReduceOp.MAX, dist.ReduceOp.MIN):  # exact: the same bits as gloo's
+                a, b = xs[r].clone(), xs[r].clone()
+                dist.all_reduce(a, op=op)
+                dist.all_reduce(b, op=op, group=gloo)
+                assert torch.equal(a, b), f"all_reduce {op} {dtype} n={n}"
+            m = n // P * P  # reduce-scatter and all-gather of the first m elements
+            out_a, out_b = torch.empty(m // P, dtype=dtype), torch.empty(m // P, dtype=dtype)
+            dist.reduce_scatter_single(out_a, xs[r][:m].clone())
+            dist.reduce_scatter_single(out_b, xs[r][:m].clone(), group=gloo)
+            mine = slice(r * (m // P), (r + 1) * (m // P))
+            for got, who in ((out_a, "dlcp"), (out_b, "gloo")):
+                _within_rounding(got, exact[:m][mine], abs_sum[:m][mine], P - 1,
+                                 f"{who} reduce_scatter_single {dtype} n={n}")
+            if P == 2:
+                assert torch.equal(out_a, out_b), f"reduce_scatter_single {dtype} n={n}: not gloo's bits"
+            g_a, g_b = torch.empty(m, dtype=dtype), torch.empty(m, dtype=dtype)
+            dist.all_gather_single(g_a, xs[r][mine].clone())
+            dist.all_gather_single(g_b, xs[r][mine].clone(), group=gloo)
+            assert torch.equal(g_a, g_b) and torch.equal(g_a, torch.cat([x[q * (m // P):(q + 1) * (m // P)] for q, x in enumerate(xs)])), \
+                f"all_gather_single {dtype} n={n}"
+    # fp16 AVG divides first: an average representable in fp16 whose sum is not (65504) comes out finite
+    big = torch.full((5000,), 40000.0, dtype=torch.float16)
+    dist.all_reduce(big, op=dist.ReduceOp.AVG)
+    assert torch.equal(big, torch.full((5000,), 40000.0, dtype=torch.float16)), big[:4]
+    big = torch.full((P * 5000,), 40000.0, dtype=torch.float16)
+    part = torch.empty(5000, dtype=torch.float16)
+    dist.reduce_scatter_single(part, big, op=dist.ReduceOp.AVG)
+    assert torch.equal(part, torch.full((5000,), 40000.0, dtype=torch.float16)), part[:4]
+    assert torch.equal(big, torch.full((P * 5000,), 40000.0, dtype=torch.float16)), "reduce_scatter changed its input"
+    # bytes on the wire: the same collective of the same element count, per dtype (one algorithm for all: below the
+    # cost model's ring threshold, above the small-message one)
+    n = 200_000
+    sent = {}
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        t = _data((n,), dtype, seed=r)
+        dist.barrier()
+        before = transport_stats()["tx_bytes"]
+        dist.all_reduce(t)
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        g = torch.empty(P * n, dtype=dtype)
+        dist.all_gather_single(g, t)
+        dist.reduce_scatter_single(t, g)
+        sent[dtype] = transport_stats()["tx_bytes"] - before
+    for dtype in (torch.bfloat16, torch.float16):
+        ratio = sent[dtype] / sent[torch.float32]
+        assert 0.49 < ratio < 0.51, f"{dtype}: {sent[dtype]} bytes sent against float32's {sent[torch.float32]}"
+    sys.stdout.write(f"tx_bytes {r} " + " ".join(f"{str(d).split('.')[-1]}={v}" for d, v in sent.items()) + "\n")
+    print("ok", r)
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     {"collectives": lambda: collectives(False), "collectives-async": lambda: collectives(True), "ddp": ddp,
-     "dead-peer": dead_peer}[sys.argv[1]]()
+     "dead-peer": dead_peer, "half": half}[sys.argv[1]]()

@@ -25,6 +25,15 @@ def test_every_collective_matches_gloo(size: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("size", [2, 3])
+def test_half_precision_on_the_wire_and_against_gloo(size: int) -> None:
+    """bf16/fp16 all-reduce, reduce-scatter and all-gather: 2-byte elements on the wire (half float32's bytes),
+    within P-1 roundings of the float64 result like gloo, gloo's bits at 2 ranks; fp16 AVG does not overflow."""
+    out = check(launch(MOD, "half", size, timeout=240))
+    assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out
+
+
+@pytest.mark.slow
 def test_async_collectives_match_gloo() -> None:
     check(launch(MOD, "collectives-async", 3, timeout=240))
 
