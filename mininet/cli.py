@@ -4,6 +4,7 @@
     dlcp-testbed compare A.json B.json [...]
     dlcp-testbed sweep SWEEP.yaml [--out DIR]
     dlcp-testbed demo [--out DIR] [--steps N] [--repetitions N] [--handicapped]
+    dlcp-testbed clean
 
 Exit codes: 0 success; 1 a run failed (the message says at which stage); 2 bad command line, spec or results
 file (the message names the key and line); 130 interrupted (after teardown).
@@ -161,6 +162,25 @@ def print_demo(doc: dict, console) -> None:
             console.print(f"DLCP iteration time vs {labels[name]}: {b / d:.2f}x (ratio of medians)")
 
 
+def cmd_clean(args) -> int:  # noqa: ARG001
+    """Remove what runs that died left: their processes (by recorded pid and start time), interfaces and
+    namespaces; switch interfaces and testbed namespaces no live run holds. Live runs are left alone."""
+    import os
+
+    from .guard import clean, live_records, state_dir
+
+    if os.geteuid() != 0:
+        print("dlcp-testbed: clean removes interfaces and namespaces and needs root", file=sys.stderr)
+        return 2
+    done = clean()
+    for line in done:
+        print(line)
+    live = live_records()
+    print(f"dlcp-testbed clean: {len(done)} thing(s) removed; {len(live)} live run(s) left alone"
+          + "".join(f"\n  pid {r.pid}: {r.out_dir}" for r in live) + f" (state: {state_dir()})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="dlcp-testbed", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -184,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--handicapped", action="store_true",
                    help="also run the old baseline (Gloo in queue 0, kernel TCP), labelled as such")
     d.set_defaults(fn=cmd_demo)
+    k = sub.add_parser("clean", help="remove what killed runs left: processes, interfaces, namespaces")
+    k.set_defaults(fn=cmd_clean)
     args = ap.parse_args(argv)
     try:
         return args.fn(args)

@@ -35,14 +35,22 @@ class SwitchStartError(RuntimeError):
     """A switch process exited or never listened; the message carries the end of its log."""
 
 
-def _wait_listening(port: int, proc: subprocess.Popen, log: Path, timeout: float, what: str) -> None:
+def _wait_listening(port: int, proc: subprocess.Popen, log: Path, timeout: float, what: str,
+                    ready: str | None = None) -> None:
+    """Wait until ``proc`` listens on ``port``. A connection alone does not prove the listener is ``proc`` (another
+    process may hold the port), so with ``ready`` the process's own log must also say so: the switch is not
+    accepted until that line appears while it is alive."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SwitchStartError(f"{what} exited with status {proc.returncode}:\n{_tail(log)}")
+        if ready is not None and ready not in _tail(log, 200):
+            time.sleep(0.05)
+            continue
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
+                if proc.poll() is None:
+                    return
         except OSError:
             time.sleep(0.05)
     proc.kill()
@@ -87,6 +95,10 @@ class _P4Switch(Switch):
     def command(self) -> list[str]:
         raise NotImplementedError
 
+    def ready_line(self) -> str | None:
+        """What the switch process writes to its log once it listens (None: the port alone is trusted)."""
+        return None
+
     def start(self, controllers) -> None:  # noqa: ARG002  (P4 switches have no OpenFlow controller)
         for intf in self.intfs.values():
             if intf.name != "lo":
@@ -102,7 +114,8 @@ class _P4Switch(Switch):
             log.flush()
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True)
-        _wait_listening(self.grpc_port, self.proc, self.log_path, self.start_timeout, f"{self.name} ({cmd[0]})")
+        _wait_listening(self.grpc_port, self.proc, self.log_path, self.start_timeout, f"{self.name} ({cmd[0]})",
+                        self.ready_line())
 
     def stop(self, deleteIntfs: bool = True) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -118,6 +131,9 @@ class _P4Switch(Switch):
 
 class DlcpSwitch(_P4Switch):
     """The embedded P4 target (``dlcp-switch``) as a Mininet switch."""
+
+    def ready_line(self) -> str:
+        return f"dlcp-switch: listening on {self.grpc_address}"
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "switch.daemon"]

@@ -12,9 +12,13 @@ collect results, tear everything down.
 4. start one worker per ``h*`` host with torchrun's environment and wait, with a progress bar fed by rank 0;
 5. read switch counters (drops and ECN marks per priority) and write ``results.json`` plus PNG plots.
 
+Before anything is built, :func:`testbed.guard.claim` checks that no other run holds the switches' gRPC ports or
+interface names (a run refuses to start rather than program another run's switch) and records this run, and every
+process it starts, in the state directory, so ``dlcp-testbed clean`` can remove what a killed orchestrator left.
+
 Teardown always runs (success, failure, Ctrl-C, SIGTERM): workers and iperf3 are killed, switch processes stopped,
-Mininet's namespaces and interfaces removed, and a final sweep deletes any ``<switch>-eth*`` interface a crashed
-earlier run left behind.
+Mininet's namespaces and interfaces removed, any of this run's ``<switch>-eth*`` interfaces still present deleted,
+and the run's record dropped.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from .worker import spec_to_json
 __all__ = ["run_spec", "Testbed", "RunError", "summarise", "leftovers"]
 
 MASTER_PORT = 29500
+#: P4Runtime port of a plan's first switch (the others follow it).
+GRPC_BASE_PORT = 9559
 
 
 class RunError(RuntimeError):
@@ -63,10 +69,11 @@ def _sweep(p: Plan) -> None:
 class Testbed:
     """A built, programmed network for one run. Use as a context manager; exit always tears down."""
 
-    def __init__(self, spec: RunSpec, out_dir: Path, console=None):
+    def __init__(self, spec: RunSpec, out_dir: Path, console=None, grpc_base_port: int = GRPC_BASE_PORT):
         self.spec = spec
         self.out_dir = out_dir
-        self.plan = make_plan(spec.topology)
+        self.plan = make_plan(spec.topology, grpc_base_port)
+        self.record = None  # testbed.guard.RunRecord while this run holds its switches' names and ports
         self.net = None
         self.procs: list[subprocess.Popen] = []
         self.console = console
@@ -89,7 +96,12 @@ class Testbed:
         import logging
 
         logging.getLogger("finsy").setLevel(logging.ERROR)  # its gNMI/pipeline notices are not for this console
-        _sweep(self.plan)
+        from .guard import PortTaken, claim
+
+        try:
+            self.record = claim([(s.name, s.grpc_port) for s in self.plan.switches], self.out_dir)
+        except PortTaken as e:
+            raise RunError(f"cannot start: {e}") from None
         cls = DlcpSwitch if self.spec.switch == "embedded" else Bmv2Switch
         topo = self.plan.topo(cls, {"log_dir": str(self.out_dir / "switches"),
                                     "priority_queues": self.spec.priority_queues},
@@ -98,7 +110,12 @@ class Testbed:
                  f"{len(self.plan.hosts)} hosts")
         try:
             self.net = Mininet(topo, host=DlcpHost, controller=None, autoSetMacs=False, autoStaticArp=False)
+            for h in self.net.hosts:  # each host's namespace lives as long as its shell
+                self.record.add_proc(h.pid, f"host {h.name} shell")
             self.net.start()
+            for s in self.net.switches:
+                if getattr(s, "proc", None) is not None:
+                    self.record.add_proc(s.proc.pid, f"switch {s.name}")
             self._static_arp()
             self._configure_tcp()
             self.say("[bold]controller[/]: programming switches")
@@ -166,7 +183,10 @@ class Testbed:
                 self.net.stop()
             finally:
                 self.net = None
-        _sweep(self.plan)
+        if self.record is not None:  # the names are ours: what is left of them is this run's
+            _sweep(self.plan)
+            self.record.release()
+            self.record = None
 
     # -- traffic -------------------------------------------------------------------------------------
     def popen(self, host: str, cmd: list[str], env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
@@ -176,6 +196,8 @@ class Testbed:
         # and the pid we hold would not be the worker's.)
         p = h.popen(cmd, env={**os.environ, **(env or {})}, **kw)
         self.procs.append(p)
+        if self.record is not None:
+            self.record.add_proc(p.pid, f"{cmd[0]} {' '.join(cmd[1:3])} in {host}")
         return p
 
     def start_background(self) -> None:
@@ -484,7 +506,8 @@ def _signals_as_exceptions() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def run_spec(spec: RunSpec, out_dir: str | Path | None = None, *, console=None, plots: bool = True) -> Path:
+def run_spec(spec: RunSpec, out_dir: str | Path | None = None, *, console=None, plots: bool = True,
+             grpc_base_port: int = GRPC_BASE_PORT) -> Path:
     """Run ``spec``; returns the path of its results JSON (plots beside it)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -493,7 +516,7 @@ def run_spec(spec: RunSpec, out_dir: str | Path | None = None, *, console=None, 
     if os.geteuid() != 0:
         raise RunError("the testbed creates network namespaces and needs root")
     t0 = time.monotonic()
-    with _signals_as_exceptions(), Testbed(spec, out, console) as tb:
+    with _signals_as_exceptions(), Testbed(spec, out, console, grpc_base_port) as tb:
         tb.start_background()
         with Progress(TextColumn(f"[bold]{spec.name}[/] ({spec.algorithm})"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=False,
