@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dlcp-setup
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup test test-fast test-torch-suite bench demo p4 proto clean help
+.PHONY: setup test test-fast test-torch-suite bench report demo p4 proto clean help
 
 help:
 	@echo "make demo       run the main job (training over the emulated P4 network, compared with Gloo)"
@@ -13,6 +13,7 @@ help:
 	@echo "make test-fast  the quick subset (no tests marked slow)"
 	@echo "make test-torch-suite  PyTorch's distributed test suite on gloo and dlcp, side by side (hours)"
 	@echo "make bench      every benchmark, side by side with its baseline -> bench/results/"
+	@echo "make report     regenerate the tables in docs/ and README.md from the committed results/*.json"
 	@echo "make p4         compile the P4 programs in p4src/ (P4Info; p4c-bm2-ss too when installed)"
 	@echo "make setup      Debian packages + .venv (idempotent, seconds when done)"
 	@echo "make proto      regenerate switch/mgmt_pb2*.py from switch/mgmt.proto"
@@ -35,6 +36,11 @@ test-torch-suite: setup
 
 bench: setup
 	$(PY) bench/run_all.py
+
+# Every table in docs/ and README.md that quotes a measurement, from the committed results/*.json (testbed.report;
+# docs/evaluation.md through testbed.evaluation). tests/test_report.py fails when a committed table is stale.
+report: setup
+	$(PY) -m testbed.report
 
 # The main job: DDP over Gloo against the fair baseline (Gloo's TCP in DLCP's class, ECN TCP on every host) vs
 # DLCP (DeAR + bounded loss + priorities + spraying), 3 interleaved repetitions each, on the same emulated
