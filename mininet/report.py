@@ -1,0 +1,312 @@
+"""The tables in ``docs/`` and ``README.md`` that quote measurements, generated from the committed ``results/``.
+
+    make report                                 # rewrite every generated table from its data
+    python -m testbed.report --check            # exit 1 naming every table that no longer matches its data
+
+Every figure a doc quotes from a benchmark or an evaluation run comes from a small JSON file under ``results/``
+(which records the machine, the commit and the command that made it), never from a hand-typed table. A
+generated table sits between two markers in its markdown file::
+
+    <!-- begin generated: NAME (make report, from results/FILE.json) -->
+    ...
+    <!-- end generated: NAME -->
+
+and is exactly what :data:`REGIONS` ``[NAME]`` renders from the file; editing it by hand makes ``--check`` (and
+the test suite, ``tests/test_report.py``) fail. ``docs/evaluation.md`` is generated whole by
+:mod:`testbed.evaluation`, with the sweeps named in its own header comment; this module only re-runs that.
+
+To refresh a figure: re-run the command recorded in its JSON, take the new result into ``results/``
+(``python -m testbed.report --take bench/results/NAME.json``: the benchmark harness's JSON with each repetition
+cut to its metric, rounded to 4 significant digits, so that the committed file stays small), ``make report``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = ["REGIONS", "Region", "render_all", "stale", "main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+Result = dict[str, Any]
+
+BEGIN = re.compile(r"^<!-- begin generated: (?P<name>[\w-]+) .*-->$", re.M)
+
+
+def _end(name: str) -> str:
+    return f"<!-- end generated: {name} -->"
+
+
+@dataclass(frozen=True)
+class Region:
+    """One generated table: where it lives, the results it is made from, and how."""
+
+    name: str
+    doc: str  #: markdown file, relative to the repository root
+    sources: tuple[str, ...]  #: JSON files under results/, relative to the repository root
+    render: Callable[..., str]  #: one parsed JSON document per source -> markdown (without the markers)
+
+    def begin(self) -> str:
+        return f"<!-- begin generated: {self.name} (make report, from {', '.join(self.sources)}) -->"
+
+
+# --- shared pieces --------------------------------------------------------------------------------------------------
+
+def provenance(result: Result) -> str:
+    """Who made a result: the command, the commit and the machine, as one sentence."""
+    machine = result.get("machine", {})
+    command = result.get("command") or result.get("params", {}).get("command") or "an unrecorded command"
+    load = machine.get("loadavg") or [float("nan")]
+    return (f"Measured by `{command}` at commit `{machine.get('commit', '?')}` on {machine.get('cpus', '?')} x "
+            f"{machine.get('cpu', '?')} (load {load[0]:.1f} at the end), {machine.get('time', '?')}.")
+
+
+def _cases(result: Result) -> dict[str, Result]:
+    return {c["case"]: c for c in result["cases"]}
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+
+
+# --- renderers ------------------------------------------------------------------------------------------------------
+
+def transport_table(result: Result) -> str:
+    """``bench/transport.py``: goodput and CPU per MB moved, DLCP against the TCP stream, per case."""
+    cases = _cases(result)
+    rows = ["| case | dlcp goodput | TCP goodput | dlcp / TCP | CPU ms per MB, dlcp | CPU ms per MB, TCP |",
+            "|---|---|---|---|---|---|"]
+    for name, case in cases.items():
+        if case["metric"] != "gbps":
+            continue
+        cpu = cases.get(name + " cpu")
+        unit = " Gb/s"
+        row = (f"| {name} | {case['median']['candidate']:.3f}{unit} | {case['median']['baseline']:.3f}{unit} | "
+               f"{case['ratio']:.2f}x |")
+        row += (f" {cpu['median']['candidate']:.2f} | {cpu['median']['baseline']:.2f} |" if cpu else " | |")
+        rows.append(row)
+    reps = result.get("params", {}).get("repetitions", "?")
+    return "\n".join([provenance(result) + f" Medians of {reps} alternated repetitions.", "", *rows])
+
+
+def _collective_cells(result: Result) -> dict[tuple[str, int, str, int], Result]:
+    """Cases of ``bench/collectives.py`` by (network, world, op, bytes), ``ideal`` cases under network + " ideal"."""
+    out = {}
+    for case in result["cases"]:
+        p = case["params"]
+        net = p["network"] + (" ideal" if case["metric"] == "ideal_fraction" else "")
+        out[(net, p["world"], p["op"], p["bytes"])] = case
+    return out
+
+
+def collectives_tables(result: Result) -> str:
+    """``bench/collectives.py``: on loopback dlcp's speed over gloo's; on the shaped links the fraction of the
+    ideal ring time each reaches; sizes from 1 MiB (below, a transfer's fixed cost is the whole call)."""
+    cells = _collective_cells(result)
+    ops = ("all_reduce", "reduce_scatter", "all_gather")
+    sizes = sorted({k[3] for k in cells if k[3] >= 1 << 20})
+    worlds = sorted({k[1] for k in cells})
+    out = [provenance(result) + " Medians over each case's alternated calls; a call's time is its slowest rank's.",
+           ""]
+    loop = [(w, op) for w in worlds for op in ops if any(("loopback", w, op, s) in cells for s in sizes)]
+    if loop:
+        out += ["Loopback, dlcp's speed over gloo's (gloo's median time over dlcp's; above 1: dlcp faster):", "",
+                "| loopback | " + " | ".join(_size(s) for s in sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
+        for w, op in loop:
+            vals = [cells.get(("loopback", w, op, s)) for s in sizes]
+            out.append(f"| {op.replace('_', '-')} P={w} | "
+                       + " | ".join(f"{c['speedup']:.2f}" if c else "" for c in vals) + " |")
+        out.append("")
+    shaped = sorted({k[0] for k in cells if k[0].endswith(" ideal")})
+    for net in shaped:
+        label = net[:-len(" ideal")]
+        out += [f"{label} links, fraction of the ideal ring time, dlcp / gloo:", "",
+                f"| {label} | " + " | ".join(_size(s) for s in sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
+        for w in worlds:
+            for op in ops:
+                vals = [cells.get((net, w, op, s)) for s in sizes]
+                if any(vals):
+                    out.append(f"| {op.replace('_', '-')} P={w} | " + " | ".join(
+                        f"{c['median']['candidate']:.3f} / {c['median']['baseline']:.3f}" if c else ""
+                        for c in vals) + " |")
+        out.append("")
+    return "\n".join(out).rstrip("\n")
+
+
+def bounded_loss_table(result: Result) -> str:
+    """``bench/bounded_loss.py``: the lossy all-reduce against the exact one that retransmits."""
+    rows = ["| all-reduce | lossy p=1% | exact, retransmits | speed-up | zero-filled (median) | "
+            "retransmitted packets per call (lossy / exact) |", "|---|---|---|---|---|---|"]
+    for case in result["cases"]:
+        p = case["params"]
+        size = case["case"].rsplit("all-reduce ", 1)[-1]
+        rows.append(f"| {size} | {case['median']['candidate'] * 1e3:.0f} ms | {case['median']['baseline'] * 1e3:.0f} ms"
+                    f" | {case['speedup']:.2f}x | {p['zero_filled_fraction_median']:.2%} | "
+                    f"{p['retransmitted_packets_lossy']:g} / {p['retransmitted_packets_exact']:g} |")
+    return "\n".join([provenance(result), "", *rows])
+
+
+def readme_summary(transport: Result, collectives: Result) -> str:
+    """The README's headline figures: the transport against TCP and the all-reduce against gloo on 1 Gb/s links."""
+    t = _cases(transport)
+    lines = ["| measured (1 Gb/s tbf links, MTU 9000 unless said) | dlcp | baseline |", "|---|---|---|"]
+    for name, label in (("p2p 1Gb/s tbf, MTU 9000", "transport, one flow"),
+                        ("p2p 1Gb/s tbf, MTU 1500", "transport, one flow, MTU 1500"),
+                        ("all-to-all 4 hosts 1Gb/s tbf, MTU 9000", "transport, 4-host all-to-all, per host")):
+        if name in t:
+            c = t[name]
+            lines.append(f"| {label} | {c['median']['candidate']:.3f} Gb/s | TCP {c['median']['baseline']:.3f} Gb/s |")
+    cells = _collective_cells(collectives)
+    for (net, world, op, nbytes), c in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][3])):
+        if net.endswith(" ideal") and op == "all_reduce" and nbytes in (16 << 20, 256 << 20):
+            lines.append(f"| all-reduce, P={world}, {_size(nbytes)}: fraction of the ideal ring time | "
+                         f"{c['median']['candidate']:.3f} | gloo {c['median']['baseline']:.3f} |")
+    return "\n".join(lines + ["", f"Transport: {provenance(transport)} Collectives: {provenance(collectives)} "
+                              "Full tables: [docs/transport.md](docs/transport.md), [docs/backend.md](docs/backend.md)."])
+
+
+REGIONS: dict[str, Region] = {r.name: r for r in (
+    Region("transport", "docs/transport.md", ("results/transport.json",), transport_table),
+    Region("collectives", "docs/backend.md", ("results/collectives.json",), collectives_tables),
+    Region("bounded-loss", "docs/bounded-loss.md", ("results/bounded_loss.json",), bounded_loss_table),
+    Region("readme", "README.md", ("results/transport.json", "results/collectives.json"), readme_summary),
+)}
+
+#: Documents generated whole by another module, which names its sources in its first lines.
+WHOLE = {"docs/evaluation.md": "testbed.evaluation"}
+
+
+# --- taking a benchmark result into results/ ----------------------------------------------------------------------
+
+def _round(x: Any) -> Any:
+    """``x`` with every float in it rounded to 4 significant digits (more than any run-to-run spread here)."""
+    if isinstance(x, float):
+        return float(f"{x:.4g}")
+    if isinstance(x, dict):
+        return {k: _round(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_round(v) for v in x]
+    return x
+
+
+def compact(result: Result) -> Result:
+    """A ``bench/harness.py`` result as committed under ``results/``: every repetition kept, but only its metric;
+    every float rounded to 4 significant digits; the text summary a benchmark keeps in its params dropped (the
+    tables are made from the data)."""
+    out = {k: v for k, v in result.items() if k != "cases"}
+    out["params"] = {k: v for k, v in result.get("params", {}).items() if k != "summary"}
+    out["cases"] = []
+    for case in result["cases"]:
+        metric = case["metric"]
+        c = {k: v for k, v in case.items() if k != "repetitions"}
+        c["repetitions"] = {role: [r[metric] for r in runs] for role, runs in case["repetitions"].items()}
+        out["cases"].append(c)
+    return _round(out)
+
+
+def take(path: Path, root: Path = ROOT) -> Path:
+    """Copy the benchmark result at ``path`` into ``results/`` (compacted); returns the file written."""
+    result = json.loads(path.read_text())
+    for key in ("name", "command", "machine", "cases"):
+        if key not in result:
+            raise ValueError(f"{path}: not a benchmark result (no {key!r}; made by bench/harness.py?)")
+    dst = root / "results" / f"{result['name']}.json"
+    small = compact(result)
+    cases = small.pop("cases")
+    head = json.dumps(small, indent=1)
+    # one line per case: readable in a diff, a fraction of the size of one line per repetition
+    dst.write_text(head[:-2] + ',\n "cases": [\n' + ",\n".join("  " + json.dumps(c) for c in cases) + "\n ]\n}\n")
+    return dst
+
+
+# --- applying them --------------------------------------------------------------------------------------------------
+
+def _splice(text: str, region: Region, body: str, doc: str) -> str:
+    """``text`` with the region's markers and everything between them replaced by the markers around ``body``."""
+    m = re.search(rf"^<!-- begin generated: {re.escape(region.name)}( .*)?-->$", text, re.M)
+    if not m:
+        raise ValueError(f"{doc}: no '<!-- begin generated: {region.name} ...-->' marker")
+    end = text.find(_end(region.name), m.end())
+    if end < 0:
+        raise ValueError(f"{doc}:{text.count(chr(10), 0, m.start()) + 1}: region {region.name!r} has no "
+                         f"'{_end(region.name)}' marker")
+    return text[:m.start()] + region.begin() + "\n" + body + "\n" + text[end:]
+
+
+def _evaluation(root: Path, doc: str) -> str:
+    """Re-run ``python -m testbed.evaluation`` with the sources the document's header names."""
+    from . import evaluation
+
+    text = (root / doc).read_text()
+    m = re.search(r"<!-- Generated by `python -m testbed\.evaluation` from the sweeps' JSON \((?P<src>[^)]*)\)", text)
+    if not m:
+        raise ValueError(f"{doc}: no 'Generated by `python -m testbed.evaluation`' header naming its sources")
+    argv = []
+    for item in m.group("src").split(", "):
+        key, _, path = item.partition(": ")
+        argv += [f"--{key}", path]
+    out = io.StringIO()
+    # from the root, so that the sources are named in the header as they were given (relative paths)
+    with contextlib.chdir(root), contextlib.redirect_stdout(out):
+        evaluation.main(argv)
+    return out.getvalue()
+
+
+def render_all(root: Path = ROOT) -> dict[str, str]:
+    """Every generated document's new text, by path relative to ``root`` (unchanged ones included)."""
+    texts: dict[str, str] = {}
+    for doc in WHOLE:
+        texts[doc] = _evaluation(root, doc)
+    for region in REGIONS.values():
+        if region.doc not in texts:
+            texts[region.doc] = (root / region.doc).read_text()
+        data = [json.loads((root / s).read_text()) for s in region.sources]
+        texts[region.doc] = _splice(texts[region.doc], region, region.render(*data), region.doc)
+    for doc, text in texts.items():
+        for m in BEGIN.finditer(text):
+            if m.group("name") not in REGIONS:
+                raise ValueError(f"{doc}:{text.count(chr(10), 0, m.start()) + 1}: generated region "
+                                 f"{m.group('name')!r} has no renderer in testbed.report.REGIONS")
+    return texts
+
+
+def stale(root: Path = ROOT) -> list[str]:
+    """The documents whose committed text differs from what their data renders."""
+    return sorted(doc for doc, text in render_all(root).items() if (root / doc).read_text() != text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m testbed.report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a generated table is stale")
+    ap.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this checkout)")
+    ap.add_argument("--take", type=Path, action="append", default=[], metavar="RESULT.json",
+                    help="first copy this benchmark result into results/ (compacted); repeatable")
+    args = ap.parse_args(argv)
+    try:
+        for path in args.take:
+            print(f"report: took {path} -> {take(path, args.root)}")
+        texts = render_all(args.root)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"report: {e}", file=sys.stderr)
+        return 2
+    changed = [doc for doc, text in texts.items() if (args.root / doc).read_text() != text]
+    if args.check:
+        for doc in changed:
+            print(f"report: {doc} does not match its data in results/; run `make report`", file=sys.stderr)
+        return 1 if changed else 0
+    for doc in changed:
+        (args.root / doc).write_text(texts[doc])
+        print(f"report: rewrote {doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
