@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["Split", "DataError", "load", "shard", "DATASETS"]
+from .spec import DATASETS  # one list of names, checked by the spec reader
 
-DATASETS = ("digits", "synthetic-cifar", "text", "cifar10")
+__all__ = ["Split", "DataError", "load", "shard", "DATASETS"]
 
 
 class DataError(ValueError):
@@ -44,14 +44,21 @@ class Split:
     vocab: int = 0  # text: number of distinct tokens (inputs are token ids)
 
 
-def load(name: str, *, seed: int = 0, path: str | None = None, size: int | None = None) -> Split:
-    """Load dataset ``name`` (one of :data:`DATASETS`); ``size`` caps the number of generated samples."""
+def load(name: str, *, seed: int = 0, path: str | None = None, size: int | None = None,
+         test_size: int | None = None) -> Split:
+    """Load dataset ``name`` (one of :data:`DATASETS`); ``size`` caps the number of generated samples.
+    ``test_size`` (generated datasets only): that many held-out samples generated beside ``size`` training ones,
+    instead of a 20% split: a larger test set resolves smaller accuracy differences (at 10,000 samples and 90%
+    accuracy the standard error is 0.3 points)."""
+    if test_size is not None and name not in ("synthetic-cifar", "text"):
+        raise DataError(f"test_size: dataset {name} has a fixed test set (only synthetic-cifar and text are "
+                        f"generated)")
     if name == "digits":
         return _digits(seed)
     if name == "synthetic-cifar":
-        return _synthetic_cifar(seed, size or 4000)
+        return _synthetic_cifar(seed, size or 4000, test_size)
     if name == "text":
-        return _text(seed, size or 20000)
+        return _text(seed, size or 20000, test_size)
     if name == "cifar10":
         if not path:
             raise DataError("dataset cifar10 needs `path:` (a directory with data_batch_1..5 and test_batch)")
@@ -66,11 +73,11 @@ def shard(x: torch.Tensor, y: torch.Tensor, rank: int, world: int) -> tuple[torc
 
 
 def _split(name: str, x: np.ndarray, y: np.ndarray, seed: int, test_fraction: float, num_classes: int,
-           vocab: int = 0) -> Split:
+           vocab: int = 0, n_test: int | None = None) -> Split:
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(x))
     x, y = x[order], y[order]
-    n_test = int(len(x) * test_fraction)
+    n_test = int(len(x) * test_fraction) if n_test is None else n_test
     xt = torch.from_numpy(np.ascontiguousarray(x))
     yt = torch.from_numpy(np.ascontiguousarray(y)).long()
     return Split(name, xt[n_test:], yt[n_test:], xt[:n_test], yt[:n_test], num_classes, tuple(x.shape[1:]), vocab)
@@ -84,7 +91,8 @@ def _digits(seed: int) -> Split:
     return _split("digits", x, d.target.astype(np.int64), seed, 0.2, 10)
 
 
-def _synthetic_cifar(seed: int, n: int) -> Split:
+def _synthetic_cifar(seed: int, n_train: int, n_test: int | None) -> Split:
+    n = n_train + (n_test or 0)
     rng = np.random.default_rng(1000 + seed)
     classes = 10
     # Smooth templates: low-frequency noise upsampled to 32x32.
@@ -97,7 +105,7 @@ def _synthetic_cifar(seed: int, n: int) -> Split:
         x[i] = np.roll(templates[y[i]], tuple(shifts[i]), axis=(1, 2))
     x *= rng.uniform(0.6, 1.4, size=(n, 1, 1, 1)).astype(np.float32)
     x += rng.normal(scale=1.2, size=x.shape).astype(np.float32)
-    return _split("synthetic-cifar", x, y.astype(np.int64), seed, 0.2, classes)
+    return _split("synthetic-cifar", x, y.astype(np.int64), seed, 0.2, classes, n_test=n_test)
 
 
 _SUBJECTS = ["the switch", "a worker", "the gradient", "every packet", "the ring", "a queue", "the model", "one host"]
@@ -107,7 +115,8 @@ _ENDS = [" quickly.", " again.", " in order.", " at once.", ".", " under load."]
 TEXT_CONTEXT = 8
 
 
-def _text(seed: int, n_chars: int) -> Split:
+def _text(seed: int, n_train: int, n_test: int | None) -> Split:
+    n_chars = n_train + (n_test or 0)
     rng = np.random.default_rng(2000 + seed)
     parts = []
     total = 0
@@ -122,7 +131,7 @@ def _text(seed: int, n_chars: int) -> Split:
     windows = np.lib.stride_tricks.sliding_window_view(ids, TEXT_CONTEXT + 1)[:n_chars]
     x = windows[:, :TEXT_CONTEXT].astype(np.float32)  # token ids as floats: one tensor type for every dataset
     y = windows[:, TEXT_CONTEXT].copy()
-    return _split("text", x, y, seed, 0.2, len(alphabet), vocab=len(alphabet))
+    return _split("text", x, y, seed, 0.2, len(alphabet), vocab=len(alphabet), n_test=n_test)
 
 
 def _cifar10(path: Path) -> Split:

@@ -479,7 +479,13 @@ def summarise(spec: RunSpec, workers: list[dict[str, Any]], wall_s: float) -> di
     elements = sum(int(i.get("elements", 0)) for i in its)
     worst = max((i.get("zero_filled", 0) / i["elements"] for i in its if i.get("elements")), default=0.0)
     retrans = sum(w.get("transport", {}).get("retransmissions", 0) or 0 for w in workers)
-    return {"algorithm": spec.algorithm, "steps": steps, "iter_p50_s": _percentile(per_step, 0.5),
+    # computation per step without communication (each worker timed its model alone before training), and what
+    # the rest of a step costs next to it: (iteration p50 - compute) / compute
+    computes = sorted(float(w["compute_s"]) for w in workers if w.get("compute_s"))
+    compute = computes[len(computes) // 2] if computes else None
+    iter_p50 = _percentile(per_step, 0.5)
+    return {"algorithm": spec.algorithm, "steps": steps, "iter_p50_s": iter_p50, "compute_s": compute,
+            "comm_compute_ratio": (iter_p50 - compute) / compute if compute and per_step else None,
             "iter_p99_s": _percentile(per_step, 0.99), "iter_mean_s": sum(per_step) / max(1, len(per_step)),
             "train_time_s": r0["iterations"][-1]["start"] + r0["iterations"][-1]["dt"] if steps else 0.0,
             "time_to_target_s": ttt, "target_accuracy": spec.target_accuracy,

@@ -29,7 +29,8 @@ import yaml
 __all__ = ["SpecError", "LinkSpec", "TopologySpec", "BackgroundFlow", "TcpSpec", "ThresholdSpec", "RunSpec",
            "load_spec", "parse_rate", "ALGORITHMS", "TOPOLOGIES", "PRIORITY_MODES", "LOAD_BALANCING"]
 
-ALGORITHMS = ("ddp-gloo", "dlcp-allreduce", "dear", "dear-gloo", "spardl", "acid")
+ALGORITHMS = ("ddp-gloo", "dlcp-allreduce", "dear", "dear-gloo", "spardl", "spardl-gloo", "topk-allgather",
+              "topk-allgather-gloo", "acid")
 #: How the switches pick a DLCP packet's queue (``priority_mode``): ``trust`` the priority the sender wrote (1..6 by
 #: layer position, host.policy); ``layer-table`` a controller table by layer index and gradient magnitude class
 #: (the sender's priority ignored); ``single`` every packet, DLCP's control messages included, in queue 0 (no
@@ -40,6 +41,9 @@ LOAD_BALANCING = ("spray", "per-flow")
 TCP_CONGESTION = ("reno", "cubic", "bbr", "dctcp", "vegas", "htcp", "bic", "westwood", "illinois", "highspeed",
                   "scalable", "yeah", "hybla", "lp", "veno", "nv", "cdg")
 TOPOLOGIES = ("star", "dumbbell", "leaf-spine")
+#: Models (testbed.models) and datasets (testbed.data), named here so a spec is checked without importing torch.
+MODELS = ("mlp", "cnn", "char-mlp", "transformer")
+DATASETS = ("digits", "synthetic-cifar", "text", "cifar10")
 SWITCH_TARGETS = ("embedded", "bmv2")
 
 
@@ -120,6 +124,7 @@ class RunSpec:
     model: str = "mlp"
     dataset: str = "digits"
     dataset_path: str | None = None
+    test_size: int | None = None        # generated datasets: held-out samples (None: 20% of the generated ones)
     algorithm: str = "dlcp-allreduce"
     loss_bound: float = 0.0
     # dlcp transport: on (ECN + delay), fast (on with FAST's delay law), ecn (the switches mark), off
@@ -237,7 +242,7 @@ class _Reader:
 
 _INTS = {"mtu", "hosts", "background_hosts", "delay_us", "queue", "flows", "workers", "teams", "batch_size", "steps",
          "eval_every", "hidden", "seed", "priority_queues"}
-_OPTIONAL_INTS = {"drop", "mark", "job_dscp", "rto_min_ms"}
+_OPTIONAL_INTS = {"drop", "mark", "job_dscp", "rto_min_ms", "test_size"}
 _OPTIONAL_BOOLS = {"ecn"}
 _FLOATS = {"acid_step_seconds", "rate_com", "loss", "loss_bound", "density", "lr", "momentum", "target_accuracy",
            "timeout_s", "compute_ms"}
@@ -331,6 +336,21 @@ def _check(spec: RunSpec) -> None:
         raise bad("tcp.rto_min_ms", f"{tcp.rto_min_ms} is outside 1..1000 ms")
     if not 0.0 <= spec.compute_ms <= 10_000.0:
         raise bad("compute_ms", f"{spec.compute_ms} is outside 0..10000 ms")
+    if spec.test_size is not None:
+        if spec.dataset not in ("synthetic-cifar", "text"):
+            raise bad("test_size", f"dataset {spec.dataset} has a fixed test set (test_size is for the generated "
+                                   f"ones: synthetic-cifar, text)")
+        if not 100 <= spec.test_size <= 200_000:
+            raise bad("test_size", f"{spec.test_size} is outside 100..200000 samples")
+    if spec.dataset not in DATASETS:
+        raise bad("dataset", f"{spec.dataset!r} is not one of {', '.join(DATASETS)}")
+    if spec.model not in MODELS:
+        raise bad("model", f"{spec.model!r} is not one of {', '.join(MODELS)}")
+    needs = {"cnn": ("synthetic-cifar", "cifar10"), "char-mlp": ("text",), "transformer": ("text",)}
+    if spec.algorithm != "acid" and spec.dataset not in needs.get(spec.model, (spec.dataset,)):
+        raise bad("model", f"{spec.model} needs dataset {' or '.join(needs[spec.model])}, not {spec.dataset}")
+    if spec.model == "transformer" and spec.hidden % 4:
+        raise bad("hidden", f"the transformer's width ({spec.hidden}) must be a multiple of its 4 heads")
     if spec.compute_ms and spec.algorithm == "acid":
         raise bad("compute_ms", "acid pads its steps with acid_step_seconds instead")
     hosts = {f"h{i + 1}" for i in range(t.hosts)} | {f"b{i + 1}" for i in range(t.background_hosts)}

@@ -50,6 +50,7 @@ __all__ = ["Sweep", "Cell", "load_sweep", "make_sweep", "run_sweep", "median_ci"
 #: (summary key, label, unit scale, unit) of the metrics a sweep summarises.
 METRICS: tuple[tuple[str, str, float, str], ...] = (
     ("iter_p50_s", "iteration time (p50)", 1000.0, "ms"),
+    ("comm_compute_ratio", "exposed comm / compute", 1.0, ""),
     ("time_to_target_s", "time to target", 1.0, "s"),
     ("final_accuracy", "final accuracy", 1.0, ""),
     ("zero_filled_fraction", "zero-filled fraction", 100.0, "%"),

@@ -16,12 +16,21 @@ Algorithms:
 * ``dear-gloo``: the same DeAR over the gloo backend (exact; its ring reduce-scatter over isend/irecv), so
   DeAR's overlap and DLCP's network mechanisms can be told apart.
 * ``spardl``: DDP over dlcp with the SparDL comm hook at ``spec.density``.
+* ``topk-allgather``: DDP over dlcp with a top-k all-gather comm hook at ``spec.density`` (every rank's top-k
+  reaches every rank: :func:`host.spardl.baselines.topk_allgather`, the baseline SparDL is measured against),
+  with the same selection, error feedback and dense warm-up steps as the SparDL hook.
+* ``spardl-gloo``, ``topk-allgather-gloo``: the same two over the gloo backend (their exchanges are isend/irecv),
+  so the sparse algorithms can be compared without the dlcp transport.
 * ``acid`` does not come here: :meth:`testbed.run.Testbed.run_acid` starts A²CiD²'s own pairing service and
   workers (``python -m host.acid``), which have no global step.
 
 Emulated compute (``spec.compute_ms``): every parameterised layer sleeps its share of the step, a third of it in
 forward and two thirds in backward (as an accelerator's kernels would take, leaving the CPU to communication), so
 an algorithm that overlaps communication with computation (DeAR) has something to hide behind.
+
+Compute time: before training, every worker times a few forward/backward passes of its model on its own (no
+communication, no parameter update, emulated compute included) and reports the median as ``compute_s``, so the
+summary can state how communication compares with computation.
 
 Stopping: after ``spec.steps`` steps, or at the first evaluation reaching ``spec.target_accuracy`` (rank 0
 decides and broadcasts the decision, so every rank stops at the same step).
@@ -124,6 +133,33 @@ class DDPTrainer(Trainer):
         return loss.item()
 
 
+def _topk_allgather_state(density: float):
+    """A DDP comm-hook state like :class:`host.spardl.api.SparDLHookState` (same private group, per-bucket error
+    feedback, dense warm-up, serial worker thread) whose bucket exchange is a top-k all-gather: each rank's top-k
+    of (gradient + residual) is gathered by every rank (Bruck, ceil(log2 P) steps) and summed; what a rank did not
+    select stays in its residual."""
+    from host.spardl.api import SparDLHookState
+    from host.spardl.baselines import topk_allgather
+    from host.spardl.exchange import run_on_group
+
+    class _State(SparDLHookState):
+        def _run(self, key, buf, layout=None):
+            flat = buf.reshape(-1)
+            original, addend = self.state.buffers_for(key, flat, layout)
+            direct = buf.is_contiguous()
+            out = run_on_group(topk_allgather(self.rank, self.world, original, self.density, own_input=True,
+                                              addend=addend, out=flat if direct else None), self.group,
+                               self.timeout)
+            if self.state.error_feedback:
+                self.state.residuals[key] = out.residual
+            self.bytes_sent += out.bytes_sent
+            if not direct:
+                buf.copy_(out.result.view_as(buf))
+            return buf.div_(self.world)
+
+    return _State(density=density)
+
+
 class DeARTrainer(Trainer):
     def __init__(self, spec: RunSpec, model: nn.Module):
         super().__init__(spec, model)
@@ -179,24 +215,45 @@ def make_trainer(spec: RunSpec, model: nn.Module) -> Trainer:
                                         dlcp_allreduce_hook))
     if spec.algorithm in ("dear", "dear-gloo"):
         return DeARTrainer(spec, model)
-    if spec.algorithm == "spardl":
+    if spec.algorithm in ("spardl", "spardl-gloo"):
         from host.spardl.api import SparDLHookState, spardl_hook
 
         return DDPTrainer(spec, model, (SparDLHookState(density=spec.density, teams=spec.teams), spardl_hook))
+    if spec.algorithm in ("topk-allgather", "topk-allgather-gloo"):
+        from host.spardl.api import spardl_hook
+
+        return DDPTrainer(spec, model, (_topk_allgather_state(spec.density), spardl_hook))
     raise ValueError(f"algorithm {spec.algorithm!r} has no synchronous trainer")
 
 
 def backend_for(spec: RunSpec) -> str:
-    return "gloo" if spec.algorithm in ("ddp-gloo", "dear-gloo") else "dlcp"
+    return "gloo" if spec.algorithm in ("ddp-gloo", "dear-gloo", "spardl-gloo", "topk-allgather-gloo") else "dlcp"
+
+
+def measure_compute(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int, repeats: int = 5) -> float:
+    """Median seconds of one forward + backward of ``model`` alone on ``batch_size`` samples (after one warm-up
+    pass): this worker's computation per step without any communication. Gradients are cleared afterwards and
+    no parameter changes, so every rank still starts from the same model."""
+    loss_fn = nn.CrossEntropyLoss()
+    xb, yb = x[:batch_size], y[:batch_size]
+    times = []
+    for i in range(repeats + 1):
+        t = time.perf_counter()
+        loss_fn(model(xb), yb).backward()
+        if i:
+            times.append(time.perf_counter() - t)
+        model.zero_grad(set_to_none=True)
+    return sorted(times)[len(times) // 2]
 
 
 def train(spec: RunSpec, out: Path) -> dict[str, Any]:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
-    data = load(spec.dataset, seed=spec.seed, path=spec.dataset_path)
+    data = load(spec.dataset, seed=spec.seed, path=spec.dataset_path, test_size=spec.test_size)
     x, y = shard(data.x_train, data.y_train, rank, world)
     model = build(spec.model, data, hidden=spec.hidden, seed=spec.seed)
     emulate_compute(model, spec.compute_ms)
+    compute_s = measure_compute(model, x, y, spec.batch_size)
     if spec.loss_bound:
         os.environ.setdefault("DLCP_LOSS_BOUND", str(spec.loss_bound))
     os.environ.setdefault("DLCP_CC", spec.congestion_control)
@@ -246,7 +303,7 @@ def train(spec: RunSpec, out: Path) -> dict[str, Any]:
     dist.barrier()
     dist.destroy_process_group()
     result = {"rank": rank, "world": world, "algorithm": spec.algorithm, "iterations": iters, "evals": evals,
-              "final_accuracy": final, "wall_s": time.monotonic() - t0, "cpu_s": time.process_time() - cpu0,
+              "final_accuracy": final, "wall_s": time.monotonic() - t0, "compute_s": compute_s, "cpu_s": time.process_time() - cpu0,
               "transport": _jsonable(stats)}
     out.write_text(json.dumps(result))
     return result

@@ -11,7 +11,8 @@ from testbed.spec import LinkSpec, RunSpec, TopologySpec
 from testbed.topos import plan
 
 
-@pytest.mark.parametrize("name,model", [("digits", "mlp"), ("synthetic-cifar", "cnn"), ("text", "char-mlp")])
+@pytest.mark.parametrize("name,model", [("digits", "mlp"), ("synthetic-cifar", "cnn"), ("text", "char-mlp"),
+                                        ("text", "transformer")])
 def test_datasets_and_models_fit(name, model):
     d = load(name, seed=0, size=600)
     assert len(d.x_train) > len(d.x_test) > 0 and d.num_classes >= 2
@@ -23,6 +24,33 @@ def test_datasets_and_models_fit(name, model):
     assert torch.equal(d.x_train, d2.x_train) and torch.equal(d.y_test, d2.y_test)
     assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(),
                                                   build(model, d2, hidden=32).state_dict().values()))
+
+
+def test_transformer_and_bigger_test_sets():
+    """The transformer trains on text (every parameter gets a gradient through module forwards, which DeAR's
+    hooks need), and test_size generates that many held-out samples beside the training ones."""
+    d = load("text", seed=0, size=2000, test_size=3000)
+    assert (len(d.x_train) + len(d.x_test), len(d.x_test)) == (5000, 3000)
+    c = load("synthetic-cifar", seed=0, size=300, test_size=700)
+    assert (len(c.x_train), len(c.x_test)) == (300, 700)
+    with pytest.raises(DataError, match="test_size"):
+        load("digits", test_size=1000)
+    m = build("transformer", d, hidden=32)
+    ran = set()
+    for mod in m.modules():
+        if any(True for _ in mod.parameters(recurse=False)):
+            mod.register_forward_hook(lambda mod, i, o: ran.add(mod))
+    opt = torch.optim.Adam(m.parameters(), lr=3e-3)
+    first = None
+    for i in range(60):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(m(d.x_train[i * 32 % 1900:][:32]), d.y_train[i * 32 % 1900:][:32])
+        loss.backward()
+        opt.step()
+        first = first if first is not None else loss.item()
+    assert all(p.grad is not None for p in m.parameters())
+    assert ran == {mod for mod in m.modules() if any(True for _ in mod.parameters(recurse=False))}
+    assert loss.item() < 0.8 * first
 
 
 def test_digits_is_learnable_quickly():

@@ -16,7 +16,8 @@ def write(tmp_path, text: str) -> Path:
     return p
 
 
-@pytest.mark.parametrize("name", ["demo.yaml", "star2.yaml"])
+@pytest.mark.parametrize("name", ["demo.yaml", "star2.yaml", "workloads/mlp.yaml", "workloads/cnn.yaml",
+                                  "workloads/transformer.yaml", "dear.yaml", "sparse.yaml"])
 def test_examples_load(name):
     spec = load_spec(EXAMPLES / name)
     assert isinstance(spec, RunSpec) and spec.workers >= 2
@@ -107,6 +108,32 @@ def test_knob_keys_are_validated(tmp_path):
         ("layer-table", "per-flow", {48: 6, 0: 0}, 48, 20.0)
     assert (spec.tcp.congestion_control, spec.tcp.ecn, spec.tcp.rto_min_ms) == ("dctcp", True, 5)
     assert spec_from_json(spec_to_json(spec)) == spec
+
+
+def test_workload_keys_are_validated(tmp_path):
+    """The workloads' keys (issue 32 item 3): test_size only for generated datasets and in range, models only on
+    data they fit, the transformer's width a multiple of its heads, the sparse baselines' names."""
+    cases = {
+        "dataset: digits\ntest_size: 5000\n": "test_size",
+        "dataset: text\nmodel: transformer\nhidden: 64\ntest_size: 50\n": "test_size",
+        "dataset: text\nmodel: transformer\nhidden: 64\ntest_size: many\n": "test_size",
+        "dataset: text\nmodel: transformer\nhidden: 66\n": "hidden",
+        "dataset: digits\nmodel: transformer\n": "model",
+        "dataset: text\nmodel: cnn\n": "model",
+        "dataset: imagenet\n": "dataset",
+        "model: resnet\n": "model",
+        "algorithm: topk-allreduce\n": "algorithm",
+    }
+    for text, key in cases.items():
+        with pytest.raises(SpecError) as e:
+            load_spec(write(tmp_path, "workers: 2\n" + text))
+        assert e.value.key == key, (text, str(e.value))
+    spec = load_spec(write(tmp_path, "workers: 2\ndataset: synthetic-cifar\nmodel: cnn\ntest_size: 10000\n"
+                                     "algorithm: topk-allgather-gloo\ndensity: 0.01\n"))
+    assert (spec.test_size, spec.algorithm) == (10000, "topk-allgather-gloo")
+    assert spec_from_json(spec_to_json(spec)) == spec
+    for algorithm in ("spardl-gloo", "topk-allgather"):
+        assert load_spec(write(tmp_path, f"workers: 2\nalgorithm: {algorithm}\n")).algorithm == algorithm
 
 
 def test_dotted_overrides_reach_nested_keys(tmp_path):
