@@ -24,6 +24,10 @@ How it works:
   issued, with no thread per operation, so receives posted before their sends never deadlock. Every call returns
   a :class:`DlcpWork` at once; ``wait()`` blocks and re-raises the operation's error (a dead peer becomes a
   ``TransportError`` within the timeout).
+* **CUDA tensors** (:mod:`host.staging`): every operation takes them; they are staged through pinned host
+  buffers, copied on a side stream of their device that follows the caller's current stream, and ``wait()``
+  makes the caller's current stream wait for the copies back (the host does not block), as gloo's CUDA path
+  does. One operation's tensors are on one device.
 * **Options** (:class:`DlcpOptions`, or environment variables ``DLCP_LOSS_BOUND``, ``DLCP_MTU``,
   ``DLCP_POLICY``, ``DLCP_CC``, ``DLCP_TIMEOUT``, ``DLCP_PEER_TIMEOUT``, ``DLCP_ADDR``, ``DLCP_PORT``,
   ``DLCP_JOB_ID``): ``DLCP_LOSS_BOUND`` is the bound of the callers that ask for loss without naming one (the DDP
@@ -34,6 +38,7 @@ How it works:
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import logging
 import os
@@ -53,6 +58,7 @@ import torch.distributed as dist
 
 from host import wire
 from host.collectives import Collectives, EndpointLink, LossStats, Outcome, RecvReport, ReduceOp, check_loss
+from host.staging import DeviceStreams, Staged, operation_device, tensors_in
 from host.transport.cc import CCParams, params_for_mode
 from host.transport.chunking import payload_capacity
 from host.transport.endpoint import Endpoint, Options, TransportError, path_mtu
@@ -232,19 +238,39 @@ class DlcpWork:
         self.lost_ranges: list[tuple[int, int]] = []  # union over the group's ranks (Outcome.lost)
         self.zero_filled = 0  # elements covered by lost_ranges
         self.elements = 0  # elements of the operation's flat buffer
+        self._staging: Staged | None = None  # device tensors' host stand-ins (host.staging)
+
+    def _stage(self, staged: Staged) -> None:
+        """Run on the host stand-ins of ``staged``: the results are the device tensors, the future a device
+        one. Called before the work can complete."""
+        self._staging = staged
+        self._result = staged.to_device(self._result)
+        self._fut = staged.future()
+
+    def devices(self) -> list[str]:
+        """The non-CPU devices of the results (the C++ work's future is made for them)."""
+        st = self._staging
+        return [str(st.device)] if st is not None and st.device.type != "cpu" else []
 
     def _complete(self, outcome: Outcome | None, exc: BaseException | None) -> None:
         if self._done.is_set():
             return
+        st = self._staging
+        if st is not None and exc is None:
+            try:  # the results back to the device (queued on its side stream)
+                st.copy_out()
+            except BaseException as e:  # noqa: BLE001 - handed to the caller through wait()
+                exc = e
         if outcome is not None:
             self.lost_ranges = outcome.merged()
             self.zero_filled, self.elements = outcome.zero_filled, outcome.elements
         self._exc = exc
         self._done.set()
-        if exc is None:
-            self._fut.set_result(self._result)
-        else:
-            self._fut.set_exception(exc)
+        with st.completing() if st is not None else contextlib.nullcontext():
+            if exc is None:
+                self._fut.set_result(self._result)
+            else:
+                self._fut.set_exception(exc)
 
     def _drive(self, timeout: float | None) -> None:
         """Run the finishing step of a work completed by its waiter (point-to-point)."""
@@ -274,13 +300,15 @@ class DlcpWork:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until done (``timeout`` seconds at most; None: the operation's own timeout) and re-raise its
-        error."""
+        error. Device tensors: the caller's current stream then waits for the copies back (the host does not)."""
         if self._finish is not None:
             self._drive(timeout)
         elif not self._done.wait(timeout):
             raise TransportError(f"dlcp operation not complete after {timeout}s")
         if self._exc is not None:
             raise self._exc
+        if self._staging is not None:
+            self._staging.wait_on_current()
         return True
 
     def synchronize(self) -> None:
@@ -330,8 +358,8 @@ def _plain(tensors) -> list[torch.Tensor]:
     whether or not they require grad (DDP with ``create_graph``)."""
     out = []
     for t in tensors:
-        if t.device.type != "cpu":
-            raise ValueError(f"the dlcp backend handles CPU tensors only, got one on {t.device}")
+        if t.device.type != "cpu":  # (device tensors are staged by @_device_tensors before they get here)
+            raise ValueError(f"dlcp: a tensor on {t.device} reached an operation that takes host tensors")
         out.append(t.detach())
     return out
 
@@ -354,6 +382,45 @@ class _Posted:
 
     handle: Any  # host.transport.endpoint.RecvHandle
     buf: torch.Tensor
+
+
+def _on_device(t: torch.Tensor) -> bool:
+    """Whether a tensor is staged through host memory (it is not in host memory). The tests replace this to
+    stage CPU tensors too, which runs every operation's staging with plain copies instead of a GPU's."""
+    return t.device.type != "cpu"
+
+
+_P2P = frozenset({"send", "recv", "recv_anysource"})
+
+
+def _device_tensors(reads: tuple[int, ...] = (), writes: tuple[int, ...] = ()):
+    """A backend method that takes device tensors: the positional arguments ``reads`` hold the tensors the
+    operation reads, ``writes`` those it writes (an in-place operation's are in both). When any of them is on a
+    device, the method runs on their host stand-ins (:class:`~host.staging.Staged`) and its work copies them in
+    before it runs and out when it completes; a send's are copied in at once (it is posted at once). A method
+    called by another staged one (``_allgather_base`` -> ``all_gather_single``) runs as it is."""
+    def wrap(method):
+        name = method.__name__
+
+        @functools.wraps(method)
+        def staged(self: "DlcpBackend", *args, **kwargs):
+            if getattr(self._issuing, "staged", None) is not None:
+                return method(self, *args, **kwargs)
+            rd = [t for i in reads if i < len(args) for t in tensors_in(args[i])]
+            wr = [t for i in writes if i < len(args) for t in tensors_in(args[i])]
+            st = self._stage(name, rd, wr)
+            if st is None:
+                return method(self, *args, **kwargs)
+            if name == "send":
+                st.copy_in()
+            args = tuple(st.to_host(a) if i in reads or i in writes else a for i, a in enumerate(args))
+            self._issuing.staged = st
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self._issuing.staged = None
+        return staged
+    return wrap
 
 
 class DlcpBackend:
@@ -391,6 +458,9 @@ class DlcpBackend:
         self._ahead: dict[tuple[int, int], deque[_Posted]] = {}  # (group peer, tag) -> receives posted ahead
         self._anysource: dict[int, DlcpWork] = {}  # tag -> the unresolved receive from any source
         self._barriers = 0  # monitored barriers run
+        self._streams: dict[torch.device, DeviceStreams] = {}  # side streams per device (host.staging)
+        self._streams_lock = threading.Lock()
+        self._issuing = threading.local()  # .staged: the Staged of the operation the thread is issuing
 
     # rendezvous ---------------------------------------------------------------------------------------------
     def _rendezvous(self, store, rank: int, size: int) -> tuple[list[int], int]:
@@ -447,6 +517,8 @@ class DlcpBackend:
     @staticmethod
     def _execute(fn, work: DlcpWork) -> None:
         try:
+            if work._staging is not None:
+                work._staging.copy_in()
             outcome = fn()
         except BaseException as e:  # noqa: BLE001 - handed to the caller through wait()
             log.debug("dlcp operation failed: %s", e)
@@ -458,7 +530,22 @@ class DlcpBackend:
         if self._closed:
             raise RuntimeError("dlcp process group has been shut down")
 
+    def _stage(self, what: str, reads: list[torch.Tensor], writes: list[torch.Tensor]) -> Staged | None:
+        """The staging of an operation's tensors if they are on a device (None for host tensors)."""
+        tensors = [*reads, *writes]
+        device = operation_device(tensors, what)
+        if device is None or not any(_on_device(t) for t in tensors):
+            return None
+        with self._streams_lock:
+            streams = self._streams.get(device)
+            if streams is None:
+                streams = self._streams[device] = DeviceStreams(device)
+        return Staged(streams, reads, writes, kind="p2p" if what in _P2P else "collectives")
+
     def _issued(self, work: DlcpWork) -> DlcpWork:
+        st = getattr(self._issuing, "staged", None)
+        if st is not None and work._staging is None:
+            work._stage(st)
         if self._coalesced is not None:
             self._coalesced.append(work)
         return work
@@ -466,6 +553,9 @@ class DlcpBackend:
     def _submit(self, fn: Callable[[], Outcome | None], result: list[torch.Tensor]) -> DlcpWork:
         self._check_open()
         work = DlcpWork(result)
+        st = getattr(self._issuing, "staged", None)
+        if st is not None:
+            work._stage(st)  # before the worker can complete it
         self._seq += 1
         self._queue.put((fn, work))
         return self._issued(work)
@@ -494,6 +584,7 @@ class DlcpBackend:
         return _joint_work(works)
 
     # collectives ----------------------------------------------------------------------------------------------
+    @_device_tensors(reads=(0,), writes=(0,))
     def allreduce(self, tensors, opts=None):
         op = ReduceOp.from_torch(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         bound, layer, stats = _scoped(self.options.loss_bound)
@@ -509,6 +600,7 @@ class DlcpBackend:
             return out
         return self._submit(_recorded(run, stats, bound), list(tensors))
 
+    @_device_tensors(reads=(0,), writes=(0,))
     def allreduce_coalesced(self, tensors, opts=None):
         op = ReduceOp.from_torch(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         result = list(tensors)
@@ -529,6 +621,7 @@ class DlcpBackend:
             return out
         return self._submit(_recorded(run, stats, bound), result)
 
+    @_device_tensors(reads=(1,), writes=(0,))
     def allgather(self, output_tensors, input_tensors, opts=None):
         if len(input_tensors) != 1:
             raise ValueError("dlcp allgather takes one input tensor per process")
@@ -537,6 +630,7 @@ class DlcpBackend:
         _, layer, _ = _scoped(0.0)
         return self._submit(lambda: self._coll.all_gather(outs, inp, layer=layer), [result])
 
+    @_device_tensors(reads=(1,), writes=(0,))
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
         """``all_gather_coalesced``: ``output_lists[r][i]`` receives rank ``r``'s ``input_tensors[i]``; one
         all-gather per input, run back to back as one operation."""
@@ -552,6 +646,7 @@ class DlcpBackend:
                 self._coll.all_gather(o, i, layer=layer)
         return self._submit(run, [t for o in output_lists for t in o])
 
+    @_device_tensors(reads=(1,), writes=(0,))
     def _allgather_base(self, output, input, opts=None):
         return self.all_gather_single(output, input, opts)
 
@@ -573,9 +668,11 @@ class DlcpBackend:
             return out
         return run
 
+    @_device_tensors(reads=(1,), writes=(0,))
     def all_gather_single(self, output, input, opts=None):
         return self._submit(self._gather_into(output, input), [output])
 
+    @_device_tensors(reads=(1,), writes=(0,))
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         runs = [self._gather_into(o, i) for o, i in zip(outputs, inputs, strict=True)]
 
@@ -584,6 +681,7 @@ class DlcpBackend:
                 r()
         return self._submit(run, list(outputs))
 
+    @_device_tensors(reads=(1,), writes=(0,))
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         op = ReduceOp.from_torch(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         if len(output_tensors) != 1:
@@ -594,6 +692,7 @@ class DlcpBackend:
         return self._submit(_recorded(lambda: self._coll.reduce_scatter(out_t, ins, op, layer=layer, loss_bound=bound),
                                       stats, bound), [output_tensors[0]])
 
+    @_device_tensors(reads=(1,), writes=(0,))
     def _reduce_scatter_base(self, output, input, opts=None):
         return self.reduce_scatter_single(output, input, opts)
 
@@ -614,9 +713,11 @@ class DlcpBackend:
                                              layer=layer, loss_bound=bound)
         return _recorded(run, stats, bound)
 
+    @_device_tensors(reads=(1,), writes=(0,))
     def reduce_scatter_single(self, output, input, opts=None):
         return self._submit(self._scatter_reduce_into(output, input, opts), [output])
 
+    @_device_tensors(reads=(1,), writes=(0,))
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         runs = [self._scatter_reduce_into(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
 
@@ -627,6 +728,7 @@ class DlcpBackend:
             return out
         return self._submit(run, list(outputs))
 
+    @_device_tensors(reads=(0,), writes=(0,))
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
         pairs = _flat_views(list(tensors))
@@ -638,6 +740,7 @@ class DlcpBackend:
             return Outcome()
         return self._submit(run, list(tensors))
 
+    @_device_tensors(reads=(0,), writes=(0,))
     def reduce(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
         op = ReduceOp.from_torch(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
@@ -654,6 +757,7 @@ class DlcpBackend:
             return out
         return self._submit(_recorded(run, stats, bound), list(tensors))
 
+    @_device_tensors(reads=(1,), writes=(0,))
     def gather(self, output_tensors, input_tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
         result = list(output_tensors[0]) if self._rank == root else None
@@ -661,6 +765,7 @@ class DlcpBackend:
         (inp,) = _plain(input_tensors)
         return self._submit(lambda: self._coll.gather(outs, inp, root), [result] if result is not None else [])
 
+    @_device_tensors(reads=(1,), writes=(0,))
     def scatter(self, output_tensors, input_tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
         (out_t,) = _plain(output_tensors)
@@ -707,13 +812,16 @@ class DlcpBackend:
         self._store.set(f"{key}/done", verdict)
         raise RuntimeError(verdict)
 
+    @_device_tensors(reads=(1,), writes=(0,))
     def alltoall(self, output_tensors, input_tensors, opts=None):
         outs, ins = _plain(output_tensors), _plain(input_tensors)
         return self._submit(lambda: self._coll.all_to_all(outs, ins), list(output_tensors))
 
+    @_device_tensors(reads=(1,), writes=(0,))
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         return self.all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts)
 
+    @_device_tensors(reads=(1,), writes=(0,))
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         P = self._size
         out_splits = list(output_split_sizes) or [output.shape[0] // P] * P
@@ -745,6 +853,7 @@ class DlcpBackend:
             raise ValueError(f"dlcp {what}: peer rank {peer} is not another member of this group of "
                              f"{self._size} (this rank is {self._rank})")
 
+    @_device_tensors(reads=(0,))
     def send(self, tensors, dstRank, tag):  # noqa: N803 - torch's names
         """Posted to the transport now; the work completes when the receiver has it all."""
         self._check_open()
@@ -771,6 +880,7 @@ class DlcpBackend:
             except Exception:  # noqa: BLE001 - its own waiter sees the error; this one only needed it settled
                 pass
 
+    @_device_tensors(writes=(0,))
     def recv(self, tensors, srcRank, tag):  # noqa: N803
         """Posted to the transport now (or taken over from a receive a recv from any source posted ahead); no
         thread waits for it."""
@@ -804,6 +914,7 @@ class DlcpBackend:
         work.source = srcRank
         return self._issued(work)
 
+    @_device_tensors(writes=(0,))
     def recv_anysource(self, tensors, tag):
         """Receive the next message on ``tag`` from whichever member sends first: a receive for the next message
         of every other member is posted (or one posted earlier reused); the first to complete is taken and its

@@ -78,7 +78,12 @@ class DlcpWork : public c10d::Work {
     return obj_.attr("result")().cast<std::vector<at::Tensor>>();
   }
 
-  void synchronize() override {}  // CPU tensors: nothing to order on a stream
+  // Device tensors: the current stream waits for the copies back (the Python work's wait does it after
+  // completion); host tensors: nothing to order.
+  void synchronize() override {
+    py::gil_scoped_acquire gil;
+    obj_.attr("synchronize")();
+  }
 
   // A Python error (TransportError, ...) travels as py::error_already_set and is restored as itself when this
   // returns to Python.
@@ -96,11 +101,19 @@ class DlcpWork : public c10d::Work {
   // A future of the tensors as torch's own C++ code expects it (DDP's reducer reads the value without the GIL, so
   // it must be a TensorList, not the Python list the Python work's future holds): completed, with the GIL taken
   // only to unpack the Python list, when the Python work's future is. Made on first request (the GIL serialises
-  // that), so point-to-point works that nobody asks a future of start no waiter.
+  // that), so point-to-point works that nobody asks a future of start no waiter. For CUDA tensors both futures
+  // are CUDA-aware (made for the work's devices()): the Python one is completed with the side stream that copied
+  // the results back current, its callbacks run on streams that wait for that, and this one records its own
+  // events there, so its consumers (DDP's reducer) are ordered after the copies, as with gloo's CUDA works.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     py::gil_scoped_acquire gil;
     if (!fut_) {
-      fut_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+      std::vector<c10::Device> devices;
+      for (py::handle d : obj_.attr("devices")()) {
+        devices.emplace_back(d.cast<std::string>());
+      }
+      fut_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                      std::move(devices));
       auto pyfut = obj_.attr("get_future")().cast<std::shared_ptr<torch::jit::PythonFutureWrapper>>()->fut;
       auto out = fut_;
       pyfut->addCallback([out](c10::ivalue::Future& f) {

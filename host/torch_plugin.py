@@ -15,11 +15,12 @@ def _create(store, rank, size, timeout):
 
 
 def register() -> None:
-    """Idempotent: register ``dlcp`` for CPU tensors unless it is registered already."""
+    """Idempotent: register ``dlcp`` for CPU and CUDA tensors unless it is registered already (CUDA tensors are
+    staged through host memory: ``host.staging``; on a build without CUDA none ever reaches it)."""
     import torch.distributed as dist
 
     if not dist.is_available():  # pragma: no cover - CPU builds have distributed
         return
     if "dlcp" in dist.Backend.backend_list or hasattr(dist.Backend, "DLCP"):
         return
-    dist.Backend.register_backend("dlcp", _create, devices=["cpu"])
+    dist.Backend.register_backend("dlcp", _create, devices=["cpu", "cuda"])

@@ -11,6 +11,35 @@ import torch
 import torch.distributed as dist
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64]
+STAGED: dict[str, int] | None = None  # copies made by host.staging when DLCP_TEST_STAGE_HOST=1
+
+
+def _stage_host_tensors() -> dict[str, int]:
+    """Make every dlcp operation stage its CPU tensors the way it stages CUDA ones (``host.staging`` with plain
+    copies for streams): the routing, every operation's host stand-ins and its copies in and out all run. Returns
+    the counts of copies in and out, which the scenarios check are not zero."""
+    import host.backend as hb
+
+    counts = {"copy_in": 0, "copy_out": 0}
+
+    class Counting(hb.Staged):
+        def copy_in(self) -> None:
+            counts["copy_in"] += 1
+            super().copy_in()
+
+        def copy_out(self) -> None:
+            counts["copy_out"] += 1
+            super().copy_out()
+
+    hb.Staged = Counting
+    hb._on_device = lambda t: True
+    return counts
+
+
+def _check_staged(r: int) -> None:
+    if STAGED is not None:
+        assert STAGED["copy_in"] > 10 and STAGED["copy_out"] > 10, STAGED
+        print("staged", r, STAGED["copy_in"], STAGED["copy_out"])
 
 
 def _data(shape, dtype, seed):
@@ -159,6 +188,7 @@ def collectives(async_op: bool) -> None:
         dist.all_reduce(t, group=sub)
         assert torch.equal(t, torch.full((8,), float(len(evens)))), t
     dist.barrier()
+    _check_staged(r)
     print("ok", r)
     dist.destroy_process_group()
 
@@ -205,6 +235,7 @@ def ddp() -> None:
             assert sorted(set(state.positions.values())) == [0, 1, 2], state.positions
     for name, w in results.items():
         torch.testing.assert_close(w, results["gloo"], rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    _check_staged(r)
     print("ok", r)
     dist.destroy_process_group()
 
@@ -290,7 +321,8 @@ def half() -> None:
             g_a, g_b = torch.empty(m, dtype=dtype), torch.empty(m, dtype=dtype)
             dist.all_gather_single(g_a, xs[r][mine].clone())
             dist.all_gather_single(g_b, xs[r][mine].clone(), group=gloo)
-            assert torch.equal(g_a, g_b) and torch.equal(g_a, torch.cat([x[q * (m // P):(q + 1) * (m // P)] for q, x in enumerate(xs)])), \
+            every = torch.cat([x[q * (m // P):(q + 1) * (m // P)] for q, x in enumerate(xs)])
+            assert torch.equal(g_a, g_b) and torch.equal(g_a, every), \
                 f"all_gather_single {dtype} n={n}"
     # fp16 AVG divides first: an average representable in fp16 whose sum is not (65504) comes out finite
     big = torch.full((5000,), 40000.0, dtype=torch.float16)
@@ -325,5 +357,7 @@ def half() -> None:
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
+    if os.environ.get("DLCP_TEST_STAGE_HOST") == "1":
+        STAGED = _stage_host_tensors()
     {"collectives": lambda: collectives(False), "collectives-async": lambda: collectives(True), "ddp": ddp,
      "dead-peer": dead_peer, "half": half}[sys.argv[1]]()

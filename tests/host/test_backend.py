@@ -34,6 +34,15 @@ def test_half_precision_on_the_wire_and_against_gloo(size: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("scenario,size", [("collectives-async", 3), ("ddp", 2)])
+def test_staged_tensors_match_gloo(scenario: str, size: int) -> None:
+    """Every operation (and DDP, through the work's future) with its tensors staged through host stand-ins as CUDA
+    tensors are (host.staging; plain copies here instead of a GPU's streams): the same results as gloo."""
+    out = check(launch(MOD, scenario, size, timeout=240, env={"DLCP_TEST_STAGE_HOST": "1"}))
+    assert all(f"staged {r}" in o and o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out
+
+
+@pytest.mark.slow
 def test_async_collectives_match_gloo() -> None:
     check(launch(MOD, "collectives-async", 3, timeout=240))
 

@@ -55,12 +55,12 @@ def test_subgroups_monitored_barrier_and_abort() -> None:
 
 
 def test_registered_through_the_supported_api() -> None:
-    """register_backend with devices: dlcp is the CPU default of its own name, as a CUSTOM backend type."""
+    """register_backend with devices: dlcp serves CPU and CUDA tensors under its own name, as a CUSTOM backend type."""
     import torch.distributed as dist
 
     import host.backend  # noqa: F401 - registers (torch's plugin loading may have done it already)
 
     assert "dlcp" in dist.Backend.backend_list
-    assert dist.Backend.backend_capability["dlcp"] == ["cpu"]
+    assert dist.Backend.backend_capability["dlcp"] == ["cpu", "cuda"]
     assert dist.Backend.backend_type_map["dlcp"] == dist.ProcessGroup.BackendType.CUSTOM
     assert "DLCP" in dist.Backend._plugins
