@@ -23,11 +23,10 @@ takes any object with the :class:`Policy` protocol (``Options.policy``).
 from __future__ import annotations
 
 import bisect
-import functools
 import math
 import os
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -123,18 +122,25 @@ def packet_mean_abs(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return out
 
 
-@functools.cache
-def _abs_sums_kernel():
-    """``_txlane.abs_sums``, or None without the build or with ``DLCP_NATIVE=0`` (the Python paths only, as the
-    transport's fast lanes). Imported on first use: importing ``host.transport`` while this module loads would be
-    circular."""
+#: The C kernel of :func:`packet_mean_abs` (``abs_sums`` of ``host/transport/_txlane.c``), handed over by the
+#: transport when it loads its extension (:func:`use_abs_sums_kernel`). The policy does not import the transport:
+#: the transport depends on the policy, not the other way round.
+_ABS_SUMS_KERNEL: Callable[[np.ndarray, int, np.ndarray], int] | None = None
+
+
+def use_abs_sums_kernel(kernel: Callable[[np.ndarray, int, np.ndarray], int] | None) -> None:
+    """Make ``kernel(values, chunk, out) -> packets`` the per-packet |x| sums of float32/float64 data (``None``:
+    numpy's path only)."""
+    global _ABS_SUMS_KERNEL
+    _ABS_SUMS_KERNEL = kernel
+
+
+def _abs_sums_kernel() -> Callable[[np.ndarray, int, np.ndarray], int] | None:
+    """The registered C kernel, or None without it or with ``DLCP_NATIVE=0`` (the Python paths only, as the
+    transport's fast lanes)."""
     if os.environ.get("DLCP_NATIVE", "1") == "0":
         return None
-    try:
-        from host.transport import _txlane
-    except ImportError:  # pragma: no cover - a broken install; the transport logs it
-        return None
-    return _txlane.abs_sums
+    return _ABS_SUMS_KERNEL
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,7 @@ def test_the_c_kernel_gives_the_numpy_paths_means(dtype, seed, monkeypatch):
     path: the same means within 1e-6, the same packets +inf (NaN, inf, a float32 row sum past its range), the
     same magnitude classes."""
     import host.policy as policy
+    import host.transport  # noqa: F401  (hands the policy its C kernel)
 
     assert policy._abs_sums_kernel() is not None  # the build is there: this compares two real paths
     rng = np.random.default_rng(seed)

@@ -7,8 +7,8 @@ import pytest
 
 from .torch_suite import run_suite
 
-#: One test of each kind the backend once failed, plus the plainest collective: each passes on gloo (see the pass
-#: list in docs/backend.md).
+#: One test of each kind the backend once failed, plus the plainest collective: each passes on gloo (`make
+#: test-torch-suite` writes the whole pass list to build/torch-suite/summary.md).
 SUBSET = ["test_all_reduce_sum", "test_all_gather_coalesced_simple", "test_send_recv_any_source",
           "test_destroy_group", "test_irecv", "test_ddp_create_graph"]
 
