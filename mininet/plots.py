@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .steps import step_times
+
 __all__ = ["plot_runs"]
 
 
@@ -15,12 +17,7 @@ def _label(r: dict[str, Any]) -> str:
 
 def _per_step(r: dict[str, Any]) -> list[float]:
     """Slowest worker's time per step, without the warm-up steps (as the summary)."""
-    from .run import WARMUP_STEPS
-
-    ws = r["workers"]
-    steps = min(len(w["iterations"]) for w in ws)
-    skip = WARMUP_STEPS if steps > 2 * WARMUP_STEPS else 0
-    return [max(w["iterations"][i]["dt"] for w in ws) for i in range(skip, steps)]
+    return step_times(r["workers"])
 
 
 def plot_runs(runs: list[dict[str, Any]], out_dir: str | Path, prefix: str = "") -> list[Path]:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .spec import RunSpec
+from .steps import WARMUP_STEPS, step_times
 from .topos import Plan, plan as make_plan
 from .worker import spec_to_json
 
@@ -432,8 +433,6 @@ def _percentile(values: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-WARMUP_STEPS = 2
-
 
 def acid_workers(record: dict[str, Any]) -> list[dict[str, Any]]:
     """A²CiD²'s record in the testbed's per-worker form. Asynchronous workers have no common step, so each worker's
@@ -463,8 +462,7 @@ def summarise(spec: RunSpec, workers: list[dict[str, Any]], wall_s: float) -> di
     allocations: they measure start-up, not the network); time to target is rank 0's first evaluation at or above
     the target, from the start of training."""
     steps = min(len(w["iterations"]) for w in workers)
-    skip = WARMUP_STEPS if steps > 2 * WARMUP_STEPS else 0
-    per_step = [max(w["iterations"][i]["dt"] for w in workers) for i in range(skip, steps)]
+    per_step = step_times(workers)
     r0 = workers[0]
     ttt = None
     if spec.target_accuracy is not None:
