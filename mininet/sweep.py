@@ -203,7 +203,7 @@ def report_markdown(doc: dict[str, Any]) -> str:
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for name, st in doc["cells"].items():
-        row = [name, str(st["runs"])] + [format_stat(st[key], scale, unit) for key, _l, scale, unit in METRICS]
+        row = [name, str(st["runs"])] + [format_stat(st.get(key), scale, unit) for key, _l, scale, unit in METRICS]
         row.append(f"{st['target_reached']}/{st['runs']}")
         lines.append("| " + " | ".join(row) + " |")
     if doc.get("failed"):
@@ -229,7 +229,7 @@ def plot_sweep(doc: dict[str, Any], out: Path) -> list[Path]:
     paths = []
     names = list(doc["cells"])
     for key, label, scale, unit in METRICS:
-        sts = [doc["cells"][n][key] for n in names]
+        sts = [doc["cells"][n].get(key) or {"median": None} for n in names]
         if all(s["median"] is None for s in sts):
             continue
         med = [(s["median"] or 0.0) * scale for s in sts]

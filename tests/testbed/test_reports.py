@@ -45,3 +45,25 @@ def test_rate_cells_are_compared_at_the_same_setting():
     where = text[text.index("## Where DLCP does not win"):]
     assert "Fair Gloo vs DLCP by link rate: dlcp vs gloo-fair at topology.core.rate=10mbit, iteration time" in where
     assert "background goodput: ratio of medians 0.62, **worse**" in where and "50mbit, iteration" not in where
+
+
+def test_goal_verdicts_and_workload_ratios_come_from_the_cells():
+    def s(it: float, compute: float = 0.2) -> dict:
+        return {**_summary(it, 0.0), "compute_s": compute, "comm_compute_ratio": (it - compute) / compute}
+
+    goals = _doc({"ddp-4": [s(0.60), s(0.62), s(0.58)], "dear-4": [s(0.42), s(0.44), s(0.40)],
+                  "ddp-4-100mbit": [s(0.30), s(0.31), s(0.29)], "dear-4-100mbit": [s(0.28), s(0.30), s(0.27)],
+                  "topk-ag-8": [s(0.78), s(0.80), s(0.70)], "spardl-8": [s(0.27), s(0.50), s(0.26)]})
+    text = render(None, None, {"goals": "g.json"}, goals=goals)
+    # 0.60 / 0.42 = 1.43 by the medians; 0.58 / 0.44 = 1.32 at the interval ends: above 1.3 both ways
+    assert "(`dear-4` vs `ddp-4`, goal 1.3x): 1.43x by the medians, 1.32x at the interval ends: **reached**, even " \
+           "at the interval ends; the baseline's exposed comm / compute 2.00." in text
+    assert "(`dear-4-100mbit` vs `ddp-4-100mbit`, goal 1.3x): 1.07x by the medians, 0.97x at the interval ends: " \
+           "**not reached**" in text
+    assert "(`spardl-8` vs `topk-ag-8`, goal 1.5x): 2.89x by the medians, 1.40x at the interval ends: reached by " \
+           "the medians, not at the interval ends" in text
+    assert "DeAR's and SparDL's speed-up goals (`examples" not in text  # no longer listed as not covered
+    work = _doc({"mlp-ddp": [s(0.6)] * 3, "mlp-dear": [s(0.4)] * 3, "cnn-ddp": [s(1.0)] * 3})
+    text = render(None, None, {"workloads": "w.json"}, workloads=work)
+    assert "- mlp: DDP's exposed comm / compute 2 [2, 2] (75% CI) (within 0.5x-3x); DeAR 1.50x over DDP" in text
+    assert "- cnn: DDP's exposed comm / compute 4 [4, 4] (75% CI) (**outside** 0.5x-3x)." in text
