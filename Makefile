@@ -5,13 +5,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dlcp-setup
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup test test-fast test-torch-suite bench report demo p4 proto clean help
+.PHONY: setup test test-fast test-torch-suite test-cuda bench report demo p4 proto clean help
 
 help:
 	@echo "make demo       run the main job (training over the emulated P4 network, compared with Gloo)"
 	@echo "make test       set up and run the whole test suite"
 	@echo "make test-fast  the quick subset (no tests marked slow)"
 	@echo "make test-torch-suite  PyTorch's distributed test suite on gloo and dlcp, side by side (hours)"
+	@echo "make test-cuda  the dlcp backend on CUDA tensors (needs a GPU; not part of make test)"
 	@echo "make bench      every benchmark, side by side with its baseline -> bench/results/"
 	@echo "make report     regenerate the tables in docs/ and README.md from the committed results/*.json"
 	@echo "make p4         compile the P4 programs in p4src/ (P4Info; p4c-bm2-ss too when installed)"
@@ -33,6 +34,10 @@ test-fast: setup
 # PyTorch's DistributedTest suite against gloo and dlcp; the pass lists side by side in build/torch-suite/summary.md.
 test-torch-suite: setup
 	$(PYTEST) -m torch_suite tests/host/torch_suite_full.py
+
+# The dlcp backend on CUDA tensors: a machine with a GPU (tests/host/cuda_suite.py is not collected by make test).
+test-cuda: setup
+	$(PYTEST) -m cuda tests/host/cuda_suite.py
 
 bench: setup
 	$(PY) bench/run_all.py

@@ -1,0 +1,34 @@
+"""The dlcp backend on CUDA tensors (``make test-cuda``, marker ``cuda``): every collective, point-to-point and
+futures against host computations and gloo's CUDA path, and DDP on GPUs against gloo. Not collected by ``make
+test`` (the file name is not ``test_*``): it needs a GPU, and on a machine without one every test here skips with
+that reason."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from .dist_run import check, launch
+
+MOD = "tests.host.cuda_worker"
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none visible)")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _built_extension() -> None:
+    from host.backend_ext import load
+
+    load()
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_collectives_on_cuda_tensors(size: int) -> None:
+    out = check(launch(MOD, "collectives", size, timeout=300))
+    assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out
+
+
+def test_ddp_on_cuda_matches_gloo() -> None:
+    out = check(launch(MOD, "ddp", 2, timeout=300))
+    assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out
