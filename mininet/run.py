@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .spec import RunSpec
-from .steps import WARMUP_STEPS, step_times
+from .steps import step_times
 from .topos import Plan, plan as make_plan
 from .worker import spec_to_json
 
@@ -458,7 +458,7 @@ def acid_workers(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 def summarise(spec: RunSpec, workers: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     """The numbers the comparison table shows. Iteration time per step is the slowest rank's (a synchronous step
-    is as slow as its slowest worker), leaving out the first ``WARMUP_STEPS`` (connection set-up, first-touch
+    is as slow as its slowest worker), leaving out the first ``steps.WARMUP_STEPS`` (connection set-up, first-touch
     allocations: they measure start-up, not the network); time to target is rank 0's first evaluation at or above
     the target, from the start of training."""
     steps = min(len(w["iterations"]) for w in workers)
