@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dlcp-setup
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup test test-fast test-torch-suite test-cuda bench report demo p4 proto clean help
+.PHONY: setup test test-fast test-torch-suite test-cuda bench report demo p4 proto clean help fuzz
 
 help:
 	@echo "make demo       run the main job (training over the emulated P4 network, compared with Gloo)"
@@ -14,6 +14,7 @@ help:
 	@echo "make test-torch-suite  PyTorch's distributed test suite on gloo and dlcp, side by side (hours)"
 	@echo "make test-cuda  the dlcp backend on CUDA tensors (needs a GPU; not part of make test)"
 	@echo "make bench      every benchmark, side by side with its baseline -> bench/results/"
+	@echo "make fuzz       every fuzz campaign, FUZZ_SECONDS each (default 60) -> results/fuzz.json"
 	@echo "make report     regenerate the tables in docs/ and README.md from the committed results/*.json"
 	@echo "make p4         compile the P4 programs in p4src/ (P4Info; p4c-bm2-ss too when installed)"
 	@echo "make setup      Debian packages + .venv (idempotent, seconds when done)"
@@ -41,6 +42,14 @@ test-cuda: setup
 
 bench: setup
 	$(PY) bench/run_all.py
+
+# Every fuzz campaign (tests/fuzz/run.py; docs/fuzzing.md): mutated DLCP datagrams into a live transport (tag off,
+# outsider, insider), mutated frames into a live switch, mutated P4Runtime requests, mutated P4 programs; FUZZ_SECONDS
+# each, seeded by FUZZ_SEED; the counts go to results/fuzz.json. `make test` runs short fixed-seed versions.
+FUZZ_SECONDS ?= 60
+FUZZ_SEED ?= 1
+fuzz: setup
+	$(PY) -m tests.fuzz.run --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED) --out results/fuzz.json
 
 # Every table in docs/ and README.md that quotes a measurement, from the committed results/*.json (testbed.report;
 # docs/evaluation.md through testbed.evaluation). tests/test_report.py fails when a committed table is stale.
