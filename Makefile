@@ -22,7 +22,8 @@ help:
 
 # The stamp is rebuilt only when the dependency list, the set-up script or the C extension changes.
 setup: $(STAMP)
-$(STAMP): pyproject.toml setup.py scripts/setup.sh host/transport/_rxlane.c host/transport/_txlane.c
+$(STAMP): pyproject.toml setup.py scripts/setup.sh host/transport/_rxlane.c host/transport/_txlane.c \
+		host/transport/_siphash.h
 	scripts/setup.sh
 	@touch $@
 

@@ -4,5 +4,6 @@ The transport's two fast lanes: receive records (_rxlane) and send runs (_txlane
 from setuptools import Extension, setup
 
 _FLAGS = ["-O2", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"]
-setup(ext_modules=[Extension(f"host.transport.{name}", [f"host/transport/{name}.c"], extra_compile_args=_FLAGS)
+setup(ext_modules=[Extension(f"host.transport.{name}", [f"host/transport/{name}.c"], extra_compile_args=_FLAGS,
+                             depends=["host/transport/_siphash.h"])  # the keyed tag, in both lanes
                    for name in ("_rxlane", "_txlane")])

@@ -1,6 +1,6 @@
 """The DLCP wire format: the one definition of the DLCP header, shared by the host stack and the P4 program.
 
-A DLCP datagram is UDP to port :data:`UDP_PORT` carrying a fixed 36-byte header (network byte order) and then a
+A DLCP datagram is UDP to port :data:`UDP_PORT` carrying a fixed 44-byte header (network byte order) and then a
 payload whose meaning depends on the message type (see ``docs/wire-format.md``). The header is declared once, as
 the ordered list :data:`FIELDS`; everything else is derived from it:
 
@@ -11,6 +11,10 @@ the ordered list :data:`FIELDS`; everything else is derived from it:
 
 Every malformed input raises :class:`WireError`, which names the offending field: a worker or a switch can log
 and count it, never crash on an ``IndexError`` or ``struct.error``.
+
+The header's last field, ``tag``, authenticates the datagram: :func:`packet_tag` is SipHash-2-4 under the job's
+128-bit key of every byte of the datagram but the tag itself (this module holds the reference implementation; the
+transport computes and checks it in C, ``host/transport/_siphash.h``). A job without a key sends 0 there.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ __all__ = [
     "UDP_PORT", "VERSION", "HEADER_LEN", "FIELDS", "Field", "MsgType", "Flag", "DType", "Header", "WireError",
     "WIRE_DTYPE", "WORD_STRUCT", "FIELDS_DTYPE", "field_word", "pack_batch", "unpack_batch", "headers_to_batch",
     "batch_row", "parse_datagram", "pack_bitmap", "unpack_bitmap",
-    "ECN_NOT_ECT", "ECN_ECT0", "ECN_CE", "dscp_for_priority",
+    "ECN_NOT_ECT", "ECN_ECT0", "ECN_CE", "dscp_for_priority", "TAG_AT", "KEY_LEN", "siphash24", "packet_tag",
 ]
 
 #: The well-known UDP port DLCP datagrams are sent *to*; the P4 parser recognises DLCP by this destination port.
@@ -44,8 +48,9 @@ class Field(NamedTuple):
     doc: str
 
 
-#: The DLCP header, in wire order. Widths sum to 288 bits = 36 bytes; multi-byte fields are naturally aligned so
-#: a payload that follows the header at a 4-byte aligned address is itself aligned.
+#: The DLCP header, in wire order. Widths sum to 352 bits = 44 bytes; fields of up to 32 bits are naturally
+#: aligned and the 64-bit tag is 4-byte aligned, so a payload that follows the header at a 4-byte aligned address is
+#: itself 4-byte aligned.
 FIELDS: tuple[Field, ...] = (
     Field("version", 4, "header version, VERSION"),
     Field("msg_type", 4, "MsgType: data, ack, nack (bitmap), control"),
@@ -64,6 +69,7 @@ FIELDS: tuple[Field, ...] = (
     Field("offset", 32, "byte offset of the payload within the tensor (transfers are < 4 GiB)"),
     Field("count", 16, "elements in this packet's payload; for ACK/NACK: bits in the bitmap"),
     Field("nonce", 16, "per-job nonce chosen at rendezvous; stale packets of an earlier run are dropped"),
+    Field("tag", 64, "keyed tag: SipHash-2-4 under the job's key of the datagram without this field; 0 unkeyed"),
 )
 
 _BY_NAME = {f.name: f for f in FIELDS}
@@ -151,19 +157,20 @@ class WireError(ValueError):
 
 class _Word(NamedTuple):
     offset: int  # byte offset in the header
-    size: int  # bytes: 1, 2 or 4
+    size: int  # bytes: 1, 2, 4 or 8
     members: tuple[tuple[str, int, int], ...]  # (field name, shift within word, width)
 
 
 def _layout(fields: tuple[Field, ...]) -> tuple[_Word, ...]:
-    """Group consecutive fields into 8/16/32-bit words, most significant bits first (network order)."""
+    """Group consecutive fields into 8/16/32/64-bit words, most significant bits first (network order). Words of
+    up to 4 bytes are naturally aligned, a 64-bit word 4-byte aligned."""
     words: list[_Word] = []
     group: list[Field] = []
     offset = 0
     for f in fields:
         group.append(f)
         bits = sum(g.bits for g in group)
-        if bits in (8, 16, 32):
+        if bits in (8, 16, 32, 64):
             shift = bits
             members = []
             for g in group:
@@ -172,11 +179,12 @@ def _layout(fields: tuple[Field, ...]) -> tuple[_Word, ...]:
             words.append(_Word(offset, bits // 8, tuple(members)))
             offset += bits // 8
             group = []
-        elif bits > 32:
+        elif bits > 64:
             raise AssertionError(f"DLCP layout: fields {[g.name for g in group]} do not fill a word")
     assert not group, "DLCP layout: trailing fields do not fill a byte"
     for w in words:
-        assert w.offset % w.size == 0, f"DLCP layout: word at {w.offset} of {w.size} bytes is unaligned"
+        assert w.offset % min(w.size, 4) == 0, f"DLCP layout: word at {w.offset} of {w.size} bytes is unaligned"
+    assert sum(w.size for w in words) % 4 == 0, "DLCP layout: the header length is a multiple of 4 bytes"
     return tuple(words)
 
 
@@ -192,15 +200,21 @@ def field_word(name: str) -> tuple[str, int]:
                 return f"w{i}", shift
     raise KeyError(f"no DLCP header field {name!r}")
 
-#: The 36-byte header as its 14 big-endian words, for code that reads or writes headers a word at a time (the
+#: The 44-byte header as its 15 big-endian words, for code that reads or writes headers a word at a time (the
 #: transport's hot paths: one struct call instead of a Header). ``field_word`` says which word holds a field.
-WORD_STRUCT = struct.Struct("!" + "".join({1: "B", 2: "H", 4: "I"}[w.size] for w in _WORDS))
-assert WORD_STRUCT.size == HEADER_LEN == 36
+WORD_STRUCT = struct.Struct("!" + "".join({1: "B", 2: "H", 4: "I", 8: "Q"}[w.size] for w in _WORDS))
+assert WORD_STRUCT.size == HEADER_LEN == 44
 
 #: The header as it lies on the wire: one big-endian column per word (sub-byte fields share a word).
 WIRE_DTYPE = np.dtype([(f"w{i}", f">u{w.size}") for i, w in enumerate(_WORDS)])
 #: One column per logical field, as returned by :func:`unpack_batch` and taken by :func:`pack_batch`.
-FIELDS_DTYPE = np.dtype([(f.name, "u1" if f.bits <= 8 else "u2" if f.bits <= 16 else "u4") for f in FIELDS])
+FIELDS_DTYPE = np.dtype([(f.name, "u1" if f.bits <= 8 else "u2" if f.bits <= 16 else "u4" if f.bits <= 32 else "u8")
+                         for f in FIELDS])
+#: Byte offset of the tag, the header's last field: a datagram's tag covers ``[0, TAG_AT)`` and ``[HEADER_LEN, end)``.
+TAG_AT: int = HEADER_LEN - 8
+assert _WORDS[-1] == _Word(TAG_AT, 8, (("tag", 0, 64),)), "the tag is the header's last word"
+#: Bytes of a job's tag key (SipHash's 128-bit key).
+KEY_LEN = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +236,7 @@ class Header:
     offset: int = 0
     count: int = 0
     nonce: int = 0
+    tag: int = 0
     version: int = VERSION
     reserved: int = 0
 
@@ -238,7 +253,7 @@ class Header:
         return bytes(buf)
 
     def pack_into(self, buf, offset: int = 0) -> None:
-        """Write the header into ``buf[offset:offset+36]`` after checking every field."""
+        """Write the header into ``buf[offset:offset+HEADER_LEN]`` after checking every field."""
         vals = {f.name: int(getattr(self, f.name)) for f in FIELDS}
         _check_ranges(vals)
         _check_consistency(vals, None)
@@ -376,13 +391,13 @@ def parse_datagram(buf, length: int | None = None) -> tuple[Header, memoryview]:
 def pack_batch(headers: np.ndarray) -> np.ndarray:
     """Pack a structured array of :data:`FIELDS_DTYPE` rows into wire headers (array of :data:`WIRE_DTYPE`).
 
-    ``result.tobytes()`` is the concatenation of the 36-byte headers; ``result[i].tobytes()`` is header i.
+    ``result.tobytes()`` is the concatenation of the 44-byte headers; ``result[i].tobytes()`` is header i.
     Values are checked like :meth:`Header.pack`; the first bad row raises ``WireError`` with its index.
     """
     if headers.dtype != FIELDS_DTYPE:
         raise TypeError(f"pack_batch wants dtype FIELDS_DTYPE, got {headers.dtype}")
     for f in FIELDS:
-        if f.bits not in (8, 16, 32):
+        if f.bits not in (8, 16, 32, 64):
             bad = np.flatnonzero(headers[f.name] >= (1 << f.bits))
             if bad.size:
                 i = int(bad[0])
@@ -398,7 +413,7 @@ def pack_batch(headers: np.ndarray) -> np.ndarray:
 
 
 def unpack_batch(buf, n: int | None = None) -> np.ndarray:
-    """Parse ``n`` consecutive 36-byte headers from ``buf`` (default: as many as it holds exactly).
+    """Parse ``n`` consecutive 44-byte headers from ``buf`` (default: as many as it holds exactly).
 
     Returns a structured array of :data:`FIELDS_DTYPE`; validates every row like :meth:`Header.unpack`.
     """
@@ -448,6 +463,64 @@ def headers_to_batch(headers: list[Header]) -> np.ndarray:
 def batch_row(headers: np.ndarray, i: int) -> Header:
     """Row ``i`` of a FIELDS_DTYPE array as a Header."""
     return Header._from_vals({f.name: int(headers[f.name][i]) for f in FIELDS})
+
+
+# --- the keyed tag -----------------------------------------------------------------------------------------
+
+_M64 = (1 << 64) - 1
+
+
+def _rotl(x: int, b: int) -> int:
+    return ((x << b) | (x >> (64 - b))) & _M64
+
+
+def siphash24(key: bytes, data: bytes) -> int:
+    """SipHash-2-4 (Aumasson and Bernstein, 2012) of ``data`` under the 16-byte ``key``, as a 64-bit integer: the
+    reference the C lanes are tested against (this one is slow: about a microsecond per byte)."""
+    if len(key) != KEY_LEN:
+        raise ValueError(f"a SipHash key has {KEY_LEN} bytes, got {len(key)}")
+    k0, k1 = int.from_bytes(key[:8], "little"), int.from_bytes(key[8:], "little")
+    v = [k0 ^ 0x736F6D6570736575, k1 ^ 0x646F72616E646F6D, k0 ^ 0x6C7967656E657261, k1 ^ 0x7465646279746573]
+
+    def rounds(n: int) -> None:
+        v0, v1, v2, v3 = v
+        for _ in range(n):
+            v0 = (v0 + v1) & _M64
+            v1 = _rotl(v1, 13) ^ v0
+            v0 = _rotl(v0, 32)
+            v2 = (v2 + v3) & _M64
+            v3 = _rotl(v3, 16) ^ v2
+            v0 = (v0 + v3) & _M64
+            v3 = _rotl(v3, 21) ^ v0
+            v2 = (v2 + v1) & _M64
+            v1 = _rotl(v1, 17) ^ v2
+            v2 = _rotl(v2, 32)
+        v[:] = v0, v1, v2, v3
+
+    data = bytes(data)
+    n = len(data)
+    whole = n - n % 8
+    for i in range(0, whole, 8):
+        m = int.from_bytes(data[i:i + 8], "little")
+        v[3] ^= m
+        rounds(2)
+        v[0] ^= m
+    m = int.from_bytes(data[whole:], "little") | ((n & 0xFF) << 56)
+    v[3] ^= m
+    rounds(2)
+    v[0] ^= m
+    v[2] ^= 0xFF
+    rounds(4)
+    return v[0] ^ v[1] ^ v[2] ^ v[3]
+
+
+def packet_tag(key: bytes, datagram) -> int:
+    """The tag of a DLCP datagram under ``key``: SipHash-2-4 of the datagram's bytes without the tag field
+    (``[0, TAG_AT)`` then the payload from ``HEADER_LEN``), written big-endian into the tag field."""
+    mv = memoryview(datagram).cast("B")
+    if len(mv) < HEADER_LEN:
+        raise WireError("tag", f"truncated datagram: {len(mv)} of {HEADER_LEN} header bytes")
+    return siphash24(key, bytes(mv[:TAG_AT]) + bytes(mv[HEADER_LEN:]))
 
 
 # --- ACK/NACK bitmaps -------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ def _field_values(msg_type: MsgType) -> st.SearchStrategy[dict]:
         "flags": st.sampled_from([Flag(v) for v in range(16)]),
         "priority": u(3), "mag_class": u(3), "dtype": st.sampled_from(list(DType)),
         "layer": u(16), "rank": u(16), "job_id": u(32), "transfer_id": u(32), "eligible": u(32), "seq": u(32),
-        "total": u(32), "offset": u(32), "count": u(16), "nonce": u(16),
+        "total": u(32), "offset": u(32), "count": u(16), "nonce": u(16), "tag": u(64),
     }).map(build)
 
 
@@ -46,7 +46,7 @@ headers = st.sampled_from(list(MsgType)).flatmap(_field_values).map(lambda d: He
 @given(headers)
 def test_single_round_trip(h: Header) -> None:
     b = h.pack()
-    assert len(b) == wire.HEADER_LEN == 36
+    assert len(b) == wire.HEADER_LEN == 44
     assert Header.unpack(b) == h
     # pack_into at an offset of a larger buffer, unpack from a memoryview at that offset
     buf = bytearray(100)
@@ -83,14 +83,14 @@ def test_batch_unpack_counts_and_truncation() -> None:
         wire.unpack_batch(blob[:-1])
     assert e.value.field == "header"
     with pytest.raises(WireError) as e:
-        wire.unpack_batch(blob[:100], 4)
+        wire.unpack_batch(blob[:2 * wire.HEADER_LEN + 10], 4)
     assert e.value.field == "header" and e.value.index == 2
 
 
 def test_batch_reports_first_bad_row() -> None:
     hs = [Header(seq=i, total=4, count=1) for i in range(4)]
     blob = bytearray(b"".join(h.pack() for h in hs))
-    blob[2 * 36] = (7 << 4) | 0  # row 2: version 7
+    blob[2 * wire.HEADER_LEN] = (7 << 4) | 0  # row 2: version 7
     with pytest.raises(WireError) as e:
         wire.unpack_batch(bytes(blob))
     assert (e.value.field, e.value.index) == ("version", 2)
@@ -116,7 +116,7 @@ def test_scapy_dissects_packed_header() -> None:
     payload = np.arange(5, dtype="<f4").tobytes()
     h = Header(msg_type=MsgType.DATA, flags=Flag.DROP_ELIGIBLE | Flag.LAST, priority=6, mag_class=3,
                dtype=DType.FLOAT32, layer=12, rank=3, job_id=0xDEADBEEF, transfer_id=77, eligible=10, seq=9,
-               total=11, offset=36 * 4, count=5, nonce=0xBEEF)
+               total=11, offset=36 * 4, count=5, nonce=0xBEEF, tag=0x0123456789ABCDEF)
     frame = bytes(Ether() / IP(dst="10.0.0.2") / UDP(sport=40000, dport=wire.UDP_PORT) / Raw(h.pack() + payload))
     pkt = Ether(frame)
     assert DLCP in pkt
@@ -173,6 +173,48 @@ def test_p4_text_parser_rejects_drift() -> None:
     resized = text.replace("bit<16> nonce;", "bit<8>  nonce;")
     assert resized != text
     assert _parse_p4_header(resized, "dlcp_h") != [(f.name, f.bits) for f in wire.FIELDS]
+    untagged = re.sub(r"bit<64> tag;[^\n]*\n", "", text)
+    assert untagged != text
+    assert _parse_p4_header(untagged, "dlcp_h") != [(f.name, f.bits) for f in wire.FIELDS]
+
+
+def test_header_layout_is_aligned_and_ends_with_the_tag() -> None:
+    assert wire.HEADER_LEN % 4 == 0 and wire.TAG_AT == wire.HEADER_LEN - 8
+    for name in wire.WIRE_DTYPE.names:
+        off, size = wire.WIRE_DTYPE.fields[name][1], wire.WIRE_DTYPE[name].itemsize
+        assert off % min(size, 4) == 0, name
+    assert wire.field_word("tag") == (wire.WIRE_DTYPE.names[-1], 0)
+    h = Header(tag=0xFEDCBA9876543210)
+    assert h.pack()[wire.TAG_AT:] == bytes.fromhex("FEDCBA9876543210")
+
+
+# --- the keyed tag ----------------------------------------------------------------------------------------
+
+def test_siphash24_reference_vectors() -> None:
+    """The vectors of the SipHash paper (appendix A) and the reference implementation's table: key 00..0f,
+    message 00..(n-1)."""
+    key = bytes(range(16))
+    assert wire.siphash24(key, b"") == 0x726FDB47DD0E0E31
+    assert wire.siphash24(key, bytes(range(1))) == 0x74F839C593DC67FD
+    assert wire.siphash24(key, bytes(range(15))) == 0xA129CA6149BE45E5
+    with pytest.raises(ValueError):
+        wire.siphash24(b"short", b"")
+
+
+def test_packet_tag_covers_everything_but_the_tag() -> None:
+    key = bytes(range(100, 116))
+    dg = bytearray(GOOD.pack() + np.arange(4, dtype="<f4").tobytes())
+    t = wire.packet_tag(key, dg)
+    dg[wire.TAG_AT:wire.HEADER_LEN] = (t ^ 0xFFFF).to_bytes(8, "big")
+    assert wire.packet_tag(key, dg) == t  # the tag field itself is not covered
+    for i in [*range(wire.TAG_AT), *range(wire.HEADER_LEN, len(dg))]:  # every other byte is
+        flipped = bytearray(dg)
+        flipped[i] ^= 0x01
+        assert wire.packet_tag(key, flipped) != t, i
+    assert wire.packet_tag(bytes(16), dg) != t
+    with pytest.raises(WireError) as e:
+        wire.packet_tag(key, dg[:20])
+    assert e.value.field == "tag"
 
 
 # --- malformed input: always WireError naming the field, never IndexError/struct.error -------------------
@@ -180,7 +222,7 @@ def test_p4_text_parser_rejects_drift() -> None:
 GOOD = Header(seq=1, total=3, count=4, offset=16, dtype=DType.FLOAT32)
 
 
-@pytest.mark.parametrize("n", range(0, 36))
+@pytest.mark.parametrize("n", range(0, 44))
 def test_truncated_header_names_field(n: int) -> None:
     with pytest.raises(WireError) as e:
         Header.unpack(GOOD.pack()[:n])
@@ -235,8 +277,8 @@ def test_parse_datagram_checks_payload_length() -> None:
     hdr, body = wire.parse_datagram(GOOD.pack() + payload)
     assert hdr == GOOD and bytes(body) == payload
     buf = bytearray(2048)
-    buf[: 36 + 16] = GOOD.pack() + payload
-    hdr, body = wire.parse_datagram(buf, 36 + 16)  # recv_into-style: valid length given
+    buf[: wire.HEADER_LEN + 16] = GOOD.pack() + payload
+    hdr, body = wire.parse_datagram(buf, wire.HEADER_LEN + 16)  # recv_into-style: valid length given
     assert np.frombuffer(body, "<f4").tolist() == [0, 1, 2, 3]
     for cut in (GOOD.pack() + payload[:-1], GOOD.pack() + payload + b"\0"):
         with pytest.raises(WireError) as e:

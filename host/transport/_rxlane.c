@@ -11,8 +11,8 @@
  * a row of an int64 array: position, bytes, TOS, GRO segment size, source. ``fast_pass`` (with the endpoint's
  * lock held) takes the records it can: per record all or nothing, a first pass checks every datagram exactly as
  * the Python path does (version, message type DATA, reserved bits, dtype, seq < total, offset aligned, payload
- * length == count * itemsize, job id, nonce) and that each belongs to the transfer (rank, transfer id, total,
- * dtype) and fits its buffer; if any check fails, nothing is written and the record goes back to Python, which
+ * length == count * itemsize, job id, nonce, and the keyed tag when the job has a key) and that each belongs to the
+ * transfer (rank, transfer id, total, dtype) and fits its buffer; if any check fails, nothing is written and the record goes back to Python, which
  * names the bad field, counts the foreign packet, fails the transfer, grows a staging buffer, and so on. Otherwise
  * a second pass copies each new payload to its offset and records it in the Reassembly arrays (arrived, offsets,
  * counts); a seq already arrived (or repeated in the record) is a duplicate and only counted. The scalar
@@ -31,6 +31,8 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "_siphash.h"
+
 #ifndef SOL_UDP
 #define SOL_UDP 17
 #endif
@@ -38,20 +40,21 @@
 #define UDP_GRO 104
 #endif
 
-#define HEADER_LEN 36
+#define HEADER_LEN 44
 #define VERSION 1
 #define MT_DATA 0
 #define F_ELIGIBLE 0x01
 #define F_RETRANSMIT 0x04
 
-/* byte offsets of the 14 header words (network order), in wire order */
+/* byte offsets of the 15 header words (network order), in wire order */
 enum {
     O_VT = 0, O_FLAGS = 1, O_PMR = 2, O_DTYPE = 3, O_LAYER = 4, O_RANK = 6, O_JOB = 8, O_TID = 12,
-    O_ELIG = 16, O_SEQ = 20, O_TOTAL = 24, O_OFFSET = 28, O_COUNT = 32, O_NONCE = 34
+    O_ELIG = 16, O_SEQ = 20, O_TOTAL = 24, O_OFFSET = 28, O_COUNT = 32, O_NONCE = 34, O_TAG = 36
 };
-static const int LAYOUT[14][2] = {
+#define NWORDS 15
+static const int LAYOUT[NWORDS][2] = {
     {O_VT, 1}, {O_FLAGS, 1}, {O_PMR, 1}, {O_DTYPE, 1}, {O_LAYER, 2}, {O_RANK, 2}, {O_JOB, 4}, {O_TID, 4},
-    {O_ELIG, 4}, {O_SEQ, 4}, {O_TOTAL, 4}, {O_OFFSET, 4}, {O_COUNT, 2}, {O_NONCE, 2}
+    {O_ELIG, 4}, {O_SEQ, 4}, {O_TOTAL, 4}, {O_OFFSET, 4}, {O_COUNT, 2}, {O_NONCE, 2}, {O_TAG, 8}
 };
 
 static inline uint32_t be16(const uint8_t *p) { return ((uint32_t)p[0] << 8) | p[1]; }
@@ -60,10 +63,11 @@ static inline uint32_t be32(const uint8_t *p)
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
 
-/* Does the datagram at h (ln bytes) pass the checks for the given transfer? */
+/* Does the datagram at h (ln bytes) pass the checks for the given transfer? ``key`` (NULL: unkeyed job): its tag
+ * must be the keyed tag of its bytes; checked last, after every cheap check passed. */
 static inline int datagram_ok(const uint8_t *h, Py_ssize_t ln, uint32_t job, uint32_t nonce, uint32_t rank,
                               uint32_t tid, uint32_t total, uint32_t elig, uint32_t dtype, uint32_t itemsize,
-                              Py_ssize_t cap)
+                              Py_ssize_t cap, const uint8_t *key)
 {
     if (ln < HEADER_LEN)
         return 0;
@@ -78,27 +82,28 @@ static inline int datagram_ok(const uint8_t *h, Py_ssize_t ln, uint32_t job, uin
         return 0;
     if (((h[O_FLAGS] & F_ELIGIBLE) != 0) != (seq < elig))  /* eligible exactly below the eligible count */
         return 0;
-    return (Py_ssize_t)off + plen <= cap;
+    if ((Py_ssize_t)off + plen > cap)
+        return 0;
+    return key == NULL || dlcp_tag(key, h, HEADER_LEN, h + HEADER_LEN, (size_t)plen) == dlcp_be64(h + O_TAG);
 }
 
-/* The totals over the fresh packets of one or more records, for Reassembly.add_counted: min_elig = total and
- * max_seq = -1 when there are none. */
+/* The totals over the fresh packets of one or more records, for Reassembly.add_counted: max_seq = -1 when there
+ * are none. */
 typedef struct {
-    long long ndg, fresh, dups, got, nelems, max_count, max_end, min_elig, max_seq;
+    long long ndg, fresh, dups, got, nelems, max_count, max_end, max_seq;
 } Acc;
 
-static inline void acc_init(Acc *a, unsigned long total)
+static inline void acc_init(Acc *a)
 {
     memset(a, 0, sizeof *a);
-    a->min_elig = (long long)total;
     a->max_seq = -1;
 }
 
 /* Pass 1 of a record: every datagram (``seg`` bytes each, the last shorter; 0 = one) is a valid DATA packet of the
- * transfer that fits ``cap`` bytes. Nothing is written. */
+ * transfer that fits ``cap`` bytes (and carries its keyed tag, with a ``key``). Nothing is written. */
 static int record_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, uint32_t job, uint32_t nonce,
                      uint32_t rank, uint32_t tid, uint32_t total, uint32_t elig, uint32_t dtype, uint32_t itemsize,
-                     Py_ssize_t cap)
+                     Py_ssize_t cap, const uint8_t *key)
 {
     if (nbytes <= 0)
         return 0;
@@ -106,7 +111,7 @@ static int record_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, uin
         seg = nbytes;
     for (Py_ssize_t s = 0; s < nbytes; s += seg) {
         Py_ssize_t ln = nbytes - s < seg ? nbytes - s : seg;
-        if (!datagram_ok(base + s, ln, job, nonce, rank, tid, total, elig, dtype, itemsize, cap))
+        if (!datagram_ok(base + s, ln, job, nonce, rank, tid, total, elig, dtype, itemsize, cap, key))
             return 0;
     }
     return 1;
@@ -150,8 +155,6 @@ static void record_apply(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg,
             a->max_count = count;
         if ((long long)off + plen > a->max_end)
             a->max_end = (long long)off + plen;
-        if ((h[O_FLAGS] & F_ELIGIBLE) && (long long)seq < a->min_elig)
-            a->min_elig = seq;
         if ((long long)seq > a->max_seq)
             a->max_seq = seq;
     }
@@ -372,7 +375,7 @@ static int entry_fill(Entry *e, PyObject *inc)
         goto out;
     }
     e->bufs = 1;
-    acc_init(&e->acc, e->total);
+    acc_init(&e->acc);
     res = 0;
     if (e->dst.len == 0 || e->itemsize == 0 || e->total == 0 || e->cum < 0 || e->cum > (Py_ssize_t)e->total
         || e->arrived.len < (Py_ssize_t)e->total || e->offsets.len < (Py_ssize_t)(8 * e->total)
@@ -399,15 +402,16 @@ static void entry_release(Entry *e)
 }
 
 PyDoc_STRVAR(fast_pass_doc,
-"fast_pass(buf, recs, n, rank_of, incoming, job, nonce)\n"
+"fast_pass(buf, recs, n, rank_of, incoming, job, nonce, key)\n"
 "--\n\n"
 "Take the records of ``recs[:n]`` (rows as recv_batch writes them) that the fast lane can: a record whose first\n"
 "datagram is DATA from a known source (``rank_of``: source key -> rank) for a transfer in ``incoming`` ((rank,\n"
 "tid) -> receiver state) that has its Reassembly and a buffer, and whose datagrams all pass the Python path's\n"
-"checks, is copied and recorded here. The first such record of a transfer in the pass sets the ECN state (CE or\n"
+"checks (the keyed tag included when ``key``, 16 bytes, is given; None: an unkeyed job), is copied and recorded\n"
+"here. The first such record of a transfer in the pass sets the ECN state (CE or\n"
 "not) of the transfer's records in it; a later one of the other state, and every record of that transfer after\n"
 "it, is left to Python. Returns (progress, slow, datagrams, gro_buffers): one tuple per transfer that took\n"
-"records, (state, datagrams, fresh, duplicates, bytes, elements, max_count, max_end, min_eligible_seq, max_seq,\n"
+"records, (state, datagrams, fresh, duplicates, bytes, elements, max_count, max_end, max_seq,\n"
 "cum, ce, premature) summed over its records (cum: the first seq at or after the transfer's cum that has not\n"
 "arrived; premature: a new packet was an original of a seq in the transfer's ``nacked`` set, so that NACK came\n"
 "too early); the other records as (position, bytes, tos, seg, rank or None) in arrival order, for the Python\n"
@@ -416,9 +420,17 @@ PyDoc_STRVAR(fast_pass_doc,
 static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 7) {
-        PyErr_Format(PyExc_TypeError, "fast_pass takes 7 arguments, got %zd", nargs);
+    if (nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "fast_pass takes 8 arguments, got %zd", nargs);
         return NULL;
+    }
+    const uint8_t *tag_key = NULL;
+    if (args[7] != Py_None) {
+        if (!PyBytes_Check(args[7]) || PyBytes_GET_SIZE(args[7]) != SIP_KEY_LEN) {
+            PyErr_Format(PyExc_ValueError, "fast_pass: the tag key must be %d bytes or None", SIP_KEY_LEN);
+            return NULL;
+        }
+        tag_key = (const uint8_t *)PyBytes_AS_STRING(args[7]);
     }
     PyObject *rank_of = args[3], *incoming = args[4];
     if (!PyDict_Check(rank_of) || !PyDict_Check(incoming)) {
@@ -511,7 +523,7 @@ static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nar
             if (e->inc != NULL && !e->slow_rest
                 && record_ok(h, nbytes, seg, (uint32_t)job, (uint32_t)nonce, (uint32_t)rank, (uint32_t)tid,
                              (uint32_t)e->total, (uint32_t)e->elig, (uint32_t)e->dtype, (uint32_t)e->itemsize,
-                             e->dst.len)) {
+                             e->dst.len, tag_key)) {
                 long long before = e->acc.ndg;
                 record_apply(h, nbytes, seg, (uint8_t *)e->dst.buf, (uint8_t *)e->arrived.buf,
                              (int64_t *)e->offsets.buf, (int64_t *)e->counts.buf, &e->acc, e->nacked, &e->premature);
@@ -538,8 +550,8 @@ static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nar
         while (cum < (Py_ssize_t)e->total && arrived[cum])
             cum++;
         Acc *a = &e->acc;
-        PyObject *t = Py_BuildValue("(OLLLLLLLLLnOO)", e->inc, a->ndg, a->fresh, a->dups, a->got, a->nelems,
-                                    a->max_count, a->max_end, a->min_elig, a->max_seq, cum,
+        PyObject *t = Py_BuildValue("(OLLLLLLLLnOO)", e->inc, a->ndg, a->fresh, a->dups, a->got, a->nelems,
+                                    a->max_count, a->max_end, a->max_seq, cum,
                                     e->ce_state ? Py_True : Py_False, e->premature ? Py_True : Py_False);
         if (t == NULL || PyList_Append(prog, t) < 0) {
             Py_XDECREF(t);
@@ -578,10 +590,10 @@ PyMODINIT_FUNC PyInit__rxlane(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    PyObject *layout = PyTuple_New(14);
+    PyObject *layout = PyTuple_New(NWORDS);
     if (layout == NULL)
         goto fail;
-    for (int i = 0; i < 14; i++) {
+    for (int i = 0; i < NWORDS; i++) {
         PyObject *t = Py_BuildValue("(ii)", LAYOUT[i][0], LAYOUT[i][1]);
         if (t == NULL) {
             Py_DECREF(layout);

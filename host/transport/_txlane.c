@@ -7,10 +7,12 @@
  * packets' offsets and lengths directly and makes the one sendmsg, with the GIL released around the system call
  * (as socket.sendmsg does).
  *
- * Contract: ``send_run(fd, hdr, payload, offs, lens, seqs, i, j, ip4, port, tos, seg)`` sends the datagrams of
- * seqs[i:j] (each: the 36-byte header hdr[36*s : 36*s+36], then payload[offs[s] : offs[s]+lens[s]]) to ip4:port
+ * Contract: ``send_run(fd, hdr, payload, offs, lens, seqs, i, j, ip4, port, tos, seg, key)`` sends the datagrams
+ * of seqs[i:j] (each: the 44-byte header hdr[44*s : 44*s+44], then payload[offs[s] : offs[s]+lens[s]]) to ip4:port
  * (4 packed address bytes, host-order port) with IP TOS ``tos``, as one sendmsg; ``seg`` > 0 adds UDP_SEGMENT
  * ``seg`` (the caller's GSO run: every datagram but the last exactly ``seg`` bytes), 0 sends one datagram (j = i+1).
+ * ``key`` (16 bytes, or None for an unkeyed job) first writes each packet's keyed tag (``_siphash.h``) into its
+ * header's tag field, in ``hdr`` itself.
  * Returns the bytes sent. A system call error raises OSError with its errno (BlockingIOError for a full socket
  * buffer, so the caller waits and retries exactly as with socket.sendmsg); bad arguments raise ValueError or
  * IndexError and send nothing. The bytes on the wire are those the Python path sends: tests/host/test_txlane.py
@@ -26,7 +28,9 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#define HEADER_LEN 36
+#include "_siphash.h"
+
+#define HEADER_LEN 44
 #define MAX_RUN 64
 #ifndef SOL_UDP
 #define SOL_UDP 17
@@ -48,20 +52,38 @@ static int list_index(PyObject *list, Py_ssize_t k, Py_ssize_t *out, const char 
     return 0;
 }
 
+/* The 16 key bytes of ``obj`` (bytes), or NULL for None; -1 with an exception for anything else. */
+static int key_of(PyObject *obj, const uint8_t **key)
+{
+    *key = NULL;
+    if (obj == Py_None)
+        return 0;
+    if (!PyBytes_Check(obj) || PyBytes_GET_SIZE(obj) != SIP_KEY_LEN) {
+        PyErr_Format(PyExc_ValueError, "the tag key must be %d bytes or None", SIP_KEY_LEN);
+        return -1;
+    }
+    *key = (const uint8_t *)PyBytes_AS_STRING(obj);
+    return 0;
+}
+
 PyDoc_STRVAR(send_run_doc,
-"send_run(fd, hdr, payload, offs, lens, seqs, i, j, ip4, port, tos, seg)\n"
+"send_run(fd, hdr, payload, offs, lens, seqs, i, j, ip4, port, tos, seg, key)\n"
 "--\n\n"
-"Send the datagrams of seqs[i:j] (header hdr[36*s:36*s+36], payload payload[offs[s]:offs[s]+lens[s]]) to\n"
+"Send the datagrams of seqs[i:j] (header hdr[44*s:44*s+44], payload payload[offs[s]:offs[s]+lens[s]]) to\n"
 "ip4:port with IP TOS ``tos`` as one sendmsg; ``seg`` > 0 adds UDP_SEGMENT ``seg`` (GSO), 0 sends one datagram.\n"
+"``key`` (16 bytes or None): write each packet's keyed tag into its header first (``hdr`` must be writable).\n"
 "Returns the bytes sent; a system call error raises OSError with its errno.");
 
 static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 12) {
-        PyErr_Format(PyExc_TypeError, "send_run takes 12 arguments, got %zd", nargs);
+    if (nargs != 13) {
+        PyErr_Format(PyExc_TypeError, "send_run takes 13 arguments, got %zd", nargs);
         return NULL;
     }
+    const uint8_t *key;
+    if (key_of(args[12], &key) < 0)
+        return NULL;
     PyObject *offs = args[3], *lens = args[4], *seqs = args[5];
     if (!PyList_Check(offs) || !PyList_Check(lens) || !PyList_Check(seqs)) {
         PyErr_SetString(PyExc_TypeError, "send_run: offs, lens and seqs must be lists");
@@ -86,7 +108,7 @@ static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
     }
     memcpy(ip, PyBytes_AS_STRING(args[8]), 4);
     Py_buffer vh, vp;
-    if (PyObject_GetBuffer(args[1], &vh, PyBUF_SIMPLE) < 0)
+    if (PyObject_GetBuffer(args[1], &vh, key ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
         return NULL;
     if (PyObject_GetBuffer(args[2], &vp, PyBUF_SIMPLE) < 0) {
         PyBuffer_Release(&vh);
@@ -108,6 +130,15 @@ static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         iov[2 * k].iov_len = HEADER_LEN;
         iov[2 * k + 1].iov_base = (char *)vp.buf + off;
         iov[2 * k + 1].iov_len = (size_t)ln;
+    }
+    if (key) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t k = 0; k < n; k++) {
+            uint8_t *h = iov[2 * k].iov_base;
+            dlcp_put_be64(h + HEADER_LEN - 8, dlcp_tag(key, h, HEADER_LEN, iov[2 * k + 1].iov_base,
+                                                       iov[2 * k + 1].iov_len));
+        }
+        Py_END_ALLOW_THREADS
     }
     struct sockaddr_in sa;
     memset(&sa, 0, sizeof sa);
@@ -243,7 +274,46 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(packet_tag_doc,
+"packet_tag(key, header, payload)\n"
+"--\n\n"
+"The keyed tag (SipHash-2-4 under the 16-byte ``key``) of a datagram whose header is the first 44 bytes of\n"
+"``header`` (its tag field not covered) and whose payload is ``payload``, as an int: host.wire.packet_tag at C\n"
+"speed, for the endpoint's Python paths.");
+
+static PyObject *packet_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "packet_tag takes 3 arguments, got %zd", nargs);
+        return NULL;
+    }
+    const uint8_t *key;
+    if (key_of(args[0], &key) < 0)
+        return NULL;
+    if (key == NULL) {
+        PyErr_SetString(PyExc_ValueError, "packet_tag: no key");
+        return NULL;
+    }
+    Py_buffer vh, vp;
+    if (PyObject_GetBuffer(args[1], &vh, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[2], &vp, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&vh);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (vh.len < HEADER_LEN)
+        PyErr_Format(PyExc_ValueError, "packet_tag: a header has %d bytes, got %zd", HEADER_LEN, vh.len);
+    else
+        result = PyLong_FromUnsignedLongLong(dlcp_tag(key, vh.buf, HEADER_LEN, vp.buf, (size_t)vp.len));
+    PyBuffer_Release(&vp);
+    PyBuffer_Release(&vh);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"packet_tag", (PyCFunction)(void (*)(void))packet_tag, METH_FASTCALL, packet_tag_doc},
     {"send_run", (PyCFunction)(void (*)(void))send_run, METH_FASTCALL, send_run_doc},
     {"abs_sums", (PyCFunction)(void (*)(void))abs_sums, METH_FASTCALL, abs_sums_doc},
     {NULL, NULL, 0, NULL},

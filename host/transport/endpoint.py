@@ -11,7 +11,10 @@ Usage (see ``docs/transport.md`` for the protocol)::
 Addresses: ``addr_map`` maps every rank to ``"host"`` (port :data:`host.wire.UDP_PORT`) or ``("host", port)``.
 Every endpoint binds its own entry, so several ranks on one machine use distinct addresses (127.0.0.x on
 loopback, the whole 127/8 is local) and all keep the well-known port a DLCP switch parses. A packet is accepted
-only if its job id and nonce are ours and its source address is the one ``addr_map`` gives its rank.
+only if its job id and nonce are ours, its source address is the one ``addr_map`` gives its rank and, for a job
+with a ``key`` (16 bytes agreed at rendezvous), its keyed tag (``wire.packet_tag``) is right: every packet this
+endpoint sends carries the tag, computed in the C send lane (or by ``_send_ctl`` for control messages), and the
+receive paths check it before a packet touches any state.
 
 Threads and locking: the I/O thread loops over three steps: it drains the socket and handles every datagram (data
 into the destination buffer, ACK/NACK into sender state, ACKs back); it runs the timers every millisecond (receiver
@@ -63,13 +66,19 @@ __all__ = ["Endpoint", "Options", "SendHandle", "RecvHandle", "RecvResult", "Los
 log = logging.getLogger("host.transport")
 
 # --- fast header access -----------------------------------------------------------------------------------------
-#: The 36-byte header as its 14 wire words. The hot receive path unpacks these words with one struct call instead
+#: The 44-byte header as its 15 wire words. The hot receive path unpacks these words with one struct call instead
 #: of building a Header; anything that fails the cheap checks below is re-parsed by ``wire.parse_datagram`` to name
 #: the bad field.
 HDR = wire.WORD_STRUCT
 # word indices (tests/host/test_chunking.py checks them against wire.Header)
-W_VT, W_FLAGS, W_PMR, W_DTYPE, W_LAYER, W_RANK, W_JOB, W_TID, W_ELIG, W_SEQ, W_TOTAL, W_OFFSET, W_COUNT, W_NONCE = \
-    range(14)
+W_VT, W_FLAGS, W_PMR, W_DTYPE, W_LAYER, W_RANK, W_JOB, W_TID, W_ELIG, W_SEQ, W_TOTAL, W_OFFSET, W_COUNT, W_NONCE, \
+    W_TAG = range(15)
+_TAG_AT = wire.TAG_AT
+#: ``packet_tag(key, header, payload)``: the keyed tag of a datagram (its header's tag field not covered), in C
+#: when the send lane is built; the Python reference otherwise.
+packet_tag: Callable[[bytes, Any, Any], int] = (
+    _txlane.packet_tag if _txlane is not None else
+    (lambda key, header, payload: wire.siphash24(key, bytes(header[:_TAG_AT]) + bytes(payload))))
 _ITEMSIZE = [0] * 256
 for _d in DType:
     _ITEMSIZE[int(_d)] = _d.itemsize
@@ -125,16 +134,16 @@ _CTL_BACKLOG = 4096  # control messages held while the send buffer is full
 
 
 def decode_words(buf) -> tuple[int, ...]:
-    """The 14 header words of ``buf`` (for tests and tools)."""
+    """The 15 header words of ``buf`` (for tests and tools)."""
     return HDR.unpack_from(buf)
 
 
 def pack_control_header(buf, msg_type: int, *, flags: int, rank: int, job_id: int, transfer_id: int,
                         seq: int, total: int, count: int, nonce: int, layer: int = 0, offset: int = 0) -> None:
-    """Write an ACK/NACK/CONTROL header into ``buf[:36]`` (priority 7, dtype 0). For ACK/NACK, ``offset`` carries
-    the receiver's clock (:func:`clock_us`)."""
+    """Write an ACK/NACK/CONTROL header into ``buf[:HEADER_LEN]`` (priority 7, dtype 0, tag 0: the sender writes
+    the tag once the payload is there). For ACK/NACK, ``offset`` carries the receiver's clock (:func:`clock_us`)."""
     HDR.pack_into(buf, 0, (wire.VERSION << 4) | msg_type, flags, CONTROL_PRIORITY << 5, 0, layer, rank, job_id,
-                  transfer_id, 0, seq, total, offset, count, nonce)
+                  transfer_id, 0, seq, total, offset, count, nonce, 0)
 
 
 def clock_us(t: float) -> int:
@@ -519,10 +528,17 @@ class Endpoint:
     """One rank's DLCP transport. Thread-safe: any thread may call send/recv concurrently."""
 
     def __init__(self, rank: int, addr_map: Mapping[int, Any], job_id: int, nonce: int,
-                 options: Options | None = None):
+                 options: Options | None = None, *, key: bytes | None = None):
+        """``key``: the job's 16-byte tag key, the same on every rank (agreed at rendezvous, secret to the job):
+        every packet sent carries its keyed tag and every packet received must (a wrong one is dropped, counted
+        as ``rejected_by_field["tag"]``). None: an unkeyed job, whose tags are 0 and unchecked (tests, tools); its
+        packets are accepted on job id, nonce and source address alone."""
         self.rank, self.job_id, self.nonce = int(rank), int(job_id), int(nonce)
         if not 0 <= self.job_id < 1 << 32 or not 0 <= self.nonce < 1 << 16 or not 0 <= self.rank < 1 << 16:
             raise ValueError("rank must fit 16 bits, job_id 32 bits, nonce 16 bits")
+        if key is not None and (not isinstance(key, bytes) or len(key) != wire.KEY_LEN):
+            raise ValueError(f"key must be {wire.KEY_LEN} bytes or None")
+        self._key = key
         self.opts = opts = options or Options()
         self._mss = payload_capacity(opts.mtu)
         self._ccp = opts.cc or CCParams(mss=self._mss)
@@ -1036,7 +1052,12 @@ class Endpoint:
 
     def _send_ctl(self, addr: tuple[str, int], nbytes: int) -> None:
         """Send the control message in ``_ctl_buf[:nbytes]``; behind a full send buffer it waits in the backlog
-        (an ACK or DONE lost here would stall the peer until its timeout)."""
+        (an ACK or DONE lost here would stall the peer until its timeout). Every control message goes out here, so
+        this is where it gets its keyed tag."""
+        if self._key is not None:
+            buf = memoryview(self._ctl_buf)
+            hl = wire.HEADER_LEN
+            buf[_TAG_AT:hl] = packet_tag(self._key, buf[:hl], buf[hl:nbytes]).to_bytes(8, "big")
         if self._ctl_backlog:  # keep the order: behind the ones already waiting
             self._queue_ctl(bytes(self._ctl_buf[:nbytes]), addr)
             return
@@ -1281,7 +1302,7 @@ class Endpoint:
         when it differs from the transfer's, the packets before it are ACKed first (DCTCP's receiver); a second
         change within the pass went the Python path. ``premature``: an original of a NACKed seq arrived."""
         c = self._c
-        for inc, _ndg, fresh, dups, got, nelems, max_count, max_end, _min_elig, max_seq, cum, ce, premature in prog:
+        for inc, _ndg, fresh, dups, got, nelems, max_count, max_end, max_seq, cum, ce, premature in prog:
             key = (inc.peer, inc.tid)
             self._heard[inc.peer] = now
             inc.touched = now
@@ -1838,7 +1859,7 @@ class Endpoint:
             c["tx_data_packets"] += len(seqs)
             c["tx_bytes"] += nbytes + hl * len(seqs)
         gso_sends = 0
-        fast = self._fast_tx
+        fast, key = self._fast_tx, self._key
         i, n = 0, len(seqs)
         while i < n:
             s = seqs[i]
@@ -1856,13 +1877,16 @@ class Endpoint:
                 if ip4 is None:
                     ip4 = self._ip4[addr[0]] = socket.inet_aton(addr[0])
                 call = (fast, (self._sock.fileno(), hdr, pay, offs, lens, seqs, i, j, ip4, addr[1], o.tos[elig[s]],
-                               hl + size if gso else 0))
+                               hl + size if gso else 0, key))
             else:
                 bufs = []
                 for t in seqs[i:j]:
                     off = offs[t]
-                    bufs.append(hdr[t * hl: t * hl + hl])
-                    bufs.append(pay[off: off + lens[t]])
+                    h, p = hdr[t * hl: t * hl + hl], pay[off: off + lens[t]]
+                    if key is not None:
+                        h[_TAG_AT:] = packet_tag(key, h, p).to_bytes(8, "big")
+                    bufs.append(h)
+                    bufs.append(p)
                 a = anc[elig[s]]
                 ancdata = a + [(_SOL_UDP, _UDP_SEGMENT, struct.pack("=H", hl + size))] if gso else a
                 call = (self._tx.sendmsg, (bufs, ancdata, 0, addr))
@@ -2072,7 +2096,7 @@ class Endpoint:
         now = time.monotonic()
         if self._native_rx:
             prog, slow, dgrams, gro = _rxlane.fast_pass(self._rxbuf, self._recs, n, self._rank_of, self._incoming,
-                                                        self.job_id, self.nonce)
+                                                        self.job_id, self.nonce, self._key)
             if dgrams:
                 c = self._c
                 c["rx_datagrams"] += dgrams
@@ -2093,7 +2117,7 @@ class Endpoint:
         c = self._c
         hl = wire.HEADER_LEN
         mv, unpack = self._rxmv, HDR.unpack_from
-        job, nonce = self.job_id, self.nonce
+        job, nonce, tag_key = self.job_id, self.nonce, self._key
         groups: dict[tuple[int, int], list[tuple]] = {}
         feedback: list[tuple] = []
         ndgrams = 0
@@ -2124,6 +2148,8 @@ class Endpoint:
                     self._slow_parse(s, ln)
                 elif w[W_JOB] != job or w[W_NONCE] != nonce:
                     c["foreign"] += 1
+                elif tag_key is not None and packet_tag(tag_key, mv[s: s + hl], mv[s + hl: s + ln]) != w[W_TAG]:
+                    self._bad_tag()
                 elif src != w[W_RANK]:
                     c["stray"] += 1
                 elif mt == MsgType.DATA:
@@ -2141,6 +2167,12 @@ class Endpoint:
             self._on_data(key, items, now)
         for w, mt, s, ln in feedback:
             self._on_feedback(w, mt, mv[s + hl: s + ln], now)
+
+    def _bad_tag(self) -> None:
+        """A well-formed datagram of this job whose keyed tag is wrong: a stranger's (who knows the job id and
+        nonce but not the key), or one changed on the way. Dropped before it touches any state; counted."""
+        self._c["rejected"] += 1
+        self._rejected_by_field["tag"] = self._rejected_by_field.get("tag", 0) + 1
 
     def _slow_parse(self, start: int, nbytes: int) -> None:
         try:

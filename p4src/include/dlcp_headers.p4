@@ -39,6 +39,7 @@ header dlcp_h {
     bit<32> offset;
     bit<16> count;
     bit<16> nonce;
+    bit<64> tag;      /* keyed SipHash-2-4 of the datagram; the switch forwards it untouched */
 }
 
 #endif  /* DLCP_HEADERS_P4 */

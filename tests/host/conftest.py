@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -42,18 +43,25 @@ def run_on_hosts(net, code: str, args: Mapping[int, Sequence[str]], timeout: flo
     return {i: json.loads(o.strip().splitlines()[-1]) for i, o in outs.items()}
 
 
+_NEW_KEY = object()
+
+
 @pytest.fixture
 def make_endpoints():
-    """make_endpoints(n, options=None, per_rank={rank: Options}) -> list of Endpoints, closed at teardown."""
+    """make_endpoints(n, options=None, per_rank={rank: Options}, key=...) -> list of Endpoints, closed at teardown.
+    The endpoints of one call share a fresh random tag key, as a job's ranks do after rendezvous (so every
+    transport test runs the keyed paths); ``key=None`` makes an unkeyed job (for tests that inject raw packets)."""
     made: list[Endpoint] = []
 
     def make(n: int = 2, options: Options | None = None, per_rank: dict[int, Options] | None = None,
-             job_id: int = 77, nonce: int = 0xBEEF, addr_map: dict | None = None) -> list[Endpoint]:
+             job_id: int = 77, nonce: int = 0xBEEF, addr_map: dict | None = None,
+             key: bytes | None | object = _NEW_KEY) -> list[Endpoint]:
         amap = addr_map or loopback_map(n)
+        key = os.urandom(16) if key is _NEW_KEY else key
         eps = []
         for r in range(n):
             opts = (per_rank or {}).get(r, options)
-            ep = Endpoint(r, amap, job_id, nonce, opts)
+            ep = Endpoint(r, amap, job_id, nonce, opts, key=key)
             made.append(ep)
             eps.append(ep)
         return eps

@@ -10,13 +10,14 @@ from hypothesis import given, settings, strategies as st
 from host import wire
 from host.policy import LayerMagnitudePolicy
 from host.transport.chunking import chunk_elems, payload_capacity, plan_packets, tos_byte
+from host.transport import endpoint as endpoint_mod
 from host.transport.endpoint import HDR, decode_words, pack_control_header
 from host.transport.tensors import allocate, dtype_code, view_tensor
 from host.wire import DType, Flag
 
 
-@pytest.mark.parametrize("mtu,itemsize,expect", [(1500, 4, 359), (1500, 2, 718), (1500, 1, 1436),
-                                                 (9000, 4, 2234), (9000, 8, 1117), (65536, 1, 65471)])
+@pytest.mark.parametrize("mtu,itemsize,expect", [(1500, 4, 357), (1500, 2, 714), (1500, 1, 1428),
+                                                 (9000, 4, 2232), (9000, 8, 1116), (65536, 1, 65463)])
 def test_chunk_sizes_fit_mtu(mtu, itemsize, expect):
     assert chunk_elems(mtu, itemsize) == expect
     assert expect * itemsize + wire.HEADER_LEN + 28 <= mtu
@@ -98,18 +99,20 @@ def test_a_transfer_header_template_is_the_checked_header(prio, dt, layer, rank,
 def test_fast_decode_matches_wire_header():
     hd = wire.Header(msg_type=wire.MsgType.DATA, flags=Flag.DROP_ELIGIBLE | Flag.LAST, priority=5, mag_class=3,
                      dtype=DType.BFLOAT16, layer=300, rank=65000, job_id=0xDEADBEEF, transfer_id=123456789,
-                     eligible=8, seq=7, total=9, offset=1024, count=11, nonce=0xABCD)
+                     eligible=8, seq=7, total=9, offset=1024, count=11, nonce=0xABCD, tag=0x1122334455667788)
     w = decode_words(hd.pack())
     assert w[0] == (1 << 4) | 0 and w[1] == int(hd.flags) and w[2] == (5 << 5) | (3 << 2)
-    assert w[3:] == (int(DType.BFLOAT16), 300, 65000, 0xDEADBEEF, 123456789, 8, 7, 9, 1024, 11, 0xABCD)
-    buf = bytearray(40)
+    assert w[3:] == (int(DType.BFLOAT16), 300, 65000, 0xDEADBEEF, 123456789, 8, 7, 9, 1024, 11, 0xABCD,
+                     0x1122334455667788)
+    assert w[endpoint_mod.W_TAG] == hd.tag and w[endpoint_mod.W_NONCE] == hd.nonce
+    buf = bytearray(wire.HEADER_LEN + 4)
     pack_control_header(buf, wire.MsgType.NACK, flags=int(Flag.ECN_ECHO), rank=2, job_id=3, transfer_id=4,
                         seq=6, total=70, count=8, nonce=9)
-    buf[36] = 0xFF
-    back, payload = wire.parse_datagram(buf, 37)
+    buf[wire.HEADER_LEN] = 0xFF
+    back, payload = wire.parse_datagram(buf, wire.HEADER_LEN + 1)
     assert (back.msg_type, back.flags, back.priority, back.rank, back.job_id, back.transfer_id, back.seq,
             back.total, back.count, back.nonce) == (wire.MsgType.NACK, Flag.ECN_ECHO, 7, 2, 3, 4, 6, 70, 8, 9)
-    assert HDR.size == 36 and tos_byte(7, False) == (56 << 2) | 2
+    assert HDR.size == wire.HEADER_LEN == 44 and tos_byte(7, False) == (56 << 2) | 2
 
 
 def test_views_are_zero_copy_and_dtypes_map():

@@ -17,6 +17,7 @@ import torch
 
 from host import wire
 from host.transport import Endpoint, LossySocket, Options, TransportError
+from host.transport.chunking import chunk_elems
 from host.transport.endpoint import HDR, pack_control_header
 from host.wire import DType, Flag, MsgType
 from tests.host.conftest import loopback_map
@@ -122,12 +123,12 @@ def _data_header(**kw) -> bytes:
              nonce=0xBEEF)
     v.update(kw)
     return HDR.pack((wire.VERSION << 4) | MsgType.DATA, 0, 0, v["dtype"], 0, v["rank"], v["job_id"],
-                    v["transfer_id"], 0, v["seq"], v["total"], v["offset"], v["count"], v["nonce"])
+                    v["transfer_id"], 0, v["seq"], v["total"], v["offset"], v["count"], v["nonce"], 0)
 
 
 def test_foreign_stray_and_malformed_are_counted_not_fatal(make_endpoints):
     amap = loopback_map(3)
-    a, b = make_endpoints(2, Options(), addr_map=amap)
+    a, b = make_endpoints(2, Options(), addr_map=amap, key=None)  # (unkeyed: the injected packets carry no tag)
     x = torch.randn(50_000)
     h = a.send(1, x, transfer_id=1)  # a real transfer runs meanwhile and must be unaffected
     payload = np.ones(2, np.float32).tobytes()
@@ -172,7 +173,7 @@ def test_foreign_stray_and_malformed_are_counted_not_fatal(make_endpoints):
 
 def test_malformed_fields_named(make_endpoints):
     amap = loopback_map(2)
-    a, b = make_endpoints(2, addr_map=amap)
+    a, b = make_endpoints(2, addr_map=amap, key=None)  # (unkeyed: the injected packets carry no tag)
     a.close()  # use rank 0's address for crafted packets: they pass the source check, so the field check runs
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind((amap[0], wire.UDP_PORT))
@@ -190,10 +191,10 @@ def test_malformed_fields_named(make_endpoints):
         s.sendto(_data_header(offset=2) + np.ones(2, np.float32).tobytes(), dst)
         # an ACK bitmap with bits set beyond its count (checked when the bitmap is read, for a known transfer)
         b.send(0, torch.randn(100_000), transfer_id=1)
-        nack = bytearray(37)
+        nack = bytearray(wire.HEADER_LEN + 1)
         pack_control_header(nack, MsgType.NACK, flags=0, rank=0, job_id=77, transfer_id=1, seq=0,
-                            total=279, count=3, nonce=0xBEEF)
-        nack[36] = 0xFF
+                            total=-(-100_000 // chunk_elems(1500, 4)), count=3, nonce=0xBEEF)
+        nack[wire.HEADER_LEN] = 0xFF
         s.sendto(bytes(nack), dst)
         deadline = time.monotonic() + 2
         while b.stats()["malformed"] < 9 and time.monotonic() < deadline:

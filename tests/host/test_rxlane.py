@@ -4,8 +4,8 @@ Twin endpoints, one with ``native=True`` and one with ``native=False``, are hand
 bytes a ``recvmsg`` would have put in the receive buffer, with the same GRO segment size and TOS) through the
 endpoint's own ``_handle``; after every record their transfer state, counters and buffers must be identical. The
 records mix in-order runs, reordering, duplicates, ECN marks, and datagrams the fast lane must refuse (malformed,
-another job, another transfer, a wrong total, a stray source, a payload beyond the buffer), alone or hidden inside
-a GRO record.
+another job, another transfer, a wrong total, a stray source, a payload beyond the buffer; for a keyed job a wrong
+tag or a payload changed after tagging), alone or hidden inside a GRO record.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ STRAY = ("127.0.0.9", 1)  # a source that is no rank
 # counters the two paths must agree on (ACK/NACK counts depend on timers, rx_fast_datagrams on the path)
 COUNTERS = ("rx_datagrams", "rx_data_packets", "rx_bytes", "duplicates", "late", "foreign", "stray", "malformed",
             "inconsistent", "unclaimed_dropped", "ecn_ce_rx", "rx_gro_buffers", "transfers_received",
-            "premature_nacks")
+            "premature_nacks", "rejected")
+KEY = bytes(range(40, 56))
 
 
 def test_the_extension_is_built_and_follows_the_wire_format():
@@ -58,15 +59,17 @@ def test_the_lane_rejects_bad_arguments():
         _rxlane.recv_batch(0, bytearray(128), recs, 5, 32, 64)
     with pytest.raises(BufferError):
         _rxlane.recv_batch(0, bytes(128), recs, 4, 32, 64)  # a read-only receive buffer
-    with pytest.raises(TypeError, match="7 arguments"):
-        _rxlane.fast_pass(buf, recs, 1, {}, {}, JOB)
+    with pytest.raises(TypeError, match="8 arguments"):
+        _rxlane.fast_pass(buf, recs, 1, {}, {}, JOB, NONCE)
     with pytest.raises(TypeError, match="must be dicts"):
-        _rxlane.fast_pass(buf, recs, 1, [], {}, JOB, NONCE)
+        _rxlane.fast_pass(buf, recs, 1, [], {}, JOB, NONCE, None)
     with pytest.raises(ValueError, match="at least n rows"):
-        _rxlane.fast_pass(buf, recs, 5, {}, {}, JOB, NONCE)
+        _rxlane.fast_pass(buf, recs, 5, {}, {}, JOB, NONCE, None)
+    with pytest.raises(ValueError, match="tag key must be 16 bytes"):
+        _rxlane.fast_pass(buf, recs, 1, {}, {}, JOB, NONCE, b"short")
     recs[0] = (60, 8, 0, 0, 0)
     with pytest.raises(ValueError, match="record 0 .* outside buf"):
-        _rxlane.fast_pass(buf, recs, 1, {}, {}, JOB, NONCE)
+        _rxlane.fast_pass(buf, recs, 1, {}, {}, JOB, NONCE, KEY)
 
 
 def test_recv_batch_describes_each_record():
@@ -105,24 +108,30 @@ def test_recv_batch_describes_each_record():
         tx.close()
 
 
-def _datagram(plan, seq: int, x: np.ndarray) -> bytearray:
+def _datagram(plan, seq: int, x: np.ndarray, key: bytes | None = None) -> bytearray:
+    """Packet ``seq`` of ``plan`` as the sender puts it on the wire (tagged under ``key``, if any)."""
     off, ln = int(plan.offsets[seq]), int(plan.lengths[seq])
-    return bytearray(plan.headers[seq: seq + 1].tobytes() + x.view(np.uint8)[off: off + ln].tobytes())
+    d = bytearray(plan.headers[seq: seq + 1].tobytes() + x.view(np.uint8)[off: off + ln].tobytes())
+    if key is not None:
+        d[wire.TAG_AT: wire.HEADER_LEN] = endpoint_mod.packet_tag(key, d[: wire.HEADER_LEN],
+                                                                  d[wire.HEADER_LEN:]).to_bytes(8, "big")
+    return d
 
 
 class _Twin:
     """One receiving endpoint (rank 1) fed records directly, optionally with recv() posted in a thread."""
 
-    def __init__(self, native: bool, post: bool, n: int, dtype):
+    def __init__(self, native: bool, post: bool, n: int, dtype, key: bytes | None = None):
         # rank 0 is a bound, silent socket: what the twin sends back must not be refused (a refusal from a rank
         # heard from before would declare it dead, and drop its transfer, whenever the timers ran)
         self.sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sender.bind(("127.0.0.1", 0))
-        amap = {0: self.sender.getsockname(), 1: ("127.0.0.1", 0)}
+        self.sender_name = self.sender.getsockname()
+        amap = {0: self.sender_name, 1: ("127.0.0.1", 0)}
         # no timers (tick): the twins' states must change only by what they are fed. With the 1 ms tick, a twin
         # whose feeds paused for the reordering wait after LAST (a loaded machine) NACKed on its own (seen once in a full run)
         self.ep = Endpoint(1, amap, JOB, NONCE, Options(native=native, peer_timeout=30, recv_timeout=30,
-                                                        nack_idle=30, tick=3600))
+                                                        nack_idle=30, tick=3600), key=key)
         self.out = np.full(n, 0, dtype)
         self.res = self.err = None
         self.thread = None
@@ -133,8 +142,8 @@ class _Twin:
     def _recv(self):
         try:
             self.res = self.ep.recv(0, 5, out=self.out, timeout=30)
-        except Exception as e:  # compared with the twin's
-            self.err = str(e)
+        except Exception as e:  # compared with the twin's (whose silent sender has another port)
+            self.err = str(e).replace(str(self.sender_name), "<sender>")
 
     def feed(self, dgrams: list[bytes], seg: int, tos: int, src) -> None:
         ep = self.ep
@@ -193,10 +202,18 @@ def _corrupt(d: bytearray, kind: str, rng) -> tuple[bytearray, object]:
         src = STRAY
     elif kind == "overrun":  # an offset that puts the payload past the end of the tensor
         d[28:32] = (10 ** 9).to_bytes(4, "big")
+    elif kind == "tag":
+        d[wire.TAG_AT + int(rng.integers(8))] ^= 0x10
+    elif kind == "payload":  # (only for a keyed job: unkeyed, a changed payload is data like any other)
+        if len(d) > wire.HEADER_LEN:
+            d[int(rng.integers(wire.HEADER_LEN, len(d)))] ^= 0x01
+        else:
+            d[wire.TAG_AT] ^= 0x01
     return d, src
 
 
 KINDS = ("version", "job", "nonce", "tid", "total", "count", "reserved", "truncated", "stray", "overrun")
+KEYED_KINDS = KINDS + ("tag", "payload", "payload")
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -205,18 +222,20 @@ def test_fast_lane_equals_the_python_path(seed):
     dtype, dt = [(np.float32, DType.FLOAT32), (np.float16, DType.FLOAT16), (np.int64, DType.INT64)][seed % 3]
     mtu = (1500, 9000)[seed % 2]
     post = seed % 4 != 3  # some runs stage everything: recv() never posted, data goes to the staging buffer
+    key = KEY if seed % 3 != 2 else None  # most runs are of a keyed job
     n = int(rng.integers(1, 60_000))
     x = rng.standard_normal(n).astype(dtype)
     elig = rng.random(max(1, -(-n // (plan_packets(nelems=n, dtype=dt, mtu=mtu).chunk)))) < 0.3
     classes = PacketClasses(priority=3, mag_class=np.zeros(len(elig), np.uint8), eligible=elig)
     plan = plan_packets(nelems=n, dtype=dt, mtu=mtu, classes=classes, rank=0, job_id=JOB, transfer_id=5,
                         nonce=NONCE)
-    twins = [_Twin(True, post, n, dtype), _Twin(False, post, n, dtype)]
+    twins = [_Twin(True, post, n, dtype, key), _Twin(False, post, n, dtype, key)]
+    kinds = KEYED_KINDS if key is not None else KINDS
     try:
         order = list(rng.permutation(plan.total)) if seed % 5 == 1 else list(range(plan.total))
         order += list(rng.integers(0, plan.total, size=plan.total // 4 + 1))  # duplicates
         order += list(range(plan.total))  # "retransmissions": a corrupted packet arrives intact (or is a duplicate)
-        overran = nacked_once = False
+        overran = nacked_once = forged = False
         i = 0
         while i < len(order):
             k = int(rng.integers(1, 9))
@@ -226,6 +245,10 @@ def test_fast_lane_equals_the_python_path(seed):
             for d in dgrams:
                 if rng.random() < 0.3:  # a retransmission: never proof that a NACK was premature
                     d[1] |= int(Flag.RETRANSMIT)
+            if key is not None:  # tagged as sent (a corruption below comes after)
+                for d in dgrams:
+                    d[wire.TAG_AT: wire.HEADER_LEN] = endpoint_mod.packet_tag(
+                        key, d[: wire.HEADER_LEN], d[wire.HEADER_LEN:]).to_bytes(8, "big")
             if i > len(order) // 8 and not nacked_once:  # a NACK went out for some seqs not yet arrived
                 nacked_once = True
                 for t in twins:
@@ -237,8 +260,9 @@ def test_fast_lane_equals_the_python_path(seed):
             src = SENDER
             if rng.random() < 0.15:  # one datagram of the record is bad
                 j = int(rng.integers(len(dgrams)))
-                kind = KINDS[int(rng.integers(len(KINDS)))]
+                kind = kinds[int(rng.integers(len(kinds)))]
                 overran |= kind == "overrun"
+                forged |= kind in ("tag", "payload")
                 dgrams[j], src_j = _corrupt(dgrams[j], kind, rng)
                 if len(dgrams) == 1:
                     src = src_j
@@ -256,6 +280,10 @@ def test_fast_lane_equals_the_python_path(seed):
         fast, slow = twins[0].ep.stats(), twins[1].ep.stats()
         assert fast["rx_fast_datagrams"] > 0 and slow["rx_fast_datagrams"] == 0
         assert fast["rejected_by_field"] == slow["rejected_by_field"]
+        if key is None:
+            assert "tag" not in fast["rejected_by_field"]
+        elif forged:  # (another corruption may be caught by an earlier check: malformed, foreign)
+            assert fast["rejected_by_field"].get("tag", 0) > 0
         if post:
             for t in twins:
                 t.thread.join(30)

@@ -31,7 +31,7 @@ def _data(*, tid: int = 1, seq: int = 0, total: int = 1, eligible: int = 0, offs
           dtype: DType = DType.FLOAT32) -> bytes:
     """A well-formed DATA packet from rank 0 (header and ``count`` elements of payload)."""
     hdr = HDR.pack((wire.VERSION << 4) | MsgType.DATA, 0, 0, int(dtype), 0, 0, JOB, tid, eligible, seq, total,
-                   offset, count, NONCE)
+                   offset, count, NONCE, 0)
     return hdr + bytes(count * dtype.itemsize)
 
 
@@ -109,12 +109,12 @@ def test_a_posted_receive_bounds_total_dtype_and_offset(impostor_pair):
     # the genuine first packet, then one that runs past the buffer's end (dropped, not fatal)
     x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     counts = [min(chunk, n - i * chunk) for i in range(npk)]
-    raw.sendto(_data(tid=5, total=npk, seq=0, count=counts[0])[:36] + x[:counts[0]].tobytes(), dst)
+    raw.sendto(_data(tid=5, total=npk, seq=0, count=counts[0])[:wire.HEADER_LEN] + x[:counts[0]].tobytes(), dst)
     raw.sendto(_data(tid=5, total=npk, seq=1, count=chunk, offset=4 * n - 8), dst)
     assert _wait_for(lambda: b.stats()["rejected_by_field"].get("offset") == 1)
     for seq in range(1, npk):
         lo = seq * chunk
-        raw.sendto(_data(tid=5, total=npk, seq=seq, offset=4 * lo, count=counts[seq])[:36]
+        raw.sendto(_data(tid=5, total=npk, seq=seq, offset=4 * lo, count=counts[seq])[:wire.HEADER_LEN]
                    + x[lo: lo + counts[seq]].tobytes(), dst)
     r = h.wait(5)
     assert np.array_equal(r.data, x) and r.report.lost_ranges == []

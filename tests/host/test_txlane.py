@@ -1,7 +1,8 @@
 """The C send fast lane (``host/transport/_txlane.c``): the datagrams it puts on the wire are, byte for byte and
-TOS included, those the Python path's ``socket.sendmsg`` puts there; bad arguments send nothing; system call errors
-come back as OSError with their errno. End to end it is the default path of every transport test without a
-socket_wrapper."""
+TOS included, those the Python path's ``socket.sendmsg`` puts there, keyed tags included (checked against the
+Python reference ``wire.packet_tag``); its SipHash (``_siphash.h``) equals the reference on every length; bad
+arguments send nothing; system call errors come back as OSError with their errno. End to end it is the default path
+of every transport test without a socket_wrapper."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from host.transport.chunking import plan_packets
 from host.wire import DType
 
 _SOL_UDP, _UDP_SEGMENT = 17, 103
+KEY = bytes(range(200, 216))
 
 
 @pytest.fixture
@@ -64,8 +66,30 @@ def test_the_extension_is_built():
     assert _txlane.HEADER_LEN == wire.HEADER_LEN and _txlane.MAX_RUN == endpoint_mod._GSO_MAX_SEGS
 
 
+def test_c_siphash_equals_the_reference_on_every_length():
+    """Every split of the 8-byte words the streaming hash handles: payloads of 0..80 bytes after the 36 header
+    bytes it covers, random keys and bytes; and the paper's vector through the header-less form."""
+    from host.transport import _txlane
+
+    rng = np.random.default_rng(5)
+    for n in range(81):
+        key = rng.bytes(16)
+        hdr, pay = rng.bytes(wire.HEADER_LEN), rng.bytes(n)
+        assert _txlane.packet_tag(key, hdr, pay) == wire.siphash24(key, hdr[: wire.TAG_AT] + pay) == \
+            wire.packet_tag(key, hdr + pay), n
+    big = rng.bytes(9000)
+    assert _txlane.packet_tag(KEY, big[:44], big[44:]) == wire.packet_tag(KEY, big)
+    with pytest.raises(ValueError, match="16 bytes"):
+        _txlane.packet_tag(b"k" * 15, big[:44], b"")
+    with pytest.raises(ValueError, match="no key"):
+        _txlane.packet_tag(None, big[:44], b"")
+    with pytest.raises(ValueError, match="44 bytes"):
+        _txlane.packet_tag(KEY, big[:40], b"")
+
+
+@pytest.mark.parametrize("key", [None, KEY], ids=["unkeyed", "keyed"])
 @pytest.mark.parametrize("mtu", [1500, 9000])
-def test_send_run_puts_the_python_paths_datagrams_on_the_wire(pair, mtu):
+def test_send_run_puts_the_python_paths_datagrams_on_the_wire(pair, mtu, key):
     from host.transport import _txlane
 
     tx, rx = pair
@@ -79,9 +103,12 @@ def test_send_run_puts_the_python_paths_datagrams_on_the_wire(pair, mtu):
         for i, j in runs:
             seg = hl + lens[seqs[i]] if j > i + 1 else 0
             sent = _txlane.send_run(tx.fileno(), hdr, pay, offs, lens, seqs, i, j, socket.inet_aton(host), port,
-                                    tos, seg)
+                                    tos, seg, key)
             assert sent == sum(hl + lens[s] for s in seqs[i:j])
             native = _drain_n(rx, j - i)
+            for (d, _tos) in native:  # (the lane wrote the tags into hdr: the Python send below sends them too)
+                tag = int.from_bytes(d[wire.TAG_AT: hl], "big")
+                assert tag == (0 if key is None else wire.packet_tag(key, d))
             bufs = [b for s in seqs[i:j] for b in (hdr[s * hl:(s + 1) * hl], pay[offs[s]: offs[s] + lens[s]])]
             anc = [(socket.IPPROTO_IP, socket.IP_TOS, bytes([tos]))]
             if seg:
@@ -108,10 +135,10 @@ def test_bad_arguments_send_nothing_and_say_what(pair):
     pay = memoryview(x.view(np.uint8))
     ip4, fd = socket.inet_aton(host), tx.fileno()
     seg = wire.HEADER_LEN + lens[0]
-    ok = (fd, hdr, pay, offs, lens, [0, 1, 2], 0, 3, ip4, port, 0, seg)
+    ok = (fd, hdr, pay, offs, lens, [0, 1, 2], 0, 3, ip4, port, 0, seg, KEY)
 
     def call(**kw):
-        names = ("fd", "hdr", "pay", "offs", "lens", "seqs", "i", "j", "ip4", "port", "tos", "seg")
+        names = ("fd", "hdr", "pay", "offs", "lens", "seqs", "i", "j", "ip4", "port", "tos", "seg", "key")
         return _txlane.send_run(*[kw.get(n, v) for n, v in zip(names, ok)])
 
     with pytest.raises(IndexError, match="offs index"):
@@ -130,8 +157,12 @@ def test_bad_arguments_send_nothing_and_say_what(pair):
         call(ip4=b"\x7f\x00\x00")
     with pytest.raises(TypeError, match="lists"):
         call(offs=tuple(offs))
-    with pytest.raises(TypeError, match="12 arguments"):
-        _txlane.send_run(*ok[:11])
+    with pytest.raises(TypeError, match="13 arguments"):
+        _txlane.send_run(*ok[:12])
+    with pytest.raises(ValueError, match="tag key must be 16 bytes"):
+        call(key=b"x" * 8)
+    with pytest.raises(BufferError):
+        call(hdr=bytes(hdr))  # a keyed send writes the tags into the headers
     assert _drain(rx) == []  # none of these sent anything
     call()
     assert len(_drain_n(rx, 3)) == 3  # and the good call still works
@@ -148,5 +179,5 @@ def test_system_call_errors_raise_oserror_with_errno(pair):
     fd = s.fileno()
     s.close()
     with pytest.raises(OSError) as e:
-        _txlane.send_run(fd, hdr, pay, offs, lens, [0], 0, 1, socket.inet_aton(host), port, 0, 0)
+        _txlane.send_run(fd, hdr, pay, offs, lens, [0], 0, 1, socket.inet_aton(host), port, 0, 0, None)
     assert e.value.errno == 9  # EBADF
