@@ -6,7 +6,8 @@ Use it like any backend::
     dist.init_process_group("dlcp")          # env:// (torchrun) or init_method=..., rank=..., world_size=...
 
 The name is registered when ``import torch`` runs (the ``torch.backends`` entry point of the dlcp distribution
-calls :func:`host.torch_plugin.register`); ``import host.backend`` registers it too.
+calls :func:`host.torch_plugin.register`); ``import host.backend`` registers it too (both through
+:mod:`host.backend_registry`, so that neither imports the other).
 
 How it works:
 
@@ -1039,6 +1040,6 @@ def dlcp_backend(group=None) -> DlcpBackend:
     return impl
 
 
-from host.torch_plugin import register as _register  # noqa: E402  (registering needs the class above)
+from host.backend_registry import register_dlcp  # noqa: E402  (registering needs the creator above)
 
-_register()
+register_dlcp(create_dlcp_process_group)

@@ -8,6 +8,8 @@ created. ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` disables torch's plugin loading; th
 
 from __future__ import annotations
 
+from host.backend_registry import register_dlcp
+
 
 def _create(store, rank, size, timeout):
     from host.backend import create_dlcp_process_group
@@ -15,12 +17,6 @@ def _create(store, rank, size, timeout):
 
 
 def register() -> None:
-    """Idempotent: register ``dlcp`` for CPU and CUDA tensors unless it is registered already (CUDA tensors are
-    staged through host memory: ``host.staging``; on a build without CUDA none ever reaches it)."""
-    import torch.distributed as dist
-
-    if not dist.is_available():  # pragma: no cover - CPU builds have distributed
-        return
-    if "dlcp" in dist.Backend.backend_list or hasattr(dist.Backend, "DLCP"):
-        return
-    dist.Backend.register_backend("dlcp", _create, devices=["cpu", "cuda"])
+    """Idempotent: register ``dlcp`` (for the devices in :data:`host.backend_registry.DEVICES`) unless it is
+    registered already."""
+    register_dlcp(_create)
