@@ -227,7 +227,8 @@ class DlcpWork:
     thread that waits for it."""
 
     def __init__(self, result: list[torch.Tensor], *, finish: Callable[[float | None], Outcome | None] | None = None,
-                 ready: Callable[[], bool] | None = None, cancel: Callable[[], None] | None = None):
+                 ready: Callable[[], bool] | None = None, cancel: Callable[[], None] | None = None,
+                 devices: list[str] | None = None):
         self._fut: torch.futures.Future = torch.futures.Future()
         self._result = result
         self._exc: BaseException | None = None
@@ -240,6 +241,7 @@ class DlcpWork:
         self.zero_filled = 0  # elements covered by lost_ranges
         self.elements = 0  # elements of the operation's flat buffer
         self._staging: Staged | None = None  # device tensors' host stand-ins (host.staging)
+        self._devices = devices or []  # (a joint work's: its parts')
 
     def _stage(self, staged: Staged) -> None:
         """Run on the host stand-ins of ``staged``: the results are the device tensors, the future a device
@@ -251,7 +253,9 @@ class DlcpWork:
     def devices(self) -> list[str]:
         """The non-CPU devices of the results (the C++ work's future is made for them)."""
         st = self._staging
-        return [str(st.device)] if st is not None and st.device.type != "cpu" else []
+        if st is None:
+            return list(self._devices)
+        return [str(st.device)] if st.device.type != "cpu" else []
 
     def _complete(self, outcome: Outcome | None, exc: BaseException | None) -> None:
         if self._done.is_set():
@@ -335,12 +339,15 @@ class DlcpWork:
 
 
 def _joint_work(works: list[DlcpWork]) -> DlcpWork:
-    """One work for several (a coalescing block): done when all are, fails with the first failure."""
+    """One work for several (a coalescing block): done when all are, fails with the first failure. Its parts'
+    waits, on the thread that completes it, order that thread's current streams after their copies back, so its
+    future (made for their devices) completes after them too."""
     def finish(timeout: float | None) -> None:
         for w in works:
             w.wait(timeout)
     return DlcpWork([t for w in works for t in w._result], finish=finish,
-                    ready=lambda: all(w.is_completed() for w in works))
+                    ready=lambda: all(w.is_completed() for w in works),
+                    devices=sorted({d for w in works for d in w.devices()}))
 
 
 def _all_loopback(addr_map: dict[int, tuple[str, int]], ranks: list[int]) -> bool:

@@ -144,8 +144,8 @@ def ring_reduce_scatter(flat: torch.Tensor, shard: torch.Tensor, process_group, 
         shard.copy_(chunks[0])
         return
     right, left = (rank + 1) % world, (rank - 1) % world
-    recv = torch.empty(n, dtype=flat.dtype)
-    acc = torch.empty(n, dtype=flat.dtype)
+    recv = torch.empty(n, dtype=flat.dtype, device=flat.device)
+    acc = torch.empty(n, dtype=flat.dtype, device=flat.device)
     send = chunks[(rank - 1) % world]
     for s in range(world - 1):
         works = [dist.isend(send, group=process_group, group_dst=right, tag=tag),
@@ -206,8 +206,8 @@ class DenseCompressor:
     def _shard_for(self, g: int, flat: torch.Tensor) -> torch.Tensor:
         n = flat.numel() // self.world
         s = self._shard.get(g)
-        if s is None or s.numel() != n or s.dtype != flat.dtype:
-            s = self._shard[g] = torch.empty(n, dtype=flat.dtype)
+        if s is None or s.numel() != n or s.dtype != flat.dtype or s.device != flat.device:
+            s = self._shard[g] = torch.empty(n, dtype=flat.dtype, device=flat.device)
         return s
 
     def start_reduce_scatter(self, group_index: int, flat_grad: torch.Tensor, process_group):

@@ -90,14 +90,14 @@ class _Group:
     """One fusion group: its layers (forward positions), parameters, flat buffer and per-iteration state."""
 
     def __init__(self, index: int, layers: list[int], params: list[nn.Parameter], position: int, world: int,
-                 dtype: torch.dtype, opt_index: dict[int, int]):
+                 dtype: torch.dtype, opt_index: dict[int, int], device: torch.device | None = None):
         self.index, self.layers, self.params, self.position = index, layers, params, position
         self.numels = [p.numel() for p in params]
         self.offsets = [0]
         for n in self.numels:
             self.offsets.append(self.offsets[-1] + n)
         self.numel = self.offsets[-1]
-        self.flat = torch.zeros(padded_numel(self.numel, world), dtype=dtype)
+        self.flat = torch.zeros(padded_numel(self.numel, world), dtype=dtype, device=device)  # the params' device
         by_opt: dict[int, list[nn.Parameter]] = {}
         for p in params:
             by_opt.setdefault(opt_index[id(p)], []).append(p)
@@ -224,6 +224,9 @@ class DeAR:
         if len(dtypes) != 1 or not next(iter(dtypes)).is_floating_point:
             raise ValueError(f"DeAR needs every trainable parameter in one floating-point dtype, got {dtypes}")
         self._dtype = next(iter(dtypes))
+        devices = {p.device for p in trainable.values()}
+        if len(devices) != 1:  # one flat buffer per fusion group, on the parameters' device
+            raise ValueError(f"DeAR needs every trainable parameter on one device, got {sorted(map(str, devices))}")
         self._opt_index: dict[int, int] = {}
         for j, grp in enumerate(optimizer.param_groups):
             for p in grp["params"]:
@@ -643,7 +646,8 @@ class DeAR:
         self._group_of_layer = {}
         for g, positions in enumerate(plan):
             params = [p for pos in positions for p in self._layers[self._order[pos]].params]
-            grp = _Group(g, positions, params, positions[0], self.world, self._dtype, self._opt_index)
+            grp = _Group(g, positions, params, positions[0], self.world, self._dtype, self._opt_index,
+                         params[0].device if params else None)
             self._groups.append(grp)
             for slot, p in enumerate(params):
                 self._slot[id(p)] = (g, slot)

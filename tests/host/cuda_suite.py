@@ -1,5 +1,5 @@
 """The dlcp backend on CUDA tensors (``make test-cuda``, marker ``cuda``): every collective, point-to-point and
-futures against host computations and gloo's CUDA path, and DDP on GPUs against gloo. Not collected by ``make
+futures against host computations and gloo's CUDA path, DDP on GPUs against gloo, DeAR on GPUs against DDP. Not collected by ``make
 test`` (the file name is not ``test_*``): it needs a GPU, and on a machine without one every test here skips with
 that reason."""
 
@@ -31,4 +31,9 @@ def test_collectives_on_cuda_tensors(size: int) -> None:
 
 def test_ddp_on_cuda_matches_gloo() -> None:
     out = check(launch(MOD, "ddp", 2, timeout=300))
+    assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out
+
+
+def test_dear_on_cuda_matches_ddp() -> None:
+    out = check(launch(MOD, "dear", 2, timeout=300))
     assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out

@@ -144,5 +144,48 @@ def ddp() -> None:
     dist.destroy_process_group()
 
 
+def dear() -> None:
+    """DeAR over dlcp with the model on the GPU: its fusion buffers on the parameters' device (the collectives
+    stage them), the same weights as DDP over gloo's CUDA path after a few steps."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from host.dear import DeAR
+    from host.dear.fusion import CommModel
+
+    dist.init_process_group("dlcp")
+    r = dist.get_rank()
+    dev = _device()
+    gloo = dist.new_group(backend="gloo")
+
+    def mlp() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(12, 24), torch.nn.ReLU(), torch.nn.Linear(24, 24),
+                                   torch.nn.ReLU(), torch.nn.Linear(24, 4)).to(dev)
+
+    g = torch.Generator().manual_seed(100 + r)
+    data = [(torch.randn(16, 12, generator=g).to(dev), torch.randint(0, 4, (16,), generator=g).to(dev))
+            for _ in range(5)]
+    model, ref = mlp(), mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    d = DeAR(model, opt, fusion="layers", comm_model=CommModel(1e-4, 1e-9, 1e-4, 1e-9))
+    ddp_model = DDP(ref, device_ids=[dev], process_group=gloo)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for x, y in data:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(d(x), y).backward()
+        d.step()
+        ref_opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp_model(x), y).backward()
+        ref_opt.step()
+    d.flush()
+    assert d._groups and all(grp.flat.device == dev for grp in d._groups), "DeAR's buffers: not on the GPU"
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()
+    want = torch.cat([p.detach().reshape(-1) for p in ref.parameters()]).cpu()
+    torch.testing.assert_close(flat, want, rtol=1e-5, atol=1e-6)
+    d.close()
+    print("ok", r)
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
-    {"collectives": collectives, "ddp": ddp}[sys.argv[1]]()
+    {"collectives": collectives, "ddp": ddp, "dear": dear}[sys.argv[1]]()
