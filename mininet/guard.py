@@ -179,9 +179,14 @@ def claim(switches: list[tuple[str, int]], out_dir: Path, base: Path | None = No
     base = base or state_dir()
     with _locked(base):
         _clean_locked(base, strays=False)
-        live = live_records(base)
+        live = [r for r in live_records(base) if r.pid != os.getpid()]  # this process's record is replaced below
         present = links()
         for name, port in switches:
+            # a live run that claimed these names may not have built its network yet: its record is enough
+            held = _holder(live, port=port) or _holder(live, intf=f"{name}-eth")
+            if held:
+                raise PortTaken(f"switch {name}: its P4Runtime port 127.0.0.1:{port} or interfaces {name}-eth* are "
+                                f"{held}")
             if port_listening(port):
                 who = _holder(live, port=port) or (f"by a process that is not a recorded testbed run (see `ss -ltnp "
                                                    f"'sport = :{port}'`)")

@@ -262,9 +262,11 @@ class Testbed:
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            cwd=str(_project_root()))
         clog = open(self.out_dir / "coordinator.log", "w")
-        for line in coord.stdout:  # workers connect once the service listens (they do not retry)
+        # one reader for the service's whole output, so the deadline holds even while it prints nothing
+        lines = _lines_until(coord.stdout, deadline)
+        for line in lines:  # workers connect once the service listens (they do not retry)
             clog.write(line)
-            if "listening on" in line or time.monotonic() > deadline:
+            if "listening on" in line:
                 break
         workers = []
         for r in range(spec.workers):
@@ -276,13 +278,11 @@ class Testbed:
                                        stderr=subprocess.STDOUT, cwd=str(_project_root())), log))
         total = spec.steps * spec.workers
         with clog:
-            for line in coord.stdout:
+            for line in lines:
                 clog.write(line)
                 m = re.search(r" steps=(\d+) ", line)
                 if progress is not None and m:
                     progress(min(spec.steps, int(m.group(1)) * spec.steps // max(1, total)))
-                if time.monotonic() > deadline:
-                    break
         try:
             coord.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:

@@ -47,20 +47,28 @@ def test_run_refuses_a_taken_grpc_port(root_required, tmp_path, monkeypatch):
 
 def test_claim_refuses_an_existing_interface_and_names_the_live_run(root_required, tmp_path):
     name = f"tg{os.getpid() % 10000}"
+    base = tmp_path / "state"
     # a veth pair (this kernel has no dummy interfaces); its peer's name is not a switch interface's
     subprocess.run(["ip", "link", "add", f"{name}-eth1", "type", "veth", "peer", "name", f"{name}p"], check=True)
+    other = subprocess.Popen(["sleep", "60"])  # stands for another live orchestrator
     try:
         with pytest.raises(PortTaken, match=f"{name}-eth1 already exists, left by an earlier run"):
-            claim([(name, _free_port())], tmp_path, tmp_path / "state")
-        other = claim([(f"{name}x", _free_port())], tmp_path / "a", tmp_path / "state")
-        other.interfaces.append(f"{name}-eth")  # this (live) process's record now holds the interface
-        other.save()
-        with pytest.raises(PortTaken, match=f"held by the testbed run with pid {os.getpid()}"):
-            claim([(name, _free_port())], tmp_path / "b", tmp_path / "state")
-        assert clean(tmp_path / "state", strays=False) == []  # a live run's things are left alone
-        assert f"{name}-eth1" in links()
-        other.release()
+            claim([(name, _free_port())], tmp_path, base)
+        port = _free_port()
+        base.mkdir(exist_ok=True)
+        RunRecord(other.pid, proc_start(other.pid), str(tmp_path / "a"), [f"{name}-eth"], [port],
+                  path=str(base / f"run-{other.pid}.json")).save()
+        with pytest.raises(PortTaken, match=f"held by the testbed run with pid {other.pid}"):
+            claim([(name, _free_port())], tmp_path / "b", base)
+        # claimed but not built yet (nothing listens, no interface): the record alone holds the port
+        with pytest.raises(PortTaken, match=f"127.0.0.1:{port} or interfaces zz9-eth\\* are held by the testbed "
+                                            f"run with pid {other.pid}"):
+            claim([("zz9", port)], tmp_path / "c", base)
+        assert clean(base, strays=False) == []  # a live run's things are left alone
+        assert f"{name}-eth1" in links() and len(list(base.glob("run-*.json"))) == 1
     finally:
+        other.kill()
+        other.wait()
         subprocess.run(["ip", "link", "del", f"{name}-eth1"], capture_output=True)
 
 
