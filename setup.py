@@ -1,9 +1,11 @@
 """Only the C extensions live here; everything else about the package is in pyproject.toml.
 
-The transport's two fast lanes: receive records (_rxlane) and send runs (_txlane); see docs/transport.md."""
+The transport's two fast lanes: receive records (_rxlane) and send runs (_txlane); see docs/transport.md.
+The switch daemon's batched port I/O (_portio: recvmmsg/sendmmsg on AF_PACKET sockets); see docs/switch-daemon.md."""
 from setuptools import Extension, setup
 
 _FLAGS = ["-O2", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"]
 setup(ext_modules=[Extension(f"host.transport.{name}", [f"host/transport/{name}.c"], extra_compile_args=_FLAGS,
                              depends=["host/transport/_siphash.h"])  # the keyed tag, in both lanes
-                   for name in ("_rxlane", "_txlane")])
+                   for name in ("_rxlane", "_txlane")]
+      + [Extension("switch._portio", ["switch/_portio.c"], extra_compile_args=_FLAGS)])

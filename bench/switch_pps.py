@@ -25,10 +25,17 @@ without a P4 compiler.
 checkout, e.g. ``git worktree add /tmp/old HEAD~1``), each measured in its own process, alternating, CPU time.
 
 Daemon mode (root only; ``--daemon`` runs only it, ``--no-daemon`` skips it): ``dlcp-switch`` runs the L3
-router on two veth ports into network namespaces, programmed over P4Runtime by finsy; one namespace floods UDP
-(106-byte frames) for a few seconds and the other counts what arrives.  Candidate: datagrams/s received through
-the daemon (AF_PACKET in and out, the packet thread, the target).  Baseline: the in-process figure of the same
-program, so the ratio says what the real-interface path costs.
+router on two veth ports into network namespaces, programmed over P4Runtime by finsy; h1 floods UDP (106-byte
+frames, ``netns_tool.py flood``) for a few seconds and h2 counts what arrives (``pps``; with the daemon also its
+CPU time per received packet, ``daemon_cpu_us_per_packet``, from /proc).  Three comparisons:
+* the daemon against the kernel: the same hosts joined by Linux IPv4 forwarding in a router namespace
+  (``switchd.Net(kernel_router=True)``), the same flood;
+* batched port I/O (``switch._portio``: recvmmsg/sendmmsg) against per-frame ``recvfrom``/``send`` (a daemon
+  started with ``DLCP_NATIVE=0``);
+* 10,000 LPM routes (prefix lengths 24/28/30/32, installed over P4Runtime) against 10, the flood sent to as many
+  destinations in turn, each hitting its own route.
+The machine is shared and the sender, the sink and the daemon share its cores: wall pps swing with the load;
+``daemon_cpu_us_per_packet`` is the steadier figure.
 """
 from __future__ import annotations
 
@@ -194,47 +201,99 @@ def baseline(packets):
     return run
 
 
-FLOOD_SECONDS = 3.0
+FLOOD_SECONDS = 2.0
 PAYLOAD = 64                      # UDP payload bytes: 106-byte frames, as in make_packets
+SCALE_ROUTES = 10_000
+ANY_IP = "10.128.0.0/9"           # the sink's host accepts every address here (routes of the scale case)
 
 
-def daemon_case(rep, packets) -> None:
-    """Start the namespaces and the daemon, program the routes, and compare flood throughput through the daemon
-    with the in-process figure of the same program."""
+def scale_routes(n: int) -> list[tuple[str, int]]:
+    """``n`` distinct routes, prefix lengths 24, 28, 30 and 32 in turn: route k is 10.(128 + k // 256).(k % 256).0
+    with its length, so the addresses 10.128.0.0 + 256 k (what the flood sends to) each hit their own route."""
+    lens = (24, 28, 30, 32)
+    return [(f"10.{128 + k // 256}.{k % 256}.0", lens[k % 4]) for k in range(n)]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (all its threads) from /proc."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def daemon_case(rep) -> None:
+    """The daemon between two namespaces against the kernel forwarding the same traffic, the daemon's batched
+    port I/O against per-frame socket calls, and 10,000 routes against 10 (see the module docstring)."""
     import asyncio
-    import json
+    import contextlib
+    import tempfile
     sys.path.insert(0, str(ROOT / "tests/switch"))
     import finsy as fy
     from finsy import P4TableAction, P4TableEntry, P4TableMatch
-    from switchd import ROUTER_MAC, Daemon, Net, p4info_file, wait_ready
-    import tempfile
+    from switchd import ROUTER_MAC, Daemon, Net, p4info_file, sh, wait_ready
 
-    with Net(2) as net, tempfile.TemporaryDirectory() as tmp:
-        info = p4info_file(Path(PROGRAM), Path(tmp))
-        with Daemon(*net.port_args(), "--queue-depth", "1024", PROGRAM) as d:
-            async def program():
-                opts = fy.SwitchOptions(p4info=info, p4blob=Path(PROGRAM).read_bytes(), device_id=0)
-                async with fy.Switch("bench", d.addr, opts) as sw:
-                    await sw.insert([P4TableEntry("ipv4_lpm", match=P4TableMatch(dstAddr=f"10.77.{i}.0/24"),
-                                                  action=P4TableAction("set_nhop", dmac=net.mac(i), smac=ROUTER_MAC,
-                                                                       port=i)) for i in net.hosts])
-            asyncio.run(asyncio.wait_for(program(), 60))
+    def program(d: Daemon, net: Net, info: Path, routes: list[tuple[str, int]]) -> None:
+        async def push():
+            opts = fy.SwitchOptions(p4info=info, p4blob=Path(PROGRAM).read_bytes(), device_id=0)
+            async with fy.Switch("bench", d.addr, opts) as sw:
+                entries = [P4TableEntry("ipv4_lpm", match=P4TableMatch(dstAddr=f"10.77.{i}.0/24"),
+                                        action=P4TableAction("set_nhop", dmac=net.mac(i), smac=ROUTER_MAC, port=i))
+                           for i in net.hosts]
+                entries += [P4TableEntry("ipv4_lpm", match=P4TableMatch(dstAddr=f"{v}/{plen}"),
+                                         action=P4TableAction("set_nhop", dmac=net.mac(2), smac=ROUTER_MAC, port=2))
+                            for v, plen in routes]
+                for i in range(0, len(entries), 1000):
+                    await sw.insert(entries[i:i + 1000])
+        asyncio.run(asyncio.wait_for(push(), 300))
 
-            def through_daemon():
-                sink = net.tool(2, "sink", 5000, 1.0)
-                wait_ready(sink)
+    def flood_through(net: Net, d: Daemon | None, ndst: int):
+        """One flood from h1 to h2 (to ``ndst`` addresses in turn), counted by h2's sink; with a daemon, its CPU
+        time per received packet."""
+        def run():
+            sink = net.tool(2, "sink", 5000, 1.0)
+            wait_ready(sink)
+            cpu0 = cpu_seconds(d.proc.pid) if d is not None else 0.0
+            if ndst == 1:
                 flood = net.tool(1, "flood", net.ip(2), 5000, FLOOD_SECONDS, PAYLOAD)
-                sent = json.loads(flood.communicate(timeout=60)[0])["sent"]
-                got = json.loads(sink.communicate(timeout=60)[0])
-                if not got["n"]:
-                    raise RuntimeError(f"nothing crossed the daemon:\n{d.log()}")
-                return {"pps": got["n"] / got["t"] if got["t"] else 0.0, "received": got["n"], "sent": sent}
+            else:
+                flood = net.tool(1, "flood", "10.128.0.0", 5000, FLOOD_SECONDS, PAYLOAD, ndst, 256)
+            sent = json.loads(flood.communicate(timeout=60)[0])["sent"]
+            got = json.loads(sink.communicate(timeout=60)[0])
+            if not got["n"]:
+                raise RuntimeError("nothing crossed" + (f" the daemon:\n{d.log()}" if d else " the kernel router"))
+            m = {"pps": got["n"] / got["t"] if got["t"] else 0.0, "received": got["n"], "sent": sent}
+            if d is not None:
+                m["daemon_cpu_us_per_packet"] = (cpu_seconds(d.proc.pid) - cpu0) / got["n"] * 1e6
+            return m
+        return run
 
-            rep.compare("daemon: UDP 106 B between 2 namespaces", candidate=through_daemon,
-                        baseline=candidate(packets), metric="pps", higher_is_better=True, repetitions=3, warmup=1,
-                        candidate_name="dlcp-switch daemon", baseline_name="in-process target",
-                        params={"program": "tests/switch/programs/l3_router.p4", "flood_seconds": FLOOD_SECONDS,
-                                "frame_bytes": 106})
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        info = p4info_file(Path(PROGRAM), tmp)
+        kernel = stack.enter_context(Net(2, tag="k", kernel_router=True))
+        nets, daemons = {}, {}
+        for name, env, routes in (("batched", {}, 10), ("per-frame", {"DLCP_NATIVE": "0"}, 10),
+                                  ("scale", {}, SCALE_ROUTES)):
+            net = nets[name] = stack.enter_context(Net(2, tag=name[0]))
+            sh("ip", "netns", "exec", net.ns[2], "ip", "route", "add", "local", ANY_IP, "dev", "lo")
+            d = daemons[name] = stack.enter_context(Daemon(*net.port_args(), "--queue-depth", "1024", PROGRAM,
+                                                           env=env))
+            program(d, net, info, scale_routes(routes))
+        common = {"program": "tests/switch/programs/l3_router.p4", "flood_seconds": FLOOD_SECONDS,
+                  "frame_bytes": PAYLOAD + 42, "sender": "netns_tool.py flood (Python, one core)"}
+        rep.compare("daemon vs kernel forwarding, 1 destination", candidate=flood_through(nets["batched"],
+                    daemons["batched"], 1), baseline=flood_through(kernel, None, 1), metric="pps",
+                    higher_is_better=True, repetitions=3, warmup=1, candidate_name="dlcp-switch daemon",
+                    baseline_name="Linux IPv4 forwarding in a router namespace", params=common)
+        rep.compare("daemon: batched port I/O vs per-frame calls", candidate=flood_through(nets["batched"],
+                    daemons["batched"], 1), baseline=flood_through(nets["per-frame"], daemons["per-frame"], 1),
+                    metric="pps", higher_is_better=True, repetitions=3, warmup=1,
+                    candidate_name="recvmmsg/sendmmsg (switch._portio)",
+                    baseline_name="recvfrom/send per frame (DLCP_NATIVE=0)", params=common)
+        rep.compare(f"daemon: {SCALE_ROUTES:,} LPM routes vs 10", candidate=flood_through(nets["scale"],
+                    daemons["scale"], SCALE_ROUTES), baseline=flood_through(nets["batched"], daemons["batched"], 10),
+                    metric="pps", higher_is_better=True, repetitions=3, warmup=1,
+                    candidate_name=f"{SCALE_ROUTES:,} routes, {SCALE_ROUTES:,} destinations",
+                    baseline_name="10 routes, 10 destinations", params=dict(common, prefix_lengths=[24, 28, 30, 32]))
 
 
 CASES = {
@@ -344,7 +403,7 @@ def main() -> None:
         if os.geteuid() != 0:
             raise SystemExit("switch_pps: the daemon case creates network namespaces and needs root "
                              "(use --no-daemon to skip it)")
-        daemon_case(rep, packets)
+        daemon_case(rep)
     rep.write()
     import statistics
     for c in rep.cases:

@@ -136,8 +136,7 @@ class PacketLoop:
                     continue
                 if ev & (select.POLLERR | select.POLLHUP):
                     self._socket_error(p)
-                for data in p.recv_batch(RX_BUDGET):
-                    rx.append((p.port, data))
+                p.recv_into(rx, RX_BUDGET)
             next_t = self.step(rx)
             if not events or time.monotonic() - self._last_flush > 0.5:
                 if self.pcap is not None:
@@ -205,18 +204,21 @@ class PacketLoop:
                 next_t = nd[0] if nd is not None else None
         tx: dict = {}
         drops: dict = {}
+        sends: dict[int, list[bytes]] = {}              # port -> frames, sent in one batch per port
         for d in out:
             if d.arrival_ns > now:
                 self._seq += 1
                 heapq.heappush(self._delayed, (d.arrival_ns, self._seq, d.port, d.data))
             else:
-                self._emit(d.port, d.data, runtime, tx, drops)
+                self._route(d.port, d.data, runtime, sends, tx, drops)
         delayed = self._delayed
         while delayed and delayed[0][0] <= now:
             _, _, port, data = heapq.heappop(delayed)
-            self._emit(port, data, runtime, tx, drops)
+            self._route(port, data, runtime, sends, tx, drops)
         if delayed and (next_t is None or delayed[0][0] < next_t):
             next_t = delayed[0][0]
+        for port, frames in sends.items():
+            self._send(self.ports[port], frames, tx, drops)
         if digests and self.p4rt is not None and runtime is not None:
             self.p4rt.digests(runtime, digests)
         if tx or drops:
@@ -225,7 +227,9 @@ class PacketLoop:
                 dev.extra_drops.update(drops)
         return next_t
 
-    def _emit(self, port: int, data: bytes, runtime, tx: dict, drops: dict) -> None:
+    def _route(self, port: int, data: bytes, runtime, sends: dict[int, list[bytes]], tx: dict, drops: dict) -> None:
+        """A departure due now: PacketIn for the CPU port, else queued in ``sends`` for its port's batch (or
+        dropped as ``no_interface``)."""
         if port == self.cpu_port and self.cpu_port is not None:
             why = self.p4rt.packet_in(runtime, data) if self.p4rt is not None and runtime is not None \
                 else "no_controller"
@@ -235,18 +239,29 @@ class PacketLoop:
                 k = (port, 0, why)
                 drops[k] = drops.get(k, 0) + 1
             return
-        p = self.ports.get(port)
-        if p is None:
-            k = (port, 0, "no_interface")
-            drops[k] = drops.get(k, 0) + 1
-            return
-        if p.send(data):
-            tx[port] = tx.get(port, 0) + 1
+        frames = sends.get(port)
+        if frames is None:
+            if port not in self.ports:
+                k = (port, 0, "no_interface")
+                drops[k] = drops.get(k, 0) + 1
+                return
+            frames = sends[port] = []
+        frames.append(data)
+
+    def _send(self, p: Port, frames: list[bytes], tx: dict, drops: dict) -> None:
+        """One port's frames of this step, in order; refused ones count as ``tx_error`` drops."""
+        refused = p.send_batch(frames)
+        if refused:
+            k = (p.port, 0, "tx_error")
+            drops[k] = drops.get(k, 0) + len(refused)
+        sent = len(frames) - len(refused)
+        if sent:
+            tx[p.port] = tx.get(p.port, 0) + sent
             if self.pcap is not None:
-                self.pcap.tx(port, data)
-        else:
-            k = (port, 0, "tx_error")
-            drops[k] = drops.get(k, 0) + 1
+                skip = set(refused)
+                for i, data in enumerate(frames):
+                    if i not in skip:
+                        self.pcap.tx(p.port, data)
 
 
 # ---- command line ----------------------------------------------------------------------------------------------

@@ -5,8 +5,10 @@ Each switch port is one ``SOCK_RAW``/``ETH_P_ALL`` socket bound to its interface
 on a packet socket as ``PACKET_OUTGOING``; the kernel is asked not to deliver them (``PACKET_IGNORE_OUTGOING``,
 Linux >= 4.20) and any that still arrive are skipped by their packet type.
 
-Batching: Python has no ``recvmmsg``, so :meth:`Port.recv_batch` drains a readable socket until it would block
-(up to a budget) in one call -- one poll wake-up per burst rather than per frame.
+Batching: :meth:`Port.recv_into` takes up to a budget of frames with one ``recvmmsg`` and :meth:`Port.send_batch`
+sends a list of frames with ``sendmmsg`` (64 per system call), through the C module ``switch._portio`` that
+``make setup`` builds (``setup.py``).  Without it (not built, or ``DLCP_NATIVE=0`` in the environment) the same
+methods loop over ``recvfrom``/``send`` in Python: same results, more CPU per frame.
 
 Hosts should turn off checksum and segmentation offloads on their interfaces (``ethtool -K eth0 tx off``):
 otherwise frames seen here carry partial checksums or are larger than the MTU.
@@ -14,8 +16,17 @@ otherwise frames seen here carry partial checksums or are larger than the MTU.
 from __future__ import annotations
 
 import errno
+import mmap
+import os
 import socket
 import struct
+
+try:
+    from . import _portio
+except ImportError:                 # not built (a pure-Python checkout): the Python loops below
+    _portio = None
+if os.environ.get("DLCP_NATIVE", "1") == "0":
+    _portio = None
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -24,6 +35,7 @@ PACKET_MR_PROMISC = 1
 PACKET_IGNORE_OUTGOING = 23
 PACKET_OUTGOING = 4
 MAX_FRAME = 65536 + 64
+RX_BATCH = 64                       # at most this many frames per recv_into (the C module's batch)
 
 
 class PortError(OSError):
@@ -50,7 +62,9 @@ class Port:
             ifindex = socket.if_nametoindex(ifname)
         except OSError:
             raise PortError(errno.ENODEV, f"port {port}: no interface named {ifname!r}") from None
-        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        # protocol 0: the socket receives nothing until bind() names the interface and ETH_P_ALL (created with
+        # ETH_P_ALL it would queue frames of every interface of the namespace in between)
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         try:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
@@ -68,23 +82,41 @@ class Port:
         self.sock = s
         self.fd = s.fileno()
         self.errors = 0                 # socket errors seen (link down, MTU change...); the port keeps working
+        self._rxbuf: mmap.mmap | None = None   # recv_into's slots (C path), made on first use
 
-    def recv_batch(self, budget: int = 64) -> list[bytes]:
-        """Frames received from the wire (not our own), until the socket would block or ``budget`` is spent."""
-        out = []
+    def recv_into(self, out: list[tuple[int, bytes]], budget: int = RX_BATCH) -> int:
+        """Append ``(port, frame)`` for each frame received from the wire (not our own), until the socket would
+        block or ``budget`` (<= RX_BATCH) frames were read; returns how many were appended.  A transient socket
+        error (e.g. ENETDOWN while the interface is reconfigured) is counted in :attr:`errors` and ends the
+        batch."""
+        if _portio is not None:
+            if self._rxbuf is None:
+                # one slot of MAX_FRAME per frame; anonymous memory, so only the bytes frames touch are resident
+                self._rxbuf = mmap.mmap(-1, RX_BATCH * MAX_FRAME)
+            try:
+                n, truncated = _portio.recv_frames(self.fd, self._rxbuf, MAX_FRAME, min(budget, RX_BATCH),
+                                                   self.port, out)
+            except OSError:
+                self.errors += 1
+                return 0
+            self.errors += truncated
+            return n
+        got = 0
         recv = self.sock.recvfrom
+        port = self.port
         for _ in range(budget):
             try:
                 data, addr = recv(MAX_FRAME)
             except (BlockingIOError, InterruptedError):
                 break
-            except OSError:             # e.g. ENETDOWN while the interface is reconfigured: try again later
+            except OSError:
                 self.errors += 1
                 break
             if addr[2] == PACKET_OUTGOING:
                 continue
-            out.append(data)
-        return out
+            out.append((port, data))
+            got += 1
+        return got
 
     def take_error(self) -> int:
         """Read and clear the socket's pending error (``SO_ERROR``), so poll stops reporting it; 0 if none.
@@ -98,13 +130,20 @@ class Port:
             self.errors += 1
         return err
 
-    def send(self, data: bytes) -> bool:
-        """Send one frame; False when the kernel refused it (full buffer, too large, interface down)."""
-        try:
-            self.sock.send(data)
-            return True
-        except OSError:
-            return False
+    def send_batch(self, frames: list[bytes]) -> list[int]:
+        """Send each frame of ``frames`` (``sendmmsg``, 64 per system call); returns the indices of the frames the
+        kernel refused (full buffer, too large, interface down) -- normally none.  A refused frame does not stop
+        the ones after it."""
+        if _portio is not None:
+            return _portio.send_frames(self.fd, frames)
+        refused = []
+        send = self.sock.send
+        for i, data in enumerate(frames):
+            try:
+                send(data)
+            except OSError:
+                refused.append(i)
+        return refused
 
     def close(self) -> None:
         try:

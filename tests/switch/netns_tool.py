@@ -6,11 +6,13 @@ tests/switch/test_daemon.py and bench/switch_pps.py.  Prints one JSON document o
     burst DST PORT1 N1 PORT2 N2           N1 datagrams to PORT1 then N2 to PORT2, back to back ("b<port>-<i>")
     raw IFNAME HEX [COUNT]                one Ethernet frame (hex) COUNT times through an AF_PACKET socket
     garbage IFNAME COUNT SEED             COUNT random frames of 14..300 bytes (seeded)
-    flood DST PORT SECONDS SIZE           UDP as fast as possible for SECONDS: {"sent": n}
+    flood DST PORT SECONDS SIZE [N STEP]  UDP as fast as possible for SECONDS: {"sent": n}; with N, to the N
+                                          addresses DST, DST+STEP, ... in turn
     sink PORT SECONDS                     count UDP datagrams until SECONDS of silence after the first: {"n", "t"}
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import random
 import selectors
@@ -81,15 +83,17 @@ def garbage(ifname: str, count: int, seed: int) -> dict:
     return {"sent": n}
 
 
-def flood(dst: str, port: int, seconds: float, size: int) -> dict:
+def flood(dst: str, port: int, seconds: float, size: int, count: int = 1, step: int = 1) -> dict:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     payload = b"f" * size
+    base = int(ipaddress.IPv4Address(dst))
+    dests = [(str(ipaddress.IPv4Address(base + i * step)), port) for i in range(count)]
     n = 0
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         for _ in range(64):
             try:
-                s.sendto(payload, (dst, port))
+                s.sendto(payload, dests[n % count])
                 n += 1
             except OSError:
                 pass
@@ -129,7 +133,7 @@ def main(argv: list[str]) -> None:
     elif cmd == "garbage":
         res = garbage(args[0], int(args[1]), int(args[2]))
     elif cmd == "flood":
-        res = flood(args[0], int(args[1]), float(args[2]), int(args[3]))
+        res = flood(args[0], int(args[1]), float(args[2]), int(args[3]), *map(int, args[4:6]))
     elif cmd == "sink":
         res = sink(int(args[0]), float(args[1]))
     else:

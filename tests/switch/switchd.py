@@ -118,25 +118,44 @@ class Net:
     """``n`` hosts, each a namespace with ``eth0`` (10.77.<i>.1/24, MAC 02:00:00:00:00:0<i>, default route via
     10.77.<i>.254 = the switch's MAC, static neighbour), joined by a veth pair to ``<prefix>p<i>`` in the root
     namespace, where the daemon attaches switch port i.  IPv6 off and offloads off everywhere (raw sockets then
-    see whole frames with real checksums).  Names carry the pid, so parallel runs do not collide; :meth:`close`
-    deletes the namespaces (which deletes the veth pairs)."""
+    see whole frames with real checksums).  Names carry the pid (and ``tag``), so parallel runs do not collide;
+    :meth:`close` deletes the namespaces (which deletes the veth pairs).
 
-    def __init__(self, n: int):
-        self.prefix = f"dsw{os.getpid() % 100000}"
+    ``kernel_router=True`` builds the baseline of the switch benchmarks instead: the ``p<i>`` ends go into a
+    router namespace ``<prefix>r`` whose kernel forwards IPv4 between them (address 10.77.<i>.254 and the
+    switch's MAC on each, static neighbours for the hosts): the same hosts, the same L3 forwarding, no daemon."""
+
+    def __init__(self, n: int, *, tag: str = "", kernel_router: bool = False):
+        self.prefix = f"dsw{os.getpid() % 100000}{tag}"
         self.hosts = list(range(1, n + 1))
         self.ns = {i: f"{self.prefix}h{i}" for i in self.hosts}
         self.ifs = {i: f"{self.prefix}p{i}" for i in self.hosts}
+        self.router = f"{self.prefix}r" if kernel_router else None
         self.close()                                  # leftovers of a killed earlier run with this pid
         try:
+            if self.router:
+                sh("ip", "netns", "add", self.router)
+                sh("ip", "netns", "exec", self.router, "sysctl", "-qw", "net.ipv4.ip_forward=1",
+                   "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+                sh("ip", "netns", "exec", self.router, "ip", "link", "set", "lo", "up")
             for i in self.hosts:
                 ns, ifn = self.ns[i], self.ifs[i]
                 sh("ip", "netns", "add", ns)
                 sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
                    "net.ipv6.conf.default.disable_ipv6=1")
                 sh("ip", "link", "add", ifn, "type", "veth", "peer", "name", "eth0", "netns", ns)
-                Path(f"/proc/sys/net/ipv6/conf/{ifn}/disable_ipv6").write_text("1")
-                sh("ethtool", "-K", ifn, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off")
-                sh("ip", "link", "set", ifn, "up")
+                if self.router:
+                    sh("ip", "link", "set", ifn, "netns", self.router)
+                    r = ["ip", "netns", "exec", self.router]
+                    sh(*r, "ethtool", "-K", ifn, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off")
+                    sh(*r, "ip", "link", "set", ifn, "address", ROUTER_MAC)
+                    sh(*r, "ip", "addr", "add", f"10.77.{i}.254/24", "dev", ifn)
+                    sh(*r, "ip", "link", "set", ifn, "up")
+                    sh(*r, "ip", "neigh", "replace", self.ip(i), "lladdr", self.mac(i), "dev", ifn)
+                else:
+                    Path(f"/proc/sys/net/ipv6/conf/{ifn}/disable_ipv6").write_text("1")
+                    sh("ethtool", "-K", ifn, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off")
+                    sh("ip", "link", "set", ifn, "up")
                 x = ["ip", "netns", "exec", ns]
                 sh(*x, "ip", "link", "set", "eth0", "address", self.mac(i))
                 sh(*x, "ethtool", "-K", "eth0", "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off")
@@ -184,6 +203,8 @@ class Net:
         for i in self.hosts:
             sh("ip", "netns", "del", self.ns[i], check=False)
             sh("ip", "link", "del", self.ifs[i], check=False)
+        if self.router:
+            sh("ip", "netns", "del", self.router, check=False)
 
     def __enter__(self) -> "Net":
         return self

@@ -75,7 +75,7 @@ control RouterIngress(inout headers_t hdr, inout metadata_t meta,
     table ipv4_lpm {
         key = { hdr.ipv4.dstAddr: lpm; }
         actions = { set_nhop; drop; NoAction; }
-        size = 1024;
+        size = 16384;             // bench/switch_pps.py installs 10,000 routes
         default_action = drop();
     }
     action acl_permit() { acl_hits.count(); }
