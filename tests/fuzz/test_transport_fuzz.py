@@ -20,3 +20,32 @@ def test_mutated_datagrams_never_crash_hang_or_corrupt(mode):
     # every kind of mutation was tried, and the receiver named the fields it refused
     assert {"bitflip", "field", "truncate", "extend", "overwrite", "splice", "replay"} <= set(r.operators)
     assert r.malformed_by_field
+    if mode == "outsider":  # without the key nothing gets past the tag check: no deeper check ever refuses
+        assert set(r.rejected_by_field) == {"tag"} and r.rejected_by_field["tag"] > 100
+        assert r.drops["inconsistent"] == r.drops["stale_feedback"] == 0 and r.filtered == 0
+    else:  # with the key (or none), mutants reach the receive checks behind it
+        assert r.filtered and set(r.rejected_by_field) - {"tag"} and "tag" not in r.rejected_by_field
+
+
+def test_the_forgery_filter_reads_claims_leniently():
+    """(the oracle's own rule) a datagram that claims the genuine transfer is held back in the modes without
+    authentication even when the wire format calls its header inconsistent, since the receiver's cheap checks
+    may still take it; an exact genuine datagram and claims on other transfers pass."""
+    import numpy as np
+
+    from tests.fuzz.mutate import set_field
+    from tests.fuzz.transport_fuzz import LEGIT_BASE, DECOY_BASE, _Forgery, genuine_data
+
+    f = _Forgery()
+    legit = genuine_data(np.arange(1000, dtype=np.float32), tid=LEGIT_BASE + 3, rank=0)
+    f.genuine.update(legit)
+    assert not f.forges(legit[0], None)
+    bad = bytearray(legit[0])
+    bad[-1] ^= 1  # another payload
+    set_field(bad, "flags", 0x01)  # and DROP_ELIGIBLE on a seq not below eligible: wire.parse_datagram refuses it
+    with pytest.raises(wire.WireError, match="DROP_ELIGIBLE"):
+        wire.parse_datagram(bytes(bad))
+    assert f.forges(bytes(bad), None)
+    other = bytearray(bad)
+    set_field(other, "transfer_id", DECOY_BASE)
+    assert not f.forges(bytes(other), None)
