@@ -4,7 +4,12 @@ reads its outcome; compares gloo's and dlcp's outcomes; writes the side-by-side 
 Used by ``tests/host/test_torch_suite.py`` (the full run behind ``make test-torch-suite``, a subset in
 ``make test``) and on the command line::
 
-    python -m tests.host.torch_suite --backend gloo --backend dlcp --out build/torch-suite [-k EXPR]
+    python -m tests.host.torch_suite --backend gloo --backend dlcp --out build/torch-suite [-k EXPR] \
+        [--from-junit gloo=build/torch-suite/gloo.xml] [--doc docs/torch-suite.md]
+
+``--from-junit B=PATH`` takes backend ``B``'s outcomes from an earlier run's JUnit file instead of running it
+again (gloo's do not change with dlcp's code); ``--doc`` also writes the pass list as a whole markdown document
+(``docs/torch-suite.md`` is made this way; its first line says by which command).
 """
 
 from __future__ import annotations
@@ -148,19 +153,43 @@ def table(gloo: dict[str, str], dlcp: dict[str, str], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def document(summary: str) -> str:
+    """The pass list as a whole markdown document (``docs/torch-suite.md``)."""
+    return ("# PyTorch's distributed test suite on gloo and dlcp\n\n"
+            "<!-- generated whole by tests/host/torch_suite.py (--doc): re-run its command, do not edit -->\n\n"
+            "Every test of PyTorch's `DistributedTest` suite that passed or failed on either backend, side by side; "
+            "how the suite is run and what the exceptions mean: [backend.md](backend.md), PyTorch's distributed "
+            "test suite.\n\n" + summary)
+
+
+def _from_junit(spec: str) -> tuple[str, Path]:
+    backend, sep, path = spec.partition("=")
+    if not sep or backend not in ("gloo", "dlcp") or not Path(path).is_file():
+        raise argparse.ArgumentTypeError(f"--from-junit {spec!r}: expected gloo=PATH or dlcp=PATH of an existing "
+                                         f"JUnit file")
+    return backend, Path(path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", action="append", choices=["gloo", "dlcp"], required=True)
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "torch-suite")
     ap.add_argument("-k", dest="select")
+    ap.add_argument("--from-junit", action="append", type=_from_junit, default=[],
+                    help="BACKEND=PATH: that backend's outcomes from an earlier run's JUnit file, not a new run")
+    ap.add_argument("--doc", type=Path, help="also write the pass list as a markdown document here")
     a = ap.parse_args()
+    earlier = dict(a.from_junit)
     res = {}
     for b in a.backend:
-        res[b] = run_suite(b, a.out / f"{b}.xml", select=a.select)
+        res[b] = read_junit(earlier[b]) if b in earlier else run_suite(b, a.out / f"{b}.xml", select=a.select)
         print(b, sum(o == "passed" for o in res[b].values()), "passed of", len(res[b]), flush=True)
     if {"gloo", "dlcp"} <= set(res):
-        (a.out / "summary.md").write_text(table(res["gloo"], res["dlcp"], " ".join(["python -m tests.host.torch_suite",
-                                                                                    *sys.argv[1:]])))
+        summary = table(res["gloo"], res["dlcp"], " ".join(["python -m tests.host.torch_suite", *sys.argv[1:]]))
+        a.out.mkdir(parents=True, exist_ok=True)
+        (a.out / "summary.md").write_text(summary)
+        if a.doc is not None:
+            a.doc.write_text(document(summary))
         bad = regressions(res["gloo"], res["dlcp"])
         print("regressions:", bad or "none")
         sys.exit(1 if bad else 0)
