@@ -20,6 +20,10 @@ total is the precise process CPU clock; Linux splits it into user and system in 
 system part is an estimate (good as a median over many calls; the summary's user part is the total less it, at
 least 0).
 
+``--bf16`` adds ``all_reduce_bf16``: the all-reduce of the same number of elements as bf16 (half the bytes; a
+case's size stays the float32 size), on both backends, and per size a ``bf16 vs f32`` line comparing dlcp's bf16
+call with its float32 one (2-byte elements on the wire, reduced in bf16: ``host/collectives.py``).
+
 ``--quick`` (or ``DLCP_BENCH_QUICK=1``): sizes up to 16 MiB, fewer repetitions. ``--only TEXT``: only cases whose
 name (``<net> P=<P> <op> <size>``) contains TEXT (repeatable; a case runs if any matches). Without root only
 the loopback cases run (in the root namespace). Worker mode (``--worker``) is what runs inside the namespaces.
@@ -42,6 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 OPS = ("all_reduce", "reduce_scatter", "all_gather")
+HALF_OPS = ("all_reduce_bf16",)  # with --bf16: the same elements as bf16 (the case's size is float32's)
 SIZES = [4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
 QUICK_SIZES = [4 << 10, 256 << 10, 1 << 20, 16 << 20]
 WORLDS = [2, 4]
@@ -67,9 +72,10 @@ def repetitions(nbytes: int, quick: bool, net: str = "1Gb/s") -> int:
 
 
 def ideal_seconds(op: str, nbytes: int, world: int, bps: float = LINK_BPS) -> float:
-    """The bandwidth-optimal ring's time on links of ``bps``: every rank sends (P-1)/P of the tensor per phase."""
-    phases = 2 if op == "all_reduce" else 1
-    return phases * (world - 1) / world * nbytes * 8 / bps
+    """The bandwidth-optimal ring's time on links of ``bps``: every rank sends (P-1)/P of the tensor per phase
+    (``nbytes`` is the float32 size: a bf16 case moves half of it)."""
+    phases = 2 if op.startswith("all_reduce") else 1
+    return phases * (world - 1) / world * nbytes * 8 / bps * (0.5 if op.endswith("_bf16") else 1.0)
 
 
 def size_label(nbytes: int) -> str:
@@ -104,8 +110,10 @@ def _worker(args: argparse.Namespace) -> None:
         x = torch.randn(n)
         full = torch.zeros(n)
         shard = torch.randn(n // P)
+        x16 = torch.randn(n).to(torch.bfloat16)
         calls = {
             "all_reduce": lambda g: dist.all_reduce(x, group=g),
+            "all_reduce_bf16": lambda g: dist.all_reduce(x16, group=g),
             "reduce_scatter": lambda g: dist.reduce_scatter_tensor(shard, x, group=g),
             "all_gather": lambda g: dist.all_gather_into_tensor(full, shard, group=g),
         }
@@ -203,7 +211,7 @@ def plot(rows: list[dict], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     cols = [(n, w) for n in NETS for w in WORLDS if any(r["net"] == n and r["world"] == w for r in rows)]
-    ops = [op for op in OPS if any(r["op"] == op for r in rows)]
+    ops = [op for op in OPS + HALF_OPS if any(r["op"] == op for r in rows)]
     fig, axes = plt.subplots(len(ops), len(cols), figsize=(4.2 * len(cols), 3.4 * len(ops)), squeeze=False)
     for i, op in enumerate(ops):
         for j, (net, w) in enumerate(cols):
@@ -258,6 +266,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="sizes up to 16 MiB, fewer repetitions")
     ap.add_argument("--only", action="append", default=[], help="run only cases whose name contains this text")
     ap.add_argument("--name", default="collectives", help="result name (bench/results/<name>.json/.png)")
+    ap.add_argument("--bf16", action="store_true", help="also all-reduce the same elements as bf16, and compare")
     args = ap.parse_args()
     if args.worker:
         _worker(args)
@@ -270,7 +279,8 @@ def main() -> None:
     nets = NETS if os.geteuid() == 0 else ["loopback"]
     tune = json.loads(args.tune)
     rep = Report(args.name, params={
-        "sizes": sizes, "worlds": WORLDS, "networks": nets, "dtype": "float32", "quick": quick,
+        "sizes": sizes, "worlds": WORLDS, "networks": nets, "dtype": "float32" + (" and bfloat16" if args.bf16 else ""),
+        "quick": quick,
         "repetitions": {net: {size_label(s): repetitions(s, quick, net) for s in sizes} for net in nets},
         "warmup_rounds": 1,
         "shaped": "testbed.netns.Star(P, rate='1gbit', mtu=9000), tbf both directions",
@@ -283,7 +293,7 @@ def main() -> None:
         for world in WORLDS:
             plan = []
             for s in sizes:
-                ops = [op for op in OPS
+                ops = [op for op in OPS + (HALF_OPS if args.bf16 else ())
                        if not args.only or any(o in case_name(net, world, op, s) for o in args.only)]
                 if ops:
                     plan.append([s, ops, repetitions(s, quick, net)])
@@ -312,6 +322,17 @@ def main() -> None:
                         baseline=lambda: {"ideal_fraction": ideal / next(it_b)}, metric="ideal_fraction",
                         higher_is_better=True, repetitions=len(r["dlcp"]), warmup=0, candidate_name="dlcp",
                         baseline_name="gloo", params=params)
+    f32 = {(r["net"], r["world"], r["bytes"]): r for r in rows if r["op"] == "all_reduce"}
+    for r in rows:  # dlcp's bf16 all-reduce against its float32 one of the same elements (same processes, in turn)
+        base = f32.get((r["net"], r["world"], r["bytes"])) if r["op"] == "all_reduce_bf16" else None
+        if base is None:
+            continue
+        it_c, it_b = iter(r["dlcp"]), iter(base["dlcp"])
+        rep.compare(case_name(r["net"], r["world"], "all_reduce", r["bytes"]) + " bf16 vs f32",
+                    candidate=lambda: {"seconds": next(it_c)}, baseline=lambda: {"seconds": next(it_b)},
+                    metric="seconds", higher_is_better=False, repetitions=min(len(r["dlcp"]), len(base["dlcp"])),
+                    warmup=0, candidate_name="dlcp bf16", baseline_name="dlcp f32",
+                    params={"bytes_f32": r["bytes"], "world": r["world"], "network": r["net"]})
     rep.params["wall_seconds"] = round(time.monotonic() - t_start, 1)
     rep.params["summary"] = summary(rows).splitlines()
     rep.write()
