@@ -1,8 +1,9 @@
 """``make fuzz``: every fuzz campaign of the project, each for a bounded time, and one JSON of their counts.
 
-Targets (each ``--seconds`` long; the transport's three tag modes share its budget):
+Targets (each ``--seconds`` long; the transport's runs (three tag modes, one on the Python path) share its budget):
 
-* ``transport``: mutated DLCP datagrams into a live transport (``tests/fuzz/transport_fuzz.py``), per tag mode;
+* ``transport``: mutated DLCP datagrams into a live transport (``tests/fuzz/transport_fuzz.py``), per tag mode
+  (and the unkeyed mode once more on the Python receive path alone);
 * ``switch``: mutated DLCP frames into a live ``dlcp-switch`` between namespaces (``tests/fuzz/switch_fuzz.py``);
 * ``p4runtime``: mutated P4Runtime requests against the daemon's server (``tests/fuzz/p4rt_fuzz.py``);
 * ``p4``: mutated P4 programs into the front end (``tests/switch/p4fuzz.py``, a few seconds in ``make test``).
@@ -32,10 +33,11 @@ def _transport(seed: int, seconds: float) -> dict[str, Any]:
     from host import wire
     modes = MODES if any(f.name == "tag" for f in wire.FIELDS) else ("off",)
     out: dict[str, Any] = {"inputs": 0, "crashes": 0, "hangs": 0, "corrupted": 0, "failures": [], "modes": {}}
-    for mode in modes:
-        r = campaign(seed, seconds / len(modes), mode=mode)
+    runs = [(m, True) for m in modes] + [("off", False)]  # the C fast lanes, and the Python paths alone
+    for mode, native in runs:
+        r = campaign(seed, seconds / len(runs), mode=mode, native=native)
         d = asdict(r)
-        out["modes"][mode] = d
+        out["modes"][mode if native else mode + "-python"] = d
         out["inputs"] += r.datagrams_sent
         for k in ("crashes", "hangs", "corrupted"):
             out[k] += d[k]

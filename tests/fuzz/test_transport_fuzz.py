@@ -11,9 +11,10 @@ from host import wire
 _MODES = MODES if any(f.name == "tag" for f in wire.FIELDS) else ("off",)
 
 
-@pytest.mark.parametrize("mode", _MODES)
-def test_mutated_datagrams_never_crash_hang_or_corrupt(mode):
-    r = campaign(seed=20261125, seconds=0.0, mode=mode, min_rounds=40, max_rounds=40)
+@pytest.mark.parametrize("mode,native", [(m, True) for m in _MODES] + [("off", False)])
+def test_mutated_datagrams_never_crash_hang_or_corrupt(mode, native):
+    """Each tag mode against the C fast lanes (as in production), and once against the Python paths alone."""
+    r = campaign(seed=20261125, seconds=0.0, mode=mode, native=native, min_rounds=40, max_rounds=40)
     assert r.failures == [], "\n".join(r.failures[:5])
     assert r.rounds == 40 and r.crashes == r.hangs == r.corrupted == 0
     assert r.datagrams_sent > 1000 and sum(r.drops.values()) > 0

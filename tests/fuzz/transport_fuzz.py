@@ -149,6 +149,7 @@ class Result:
     """Counts of one campaign and every broken property."""
 
     mode: str = "off"
+    native: bool = True
     seed: int = 0
     rounds: int = 0
     datagrams_sent: int = 0  # hostile datagrams that left the raw socket (mutants, replays, duplicates)
@@ -156,6 +157,7 @@ class Result:
     replays: int = 0
     filtered: int = 0  # mutants not sent: well-formed claims on a genuine transfer in a mode without authentication
     genuine_bytes: int = 0
+    reverse_failed: int = 0  # reverse decoys (attacked without the forgery rule) that failed: counted, not judged
     crashes: int = 0
     hangs: int = 0
     corrupted: int = 0
@@ -170,14 +172,19 @@ class Result:
         return not self.failures
 
 
-def _endpoint(rank: int, amap: dict[int, str], key: bytes | None, timeout: float) -> Endpoint:
-    """An endpoint of the fuzzed job (keyed when ``key`` is given), through the public constructor."""
-    opts = Options(peer_timeout=timeout, recv_timeout=timeout)
+def _endpoint(rank: int, amap: dict[int, str], key: bytes | None, timeout: float, native: bool) -> Endpoint:
+    """An endpoint of the fuzzed job (keyed when ``key`` is given), through the public constructor. ``native``:
+    the C fast lanes (False: every datagram takes the Python path)."""
+    opts = Options(peer_timeout=timeout, recv_timeout=timeout, native=native)
     if key is None:
         return Endpoint(rank, amap, JOB, NONCE, opts)
-    if "key" in inspect.signature(Endpoint).parameters:
-        return Endpoint(rank, amap, JOB, NONCE, opts, key=key)
-    return Endpoint(rank, amap, JOB, NONCE, Options(peer_timeout=timeout, recv_timeout=timeout, key=key))
+    return Endpoint(rank, amap, JOB, NONCE, opts, key=key)
+
+
+def _brief(ep: Endpoint) -> dict[str, Any]:
+    """An endpoint's non-zero counters and drops by field (for a failure's message)."""
+    st = ep.stats()
+    return {k: v for k, v in st.items() if v and k not in ("peers", "sock_buf_capped")}
 
 
 def _drops(stats: dict[str, Any]) -> dict[str, int]:
@@ -210,9 +217,11 @@ class _Forgery:
             and body[wire.HEADER_LEN] == CTL_DEAD
 
 
-def campaign(seed: int, seconds: float, *, mode: str = "off", min_rounds: int = 1, max_rounds: int = 10**9,
-             mutants_per_round: tuple[int, int] = (20, 120), round_timeout: float = 15.0) -> Result:
-    """Run rounds ``0, 1, ...`` of ``seed`` for ``seconds`` (at least ``min_rounds``); returns the counts."""
+def campaign(seed: int, seconds: float, *, mode: str = "off", native: bool = True, min_rounds: int = 1,
+             max_rounds: int = 10**9, mutants_per_round: tuple[int, int] = (20, 120),
+             round_timeout: float = 15.0) -> Result:
+    """Run rounds ``0, 1, ...`` of ``seed`` for ``seconds`` (at least ``min_rounds``); returns the counts.
+    ``native``: the endpoints use their C fast lanes (the default, as in production) or the Python paths only."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     keyed = mode != "off"
@@ -220,7 +229,7 @@ def campaign(seed: int, seconds: float, *, mode: str = "off", min_rounds: int = 
         raise RuntimeError(f"mode {mode!r} needs the keyed tag (host.wire has no 'tag' field)")
     key = bytes(random.Random(f"key:{seed}").randbytes(wire.KEY_LEN)) if keyed else None
     mkey = key if mode == "insider" else None  # what the fuzzer seals its mutants with
-    res = Result(mode=mode, seed=seed)
+    res = Result(mode=mode, native=native, seed=seed)
     a, b = random.Random().randrange(1, 255), random.Random().randrange(1, 255)  # a private 127.a.b.0/24
     amap = {0: f"127.{a}.{b}.1", 1: f"127.{a}.{b}.2"}
     addr = {r: (h, wire.UDP_PORT) for r, h in amap.items()}
@@ -236,8 +245,8 @@ def campaign(seed: int, seconds: float, *, mode: str = "off", min_rounds: int = 
 
     threading.excepthook = hook
     raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
-    sender = _endpoint(0, amap, key, round_timeout)
-    receiver = _endpoint(1, amap, key, round_timeout)
+    sender = _endpoint(0, amap, key, round_timeout, native)
+    receiver = _endpoint(1, amap, key, round_timeout, native)
     eps = (sender, receiver)
     forgery = _Forgery()
     replay_pool: list[bytes] = []  # genuine datagrams of earlier rounds, untagged
@@ -287,7 +296,8 @@ def _round(i: int, seed: int, mode: str, key: bytes | None, mkey: bytes | None, 
         x = nrng.standard_normal(n).astype(dt)
     else:
         x = nrng.integers(0, 100 if dt == np.uint8 else 1 << 20, n).astype(dt)
-    tid, decoy_tid, stray_tid = LEGIT_BASE + i, DECOY_BASE + 2 * i, DECOY_BASE + 2 * i + 1
+    tid, decoy_tid, stray_tid = LEGIT_BASE + i, DECOY_BASE + 3 * i, DECOY_BASE + 3 * i + 1
+    rev_tid = DECOY_BASE + 3 * i + 2  # a decoy the other way, rank 1 to rank 0: live sender state to attack
     layer = rng.randrange(4)
     legit = genuine_data(x, tid=tid, rank=0, layer=layer)
     dx = nrng.standard_normal(rng.choice((50, 900, 5000))).astype(np.float32)
@@ -295,8 +305,11 @@ def _round(i: int, seed: int, mode: str, key: bytes | None, mkey: bytes | None, 
     stray = genuine_data(dx[: max(1, len(dx) // 3)], tid=stray_tid, rank=0)
     for d in legit:
         forgery.genuine.add(d)
+    rx = nrng.standard_normal(rng.choice((100, 3000, 30000))).astype(np.float32)
+    rev_total = len(genuine_data(rx, tid=rev_tid, rank=1))
     feedback = [genuine_feedback(rng, rank=rng.choice((0, 1)), tid=rng.choice((tid, decoy_tid, stray_tid)),
-                                 total=len(legit)) for _ in range(8)]
+                                 total=len(legit)) for _ in range(4)]
+    feedback += [genuine_feedback(rng, rank=0, tid=rev_tid, total=rev_total) for _ in range(6)]
     # datagrams a member sends (and so tags): data of this round's transfers and of earlier rounds'; feedback
     # the fuzzer makes up is tagged only where the fuzzer holds the key (insider); an outsider cannot tag it, and
     # replaying what a member never sent is no replay
@@ -325,7 +338,9 @@ def _round(i: int, seed: int, mode: str, key: bytes | None, mkey: bytes | None, 
             res.operators[op] = res.operators.get(op, 0) + 1
         tos = rng.choice((0, 0, wire.ECN_ECT0, wire.ECN_CE, rng.randrange(256)))
         for _ in range(rng.choice((1, 1, 1, 2, 4))):  # duplication
-            stream.append((d, 1 if rng.random() < 0.8 else 0, tos))
+            claimed = get_field(d, "rank") if len(d) >= wire.HEADER_LEN else 2
+            dst = 1 - claimed if claimed in (0, 1) and rng.random() < 0.85 else rng.randrange(2)
+            stream.append((d, dst, tos))
     # the decoy transfers, genuine (into a posted and an unposted receive), among the mutants
     stream += [(seal(d, key), 1, 0) for d in decoy + stray]
     rng.shuffle(stream)  # reordering
@@ -350,6 +365,8 @@ def _round(i: int, seed: int, mode: str, key: bytes | None, mkey: bytes | None, 
     dout = np.zeros_like(dx)
     post_first = rng.random() < 0.7
     decoy_h = receiver.post_recv(0, decoy_tid, dout, timeout=round_timeout)
+    rev_h = sender.post_recv(1, rev_tid, np.zeros_like(rx), timeout=round_timeout)
+    rev_s = receiver.send(0, rx, transfer_id=rev_tid)
     h = receiver.post_recv(0, tid, out, timeout=round_timeout) if post_first else None
     injector = threading.Thread(target=inject, name="fuzz-inject", daemon=True)
     injector.start()
@@ -369,13 +386,20 @@ def _round(i: int, seed: int, mode: str, key: bytes | None, mkey: bytes | None, 
         res.genuine_bytes += x.nbytes
     except TransportError as e:
         res.hangs += 1
-        res.failures.append(f"{where}: the genuine transfer did not complete: {e}")
+        res.failures.append(f"{where}: the genuine transfer did not complete: {e}; sender {_brief(sender)}; "
+                            f"receiver {_brief(receiver)}")
     finally:
         injector.join(round_timeout)
         if injector.is_alive():
             res.hangs += 1
             res.failures.append(f"{where}: the injector did not finish")
         decoy_h.cancel()
+        try:  # (the reverse decoy is attacked by forged feedback in every mode: its outcome is not judged, but
+            # it ends, one way or the other, within the round timeout)
+            rev_h.wait(round_timeout)
+            rev_s.wait(round_timeout)
+        except TransportError:
+            res.reverse_failed += 1
     replay_pool.extend(legit[:3] + decoy[:2])
     del replay_pool[:-200]
 
