@@ -7,11 +7,14 @@ becomes a :mod:`controller.errors` exception naming the switch and its address:
 * a Write with rejected updates: :class:`WriteRejected` listing each rejected entry and its P4Runtime status;
 * another request failing (pipeline, read, not primary): :class:`SwitchRequestFailed`.
 
-finsy 0.30 has no public call that reports whether it pushed a pipeline, so the client opens the session
-*without* a device config (finsy then only fetches the P4Info) and does the cookie check and the
-SetForwardingPipelineConfig itself through ``Switch._get_pipeline_config_request`` /
-``_set_pipeline_config_request``; reads go through the session's ``P4Client`` to get the raw entities back
-(canonical bytes, no finsy decoding) for diffing. finsy is pinned in pyproject.toml.
+Only finsy's public API is used. The session (arbitration, Read, Write, PacketIn, the P4Info) is a
+``finsy.Switch``; reads come back as finsy entities and are encoded again with the session's ``P4Schema`` (the
+canonical bytes the diff compares). The pipeline's cookie and the SetForwardingPipelineConfig go over a
+``finsy.P4Client`` of the client's own, opened on first use (``apply`` only), because finsy 0.30's ``Switch``
+pushes a pipeline only while it connects and does not say whether it did, which ``apply`` reports; the request
+carries the session's election id, so the switch takes it from the primary. The one thing finsy lacks entirely, a gRPC subchannel pool per channel, is added by replacing the
+channel options class that ``P4Client.open`` builds (:class:`_LocalPoolOptions`). finsy is pinned in
+pyproject.toml.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import finsy as fy
 import finsy.p4client
 from finsy.grpcutil import GRPCOptions
 from finsy.p4client import P4ClientError
-from finsy.proto import p4i, p4r
+from finsy.proto import U128, p4i, p4r
 
 from .errors import ProgramError, RejectedUpdate, SwitchRequestFailed, SwitchUnreachable, WriteRejected
 from .netfile import SwitchSpec
@@ -193,6 +196,9 @@ class SwitchClient:
         opts = fy.SwitchOptions(p4info=p4info, device_id=spec.device_id, initial_election_id=election_id,
                                 channel_credentials=creds, ready_handler=ready_handler)
         self.sw = fy.Switch(spec.name, spec.address, opts)
+        self._creds = creds
+        #: pipeline requests (finsy's Switch keeps its own private), on a channel opened on first use
+        self._rpc: fy.P4Client | None = None
         self._names: Names | None = None
         self._open = False
 
@@ -227,6 +233,9 @@ class SwitchClient:
     async def __aexit__(self, *exc) -> None:
         if self._open:
             self._open = False
+            if self._rpc is not None:
+                await self._rpc.close()
+                self._rpc = None
             await self.sw.__aexit__(None, None, None)
 
     def _fail(self, ex: P4ClientError, operation: str) -> Exception:
@@ -265,10 +274,17 @@ class SwitchClient:
                                       f"{self.sw.election_id})")
 
     # -- pipeline ------------------------------------------------------------------------------------------------
+    async def _pipeline_channel(self) -> fy.P4Client:
+        if self._rpc is None:
+            self._rpc = fy.P4Client(self.spec.address, self._creds, wait_for_ready=False)
+            await self._rpc.open()
+        return self._rpc
+
     async def pipeline_cookie(self) -> int | None:
         """The cookie of the switch's pipeline; None when it has none."""
         try:
-            reply = await self.sw._get_pipeline_config_request()  # noqa: SLF001 - see module docstring
+            reply = await (await self._pipeline_channel()).request(p4r.GetForwardingPipelineConfigRequest(
+                device_id=self.spec.device_id, response_type=p4r.GetForwardingPipelineConfigRequest.COOKIE_ONLY))
         except P4ClientError as ex:
             if ex.is_pipeline_missing:
                 return None
@@ -281,22 +297,24 @@ class SwitchClient:
             return False
         self.require_primary("SetForwardingPipelineConfig")
         try:
-            await self.sw._set_pipeline_config_request(config=program.schema.get_pipeline_config())  # noqa: SLF001
+            await (await self._pipeline_channel()).request(p4r.SetForwardingPipelineConfigRequest(
+                device_id=self.spec.device_id, role=self.sw.role_name, election_id=U128.encode(self.sw.election_id),
+                action=p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+                config=program.schema.get_pipeline_config()))
         except P4ClientError as ex:
             raise self._fail(ex, f"SetForwardingPipelineConfig ({program.path.name})") from None
         return True
 
     # -- read / write --------------------------------------------------------------------------------------------
     async def read(self, entities: Iterable[p4r.Entity | fy.P4Entity]) -> list[p4r.Entity]:
-        """Raw entities matching the given filters (one ReadRequest)."""
+        """The entities matching the given filters (one ReadRequest), as P4Runtime messages."""
         ents = [e if isinstance(e, p4r.Entity) else e.encode(self.schema) for e in entities]
         if not ents:
             return []
-        req = p4r.ReadRequest(device_id=self.spec.device_id, entities=ents)
         out: list[p4r.Entity] = []
         try:
-            async for reply in self.sw._p4client.request_iter(req):  # noqa: SLF001 - raw entities, see docstring
-                out.extend(reply.entities)
+            async for ent in self.sw.read(ents):
+                out.append(ent.encode(self.schema))
         except P4ClientError as ex:
             raise self._fail(ex, "Read") from None
         return out
@@ -342,7 +360,6 @@ async def send_packets(spec: SwitchSpec, payloads: list[bytes], metadata: dict[s
     had not read yet. So the session becomes primary (MasterArbitrationUpdate), sends the packets, then sends
     the same arbitration update again and waits for its answer: the server handles a stream's messages in
     order, so by then every PacketOut was taken (or refused with a StreamError, which is raised here)."""
-    from finsy.proto import U128
 
     creds = None
     if spec.tls is not None:
@@ -413,7 +430,8 @@ def _code_name(code: int) -> str:
 
 
 class _LocalPoolOptions(GRPCOptions):
-    """finsy's channel options plus a subchannel pool of the channel's own.
+    """finsy's channel options plus a subchannel pool of the channel's own (what finsy lacks; see the module
+    docstring).
 
     gRPC shares one subchannel per address between a process's channels, with its reconnect backoff (1 s
     growing to finsy's 15 s): after a switch restarts, a new session would keep failing on the old subchannel's
