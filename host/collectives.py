@@ -469,14 +469,10 @@ class Collectives:
     ALLREDUCE_REDUCE_BYTES_PER_S = 1.5e9  # one core adding fp32 tensors
     SMALL_BROADCAST_BYTES = 256 * 1024  # below this, binomial tree; above, pipelined chain
     SEGMENT_BYTES = 1 << 20  # pipelined chain segment (at most 255 segments: the step field is 8 bits)
-    # pipelined ring (see ring_segment_count): ~4 segments per chunk, each RING_SEGMENT_MIN .. 32 MiB. Measured
-    # side by side (docs/backend.md): on 1 Gb/s links 256 KiB - 1 MiB segments were slower than none (every
-    # transfer costs the transport fixed work and a completion), 4-16 MiB ones 20-25% faster than none for 64 MiB
-    # at 4 ranks, and 2 MiB ones 3-14% faster than 4 MiB for 16 MiB at 4 ranks (four alternated pairs). On one
-    # host (loopback, memory-speed links: ``local``) a transfer's fixed cost outweighs what pipelining overlaps
-    # (every rank's CPU does the copies and the reductions anyway): 2 MiB segments took 30-50% more CPU there
-    # than 4 MiB, and one segment per chunk up to RING_SEGMENT_MAX was 7-28% faster than 4 MiB segments for
-    # 16-64 MiB all-reduces at 2 and 4 ranks (alternated runs, session 10), so a local chunk is cut only above it.
+    # pipelined ring (see ring_segment_count): ~4 segments per chunk, each RING_SEGMENT_MIN .. 32 MiB. Every
+    # transfer has a fixed cost, so segments pay only where they overlap wire time: on network paths from 2 MiB;
+    # on one host (loopback, memory-speed links: ``local``) every rank's CPU does the copies and reductions anyway,
+    # so a local chunk is cut only above RING_SEGMENT_MAX (measurements: docs/decisions.md).
     RING_SEGMENT_MIN = 2 << 20
     RING_SEGMENT_MIN_LOCAL = 32 << 20
     RING_SEGMENT_MAX = 32 << 20
@@ -485,19 +481,14 @@ class Collectives:
     # recursive doubling, reduce-scatter by recursive halving (up to HALVING_MAX_LOCAL bytes of input), all-reduce
     # above doubling's range by both (Rabenseifner, up to the same size). The same bytes in log2(P) transfers per
     # phase instead of P-1: on loopback a transfer's fixed CPU cost, not the wire, is what the ring's pipelining
-    # would hide. Measured at P=4, call by call in the same processes (session 11), ring time / hypercube time:
-    # all-reduce 1.17-1.22 at 4 MiB, 1.11-1.13 at 16, 1.05-1.10 at 64, 0.97-1.00 at 256 MiB; reduce-scatter 1.35
-    # at 1 MiB, 1.09-1.13 at 4, 1.11 at 16, 1.02-1.08 at 64, 0.96-1.01 at 256; all-gather 1.39 at 1 MiB,
-    # 1.13-1.16 at 4, 1.08-1.14 at 16, 0.98-1.09 at 64, 1.13-1.15 at 256. Halving keeps a scratch copy of half its
-    # input, so above the size where it stops paying the ring (32 MiB segments) takes over. On 1 Gb/s links the
-    # pipelined ring wins (all-reduce 16 MiB: 0.93 of the ideal time against 0.84; 64 MiB: 0.975 against 0.93),
-    # so networked groups keep it.
+    # would hide. Halving keeps a scratch copy of half its input, so above HALVING_MAX_LOCAL the ring takes over;
+    # networked groups keep the pipelined ring, which wins on real links (docs/decisions.md).
     HYPERCUBE_LOCAL = True
     HALVING_MAX_LOCAL = 64 << 20
     RING_DEPTH = 2  # threads posting receives ahead (and scratch slots) per pipelined ring; 0: the caller posts
     # Scratch buffers (a reduce-scatter's working copy, a ring's receive slots, a gather buffer) are kept per thread
-    # and reused: on this VM the first write to fresh pages cost ~1.5 ms per MB (a 64 MiB torch.cat took 113-142
-    # ms, the same copy into a reused buffer 18-42 ms). A thread keeps at most this many bytes of them in all: a
+    # and reused: the first write to fresh pages faults and zeroes them, which costs more than the copy itself
+    # (docs/decisions.md). A thread keeps at most this many bytes of them in all: a
     # buffer that would take it past the bound drops the thread's other kept buffers (a caller still holding one
     # keeps it alive until it lets go), and one larger than the bound is fresh and not kept.
     SCRATCH_MAX_BYTES = 512 << 20
