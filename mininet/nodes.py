@@ -68,7 +68,6 @@ class _P4Switch(Switch):
     """Common part: one switch process with ``-i port@intf`` arguments and a P4Runtime port."""
 
     binary = ""
-    package_hint = ""
 
     def __init__(self, name: str, grpc_port: int = 9559, device_id: int = 0, log_dir: str = "/tmp/dlcp-testbed",
                  priority_queues: int = 8, pcap_dir: str | None = None, start_timeout: float = 20.0,
@@ -184,7 +183,3 @@ class DlcpHost(Host):
         self.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 "
                  "net.ipv6.conf.lo.disable_ipv6=1")
         return r
-
-    def popen_env(self, cmd: list[str], env: dict[str, str], **kw) -> subprocess.Popen:
-        """Start ``cmd`` in this host's namespace with ``env`` added to the environment."""
-        return self.popen(cmd, env={**os.environ, **env}, **kw)

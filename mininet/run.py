@@ -80,7 +80,6 @@ class Testbed:
         self.console = console
         self.network = None  # controller.Network once programmed
         self.background: list[tuple[int, subprocess.Popen, subprocess.Popen, list[Any]]] = []
-        self.background_report: list[dict[str, Any]] = []
 
     def say(self, msg: str) -> None:
         if self.console is not None:
@@ -240,8 +239,6 @@ class Testbed:
                 f.close()
             out.append({"flow": i, **background_goodput(self.out_dir / f"background-{i}-server.json")})
         self.background.clear()
-        if out:
-            self.background_report = out
         return out
 
     def run_acid(self, progress=None) -> dict[str, Any]:
