@@ -14,7 +14,6 @@ entries over P4Runtime, exactly as it would to a hardware switch.
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
