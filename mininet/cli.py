@@ -13,7 +13,6 @@ file (the message names the key and line); 130 interrupted (after teardown).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path

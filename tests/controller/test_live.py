@@ -18,7 +18,7 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from controller import Network, netfile, state
+from controller import Network, state
 from controller.errors import EXIT_CODES
 from controller.topology import NextHop, group_hash_id, router_mac
 from switch.mgmt import MgmtClient
