@@ -26,7 +26,7 @@ from typing import Any
 from . import ir
 from . import layout
 from . import p4ast as A
-from .errors import P4Error, unsupported
+from .errors import Loc, P4Error, unsupported
 from .ir import Bits, Sym
 
 SM_FIELDS = ("ingress_port", "egress_spec", "egress_port", "instance_type", "packet_length", "enq_timestamp",
@@ -78,6 +78,10 @@ class Gen:
         self.init: list[Any] = []
         self.lines: list[str] = []
         self.tmp = 0
+        # crc16_custom / crc32_custom call sites, in the order first generated: (location, width); HC<i> in
+        # the generated code is the i-th (see hash_fn)
+        self.custom_crcs: list[tuple[Loc, int]] = []
+        self._custom_index: dict[tuple[str, int, int], int] = {}
         self.ns: dict[str, Any] = {}
         self.structs: dict[str, str] = {}     # struct format -> name of its Struct in the generated code
         self.loops: list[str] = []            # break flags of the enclosing for loops
@@ -568,12 +572,25 @@ class Gen:
                 self.emit(ind, f"{self.sl(el(i), True)} = False")
             self.emit(ind, f"{self.sl(sb, True)} = max({self.sl(sb)} - {k}, 0)")
 
-    def hash_call(self, al: str, e: A.Expr) -> str:
+    def hash_call(self, al: str, e: A.Expr, site: Loc) -> str:
         """Hash of a field list; csum16 works on the concatenated integer directly."""
         if al == "csum16":
             code, w = self.concat(self.fields_of(e))
             return f"H_csum16_bits({code}, {w})"
-        return f"H_{al}({self.data_bytes(e)})"
+        return f"{self.hash_fn(al, site)}({self.data_bytes(e)})"
+
+    def hash_fn(self, al: str, site: Loc) -> str:
+        """The name the generated code calls for algorithm ``al`` at the call ``site``: ``H_<al>``, or for
+        crc16_custom / crc32_custom the site's own calculation ``HC<i>`` (each call site has its own parameters,
+        as each calculation in BMv2's JSON has; :attr:`custom_crcs` lists them and the switch binds them)."""
+        if not al.endswith("_custom"):
+            return f"H_{al}"
+        key = (site.file, site.line, site.col)
+        i = self._custom_index.get(key)
+        if i is None:
+            i = self._custom_index[key] = len(self.custom_crcs)
+            self.custom_crcs.append((site, 16 if al == "crc16_custom" else 32))
+        return f"HC{i}"
 
     def data_bytes(self, e: A.Expr) -> str:
         code, w = self.concat(self.fields_of(e))
@@ -604,7 +621,7 @@ class Gen:
             if al == "random":
                 h = "RNG.getrandbits(32)"
             else:
-                h = self.hash_call(al, a[3])
+                h = self.hash_call(al, a[3], e.loc)
             base, mx = self.ex(a[2]), self.ex(a[4])
             v = self.fresh("h")
             self.emit(ind, f"{v} = {h}")
@@ -635,9 +652,9 @@ class Gen:
                     self.out_assign(ind + 1, a[2], h)
                 return
             if n.endswith("with_payload"):
-                h = f"H_{al}({self.data_bytes(a[1])} + ENV.payload)"
+                h = f"{self.hash_fn(al, e.loc)}({self.data_bytes(a[1])} + ENV.payload)"
             else:
-                h = self.hash_call(al, a[1])
+                h = self.hash_call(al, a[1], e.loc)
             if n.startswith("verify"):
                 self.emit(ind, f"if {cond} and {h} != {self.uns(self.ex(a[2]), a[2].type)}:")
                 self.emit(ind + 1, f"{self.sl(self.sm['checksum_error'], True)} = 1")

@@ -59,6 +59,20 @@ class SwitchStats:
     packet_errors: int = 0
 
 
+@dataclass(frozen=True)
+class CrcCalculation:
+    """One crc16_custom / crc32_custom calculation of the running program and its current parameters."""
+
+    name: str
+    width: int
+    location: str
+    polynomial: int
+    initial_remainder: int
+    final_xor_value: int
+    reflect_data: bool
+    reflect_remainder: bool
+
+
 # ---- traffic-manager settings ----------------------------------------------------------------------------------
 @dataclass
 class TmSettings:
@@ -124,6 +138,8 @@ def compile_source(source: str, include_dirs: list[str], settings: TmSettings, *
             log.exception("internal compiler error on a pushed program")
             raise P4Error(Loc(name, 1, 1), f"internal compiler error ({type(e).__name__}); the switch log has "
                                            "the details") from None
+    for c in sw.custom_crcs.values():               # where a calculation is: in the pushed program, by its name
+        c.where = c.where.replace(str(path), name)
     settings.apply(sw)
     return sw
 
@@ -255,6 +271,23 @@ class Device:
                 p.switch.tm.set_port(port, rate_bps=rate_bps, delay_ns=None if delay_us is None else delay_us * 1000,
                                      loss=loss)
         self.wake()
+
+    # -- custom CRC calculations (management service) ---------------------------------------------------------
+    def set_crc_parameters(self, name: str, width: int, polynomial: int, initial_remainder: int,
+                           final_xor_value: int, reflect_data: bool, reflect_remainder: bool) -> None:
+        """BMv2's ``set_crc16_parameters`` / ``set_crc32_parameters`` on the running pipeline (see
+        :meth:`switch.target.Switch.set_crc_parameters`); FAILED_PRECONDITION without one."""
+        with self.lock:
+            self.require_pipeline().switch.set_crc_parameters(name, width, polynomial, initial_remainder,
+                                                              final_xor_value, reflect_data, reflect_remainder)
+
+    def crc_calculations(self) -> list[CrcCalculation]:
+        """The running program's custom CRC calculations, in source order (none without a pipeline)."""
+        with self.lock:
+            p = self.pipeline
+            if p is None:
+                return []
+            return [CrcCalculation(c.name, c.width, c.where, *c.params) for c in p.switch.custom_crcs.values()]
 
     # -- statistics ----------------------------------------------------------------------------------------------
     def stats(self) -> SwitchStats:

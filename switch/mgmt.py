@@ -1,14 +1,17 @@
 """Traffic-manager management of the switch daemon: the ``dlcp.switch.mgmt.v1.SwitchManagement`` gRPC service
 (switch/mgmt.proto; served next to P4Runtime on the same port) and its Python client.
 
-P4Runtime has no queue or link settings (BMv2 uses its Thrift CLI: ``set_queue_depth``, ``set_queue_rate``), so
-a controller sets them here::
+P4Runtime has no queue or link settings and no parameters for custom CRCs (BMv2 uses its Thrift CLI:
+``set_queue_depth``, ``set_queue_rate``, ``set_crc16_parameters``, ``set_crc32_parameters``), so a controller
+sets them here::
 
     with MgmtClient("127.0.0.1:9559") as m:
         m.set_queue(3, 7, depth=128, rate_pps=10_000)      # port 3, priority 7
         m.set_link(3, delay_us=200, loss=0.01)
         st = m.stats()                                       # SwitchStats
         st.ports[3].queues[7].peak_depth, st.drops, st.writes
+        m.crc_calculations()                                 # [CrcCalculation(name="calc_0", width=32, ...)]
+        m.set_crc32_parameters("calc_0", 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, True, True)    # CRC-32C
 
 Errors raise :class:`MgmtError` carrying the gRPC status code and the server's message.  The service is open
 to whoever can reach the server (loopback by default, TLS when configured): it does not take part in P4Runtime
@@ -22,10 +25,11 @@ import grpc
 
 from . import mgmt_pb2 as pb
 from . import mgmt_pb2_grpc as pb_grpc
-from .device import Device, PortStats, QueueStats, SwitchStats
+from .device import CrcCalculation, Device, PortStats, QueueStats, SwitchStats
 from .errors import SwitchError
 
-__all__ = ["MgmtClient", "MgmtError", "MgmtService", "QueueDefaults", "SwitchStats", "PortStats", "QueueStats"]
+__all__ = ["CrcCalculation", "MgmtClient", "MgmtError", "MgmtService", "QueueDefaults", "SwitchStats", "PortStats",
+           "QueueStats"]
 
 
 class MgmtService(pb_grpc.SwitchManagementServicer):
@@ -59,6 +63,25 @@ class MgmtService(pb_grpc.SwitchManagementServicer):
         except SwitchError as e:
             context.abort(getattr(grpc.StatusCode, e.code, grpc.StatusCode.UNKNOWN), e.message)
         return pb.SetLinkResponse()
+
+    def SetCrcParameters(self, request, context):
+        dev = self._dev(request.device_id, context)
+        c = request.parameters
+        try:
+            dev.set_crc_parameters(request.name, request.width, c.polynomial, c.initial_remainder,
+                                   c.final_xor_value, c.reflect_data, c.reflect_remainder)
+        except SwitchError as e:
+            context.abort(getattr(grpc.StatusCode, e.code, grpc.StatusCode.UNKNOWN), e.message)
+        return pb.SetCrcParametersResponse()
+
+    def GetCrcCalculations(self, request, context):
+        dev = self._dev(request.device_id, context)
+        r = pb.GetCrcCalculationsResponse()
+        for c in dev.crc_calculations():
+            r.calculations.add(name=c.name, width=c.width, location=c.location, parameters=pb.CrcParameters(
+                polynomial=c.polynomial, initial_remainder=c.initial_remainder, final_xor_value=c.final_xor_value,
+                reflect_data=c.reflect_data, reflect_remainder=c.reflect_remainder))
+        return r
 
     def GetStats(self, request, context):
         dev = self._dev(request.device_id, context)
@@ -155,6 +178,30 @@ class MgmtClient:
         if r.HasField("default_queue_depth") and r.HasField("default_queue_rate_pps"):
             d = QueueDefaults(r.default_queue_depth, r.default_queue_rate_pps)
         return stats_from_proto(r), d
+
+    def set_crc16_parameters(self, name: str, polynomial: int, initial_remainder: int, final_xor_value: int,
+                             reflect_data: bool, reflect_remainder: bool) -> None:
+        """BMv2's ``set_crc16_parameters``: the parameters of crc16_custom calculation ``name``."""
+        self._set_crc(name, 16, polynomial, initial_remainder, final_xor_value, reflect_data, reflect_remainder)
+
+    def set_crc32_parameters(self, name: str, polynomial: int, initial_remainder: int, final_xor_value: int,
+                             reflect_data: bool, reflect_remainder: bool) -> None:
+        """BMv2's ``set_crc32_parameters``: the parameters of crc32_custom calculation ``name``."""
+        self._set_crc(name, 32, polynomial, initial_remainder, final_xor_value, reflect_data, reflect_remainder)
+
+    def _set_crc(self, name: str, width: int, polynomial: int, init: int, xor: int, refin: bool,
+                 refout: bool) -> None:
+        self._call("SetCrcParameters", pb.SetCrcParametersRequest(
+            device_id=self.device_id, name=name, width=width, parameters=pb.CrcParameters(
+                polynomial=polynomial, initial_remainder=init, final_xor_value=xor, reflect_data=refin,
+                reflect_remainder=refout)))
+
+    def crc_calculations(self) -> list[CrcCalculation]:
+        """The running program's crc16_custom / crc32_custom calculations with their current parameters."""
+        r = self._call("GetCrcCalculations", pb.GetCrcCalculationsRequest(device_id=self.device_id))
+        return [CrcCalculation(c.name, c.width, c.location, c.parameters.polynomial,
+                               c.parameters.initial_remainder, c.parameters.final_xor_value,
+                               c.parameters.reflect_data, c.parameters.reflect_remainder) for c in r.calculations]
 
     def close(self) -> None:
         self._channel.close()

@@ -49,6 +49,16 @@ class SwitchManagementStub(object):
                 request_serializer=switch_dot_mgmt__pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=switch_dot_mgmt__pb2.GetStatsResponse.FromString,
                 _registered_method=True)
+        self.SetCrcParameters = channel.unary_unary(
+                '/dlcp.switch.mgmt.v1.SwitchManagement/SetCrcParameters',
+                request_serializer=switch_dot_mgmt__pb2.SetCrcParametersRequest.SerializeToString,
+                response_deserializer=switch_dot_mgmt__pb2.SetCrcParametersResponse.FromString,
+                _registered_method=True)
+        self.GetCrcCalculations = channel.unary_unary(
+                '/dlcp.switch.mgmt.v1.SwitchManagement/GetCrcCalculations',
+                request_serializer=switch_dot_mgmt__pb2.GetCrcCalculationsRequest.SerializeToString,
+                response_deserializer=switch_dot_mgmt__pb2.GetCrcCalculationsResponse.FromString,
+                _registered_method=True)
 
 
 class SwitchManagementServicer(object):
@@ -76,6 +86,23 @@ class SwitchManagementServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetCrcParameters(self, request, context):
+        """Parameters of one crc16_custom / crc32_custom calculation of the running program (BMv2
+        `set_crc16_parameters` / `set_crc32_parameters`). NOT_FOUND: no such calculation (the message lists them);
+        INVALID_ARGUMENT: the other width, or a value wider than it; FAILED_PRECONDITION: no pipeline. A new
+        pipeline starts from the defaults (crc16 / crc32).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCrcCalculations(self, request, context):
+        """The custom CRC calculations of the running program, named calc_0, calc_1, ... in source order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SwitchManagementServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +120,16 @@ def add_SwitchManagementServicer_to_server(servicer, server):
                     servicer.GetStats,
                     request_deserializer=switch_dot_mgmt__pb2.GetStatsRequest.FromString,
                     response_serializer=switch_dot_mgmt__pb2.GetStatsResponse.SerializeToString,
+            ),
+            'SetCrcParameters': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetCrcParameters,
+                    request_deserializer=switch_dot_mgmt__pb2.SetCrcParametersRequest.FromString,
+                    response_serializer=switch_dot_mgmt__pb2.SetCrcParametersResponse.SerializeToString,
+            ),
+            'GetCrcCalculations': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCrcCalculations,
+                    request_deserializer=switch_dot_mgmt__pb2.GetCrcCalculationsRequest.FromString,
+                    response_serializer=switch_dot_mgmt__pb2.GetCrcCalculationsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -176,6 +213,60 @@ class SwitchManagement(object):
             '/dlcp.switch.mgmt.v1.SwitchManagement/GetStats',
             switch_dot_mgmt__pb2.GetStatsRequest.SerializeToString,
             switch_dot_mgmt__pb2.GetStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetCrcParameters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dlcp.switch.mgmt.v1.SwitchManagement/SetCrcParameters',
+            switch_dot_mgmt__pb2.SetCrcParametersRequest.SerializeToString,
+            switch_dot_mgmt__pb2.SetCrcParametersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCrcCalculations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dlcp.switch.mgmt.v1.SwitchManagement/GetCrcCalculations',
+            switch_dot_mgmt__pb2.GetCrcCalculationsRequest.SerializeToString,
+            switch_dot_mgmt__pb2.GetCrcCalculationsResponse.FromString,
             options,
             channel_credentials,
             insecure,

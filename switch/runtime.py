@@ -86,8 +86,64 @@ def identity(data: bytes) -> int:
     return int.from_bytes(data[:8], "big")
 
 
-HASHES = {"crc16": crc16, "crc16_custom": crc16, "crc32": crc32, "crc32_custom": crc32,
-          "csum16": csum16, "xor16": xor16, "identity": identity}
+HASHES = {"crc16": crc16, "crc32": crc32, "csum16": csum16, "xor16": xor16, "identity": identity}
+
+
+def _reflect(v: int, bits: int) -> int:
+    return int(format(v, f"0{bits}b")[::-1], 2)
+
+
+class CustomCrc:
+    """One ``crc16_custom`` / ``crc32_custom`` calculation (BMv2's ``crc_custom``): a CRC of ``width`` bits whose
+    polynomial, initial remainder, final xor value and reflections the operator sets at run time (BMv2's
+    ``set_crc16_parameters`` / ``set_crc32_parameters``).  Until then it is BMv2's default for the width, the same
+    CRC as ``crc16`` (0x8005, 0, 0, reflected in and out) or ``crc32`` (0x04C11DB7, all ones, all ones,
+    reflected).  The model is the usual one (the "Rocksoft" parameters of CRC catalogues): the register starts at
+    the initial remainder, takes each byte most significant bit first (least significant first when the data is
+    reflected), and the remainder is reflected (if asked) and then xored.
+
+    :meth:`compute` is what the generated code calls; :meth:`configure` changes the table it uses in place."""
+
+    DEFAULTS = {16: (0x8005, 0x0000, 0x0000, True, True), 32: (0x04C11DB7, 0xFFFFFFFF, 0xFFFFFFFF, True, True)}
+
+    def __init__(self, name: str, width: int, where: str = ""):
+        if width not in self.DEFAULTS:
+            raise ValueError(f"custom CRC width must be 16 or 32, not {width}")
+        self.name, self.width, self.where = name, width, where
+        self._table: list[int] = []
+        self.configure(*self.DEFAULTS[width])
+
+    def configure(self, polynomial: int, initial_remainder: int, final_xor_value: int, reflect_data: bool,
+                  reflect_remainder: bool) -> None:
+        w = self.width
+        top = 1 << (w - 1)
+        full = (1 << w) - 1
+        for what, v in (("polynomial", polynomial), ("initial remainder", initial_remainder),
+                        ("final xor value", final_xor_value)):
+            if not 0 <= v <= full:
+                raise SwitchError("INVALID_ARGUMENT", f"custom CRC {self.name}: {what} {v:#x} does not fit {w} bits")
+        table = []
+        for byte in range(256):
+            r = byte << (w - 8)
+            for _ in range(8):
+                r = ((r << 1) ^ polynomial) & full if r & top else (r << 1) & full
+            table.append(r)
+        self._table[:] = table
+        self.params = (polynomial, initial_remainder, final_xor_value, bool(reflect_data), bool(reflect_remainder))
+        self._rev8 = [_reflect(b, 8) for b in range(256)] if reflect_data else None
+
+    def compute(self, data: bytes) -> int:
+        _, r, xor, _, refout = self.params
+        table, shift, full, rev = self._table, self.width - 8, (1 << self.width) - 1, self._rev8
+        if rev is not None:
+            for b in data:
+                r = table[rev[b] ^ (r >> shift)] ^ ((r << 8) & full)
+        else:
+            for b in data:
+                r = table[b ^ (r >> shift)] ^ ((r << 8) & full)
+        if refout:
+            r = _reflect(r, self.width)
+        return r ^ xor
 
 
 def serialise(value: int, width: int) -> bytes:
@@ -253,8 +309,11 @@ class _Group:
 class ActionProfile:
     """Members (action + args) and, for selectors, groups of members."""
 
-    def __init__(self, name: str, size: int, selector: bool, algo: str | None, rng: _random.Random):
+    def __init__(self, name: str, size: int, selector: bool, algo: str | None, rng: _random.Random,
+                 custom: CustomCrc | None = None):
         self.name, self.size, self.selector, self.algo = name, size, selector, algo
+        # the selector's hash: a named algorithm, or its own custom CRC calculation (crc16/32_custom)
+        self.hash = custom.compute if custom is not None else HASHES.get(algo or "crc16", crc16)
         self.members: dict[int, tuple[int, tuple]] = {}
         self.groups: dict[int, list[int]] = {}
         self.random_groups: set[int] = set()
@@ -275,7 +334,7 @@ class ActionProfile:
         if e.group in self.random_groups:
             m = mems[self.rng.randrange(len(mems))]
         else:
-            h = HASHES.get(self.algo or "crc16", crc16)(sel_bytes or b"")
+            h = self.hash(sel_bytes or b"")
             m = mems[h % len(mems)]
         return self.members.get(m, (-1, ()))
 

@@ -23,6 +23,9 @@ from .errors import Loc, P4Error, SwitchError
 from .p4info import P4InfoBuilder
 from .tm import TrafficManager
 
+#: v1model's HashAlgorithm members in declaration order (an action selector's first argument is the index)
+SELECTOR_ALGOS = ["crc32", "crc32_custom", "crc16", "crc16_custom", "random", "identity", "csum16", "xor16"]
+
 DROP_PORT = 511
 # standard_metadata.instance_type values of BMv2 simple_switch
 INSTANCE_NORMAL = 0
@@ -145,6 +148,9 @@ class Switch:
         for n, f in runtime.HASHES.items():
             ns[f"H_{n}"] = f
         ns["H_csum16_bits"] = runtime.csum16_bits
+        self._custom_crcs(gen)
+        for i, (site, _) in enumerate(gen.custom_crcs):
+            ns[f"HC{i}"] = self._crc_at[(site.file, site.line, site.col)].compute
         self.instances: dict[str, Any] = {}
         for inst in p.instances:
             ns[f"X{inst.index}"] = obj = self._make_extern(inst)
@@ -218,9 +224,48 @@ class Switch:
         if inst.extern == "action_profile":
             return runtime.ActionProfile(inst.fqname, a[0], False, None, self.rng)
         if inst.extern == "action_selector":
-            algos = ["crc32", "crc32_custom", "crc16", "crc16_custom", "random", "identity", "csum16", "xor16"]
-            return runtime.ActionProfile(inst.fqname, a[1], True, algos[a[0]], self.rng)
+            custom = self._crc_at.get((inst.loc.file, inst.loc.line, inst.loc.col))
+            return runtime.ActionProfile(inst.fqname, a[1], True, SELECTOR_ALGOS[a[0]], self.rng, custom)
         raise SwitchError("UNIMPLEMENTED", f"extern {inst.extern}")
+
+    # ---- custom CRC calculations ----------------------------------------------------------------
+    def _custom_crcs(self, gen: Gen) -> None:
+        """One :class:`runtime.CustomCrc` per place that names crc16_custom or crc32_custom: each hash or checksum
+        call (``gen.custom_crcs``) and each action selector.  They are named ``calc_0``, ``calc_1``, ... in
+        source order (file, line, column), and their parameters are set by name (:meth:`set_crc_parameters`),
+        as BMv2 names the calculations of its JSON and sets them with ``set_crc16_parameters`` /
+        ``set_crc32_parameters``.  (p4c's calculation names also count the calculations that are not custom, so
+        the numbers need not match BMv2's for the same program; :attr:`custom_crcs` says where each one is.)"""
+        sites = [(loc, w) for loc, w in gen.custom_crcs]
+        for inst in self.ir.instances:
+            if inst.extern == "action_selector" and SELECTOR_ALGOS[inst.args[0]].endswith("_custom"):
+                sites.append((inst.loc, 16 if SELECTOR_ALGOS[inst.args[0]] == "crc16_custom" else 32))
+        sites.sort(key=lambda x: (x[0].file, x[0].line, x[0].col))
+        #: name -> calculation, in source order
+        self.custom_crcs: dict[str, runtime.CustomCrc] = {}
+        self._crc_at: dict[tuple[str, int, int], runtime.CustomCrc] = {}
+        for loc, width in sites:
+            c = runtime.CustomCrc(f"calc_{len(self.custom_crcs)}", width, str(loc))
+            self.custom_crcs[c.name] = c
+            self._crc_at[(loc.file, loc.line, loc.col)] = c
+
+    def set_crc_parameters(self, name: str, width: int, polynomial: int, initial_remainder: int,
+                           final_xor_value: int, reflect_data: bool, reflect_remainder: bool) -> None:
+        """BMv2's ``set_crc16_parameters`` (``width`` 16) / ``set_crc32_parameters`` (32) for the custom CRC
+        calculation ``name``: NOT_FOUND for an unknown name, INVALID_ARGUMENT when the calculation has the other
+        width or a value does not fit it.  Takes effect for the next packet; a new pipeline starts from the
+        defaults."""
+        c = self.custom_crcs.get(name)
+        if c is None:
+            known = ", ".join(f"{n} ({x.width} bits, {x.where})" for n, x in self.custom_crcs.items()) or "none"
+            raise SwitchError("NOT_FOUND", f"no custom CRC calculation {name!r}; the program has: {known}")
+        if c.width != width:
+            raise SwitchError("INVALID_ARGUMENT", f"custom CRC calculation {name} is crc{c.width}_custom, "
+                                                  f"not crc{width}_custom")
+        c.configure(polynomial, initial_remainder, final_xor_value, reflect_data, reflect_remainder)
+        for prof in self.instances.values():          # selectors memoise their member choice in table caches
+            if isinstance(prof, runtime.ActionProfile):
+                prof.changed()
 
     # ---- packet path ----------------------------------------------------------------------------
     def _make_packet_path(self) -> None:

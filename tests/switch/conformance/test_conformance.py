@@ -421,3 +421,130 @@ def test_located_errors(tmp_path, name):
     e = ei.value
     assert text in e.message
     assert e.loc.file.endswith("prog.p4") and e.loc.line > 2 and e.loc.col >= 1
+
+
+# ---- crc16_custom / crc32_custom -----------------------------------------------------------------------------------
+def crc_reference(data: bytes, width: int, poly: int, init: int, xorout: int, refin: bool, refout: bool) -> int:
+    """The CRC from its definition, one message bit at a time (no table, no reflected shortcut): the register
+    starts at ``init``; each message bit (bytes in order, each most significant bit first, or least significant
+    first when ``refin``) is xored into the register's top bit, the register shifts left and, when the bit
+    shifted out is 1, takes ``poly``; the result is the register, reflected when ``refout``, xored with
+    ``xorout``."""
+    top, mask = 1 << (width - 1), (1 << width) - 1
+    reg = init
+    for byte in data:
+        for i in range(8):
+            bit = (byte >> i) & 1 if refin else (byte >> (7 - i)) & 1
+            out = bool(reg & top) ^ bit
+            reg = (reg << 1) & mask
+            if out:
+                reg ^= poly
+    if refout:
+        reg = int(f"{reg:0{width}b}"[::-1], 2)
+    return reg ^ xorout
+
+
+CHECK = b"123456789"
+# name: (width, poly, init, xorout, refin, refout, check value for "123456789" from the CRC catalogue
+# (reveng.sourceforge.io/crc-catalogue): an expectation independent of both implementations)
+CATALOGUE = {
+    "CRC-32/ISO-HDLC": (32, 0x04C11DB7, 0xFFFFFFFF, 0xFFFFFFFF, True, True, 0xCBF43926),
+    "CRC-32/ISCSI": (32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, True, True, 0xE3069283),
+    "CRC-32/BZIP2": (32, 0x04C11DB7, 0xFFFFFFFF, 0xFFFFFFFF, False, False, 0xFC891918),
+    "CRC-32/MPEG-2": (32, 0x04C11DB7, 0xFFFFFFFF, 0x00000000, False, False, 0x0376E6E7),
+    "CRC-16/ARC": (16, 0x8005, 0x0000, 0x0000, True, True, 0xBB3D),
+    "CRC-16/IBM-3740": (16, 0x1021, 0xFFFF, 0x0000, False, False, 0x29B1),
+    "CRC-16/XMODEM": (16, 0x1021, 0x0000, 0x0000, False, False, 0x31C3),
+    "CRC-16/KERMIT": (16, 0x1021, 0x0000, 0x0000, True, True, 0x2189),
+}
+
+
+def test_crc_reference_meets_the_catalogue():
+    for name, (w, poly, init, xo, ri, ro, check) in CATALOGUE.items():
+        assert crc_reference(CHECK, w, poly, init, xo, ri, ro) == check, name
+
+
+def crc_packet(a: int, data: bytes, b: int = 0) -> bytes:
+    return h(a, b, 0, 0) + data + bytes(12)
+
+
+def crc_fields(out: bytes) -> tuple[int, int, int, int]:
+    o = out[13:25]
+    return (int.from_bytes(o[0:4], "big"), int.from_bytes(o[4:8], "big"), int.from_bytes(o[8:10], "big"),
+            int.from_bytes(o[10:12], "big"))
+
+
+def test_crc_custom_calculations_are_named_in_source_order():
+    sw = Switch(str(HERE / "crc_custom.p4"))
+    assert [(n, c.width, c.where.rsplit(":", 2)[1]) for n, c in sw.custom_crcs.items()] == [
+        ("calc_0", 32, "24"), ("calc_1", 32, "34"), ("calc_2", 32, "35"), ("calc_3", 16, "36"), ("calc_4", 16, "43")]
+
+
+def test_crc_custom_defaults_and_catalogue_parameters(mode):
+    """Defaults are BMv2's crc32 / crc16; each calculation then follows its own parameters (catalogue check
+    values), in hash() and in update_checksum alike."""
+    sw = Switch(str(HERE / "crc_custom.p4"), **MODES[mode])
+    (out,) = sw.send(0, crc_packet(2, CHECK))
+    assert out.port == 1 and out.data[:13] == h(2, 0, 0, 0) + CHECK
+    assert crc_fields(out.data) == (0xCBF43926, 0xCBF43926, 0xBB3D, 0xBB3D)
+    for calc, name in (("calc_1", "CRC-32/ISCSI"), ("calc_2", "CRC-32/BZIP2"), ("calc_3", "CRC-16/IBM-3740"),
+                       ("calc_4", "CRC-16/XMODEM")):
+        w, poly, init, xo, ri, ro, _ = CATALOGUE[name]
+        sw.set_crc_parameters(calc, w, poly, init, xo, ri, ro)
+    (out,) = sw.send(0, crc_packet(2, CHECK))
+    assert crc_fields(out.data) == (0xE3069283, 0xFC891918, 0x29B1, 0x31C3)
+    (out,) = sw.send(0, crc_packet(1, CHECK))                       # update_checksum's condition false: kept
+    assert crc_fields(out.data) == (0xE3069283, 0xFC891918, 0x29B1, 0)
+
+
+def test_crc_custom_matches_the_definition_on_any_parameters(mode):
+    """Random data and parameters (mixed reflections, odd initial remainders included) against the bit-serial
+    reference."""
+    import random
+    rng = random.Random(36)
+    sw = Switch(str(HERE / "crc_custom.p4"), **MODES[mode])
+    for _ in range(12):
+        p32 = (rng.getrandbits(32) | 1, rng.getrandbits(32), rng.getrandbits(32), rng.random() < 0.5,
+               rng.random() < 0.5)
+        p16 = (rng.getrandbits(16) | 1, rng.getrandbits(16), rng.getrandbits(16), rng.random() < 0.5,
+               rng.random() < 0.5)
+        sw.set_crc_parameters("calc_2", 32, *p32)
+        sw.set_crc_parameters("calc_4", 16, *p16)
+        data = rng.randbytes(9)
+        (out,) = sw.send(0, crc_packet(2, data))
+        c32a, c32b, c16a, c16b = crc_fields(out.data)
+        assert (c32a, c16a) == (crc_reference(data, 32, *CATALOGUE["CRC-32/ISO-HDLC"][1:6]),
+                                crc_reference(data, 16, *CATALOGUE["CRC-16/ARC"][1:6]))     # still the defaults
+        assert (c32b, c16b) == (crc_reference(data, 32, *p32), crc_reference(data, 16, *p16)), (p32, p16)
+
+
+def test_crc_custom_action_selector():
+    """The selector's member is hash % group size (BMv2), with the hash its own crc32_custom calculation."""
+    sw = Switch(str(HERE / "crc_custom.p4"))
+    for m, port in ((1, 3), (2, 4), (3, 5)):
+        sw.insert_member("Ing.sel", m, "Ing.set_port", {"port": port})
+    sw.insert_group("Ing.sel", 1, [1, 2, 3])
+    sw.insert_entry("Ing.pick", {"hdr.h.b": 7}, group=1)
+    ports = (3, 4, 5)
+
+    def port_for(data: bytes) -> int:
+        (out,) = sw.send(0, crc_packet(1, data, b=7))
+        return out.port
+    assert port_for(CHECK) == ports[0xCBF43926 % 3]
+    w, poly, init, xo, ri, ro, check = CATALOGUE["CRC-32/ISCSI"]
+    sw.set_crc_parameters("calc_0", w, poly, init, xo, ri, ro)
+    assert port_for(CHECK) == ports[check % 3]
+    for data in (b"abcdefghi", bytes(9), b"\xff" * 9):
+        assert port_for(data) == ports[crc_reference(data, w, poly, init, xo, ri, ro) % 3]
+
+
+def test_crc_custom_parameter_errors():
+    from switch.errors import SwitchError
+    sw = Switch(str(HERE / "crc_custom.p4"))
+    with pytest.raises(SwitchError, match=r"no custom CRC calculation 'calc_9'.*calc_0 \(32 bits, .*crc_custom.p4:24"):
+        sw.set_crc_parameters("calc_9", 32, 1, 0, 0, True, True)
+    with pytest.raises(SwitchError, match="calc_3 is crc16_custom, not crc32_custom") as e:
+        sw.set_crc_parameters("calc_3", 32, 1, 0, 0, True, True)
+    assert e.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(SwitchError, match="polynomial 0x18005 does not fit 16 bits"):
+        sw.set_crc_parameters("calc_3", 16, 0x18005, 0, 0, True, True)
