@@ -1199,7 +1199,12 @@ class Endpoint:
         if posted:
             dst = inc.dst
         else:
-            top = max(w[W_OFFSET] + ln - hl for w, _s, ln, _t in items)
+            # only packets the loop below can take size the stage: one whose end lies past what the claimed
+            # packets carry, or whose shape is not the transfer's, is refused there and must reserve nothing here
+            # (one such packet sized the stage to the whole staging budget; tests/fuzz/test_regressions.py)
+            carry = total * _MAX_PAYLOAD
+            top = max((w[W_OFFSET] + ln - hl for w, _s, ln, _t in items
+                       if w[W_OFFSET] + ln - hl <= carry and w[W_TOTAL] == total and w[W_DTYPE] == dtype), default=0)
             stage = inc.stage
             if top > len(stage):  # size it for the whole transfer at once when these are full-size packets
                 full = max(ln for _w, _s, ln, _t in items) - hl

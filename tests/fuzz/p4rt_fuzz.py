@@ -26,7 +26,6 @@ import json
 import queue
 import random
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path

@@ -9,15 +9,14 @@ Targets (each ``--seconds`` long; the transport's runs (three tag modes, one on 
 * ``p4``: mutated P4 programs into the front end (``tests/switch/p4fuzz.py``, a few seconds in ``make test``).
 
 ``python -m tests.fuzz.run --seconds 60 --seed 1 --out results/fuzz.json [--only transport,switch]`` writes the
-counts (inputs tried, crashes, hangs, corrupted results, and each campaign's own counters) and exits 1 when any
-campaign broke its property; ``docs/fuzzing.md`` quotes the committed ``results/fuzz.json``.
+counts (inputs tried, crashes, hangs, corrupted results, each campaign's own counters, the machine and commit) and
+exits 1 when any campaign broke its property. ``docs/fuzzing.md``'s table is generated from ``results/fuzz.json``
+by ``make report`` (``testbed.report``), which ``make fuzz`` runs after the campaigns.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from dataclasses import asdict
@@ -88,11 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     bad = [t for t in only if t not in _RUN]
     if bad:
         ap.error(f"unknown target(s) {bad}; choose from {TARGETS}")
+    sys.path.insert(0, str(ROOT / "bench"))
+    from harness import machine_info  # the benchmarks' record of host, CPU, load and commit
     report: dict[str, Any] = {
-        "command": "make fuzz FUZZ_SECONDS=%g FUZZ_SEED=%d" % (a.seconds, a.seed),
-        "seconds_per_target": a.seconds, "seed": a.seed,
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
-        "targets": {}}
+        "name": "fuzz", "command": "make fuzz FUZZ_SECONDS=%g FUZZ_SEED=%d" % (a.seconds, a.seed),
+        "seconds_per_target": a.seconds, "seed": a.seed, "targets": {}}
     for t in only:
         t0 = time.monotonic()
         r = _RUN[t](a.seed, a.seconds)
@@ -104,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             print("  " + f.replace("\n", "\n  "))
     tot = {k: sum(r[k] for r in report["targets"].values()) for k in ("inputs", "crashes", "hangs", "corrupted")}
     report["totals"] = tot
+    report["machine"] = machine_info()  # (at the end: the load average covers the campaigns)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")

@@ -32,7 +32,6 @@ Modes, for the per-packet tag (``wire.packet_tag``, SipHash-2-4 under the job's 
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import random
 import socket
@@ -52,7 +51,7 @@ from host.transport import Endpoint, Options, TransportError
 from host.transport.chunking import chunk_elems, plan_packets
 from host.transport.endpoint import CTL_ALIVE, CTL_DEAD, CTL_DONE, CTL_PROBE, pack_control_header
 from host.transport.tensors import view_tensor
-from host.wire import DType, MsgType
+from host.wire import MsgType
 
 from tests.fuzz.mutate import get_field, mutate, set_field
 
