@@ -42,6 +42,7 @@ CELL_NOTES = {
 #: (baseline cell, method cell, goal speed-up, what) of issue 32's item 6.
 GOALS = (
     ("ddp-4", "dear-4", 1.3, "DeAR over DDP, 4 workers, 20 Mb/s links, 200 ms emulated compute"),
+    ("ddp-4-50mbit", "dear-4-50mbit", 1.3, "DeAR over DDP, 4 workers, 50 Mb/s links, 200 ms emulated compute"),
     ("ddp-4-100mbit", "dear-4-100mbit", 1.3, "DeAR over DDP, 4 workers, 100 Mb/s links, 200 ms emulated compute"),
     ("topk-ag-8", "spardl-8", 1.5, "SparDL (1%) over top-k all-gather (1%), 8 workers, 10 Mb/s links, 100 ms "
                                    "emulated compute"),
