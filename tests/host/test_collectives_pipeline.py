@@ -113,9 +113,18 @@ def _inputs(size, n, dtype, seed):
     return [torch.randint(-3, 4, (n,), generator=g).to(dtype) for _ in range(size)]
 
 
+def _divided_first(xs: list[torch.Tensor], op: ReduceOp) -> tuple[list[torch.Tensor], ReduceOp]:
+    """fp16 AVG is the SUM of the inputs each divided by the group size (host.collectives); others as given."""
+    if op is ReduceOp.AVG and xs[0].dtype == torch.float16:
+        return [x / len(xs) for x in xs], ReduceOp.SUM
+    return xs, op
+
+
 def documented_order(xs: list[torch.Tensor], op: ReduceOp) -> torch.Tensor:
     """The documented summation order, computed directly: chunk c is reduced along the ring starting at rank
-    c+1, each hop computing ``received op local``; AVG divides the sum by the group size once."""
+    c+1, each hop computing ``received op local``; AVG divides the sum by the group size once (fp16: each input
+    first)."""
+    xs, op = _divided_first(xs, op)
     P = len(xs)
     bounds = chunk_bounds(xs[0].numel(), P)
     out = torch.empty_like(xs[0])
@@ -140,7 +149,9 @@ def documented_order(xs: list[torch.Tensor], op: ReduceOp) -> torch.Tensor:
 
 def hypercube_order(xs: list[torch.Tensor], op: ReduceOp) -> torch.Tensor:
     """Halving-doubling's documented order, computed directly: chunk c is a tree over the hypercube, pairs at
-    distance P/2 combined first, then P/4, .., 1; the result is the value at rank c; AVG divides once."""
+    distance P/2 combined first, then P/4, .., 1; the result is the value at rank c; AVG divides once (fp16: each
+    input first)."""
+    xs, op = _divided_first(xs, op)
     P = len(xs)
     bounds = chunk_bounds(xs[0].numel(), P)
     out = torch.empty_like(xs[0])
