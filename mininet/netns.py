@@ -6,6 +6,10 @@ For tests and benchmarks that need real links without Mininet (``testbed.netns``
         p = net.popen(0, ["python", "worker.py"])      # runs inside host 0's namespace
         net.hosts[1].ip                                 # "10.213.7.2"
 
+It is also the one set of namespace and veth primitives the other harnesses build on (``tests/switch/switchd.py``'s
+hosts around a switch daemon, the controller tests' veth pairs): :func:`run`, :func:`add_namespace`,
+:func:`add_veth`, :func:`in_namespace`, :func:`disable_offloads`, :func:`disable_ipv6`.
+
 Layout: every host is a namespace with ``eth0`` (its veth end, address ``<subnet>.<i+1>/24``) and ``lo`` up; the
 switch is a namespace of its own holding the bridge ``br0`` and the other veth ends ``p<i>``, so the root namespace
 is never touched. With ``rate`` set, both directions of every link are shaped by a tbf qdisc (host egress on
@@ -27,7 +31,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["Star", "Host", "NetnsError", "run", "list_namespaces"]
+__all__ = ["Star", "Host", "NetnsError", "run", "list_namespaces", "add_namespace", "add_veth", "in_namespace",
+           "disable_offloads", "disable_ipv6"]
 
 
 class NetnsError(RuntimeError):
@@ -40,6 +45,41 @@ def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and cp.returncode != 0:
         raise NetnsError(f"{' '.join(args)}: {cp.stderr.strip() or cp.stdout.strip()} (exit {cp.returncode})")
     return cp
+
+
+def in_namespace(ns: str | None, *args: str) -> list[str]:
+    """The argv that runs ``args`` in namespace ``ns`` (``None``: the root namespace)."""
+    return ["ip", "netns", "exec", ns, *args] if ns else list(args)
+
+
+def add_namespace(name: str) -> None:
+    """Create namespace ``name`` with its ``lo`` up."""
+    run("ip", "netns", "add", name)
+    run("ip", "-n", name, "link", "set", "lo", "up")
+
+
+def add_veth(end: str, peer: str, *, ns: str | None = None, peer_ns: str | None = None,
+             mtu: int | None = None) -> None:
+    """A veth pair: ``end`` in namespace ``ns`` and ``peer`` in ``peer_ns`` (``None``: the root namespace), both
+    down, with ``mtu`` when given. Deleting either end, or the namespace holding it, deletes the pair."""
+    def side(name: str, space: str | None) -> list[str]:
+        return [name, *(["netns", space] if space else []), *(["mtu", str(mtu)] if mtu else [])]
+
+    run("ip", "link", "add", *side(end, ns), "type", "veth", "peer", "name", *side(peer, peer_ns))
+
+
+def disable_offloads(dev: str, ns: str | None = None) -> None:
+    """Checksum, segmentation and receive offloads off on ``dev``: raw sockets then see whole frames with real
+    checksums, as a wire would carry them."""
+    run(*in_namespace(ns, "ethtool", "-K", dev, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"))
+
+
+def disable_ipv6(ns: str | None = None, dev: str | None = None) -> None:
+    """IPv6 off for the whole namespace ``ns`` (with ``dev``: only on that interface), so the kernel sends no
+    router solicitations or DAD probes into a test's traffic."""
+    keys = [f"net.ipv6.conf.{dev}.disable_ipv6=1"] if dev else ["net.ipv6.conf.all.disable_ipv6=1",
+                                                                "net.ipv6.conf.default.disable_ipv6=1"]
+    run(*in_namespace(ns, "sysctl", "-qw", *keys))
 
 
 def list_namespaces() -> list[str]:
@@ -102,34 +142,31 @@ class Star:
                 run("ip", "netns", "del", ns, check=False)
 
     def _build(self, burst: str, latency: str) -> None:
-        run("ip", "netns", "add", self.sw)
+        add_namespace(self.sw)
         run("ip", "-n", self.sw, "link", "add", "br0", "type", "bridge", "stp_state", "0")
         run("ip", "-n", self.sw, "link", "set", "br0", "mtu", str(self.mtu), "up")
-        run("ip", "-n", self.sw, "link", "set", "lo", "up")
         for h in self.hosts:
-            run("ip", "netns", "add", h.ns)
-            run("ip", "link", "add", "eth0", "netns", h.ns, "mtu", str(self.mtu), "type", "veth", "peer", "name",
-                f"p{h.index}", "netns", self.sw, "mtu", str(self.mtu))
+            add_namespace(h.ns)
+            add_veth("eth0", f"p{h.index}", ns=h.ns, peer_ns=self.sw, mtu=self.mtu)
             run("ip", "-n", self.sw, "link", "set", f"p{h.index}", "master", "br0", "up")
             run("ip", "-n", h.ns, "addr", "add", f"{h.ip}/24", "dev", "eth0")
             run("ip", "-n", h.ns, "link", "set", "eth0", "up")
-            run("ip", "-n", h.ns, "link", "set", "lo", "up")
             if self.rate:
                 for ns, dev in ((h.ns, "eth0"), (self.sw, f"p{h.index}")):
-                    run("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
-                        self.rate, "burst", burst, "latency", latency)
+                    run(*in_namespace(ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", self.rate,
+                                      "burst", burst, "latency", latency))
 
     def cmd(self, i: int, args: Sequence[str]) -> list[str]:
         """The argv that runs ``args`` inside host ``i``'s namespace."""
-        return ["ip", "netns", "exec", self.hosts[i].ns, *args]
+        return in_namespace(self.hosts[i].ns, *args)
 
     def popen(self, i: int, args: Sequence[str], **kw) -> subprocess.Popen:
         return subprocess.Popen(self.cmd(i, args), **kw)
 
     def qdisc_stats(self, i: int) -> str:
         """``tc -s qdisc`` of host i's link (both ends): drops and overlimits of the shapers."""
-        a = run("ip", "netns", "exec", self.hosts[i].ns, "tc", "-s", "qdisc", "show", "dev", "eth0").stdout
-        b = run("ip", "netns", "exec", self.sw, "tc", "-s", "qdisc", "show", "dev", f"p{i}").stdout
+        a = run(*in_namespace(self.hosts[i].ns, "tc", "-s", "qdisc", "show", "dev", "eth0")).stdout
+        b = run(*in_namespace(self.sw, "tc", "-s", "qdisc", "show", "dev", f"p{i}")).stdout
         return a + b
 
     def close(self) -> None:

@@ -16,28 +16,25 @@ from scapy.layers.l2 import Ether
 
 from controller import Network
 from controller.netfile import format_mac
+from testbed.netns import add_veth, disable_ipv6, run
 
 from .conftest import dlcpctl, start_daemon
 
 ETH_P_ALL = 0x0003
 
 
-def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
-
-
 @pytest.fixture
 def veth(root_required):
     """A veth pair in the root namespace: (switch side, host side), IPv6 off so the kernel stays quiet."""
     a, b = f"dcx{os.getpid() % 100000}a", f"dcx{os.getpid() % 100000}b"
-    ip("link", "add", a, "type", "veth", "peer", "name", b)
+    add_veth(a, b)
     try:
         for n in (a, b):
-            subprocess.run(["sysctl", "-q", "-w", f"net.ipv6.conf.{n}.disable_ipv6=1"], capture_output=True, timeout=30)
-            ip("link", "set", n, "up")
+            disable_ipv6(dev=n)
+            run("ip", "link", "set", n, "up")
         yield a, b
     finally:
-        subprocess.run(["ip", "link", "del", a], capture_output=True, timeout=30)
+        run("ip", "link", "del", a, check=False)
 
 
 def raw_socket(ifname: str) -> socket.socket:

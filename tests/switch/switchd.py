@@ -14,6 +14,8 @@ from pathlib import Path
 
 import grpc
 
+from testbed.netns import add_namespace, add_veth, disable_ipv6, disable_offloads, in_namespace, run as run_command
+
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = Path(__file__).parent / "programs"
 ROUTER = PROGRAMS / "p4rt_router.p4"
@@ -107,11 +109,7 @@ ROUTER_MAC = "02:00:00:00:00:fe"
 TOOL = Path(__file__).parent / "netns_tool.py"
 
 
-def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    cp = subprocess.run(list(args), capture_output=True, text=True, timeout=30)
-    if check and cp.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)}: {cp.stderr.strip() or cp.stdout.strip()} (exit {cp.returncode})")
-    return cp
+sh = run_command  # the namespace harness's runner: a failed command raises naming it and its stderr
 
 
 class Net:
@@ -134,34 +132,30 @@ class Net:
         self.close()                                  # leftovers of a killed earlier run with this pid
         try:
             if self.router:
-                sh("ip", "netns", "add", self.router)
-                sh("ip", "netns", "exec", self.router, "sysctl", "-qw", "net.ipv4.ip_forward=1",
-                   "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
-                sh("ip", "netns", "exec", self.router, "ip", "link", "set", "lo", "up")
+                add_namespace(self.router)
+                disable_ipv6(self.router)
+                sh(*in_namespace(self.router, "sysctl", "-qw", "net.ipv4.ip_forward=1"))
             for i in self.hosts:
                 ns, ifn = self.ns[i], self.ifs[i]
-                sh("ip", "netns", "add", ns)
-                sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
-                   "net.ipv6.conf.default.disable_ipv6=1")
-                sh("ip", "link", "add", ifn, "type", "veth", "peer", "name", "eth0", "netns", ns)
+                add_namespace(ns)
+                disable_ipv6(ns)
+                add_veth(ifn, "eth0", ns=self.router, peer_ns=ns)
                 if self.router:
-                    sh("ip", "link", "set", ifn, "netns", self.router)
-                    r = ["ip", "netns", "exec", self.router]
-                    sh(*r, "ethtool", "-K", ifn, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off")
+                    r = in_namespace(self.router)
+                    disable_offloads(ifn, self.router)
                     sh(*r, "ip", "link", "set", ifn, "address", ROUTER_MAC)
                     sh(*r, "ip", "addr", "add", f"10.77.{i}.254/24", "dev", ifn)
                     sh(*r, "ip", "link", "set", ifn, "up")
                     sh(*r, "ip", "neigh", "replace", self.ip(i), "lladdr", self.mac(i), "dev", ifn)
                 else:
-                    Path(f"/proc/sys/net/ipv6/conf/{ifn}/disable_ipv6").write_text("1")
-                    sh("ethtool", "-K", ifn, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off")
+                    disable_ipv6(dev=ifn)
+                    disable_offloads(ifn)
                     sh("ip", "link", "set", ifn, "up")
-                x = ["ip", "netns", "exec", ns]
+                x = in_namespace(ns)
                 sh(*x, "ip", "link", "set", "eth0", "address", self.mac(i))
-                sh(*x, "ethtool", "-K", "eth0", "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off")
+                disable_offloads("eth0", ns)
                 sh(*x, "ip", "addr", "add", f"{self.ip(i)}/24", "dev", "eth0")
                 sh(*x, "ip", "link", "set", "eth0", "up")
-                sh(*x, "ip", "link", "set", "lo", "up")
                 sh(*x, "ip", "route", "add", "default", "via", f"10.77.{i}.254")
                 sh(*x, "ip", "neigh", "replace", f"10.77.{i}.254", "lladdr", ROUTER_MAC, "dev", "eth0")
         except BaseException:
@@ -181,7 +175,7 @@ class Net:
 
     def tool(self, i: int, *args: str, **kw) -> subprocess.Popen:
         """Start netns_tool.py in host i's namespace (stdout: its JSON result)."""
-        return subprocess.Popen(["ip", "netns", "exec", self.ns[i], sys.executable, str(TOOL), *map(str, args)],
+        return subprocess.Popen(in_namespace(self.ns[i], sys.executable, str(TOOL), *map(str, args)),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
     def run_tool(self, i: int, *args: str, timeout: float = 60.0):
