@@ -36,6 +36,17 @@ CELL_NOTES = {
     "dlcp-per-flow": "DLCP, per-flow hashing instead of spraying",
     "dlcp-no-loss": "DLCP without bounded loss (`loss_bound: 0`)",
     "dlcp-no-dear": "DLCP all-reduce hook instead of DeAR",
+    "ddp-4": "DDP over Gloo, 4 workers, 20 Mb/s",
+    "dear-4": "DeAR over Gloo, 4 workers, 20 Mb/s",
+    "ddp-4-50mbit": "DDP over Gloo, 4 workers, 50 Mb/s",
+    "dear-4-50mbit": "DeAR over Gloo, 4 workers, 50 Mb/s",
+    "ddp-4-100mbit": "DDP over Gloo, 4 workers, 100 Mb/s",
+    "dear-4-100mbit": "DeAR over Gloo, 4 workers, 100 Mb/s",
+    "topk-ag-8": "top-k all-gather (1%) over Gloo, 8 workers, 10 Mb/s",
+    "spardl-8": "SparDL (1%) over Gloo, 8 workers, 10 Mb/s",
+    "mlp-ddp": "MLP, DDP over Gloo", "mlp-dear": "MLP, DeAR over Gloo",
+    "cnn-ddp": "CNN, DDP over Gloo", "cnn-dear": "CNN, DeAR over Gloo",
+    "transformer-ddp": "transformer, DDP over Gloo", "transformer-dear": "transformer, DeAR over Gloo",
 }
 
 
