@@ -113,6 +113,10 @@ def test_summary_uses_slowest_worker_and_first_target_hit():
         "drops_by_priority": {"0": 5, "3": 0}, "marks_by_priority": {}}}
     rows = dict(comparison_rows([run, run]))
     assert rows["drops by priority"] == ["p0:5", "p0:5"] and rows["p50 speed-up vs first"][1] == "1.00x"
+    assert s["compute_s"] is None and s["comm_compute_ratio"] is None  # workers that did not time their compute
+    timed = [{**fake_worker([0.1, 0.2, 0.1], [0.5]), "compute_s": c} for c in (0.05, 0.08, 0.02)]
+    s = summarise(spec, timed, 5.0)  # compute: the median over ranks; the rest of the p50 step is communication
+    assert s["compute_s"] == 0.05 and s["comm_compute_ratio"] == pytest.approx((0.1 - 0.05) / 0.05)
 
 
 def test_emulated_compute_splits_the_step_and_skips_evaluation(monkeypatch):
@@ -142,3 +146,16 @@ def test_emulated_compute_splits_the_step_and_skips_evaluation(monkeypatch):
     slept.clear()
     worker.accuracy(model, data.x_test[:8], data.y_test[:8])
     assert slept == []
+
+
+def test_measured_compute_includes_emulated_time_and_leaves_the_model_alone():
+    from testbed.worker import emulate_compute, measure_compute
+
+    d = load("digits")
+    m = build("mlp", d, hidden=32)
+    emulate_compute(m, 30.0)
+    before = [p.detach().clone() for p in m.parameters()]
+    t = measure_compute(m, d.x_train, d.y_train, 16, repeats=3)
+    assert t >= 0.03  # forward + backward of the three layers sleep 30 ms in all
+    assert all(torch.equal(a, p) for a, p in zip(before, m.parameters()))
+    assert all(p.grad is None for p in m.parameters())
