@@ -331,6 +331,20 @@ def _raw(ch: grpc.Channel, method: str, stream: bool = False) -> Callable:
     return ch.unary_unary(_SVC + method, request_serializer=ident, response_deserializer=ident)
 
 
+def _canonical(m: p4r.FieldMatch) -> bytes:
+    """A field match with its bytestrings in canonical form (no leading zero bytes): the server takes a value
+    with leading zeros and reads it back canonical, so both name the same entry."""
+    c = p4r.FieldMatch()
+    c.CopyFrom(m)
+    kind = c.WhichOneof("field_match_type")
+    if kind is not None:
+        sub = getattr(c, kind)
+        for fd in sub.DESCRIPTOR.fields:
+            if fd.type == fd.TYPE_BYTES:
+                setattr(sub, fd.name, getattr(sub, fd.name).lstrip(b"\0") or b"\0")
+    return c.SerializeToString(deterministic=True)
+
+
 def _ekey(ent: p4r.Entity) -> tuple:
     """The identity of an entity (what a Read returns one of): table entries by table, match and priority."""
     kind = ent.WhichOneof("entity")
@@ -338,7 +352,7 @@ def _ekey(ent: p4r.Entity) -> tuple:
         t = ent.table_entry
         if t.is_default_action:
             return ("table", t.table_id, "default")
-        ms = tuple(sorted(m.SerializeToString(deterministic=True) for m in t.match))
+        ms = tuple(sorted(_canonical(m) for m in t.match))
         return ("table", t.table_id, ms, t.priority)
     if kind in ("register_entry", "counter_entry"):  # (no index: every cell, as a wildcard)
         e = getattr(ent, kind)
@@ -421,13 +435,15 @@ def _write_case(c: _Client, res: Result, rng: random.Random, where: str, known: 
     bytewise = rng.random() < 0.3
     if bytewise:
         data = mutate_bytes(req.SerializeToString(), rng)
+        what = "byte-wise"
         try:
             sent = p4r.WriteRequest.FromString(data)  # what the server will see, if it parses
         except DecodeError:
             sent = None
     else:
-        sent, _what = mutate_message(req, rng)
+        sent, what = mutate_message(req, rng)
         data = sent.SerializeToString()
+    where = f"{where} ({what})"
     res.by_kind["write/" + ("bytes" if bytewise else "field")] = \
         res.by_kind.get("write/" + ("bytes" if bytewise else "field"), 0) + 1
     # every register on one write in 8 (13,000 cells take a while to read), else those the request names
