@@ -193,9 +193,9 @@ class Network:
 
     # -- apply ---------------------------------------------------------------------------------------------------
     def _check_program(self, program: Program) -> None:
-        names = state.Names(program.p4info)
-        missing = [f"table {t}" for t in state.MANAGED_TABLES if t not in names.table_ids]
-        missing += [f"register {r}" for r in state.MANAGED_REGISTERS if r not in names.register_ids]
+        schema = program.schema
+        missing = [f"table {t}" for t in state.MANAGED_TABLES if schema.tables.get(t) is None]
+        missing += [f"register {r}" for r in state.MANAGED_REGISTERS if schema.registers.get(r) is None]
         if missing:
             raise ProgramError(f"{program.path} lacks what dlcpctl programs: {', '.join(missing)} "
                                f"(see docs/p4-program.md)")
@@ -209,18 +209,18 @@ class Network:
         try:
             groups = None
             if actual is not None:
-                groups = state.assign_groups(self.spec, switch, actual, schema, state.Names(program.p4info))
+                groups = state.assign_groups(self.spec, switch, actual, schema)
             return [e.encode(schema) for e in state.desired_entities(self.spec, switch, groups)]
         except (ValueError, KeyError) as e:
             raise ProgramError(f"{program.path}: cannot encode the desired state of {switch}: {e}") from None
 
     async def read_managed(self, c: SwitchClient) -> list[p4r.Entity]:
         """Everything ``apply`` manages, as the switch has it."""
-        names = c.names
-        filters = [p4r.Entity(table_entry=p4r.TableEntry(table_id=names.table_ids[t])) for t in state.MANAGED_TABLES]
-        filters += [p4r.Entity(table_entry=p4r.TableEntry(table_id=names.table_ids[t], is_default_action=True))
+        schema = c.schema
+        filters = [p4r.Entity(table_entry=p4r.TableEntry(table_id=schema.tables[t].id)) for t in state.MANAGED_TABLES]
+        filters += [p4r.Entity(table_entry=p4r.TableEntry(table_id=schema.tables[t].id, is_default_action=True))
                     for t in state.PRIORITY_TABLES]
-        filters += [p4r.Entity(register_entry=p4r.RegisterEntry(register_id=names.register_ids[r]))
+        filters += [p4r.Entity(register_entry=p4r.RegisterEntry(register_id=schema.registers[r].id))
                     for r in state.MANAGED_REGISTERS]
         return await c.read(filters)
 
@@ -237,13 +237,13 @@ class Network:
             res.pipeline_pushed = await c.ensure_pipeline(program)
         actual = [] if res.pipeline_pushed and dry_run else await self.read_managed(c)
         desired = self.desired(switch, actual)
-        names = state.Names(program.p4info)
-        plan = state.diff(desired, actual, managed_tables=[names.table_ids[t] for t in state.MANAGED_TABLES],
-                          managed_registers=[names.register_ids[r] for r in state.MANAGED_REGISTERS],
-                          ecmp_table=names.table_ids["ecmp_nhop"])
+        schema = program.schema
+        plan = state.diff(desired, actual, managed_tables=[schema.tables[t].id for t in state.MANAGED_TABLES],
+                          managed_registers=[schema.registers[r].id for r in state.MANAGED_REGISTERS],
+                          ecmp_table=schema.tables["ecmp_nhop"].id)
         res.inserts, res.modifies, res.deletes = plan.inserts, plan.modifies, plan.deletes
         kinds = {p4r.Update.INSERT: "+", p4r.Update.MODIFY: "~", p4r.Update.DELETE: "-"}
-        res.updates = [f"{kinds[u.type]} {state.describe_entity(u.entity, names)}" for u in plan.updates]
+        res.updates = [f"{kinds[u.type]} {state.describe_entity(u.entity, schema)}" for u in plan.updates]
         if not dry_run:
             for phase in plan.phases:  # separate Writes: a server may reorder the updates of one
                 await c.write(phase)
@@ -314,23 +314,24 @@ class Network:
         switch = c.spec.name
         ports = self._slots(switch)
         st = SwitchStats(switch, time.time())
-        n = c.names
+        schema = c.schema
         ents: list[p4r.Entity] = []
 
         def counter(name: str, idx: int) -> None:
-            if name in n.counter_ids:
-                ents.append(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=n.counter_ids[name],
+            if schema.counters.get(name) is not None:
+                ents.append(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=schema.counters[name].id,
                                                                       index=p4r.Index(index=idx))))
         for p in ports:
             for q in range(state.NUM_PRIOS):
                 for name in ("port_forwarded", "eligible_drops", "ecn_marks"):
                     counter(name, state.slot(p, q))
             counter("nhop_packets", p)
-        if "ingress_drops" in n.counter_ids:
-            ents.append(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=n.counter_ids["ingress_drops"])))
+        if schema.counters.get("ingress_drops") is not None:
+            ents.append(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=schema.counters["ingress_drops"].id)))
         for e in await c.read(ents):
             ce = e.counter_entry
-            name = n.counters.get(ce.counter_id, ("?",))[0]
+            known = schema.counters.get(ce.counter_id)
+            name = known.alias if known is not None else "?"
             idx, pk, by = ce.index.index, ce.data.packet_count, ce.data.byte_count
             if name == "ingress_drops":
                 reason = INGRESS_DROP_REASONS[idx] if idx < len(INGRESS_DROP_REASONS) else str(idx)
@@ -373,14 +374,15 @@ class Network:
 
     async def _tables_switch(self, switch: str) -> dict:
         async with self._client(switch, writer=False) as c:
-            n = c.names
-            filters = [p4r.Entity(table_entry=p4r.TableEntry(table_id=tid)) for tid in sorted(n.tables)]
-            filters += [p4r.Entity(register_entry=p4r.RegisterEntry(register_id=n.register_ids[r]))
-                        for r in state.MANAGED_REGISTERS if r in n.register_ids]
+            schema = c.schema
+            tables = sorted(schema.tables, key=lambda t: t.id)
+            filters = [p4r.Entity(table_entry=p4r.TableEntry(table_id=t.id)) for t in tables]
+            filters += [p4r.Entity(register_entry=p4r.RegisterEntry(register_id=schema.registers[r].id))
+                        for r in state.MANAGED_REGISTERS if schema.registers.get(r) is not None]
             ents = await c.read(filters)
-            out: dict[str, Any] = {"tables": {n.tables[t][0]: [] for t in sorted(n.tables)}, "registers": {}}
+            out: dict[str, Any] = {"tables": {t.alias: [] for t in tables}, "registers": {}}
             for e in ents:
-                d = state.entity_to_dict(state.canonical(e), n)
+                d = state.entity_to_dict(state.canonical(e), schema)
                 if "table" in d:
                     out["tables"].setdefault(d.pop("table"), []).append(d)
                 elif "register" in d and d["value"]:
@@ -406,7 +408,7 @@ class Network:
             updates = await build(c)
             await c.write(updates)
             kinds = {p4r.Update.INSERT: "+", p4r.Update.MODIFY: "~", p4r.Update.DELETE: "-"}
-            return [f"{kinds[u.type]} {state.describe_entity(u.entity, c.names)}" for u in updates]
+            return [f"{kinds[u.type]} {state.describe_entity(u.entity, c.schema)}" for u in updates]
 
     async def _write_many(self, switches: list[str], build) -> dict[str, list[str]]:
         ok, errors = await self._each(switches, lambda s: self._write_switch(s, build(s)))
@@ -429,13 +431,13 @@ class Network:
 
         def build(switch: str):
             async def b(c: SwitchClient) -> list[p4r.Update]:
-                n = c.names
+                schema = c.schema
                 want: dict[tuple[int, int], int] = {}
                 for p in (ports_l if ports_l is not None else list(self.spec.ports_of(switch))):
                     for q in prios:
                         for reg, v in (("drop_threshold", drop), ("mark_threshold", mark)):
                             if v is not None:
-                                want[(n.register_ids[reg], state.slot(p, q))] = v
+                                want[(schema.registers[reg].id, state.slot(p, q))] = v
                 have = {}
                 filters = [p4r.Entity(register_entry=p4r.RegisterEntry(register_id=rid, index=p4r.Index(index=i)))
                            for rid, i in want]
@@ -488,8 +490,7 @@ class Network:
 
         def build(switch: str):
             async def b(c: SwitchClient) -> list[p4r.Update]:
-                n = c.names
-                tid = n.table_ids[table]
+                tid = c.schema.tables[table].id
                 existing = await c.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=tid))])
                 p = prio
                 if kind == "dlcp" and not p:
@@ -567,11 +568,11 @@ class Network:
         async def b(c: SwitchClient) -> list[p4r.Update]:
             groups: dict[tuple[NextHop, ...], int] = {}
             if len(nhs) > 1:
-                n = c.names
-                members = await c.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=n.table_ids["ecmp_nhop"]))])
-                _, used = state.groups_on_switch(self.spec, switch, members, c.schema, n)
+                ecmp = c.schema.tables["ecmp_nhop"].id
+                members = await c.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=ecmp))])
+                _, used = state.groups_on_switch(self.spec, switch, members, c.schema)
                 # a new group, never one a live route uses: the content-derived id, or the next free one
-                groups = ecmp_groups([Route(net, tuple(nhs), "cli")], None, used, state.group_id_limit(n))
+                groups = ecmp_groups([Route(net, tuple(nhs), "cli")], None, used, state.group_id_limit(c.schema))
             ents = state.route_entities(self.spec, switch, [Route(net, tuple(nhs), "cli")], groups)
             return [p4r.Update(type=p4r.Update.INSERT, entity=state.canonical(e.encode(c.schema))) for e in ents]
 
@@ -586,15 +587,14 @@ class Network:
         self._select([switch])
 
         async def b(c: SwitchClient) -> list[p4r.Update]:
-            n = c.names
-            lpm, ecmp = n.table_ids["ipv4_lpm"], n.table_ids["ecmp_nhop"]
+            lpm, ecmp = c.schema.tables["ipv4_lpm"].id, c.schema.tables["ecmp_nhop"].id
             key_ent = state.canonical(fy.P4TableEntry("ipv4_lpm", match=fy.P4TableMatch(
                 dst_addr=f"{net.network_address}/{net.prefixlen}")).encode(c.schema))
             key = state.entity_key(key_ent)
             routes = await c.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=lpm))])
             target = next((state.canonical(e) for e in routes if state.entity_key(state.canonical(e)) == key), None)
             ups = [p4r.Update(type=p4r.Update.DELETE, entity=key_ent)]
-            if target is not None and n.actions[target.table_entry.action.action.action_id][0] == "set_ecmp":
+            if target is not None and c.schema.actions[target.table_entry.action.action.action_id].alias == "set_ecmp":
                 group = target.table_entry.action.action.params[0].value
                 others = [e for e in routes if state.entity_key(state.canonical(e)) != key
                           and e.table_entry.action.action.action_id == target.table_entry.action.action.action_id

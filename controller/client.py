@@ -35,7 +35,7 @@ from finsy.proto import U128, p4i, p4r
 
 from .errors import ProgramError, RejectedUpdate, SwitchRequestFailed, SwitchUnreachable, WriteRejected
 from .netfile import SwitchSpec
-from .state import Names, describe_entity
+from .state import describe_entity
 
 __all__ = ["Program", "load_program", "load_p4info_program", "SwitchClient", "writer_election_id", "READER_ELECTION_ID", "WRITE_BATCH",
            "send_packets"]
@@ -199,7 +199,6 @@ class SwitchClient:
         self._creds = creds
         #: pipeline requests (finsy's Switch keeps its own private), on a channel opened on first use
         self._rpc: fy.P4Client | None = None
-        self._names: Names | None = None
         self._open = False
 
     # -- session -------------------------------------------------------------------------------------------------
@@ -260,12 +259,6 @@ class SwitchClient:
     def schema(self) -> fy.P4Schema:
         self.p4info  # noqa: B018 - raises a clear error when there is none
         return self.sw.p4info
-
-    @property
-    def names(self) -> Names:
-        if self._names is None:
-            self._names = Names(self.p4info)
-        return self._names
 
     def require_primary(self, what: str) -> None:
         if not self.sw.is_primary:
@@ -337,7 +330,7 @@ class SwitchClient:
                 for j, err in sorted(ex.details.items()):
                     u = batch[j]
                     rejected.append(RejectedUpdate(_UPDATE_NAMES.get(u.type, str(u.type)),
-                                                   describe_entity(u.entity, self.names),
+                                                   describe_entity(u.entity, self.schema),
                                                    err.canonical_code.name, err.message))
                 applied += len(batch) - len(ex.details)
         if rejected:

@@ -34,7 +34,7 @@ from .netfile import LB_MODES, Network, SwitchSpec, ThresholdRule
 from .topology import MAX_GROUP_ID, NextHop, Route, compute_routes, ecmp_groups, router_mac
 
 __all__ = ["MANAGED_TABLES", "MANAGED_REGISTERS", "PRIORITY_TABLES", "NUM_PRIOS", "slot", "target_queue", "desired_entities", "threshold_values",
-           "canonical", "entity_key", "diff", "Plan", "groups_on_switch", "assign_groups", "group_id_limit", "describe_entity", "route_entities", "Names",
+           "canonical", "entity_key", "diff", "Plan", "groups_on_switch", "assign_groups", "group_id_limit", "describe_entity", "route_entities",
            "entity_to_dict", "format_value"]
 
 MANAGED_TABLES = ("ipv4_lpm", "ecmp_nhop", "dlcp_priority", "dscp_priority")
@@ -170,15 +170,16 @@ def desired_entities(net: Network, switch: str,
     return out
 
 
-def groups_on_switch(net: Network, switch: str, actual: Iterable[p4r.Entity], schema: fy.P4Schema,
-                     names: "Names") -> tuple[dict[tuple[NextHop, ...], int], set[int]]:
+def groups_on_switch(net: Network, switch: str, actual: Iterable[p4r.Entity],
+                     schema: fy.P4Schema) -> tuple[dict[tuple[NextHop, ...], int], set[int]]:
     """The complete ECMP groups a switch holds, as {next-hop set: group id}, and every group id in use.
 
     A group counts as complete when its members are exactly indexes 0..n-1 and each is the ``set_nhop`` this
     controller writes for its next hop; partial or foreign groups are only "in use" (a new group never takes
     their id, and the diff deletes them once no route needs them)."""
-    table = names.table_ids["ecmp_nhop"]
-    fields = {name: fid for fid, (name, _, _) in names.tables[table][1].items()}
+    ecmp = schema.tables["ecmp_nhop"]
+    table = ecmp.id
+    fields = {f.alias: f.id for f in ecmp.match_fields}
     members: dict[int, dict[int, p4r.Entity]] = {}
     for e in actual:
         if e.WhichOneof("entity") != "table_entry" or e.table_entry.table_id != table \
@@ -195,10 +196,11 @@ def groups_on_switch(net: Network, switch: str, actual: Iterable[p4r.Entity], sc
         nhs = []
         for i in range(len(by_index)):
             act = by_index[i].table_entry.action.action
-            aname, params = names.actions.get(act.action_id, ("", {}))
-            if aname != "set_nhop":
+            action = schema.actions.get(act.action_id)
+            if action is None or action.alias != "set_nhop":
                 break
-            vals = {params[p.param_id][0]: int.from_bytes(p.value, "big") for p in act.params if p.param_id in params}
+            vals = {action.params[p.param_id].name: int.from_bytes(p.value, "big") for p in act.params
+                    if action.params.get(p.param_id) is not None}
             nhs.append(NextHop(vals.get("port", -1), vals.get("dmac", -1)))
         else:
             key = tuple(nhs)
@@ -210,24 +212,24 @@ def groups_on_switch(net: Network, switch: str, actual: Iterable[p4r.Entity], sc
     return existing, set(members)
 
 
-def group_id_limit(names: "Names") -> int:
+def group_id_limit(schema: fy.P4Schema) -> int:
     """Largest usable ECMP group id of a program: below the size of its per-group ``spray_position`` register
     when it has one (dlcp.p4: 1024 entries), else what ``set_ecmp``'s ``group`` parameter can hold."""
-    for rid, (rname, _, size) in names.registers.items():
-        if rname == "spray_position" and size > 1:
-            return size - 1
-    for aname, params in names.actions.values():
-        if aname == "set_ecmp":
-            width = next((w for n, w in params.values() if n == "group"), 16)
-            return (1 << width) - 1
+    spray = schema.registers.get("spray_position")
+    if spray is not None and spray.size > 1:
+        return spray.size - 1
+    set_ecmp = schema.actions.get("set_ecmp")
+    if set_ecmp is not None:
+        group = set_ecmp.params.get("group")
+        return (1 << (group.bitwidth if group is not None else 16)) - 1
     return MAX_GROUP_ID
 
 
 def assign_groups(net: Network, switch: str, actual: Iterable[p4r.Entity], schema: fy.P4Schema,
-                  names: "Names", max_id: int = MAX_GROUP_ID) -> dict[tuple[NextHop, ...], int]:
+                  max_id: int = MAX_GROUP_ID) -> dict[tuple[NextHop, ...], int]:
     """ECMP group ids for the desired routes of one switch, keeping the ids of groups already on it."""
-    existing, used = groups_on_switch(net, switch, actual, schema, names)
-    return ecmp_groups(compute_routes(net)[switch], existing, used, min(max_id, group_id_limit(names)))
+    existing, used = groups_on_switch(net, switch, actual, schema)
+    return ecmp_groups(compute_routes(net)[switch], existing, used, min(max_id, group_id_limit(schema)))
 
 
 # ---- canonical forms and diffing ---------------------------------------------------------------------------------
@@ -407,25 +409,6 @@ def diff(desired: Iterable[p4r.Entity], actual: Iterable[p4r.Entity], *, managed
     return Plan([ph for ph in phases if ph])
 
 
-class Names:
-    """Names, widths and match kinds by id, from a P4Info (for reading entities back as operators write them)."""
-
-    def __init__(self, p4info) -> None:
-        self.tables: dict[int, tuple[str, dict[int, tuple[str, int, int]]]] = {}
-        self.table_ids: dict[str, int] = {}
-        for t in p4info.tables:
-            fields = {f.id: (f.name.split(".")[-1], f.bitwidth, f.match_type) for f in t.match_fields}
-            self.tables[t.preamble.id] = (t.preamble.alias, fields)
-            self.table_ids[t.preamble.alias] = t.preamble.id
-        self.actions = {a.preamble.id: (a.preamble.alias, {p.id: (p.name, p.bitwidth) for p in a.params})
-                        for a in p4info.actions}
-        self.registers = {r.preamble.id: (r.preamble.alias, r.type_spec.bitstring.bit.bitwidth, r.size)
-                          for r in p4info.registers}
-        self.register_ids = {v[0]: k for k, v in self.registers.items()}
-        self.counters = {c.preamble.id: (c.preamble.alias, c.spec.unit, c.size) for c in p4info.counters}
-        self.counter_ids = {v[0]: k for k, v in self.counters.items()}
-
-
 def format_value(name: str, width: int, data: bytes) -> str | int:
     """A field or parameter value for people: MACs for 48-bit values, dotted quads for 32-bit ``*addr``."""
     v = int.from_bytes(data, "big")
@@ -436,15 +419,18 @@ def format_value(name: str, width: int, data: bytes) -> str | int:
     return v
 
 
-def entity_to_dict(e: p4r.Entity, names: Names) -> dict:
-    """A table or register entry as plain JSON-able data (``show --json``)."""
+def entity_to_dict(e: p4r.Entity, schema: fy.P4Schema) -> dict:
+    """A table or register entry as plain JSON-able data (``show --json``), named by the program's ``schema``
+    (ids it does not know are shown as numbers)."""
     kind = e.WhichOneof("entity")
     if kind == "table_entry":
         te = e.table_entry
-        tname, fields = names.tables.get(te.table_id, (str(te.table_id), {}))
+        table = schema.tables.get(te.table_id)
+        tname = table.alias if table is not None else str(te.table_id)
         match: dict[str, object] = {}
         for f in sorted(te.match, key=lambda f: f.field_id):
-            fname, width, _ = fields.get(f.field_id, (str(f.field_id), 0, 0))
+            field = table.match_fields.get(f.field_id) if table is not None else None
+            fname, width = (field.alias, field.bitwidth) if field is not None else (str(f.field_id), 0)
             ft = f.WhichOneof("field_match_type")
             if ft == "exact":
                 match[fname] = format_value(fname, width, f.exact.value)
@@ -463,27 +449,32 @@ def entity_to_dict(e: p4r.Entity, names: Names) -> dict:
         if te.is_default_action:
             out["default"] = True
         if te.action.HasField("action"):
-            aname, params = names.actions.get(te.action.action.action_id, (str(te.action.action.action_id), {}))
-            out["action"] = aname
-            out["params"] = {params.get(p.param_id, (str(p.param_id), 0))[0]:
-                             format_value(*params.get(p.param_id, (str(p.param_id), 0)), p.value)
-                             for p in te.action.action.params}
+            act = schema.actions.get(te.action.action.action_id)
+            out["action"] = act.alias if act is not None else str(te.action.action.action_id)
+            params = {}
+            for p in te.action.action.params:
+                param = act.params.get(p.param_id) if act is not None else None
+                pname, width = (param.name, param.bitwidth) if param is not None else (str(p.param_id), 0)
+                params[pname] = format_value(pname, width, p.value)
+            out["params"] = params
         return out
     if kind == "register_entry":
         r = e.register_entry
-        rname = names.registers.get(r.register_id, (str(r.register_id),))[0]
+        reg = schema.registers.get(r.register_id)
+        rname = reg.alias if reg is not None else str(r.register_id)
         return {"register": rname, "index": r.index.index, "value": int.from_bytes(r.data.bitstring, "big")}
     if kind == "counter_entry":
         c = e.counter_entry
-        cname = names.counters.get(c.counter_id, (str(c.counter_id),))[0]
+        ctr = schema.counters.get(c.counter_id)
+        cname = ctr.alias if ctr is not None else str(c.counter_id)
         return {"counter": cname, "index": c.index.index, "packets": c.data.packet_count, "bytes": c.data.byte_count}
     return {"entity": kind}
 
 
-def describe_entity(e: p4r.Entity, names: Names) -> str:
+def describe_entity(e: p4r.Entity, schema: fy.P4Schema) -> str:
     """One line naming an entity the way an operator reads it, e.g. ``ipv4_lpm dst_addr=10.0.0.1/32 ->
     set_nhop(dmac=..., port=1, ...)`` or ``drop_threshold[17] = 32``."""
-    d = entity_to_dict(e, names)
+    d = entity_to_dict(e, schema)
     if "table" in d:
         s = d["table"] + " " + (" ".join(f"{k}={v}" for k, v in d["match"].items()) or "(any)")
         if d.get("priority"):
