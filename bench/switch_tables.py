@@ -90,34 +90,29 @@ def _frame(kind: int, dst: int, proto: int = 17, src: int = 1) -> bytes:
             + dst.to_bytes(4, "big") + b"payload.")
 
 
-def case_insert(n: int) -> dict:
+def _timed_inserts(table: str, inserts: list[tuple[dict, dict]]) -> dict:
+    """``insert_entry(table, match, "I.fwd", **rest)`` for each (match, rest) into a fresh switch, timed."""
     sw = _switch()
     t0 = time.process_time()
-    for i in range(n):
-        sw.insert_entry("I.hosts", {"h.ip.src": i + 1}, "I.fwd", {"port": 1 + i % 4})
+    for match, rest in inserts:
+        sw.insert_entry(table, match, "I.fwd", **rest)
     dt = time.process_time() - t0
-    return {"us_per_insert": dt / n * 1e6, "entries": n}
+    return {"us_per_insert": dt / len(inserts) * 1e6, "entries": len(inserts)}
+
+
+def case_insert(n: int) -> dict:
+    return _timed_inserts("I.hosts", [({"h.ip.src": i + 1}, {"params": {"port": 1 + i % 4}}) for i in range(n)])
 
 
 def case_insert_lpm(n: int) -> dict:
-    sw = _switch()
-    routes = _routes(n, random.Random(n))
-    t0 = time.process_time()
-    for v, plen in routes:
-        sw.insert_entry("I.routes", {"h.ip.vrf": 0, "h.ip.dst": (v, plen)}, "I.fwd", {"port": 1})
-    dt = time.process_time() - t0
-    return {"us_per_insert": dt / n * 1e6, "entries": n}
+    return _timed_inserts("I.routes", [({"h.ip.vrf": 0, "h.ip.dst": (v, plen)}, {"params": {"port": 1}})
+                                       for v, plen in _routes(n, random.Random(n))])
 
 
 def case_insert_ternary(n: int) -> dict:
-    sw = _switch()
-    entries = _acl(n, random.Random(n))
-    t0 = time.process_time()
-    for prio, (v, mask, proto) in enumerate(entries, start=1):
-        sw.insert_entry("I.acl", {"h.ip.dst": (v, mask), "h.ip.proto": (proto, 0xFF)}, "I.fwd", {"port": 2},
-                        priority=prio)
-    dt = time.process_time() - t0
-    return {"us_per_insert": dt / n * 1e6, "entries": n}
+    return _timed_inserts("I.acl", [({"h.ip.dst": (v, mask), "h.ip.proto": (proto, 0xFF)},
+                                     {"params": {"port": 2}, "priority": prio})
+                                    for prio, (v, mask, proto) in enumerate(_acl(n, random.Random(n)), start=1)])
 
 
 def case_exact(n: int) -> dict:

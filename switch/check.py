@@ -497,8 +497,8 @@ class Checker:
             c = self.expr(e.cond, scope)
             if not isinstance(c, ir.BoolT):
                 raise P4Error(e.cond.loc, f"condition must be bool, not {c}")
-            a = self.expr(e.then, scope)
-            b = self.expr(e.other, scope)
+            self.expr(e.then, scope)             # types both branches (unify reads them)
+            self.expr(e.other, scope)
             fake = A.Binary(e.loc, "?:", e.then, e.other)
             t = self.unify(fake)
             if isinstance(t, ir.IntLit):

@@ -617,7 +617,6 @@ class Gen:
             self.emit(ind, f"if not {self.ex(a[0])}: raise _PErr({self.ex(a[1])})")
         elif n == "hash":
             al = self.algo(a[1])
-            rt = a[0].type
             if al == "random":
                 h = "RNG.getrandbits(32)"
             else:

@@ -515,7 +515,6 @@ class Parser:
         return j < len(self.toks) and self.toks[j].text == "("
 
     def instantiation(self, annots) -> A.Instance:
-        t = self.tok
         ty = self.type_ref()
         args = self.arguments()
         n = self.ident("instance name")
@@ -544,7 +543,7 @@ class Parser:
         td = A.TableDecl(n.loc, n.text, annots)
         self.expect("{")
         while not self.at("}"):
-            pa = self.annotations()
+            self.annotations()                   # a property's annotations are not used
             is_const = bool(self.accept("const"))
             pn = self.ident("table property")
             p = pn.text
@@ -959,7 +958,6 @@ class Parser:
 
     def postfix(self, e: A.Expr) -> A.Expr:
         while True:
-            t = self.tok
             if self.at("."):
                 self.i += 1
                 n = self.ident("member name")

@@ -18,7 +18,6 @@ import zlib
 
 _unpack = struct.unpack
 from dataclasses import dataclass, field
-from typing import Any
 
 from .errors import SwitchError
 

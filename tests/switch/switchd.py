@@ -112,6 +112,19 @@ TOOL = Path(__file__).parent / "netns_tool.py"
 sh = run_command  # the namespace harness's runner: a failed command raises naming it and its stderr
 
 
+def wait_up(*ifnames: str, timeout: float = 10.0) -> None:
+    """Wait until each interface (of this namespace) is operationally up.  Until the kernel's link watcher has
+    seen the carrier (up to a second after ``ip link set up``), the device has no queueing discipline yet and
+    silently drops every frame sent on it."""
+    deadline = time.monotonic() + timeout
+    for ifn in ifnames:
+        state = Path(f"/sys/class/net/{ifn}/operstate")
+        while state.read_text().strip() != "up":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{ifn} did not come up in {timeout} s (operstate {state.read_text().strip()})")
+            time.sleep(0.01)
+
+
 class Net:
     """``n`` hosts, each a namespace with ``eth0`` (10.77.<i>.1/24, MAC 02:00:00:00:00:0<i>, default route via
     10.77.<i>.254 = the switch's MAC, static neighbour), joined by a veth pair to ``<prefix>p<i>`` in the root
@@ -158,6 +171,8 @@ class Net:
                 sh(*x, "ip", "link", "set", "eth0", "up")
                 sh(*x, "ip", "route", "add", "default", "via", f"10.77.{i}.254")
                 sh(*x, "ip", "neigh", "replace", f"10.77.{i}.254", "lladdr", ROUTER_MAC, "dev", "eth0")
+            if not self.router:
+                wait_up(*self.ifs.values())
         except BaseException:
             self.close()
             raise

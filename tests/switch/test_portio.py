@@ -12,7 +12,7 @@ import pytest
 from switch import portio
 from switch.portio import Port
 
-from switchd import sh
+from switchd import sh, wait_up
 
 pytestmark = pytest.mark.netns
 
@@ -28,6 +28,7 @@ def veth(root_required):
             with open(f"/proc/sys/net/ipv6/conf/{ifn}/disable_ipv6", "w") as f:
                 f.write("1")
             sh("ip", "link", "set", ifn, "mtu", "9000", "up")
+        wait_up(a, b)
         yield a, b
     finally:
         sh("ip", "link", "del", a, check=False)
