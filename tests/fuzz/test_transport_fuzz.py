@@ -23,7 +23,7 @@ def test_mutated_datagrams_never_crash_hang_or_corrupt(mode, native):
     assert r.malformed_by_field
     if mode == "outsider":  # without the key nothing gets past the tag check: no deeper check ever refuses
         assert set(r.rejected_by_field) == {"tag"} and r.rejected_by_field["tag"] > 100
-        assert r.drops["inconsistent"] == r.drops["stale_feedback"] == 0 and r.filtered == 0
+        assert r.drops["inconsistent"] == 0 and r.filtered == 0
     else:  # with the key (or none), mutants reach the receive checks behind it
         assert r.filtered and set(r.rejected_by_field) - {"tag"} and "tag" not in r.rejected_by_field
 
