@@ -124,22 +124,29 @@ class Link(Protocol):
 class EndpointLink:
     """A transport :class:`~host.transport.Endpoint` as a :class:`Link` (the one adapter every user shares).
 
-    Integer and boolean tensors are control data (counts, indices, flags): always reliable, whatever loss bound
-    the caller passes. Both ends see the same dtype, so they agree."""
+    Integer and boolean tensors are control data (counts, indices, flags): a loss bound for one is a caller's
+    mistake (:func:`check_loss` refuses it at the collective's entry) and raises ``ValueError`` here too, rather
+    than being made reliable silently."""
 
     def __init__(self, ep):
         self.ep = ep
 
+    @staticmethod
+    def _exact_only(t: torch.Tensor, loss_bound: float, what: str) -> None:
+        if loss_bound > 0 and not t.is_floating_point():
+            raise ValueError(f"{what} of a {t.dtype} tensor with loss bound {loss_bound}: only floating-point data "
+                             "may be lossy (integer and boolean tensors are control data, always exact)")
+
     def isend(self, peer, data, transfer_id, *, layer=0, loss_bound=0.0):
-        p = loss_bound if data.is_floating_point() else 0.0
-        return self.ep.send(peer, data, transfer_id=transfer_id, layer=min(layer, 0xFFFF), loss_bound=p)
+        self._exact_only(data, loss_bound, "send")
+        return self.ep.send(peer, data, transfer_id=transfer_id, layer=min(layer, 0xFFFF), loss_bound=loss_bound)
 
     def recv(self, peer, out, transfer_id, *, loss_bound=0.0, timeout=None) -> RecvReport:
         return self.irecv(peer, out, transfer_id, loss_bound=loss_bound, timeout=timeout).wait()
 
     def irecv(self, peer, out, transfer_id, *, loss_bound=0.0, timeout=None) -> "_EndpointRecv":
-        p = loss_bound if out.is_floating_point() else 0.0
-        return _EndpointRecv(self.ep.post_recv(peer, transfer_id, out, timeout=timeout, loss_bound=p))
+        self._exact_only(out, loss_bound, "receive")
+        return _EndpointRecv(self.ep.post_recv(peer, transfer_id, out, timeout=timeout, loss_bound=loss_bound))
 
     def packet_elems(self, itemsize: int) -> int:
         return chunk_elems(self.ep.opts.mtu, itemsize)
@@ -499,8 +506,8 @@ class Collectives:
         (``RING_SEGMENT_MIN_LOCAL``); every member must pass the same value."""
         if my_rank not in ranks:
             raise ValueError(f"rank {my_rank} is not a member of group {list(ranks)}")
-        if not 0 <= group_tag < 64:
-            raise ValueError("group_tag must be in 0..63")
+        if not 0 <= group_tag < self.MAX_GROUPS:
+            raise ValueError(f"group_tag must be in 0..{self.MAX_GROUPS - 1}")
         self.link = link
         self.ranks = list(ranks)
         self.size = len(self.ranks)
@@ -530,9 +537,19 @@ class Collectives:
         return b[:nbytes].view(dtype)
 
     # --- transfer naming ----------------------------------------------------------------------------------
+    # A transfer id is 64 bits (the wire's transfer_hi and transfer_id), laid out so that no part wraps in a job's
+    # life and none collides with another group's or with an id below 2^32 that a caller of the Link picks itself
+    # (ACiD's gossip): bits 63..44 hold the group tag + 1 (about a million groups), bit 43 is set for
+    # point-to-point ids; a collective's id then holds its sequence number (35 bits: 34 billion collectives) and
+    # its step (8 bits); a point-to-point id holds the user tag modulo 512 (9 bits) and the message's number among
+    # those of its (peer, tag, direction) (34 bits). A wrapping id would eventually meet its own tombstone at the
+    # receiver (recv() of an id already received fails) or a live transfer of another group.
+    MAX_GROUPS = (1 << 20) - 1
+    _GROUP_SHIFT, _P2P_BIT, _SEQ_BITS, _P2P_COUNT_BITS = 44, 1 << 43, 35, 34
+
     def _next_seq(self) -> int:
         s = self._seq
-        self._seq = (self._seq + 1) % (1 << 17)
+        self._seq = (self._seq + 1) % (1 << self._SEQ_BITS)
         return s
 
     def _take_ids(self, messages: int) -> int:
@@ -542,30 +559,35 @@ class Collectives:
         if nseq >= 1 << 16:
             raise ValueError(f"a collective of {messages} messages needs too many transfer ids")
         base = self._seq
-        self._seq = (self._seq + nseq) % (1 << 17)
+        self._seq = (self._seq + nseq) % (1 << self._SEQ_BITS)
         return base
 
     def _tid(self, seq: int, step: int) -> int:
         if not 0 <= step < 256:
             raise ValueError(f"collective step {step} exceeds 255")
-        return (self.group_tag << 26) | (seq << 8) | step
+        return ((self.group_tag + 1) << self._GROUP_SHIFT) | (seq << 8) | step
 
     def _tid_at(self, base: int, j: int) -> int:
         """Transfer id of message ``j`` of the call whose ids start at sequence number ``base``."""
-        return self._tid((base + j // 256) % (1 << 17), j % 256)
+        return self._tid((base + j // 256) % (1 << self._SEQ_BITS), j % 256)
 
     def collective_ids(self) -> tuple[int, int]:
         """``(mask, value)``: a transfer id ``t`` belongs to one of this group's collectives iff ``t & mask ==
-        value`` (the group tag, and bit 25 clear: point-to-point ids set it). The backend makes these transfers
-        share the fate of the group's members (``Endpoint.share_fate``)."""
-        return 0xFE000000, self.group_tag << 26
+        value`` (the group tag, and the point-to-point bit clear). The backend makes these transfers share the fate
+        of the group's members (``Endpoint.share_fate``)."""
+        return ~(self._P2P_BIT - 1) & ((1 << 64) - 1), (self.group_tag + 1) << self._GROUP_SHIFT
 
     def _p2p_tid(self, peer: int, tag: int, direction: str) -> int:
+        """The id of the next point-to-point message of ``(peer, tag, direction)``, numbered in program order on
+        both sides (so a send and its matching recv name the same transfer)."""
         with self._p2p_lock:
             key = (peer, tag % 512, direction)
             n = self._p2p_counts.get(key, 0)
             self._p2p_counts[key] = n + 1
-        return (self.group_tag << 26) | (1 << 25) | ((tag % 512) << 16) | (n & 0xFFFF)
+        if n >= 1 << self._P2P_COUNT_BITS:
+            raise ValueError(f"more than 2^{self._P2P_COUNT_BITS} point-to-point messages with rank {peer}, tag {tag}")
+        return (((self.group_tag + 1) << self._GROUP_SHIFT) | self._P2P_BIT | ((tag % 512) << self._P2P_COUNT_BITS)
+                | n)
 
     def _peer(self, idx: int) -> int:
         return self.ranks[idx % self.size]

@@ -1,6 +1,6 @@
 """The DLCP wire format: the one definition of the DLCP header, shared by the host stack and the P4 program.
 
-A DLCP datagram is UDP to port :data:`UDP_PORT` carrying a fixed 44-byte header (network byte order) and then a
+A DLCP datagram is UDP to port :data:`UDP_PORT` carrying a fixed 48-byte header (network byte order) and then a
 payload whose meaning depends on the message type (see ``docs/wire-format.md``). The header is declared once, as
 the ordered list :data:`FIELDS`; everything else is derived from it:
 
@@ -48,9 +48,10 @@ class Field(NamedTuple):
     doc: str
 
 
-#: The DLCP header, in wire order. Widths sum to 352 bits = 44 bytes; fields of up to 32 bits are naturally
-#: aligned and the 64-bit tag is 4-byte aligned, so a payload that follows the header at a 4-byte aligned address is
-#: itself 4-byte aligned.
+#: The DLCP header, in wire order. Widths sum to 384 bits = 48 bytes; every multi-byte field is naturally aligned
+#: (the 64-bit tag at byte 40), so a payload that follows the header at an 8-byte aligned address is itself aligned.
+#: A transfer is named by a 64-bit id, ``transfer_hi << 32 | transfer_id``: wide enough that no id space of a job
+#: (groups, collectives, point-to-point messages; see ``host.collectives``) wraps in its life.
 FIELDS: tuple[Field, ...] = (
     Field("version", 4, "header version, VERSION"),
     Field("msg_type", 4, "MsgType: data, ack, nack (bitmap), control"),
@@ -62,13 +63,14 @@ FIELDS: tuple[Field, ...] = (
     Field("layer", 16, "layer index of the tensor (0 = nearest the input)"),
     Field("rank", 16, "sender rank"),
     Field("job_id", 32, "job identifier; packets of other jobs are dropped by receivers"),
-    Field("transfer_id", 32, "tensor/bucket transfer this packet belongs to, unique per (job, sender)"),
+    Field("transfer_id", 32, "low 32 bits of the transfer this packet belongs to, unique per (job, sender)"),
     Field("eligible", 32, "DATA: drop-eligible packets in the transfer, which take seqs 0..eligible-1; else 0"),
     Field("seq", 32, "packet sequence within the transfer; for NACK: first packet the bitmap covers"),
     Field("total", 32, "number of packets in the transfer"),
     Field("offset", 32, "byte offset of the payload within the tensor (transfers are < 4 GiB)"),
     Field("count", 16, "elements in this packet's payload; for ACK/NACK: bits in the bitmap"),
     Field("nonce", 16, "per-job nonce chosen at rendezvous; stale packets of an earlier run are dropped"),
+    Field("transfer_hi", 32, "high 32 bits of the transfer id (0 for ids below 2^32)"),
     Field("tag", 64, "keyed tag: SipHash-2-4 under the job's key of the datagram without this field; 0 unkeyed"),
 )
 
@@ -162,8 +164,8 @@ class _Word(NamedTuple):
 
 
 def _layout(fields: tuple[Field, ...]) -> tuple[_Word, ...]:
-    """Group consecutive fields into 8/16/32/64-bit words, most significant bits first (network order). Words of
-    up to 4 bytes are naturally aligned, a 64-bit word 4-byte aligned."""
+    """Group consecutive fields into 8/16/32/64-bit words, most significant bits first (network order); every word
+    naturally aligned."""
     words: list[_Word] = []
     group: list[Field] = []
     offset = 0
@@ -183,8 +185,8 @@ def _layout(fields: tuple[Field, ...]) -> tuple[_Word, ...]:
             raise AssertionError(f"DLCP layout: fields {[g.name for g in group]} do not fill a word")
     assert not group, "DLCP layout: trailing fields do not fill a byte"
     for w in words:
-        assert w.offset % min(w.size, 4) == 0, f"DLCP layout: word at {w.offset} of {w.size} bytes is unaligned"
-    assert sum(w.size for w in words) % 4 == 0, "DLCP layout: the header length is a multiple of 4 bytes"
+        assert w.offset % w.size == 0, f"DLCP layout: word at {w.offset} of {w.size} bytes is unaligned"
+    assert sum(w.size for w in words) % 8 == 0, "DLCP layout: the header length is a multiple of 8 bytes"
     return tuple(words)
 
 
@@ -200,10 +202,10 @@ def field_word(name: str) -> tuple[str, int]:
                 return f"w{i}", shift
     raise KeyError(f"no DLCP header field {name!r}")
 
-#: The 44-byte header as its 15 big-endian words, for code that reads or writes headers a word at a time (the
+#: The 48-byte header as its 16 big-endian words, for code that reads or writes headers a word at a time (the
 #: transport's hot paths: one struct call instead of a Header). ``field_word`` says which word holds a field.
 WORD_STRUCT = struct.Struct("!" + "".join({1: "B", 2: "H", 4: "I", 8: "Q"}[w.size] for w in _WORDS))
-assert WORD_STRUCT.size == HEADER_LEN == 44
+assert WORD_STRUCT.size == HEADER_LEN == 48
 
 #: The header as it lies on the wire: one big-endian column per word (sub-byte fields share a word).
 WIRE_DTYPE = np.dtype([(f"w{i}", f">u{w.size}") for i, w in enumerate(_WORDS)])
@@ -236,6 +238,7 @@ class Header:
     offset: int = 0
     count: int = 0
     nonce: int = 0
+    transfer_hi: int = 0
     tag: int = 0
     version: int = VERSION
     reserved: int = 0
@@ -391,7 +394,7 @@ def parse_datagram(buf, length: int | None = None) -> tuple[Header, memoryview]:
 def pack_batch(headers: np.ndarray) -> np.ndarray:
     """Pack a structured array of :data:`FIELDS_DTYPE` rows into wire headers (array of :data:`WIRE_DTYPE`).
 
-    ``result.tobytes()`` is the concatenation of the 44-byte headers; ``result[i].tobytes()`` is header i.
+    ``result.tobytes()`` is the concatenation of the 48-byte headers; ``result[i].tobytes()`` is header i.
     Values are checked like :meth:`Header.pack`; the first bad row raises ``WireError`` with its index.
     """
     if headers.dtype != FIELDS_DTYPE:
@@ -413,7 +416,7 @@ def pack_batch(headers: np.ndarray) -> np.ndarray:
 
 
 def unpack_batch(buf, n: int | None = None) -> np.ndarray:
-    """Parse ``n`` consecutive 44-byte headers from ``buf`` (default: as many as it holds exactly).
+    """Parse ``n`` consecutive 48-byte headers from ``buf`` (default: as many as it holds exactly).
 
     Returns a structured array of :data:`FIELDS_DTYPE`; validates every row like :meth:`Header.unpack`.
     """

@@ -16,7 +16,7 @@
  * - Malformed input is dropped in ingress and counted (ingress_drops[DROP_PARSER_ERROR]): as in BMv2, a parser
  *   error does not drop the packet by itself; ingress runs with standard_metadata.parser_error set. That covers a
  *   frame shorter than Ethernet, a truncated IPv4 header or options, IHL < 5, IP version != 4, and a UDP datagram
- *   to DLCP_UDP_PORT whose payload is shorter than the 44-byte DLCP header (PacketTooShort while extracting
+ *   to DLCP_UDP_PORT whose payload is shorter than the 48-byte DLCP header (PacketTooShort while extracting
  *   hdr.dlcp): such a datagram is not DLCP and no DLCP receiver would accept it, so it is not forwarded as plain
  *   UDP either.
  * docs/p4-program.md describes every table, action, register and counter for controllers.

@@ -36,7 +36,7 @@ def _field_values(msg_type: MsgType) -> st.SearchStrategy[dict]:
         "flags": st.sampled_from([Flag(v) for v in range(16)]),
         "priority": u(3), "mag_class": u(3), "dtype": st.sampled_from(list(DType)),
         "layer": u(16), "rank": u(16), "job_id": u(32), "transfer_id": u(32), "eligible": u(32), "seq": u(32),
-        "total": u(32), "offset": u(32), "count": u(16), "nonce": u(16), "tag": u(64),
+        "total": u(32), "offset": u(32), "count": u(16), "nonce": u(16), "transfer_hi": u(32), "tag": u(64),
     }).map(build)
 
 
@@ -46,7 +46,7 @@ headers = st.sampled_from(list(MsgType)).flatmap(_field_values).map(lambda d: He
 @given(headers)
 def test_single_round_trip(h: Header) -> None:
     b = h.pack()
-    assert len(b) == wire.HEADER_LEN == 44
+    assert len(b) == wire.HEADER_LEN == 48
     assert Header.unpack(b) == h
     # pack_into at an offset of a larger buffer, unpack from a memoryview at that offset
     buf = bytearray(100)
@@ -179,10 +179,10 @@ def test_p4_text_parser_rejects_drift() -> None:
 
 
 def test_header_layout_is_aligned_and_ends_with_the_tag() -> None:
-    assert wire.HEADER_LEN % 4 == 0 and wire.TAG_AT == wire.HEADER_LEN - 8
+    assert wire.HEADER_LEN % 8 == 0 and wire.TAG_AT == wire.HEADER_LEN - 8
     for name in wire.WIRE_DTYPE.names:
         off, size = wire.WIRE_DTYPE.fields[name][1], wire.WIRE_DTYPE[name].itemsize
-        assert off % min(size, 4) == 0, name
+        assert off % size == 0, name
     assert wire.field_word("tag") == (wire.WIRE_DTYPE.names[-1], 0)
     h = Header(tag=0xFEDCBA9876543210)
     assert h.pack()[wire.TAG_AT:] == bytes.fromhex("FEDCBA9876543210")
@@ -222,7 +222,7 @@ def test_packet_tag_covers_everything_but_the_tag() -> None:
 GOOD = Header(seq=1, total=3, count=4, offset=16, dtype=DType.FLOAT32)
 
 
-@pytest.mark.parametrize("n", range(0, 44))
+@pytest.mark.parametrize("n", range(0, 48))
 def test_truncated_header_names_field(n: int) -> None:
     with pytest.raises(WireError) as e:
         Header.unpack(GOOD.pack()[:n])

@@ -40,21 +40,21 @@
 #define UDP_GRO 104
 #endif
 
-#define HEADER_LEN 44
+#define HEADER_LEN 48
 #define VERSION 1
 #define MT_DATA 0
 #define F_ELIGIBLE 0x01
 #define F_RETRANSMIT 0x04
 
-/* byte offsets of the 15 header words (network order), in wire order */
+/* byte offsets of the 16 header words (network order), in wire order */
 enum {
     O_VT = 0, O_FLAGS = 1, O_PMR = 2, O_DTYPE = 3, O_LAYER = 4, O_RANK = 6, O_JOB = 8, O_TID = 12,
-    O_ELIG = 16, O_SEQ = 20, O_TOTAL = 24, O_OFFSET = 28, O_COUNT = 32, O_NONCE = 34, O_TAG = 36
+    O_ELIG = 16, O_SEQ = 20, O_TOTAL = 24, O_OFFSET = 28, O_COUNT = 32, O_NONCE = 34, O_TID_HI = 36, O_TAG = 40
 };
-#define NWORDS 15
+#define NWORDS 16
 static const int LAYOUT[NWORDS][2] = {
     {O_VT, 1}, {O_FLAGS, 1}, {O_PMR, 1}, {O_DTYPE, 1}, {O_LAYER, 2}, {O_RANK, 2}, {O_JOB, 4}, {O_TID, 4},
-    {O_ELIG, 4}, {O_SEQ, 4}, {O_TOTAL, 4}, {O_OFFSET, 4}, {O_COUNT, 2}, {O_NONCE, 2}, {O_TAG, 8}
+    {O_ELIG, 4}, {O_SEQ, 4}, {O_TOTAL, 4}, {O_OFFSET, 4}, {O_COUNT, 2}, {O_NONCE, 2}, {O_TID_HI, 4}, {O_TAG, 8}
 };
 
 static inline uint32_t be16(const uint8_t *p) { return ((uint32_t)p[0] << 8) | p[1]; }
@@ -62,18 +62,23 @@ static inline uint32_t be32(const uint8_t *p)
 {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
+/* the 64-bit transfer id: transfer_hi << 32 | transfer_id */
+static inline uint64_t tid64(const uint8_t *h)
+{
+    return ((uint64_t)be32(h + O_TID_HI) << 32) | be32(h + O_TID);
+}
 
 /* Does the datagram at h (ln bytes) pass the checks for the given transfer? ``key`` (NULL: unkeyed job): its tag
  * must be the keyed tag of its bytes; checked last, after every cheap check passed. */
 static inline int datagram_ok(const uint8_t *h, Py_ssize_t ln, uint32_t job, uint32_t nonce, uint32_t rank,
-                              uint32_t tid, uint32_t total, uint32_t elig, uint32_t dtype, uint32_t itemsize,
+                              uint64_t tid, uint32_t total, uint32_t elig, uint32_t dtype, uint32_t itemsize,
                               Py_ssize_t cap, const uint8_t *key)
 {
     if (ln < HEADER_LEN)
         return 0;
     if (h[O_VT] != ((VERSION << 4) | MT_DATA) || (h[O_FLAGS] & 0xF0) || (h[O_PMR] & 3) || h[O_DTYPE] != dtype)
         return 0;
-    if (be32(h + O_JOB) != job || be16(h + O_NONCE) != nonce || be16(h + O_RANK) != rank || be32(h + O_TID) != tid
+    if (be32(h + O_JOB) != job || be16(h + O_NONCE) != nonce || be16(h + O_RANK) != rank || tid64(h) != tid
         || be32(h + O_TOTAL) != total || be32(h + O_ELIG) != elig)
         return 0;
     uint32_t seq = be32(h + O_SEQ), off = be32(h + O_OFFSET), count = be16(h + O_COUNT);
@@ -102,7 +107,7 @@ static inline void acc_init(Acc *a)
 /* Pass 1 of a record: every datagram (``seg`` bytes each, the last shorter; 0 = one) is a valid DATA packet of the
  * transfer that fits ``cap`` bytes (and carries its keyed tag, with a ``key``). Nothing is written. */
 static int record_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, uint32_t job, uint32_t nonce,
-                     uint32_t rank, uint32_t tid, uint32_t total, uint32_t elig, uint32_t dtype, uint32_t itemsize,
+                     uint32_t rank, uint64_t tid, uint32_t total, uint32_t elig, uint32_t dtype, uint32_t itemsize,
                      Py_ssize_t cap, const uint8_t *key)
 {
     if (nbytes <= 0)
@@ -267,7 +272,7 @@ done:
 /* One transfer met in a fast_pass: its receiver state (fetched once per pass) and the totals of its records. */
 typedef struct {
     long rank;
-    unsigned long tid;
+    unsigned long long tid;
     PyObject *inc;  /* new reference; NULL: no such transfer, or not one for the fast lane (skip) */
     int bufs;       /* the four buffers below are held */
     int slow_rest;  /* a record went to Python for its CE state: so do the rest (ACK boundaries stay exact) */
@@ -486,7 +491,7 @@ static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nar
             long rank = PyLong_AsLong(src);
             if (rank == -1 && PyErr_Occurred())
                 goto done;
-            unsigned long tid = be32(h + O_TID);
+            unsigned long long tid = tid64(h);
             Entry *e = NULL;
             for (Py_ssize_t k = 0; k < nents; k++)
                 if (ents[k].rank == rank && ents[k].tid == tid) {
@@ -497,7 +502,7 @@ static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nar
                 e = &ents[nents++];
                 e->rank = rank;
                 e->tid = tid;
-                PyObject *tk = Py_BuildValue("(lk)", rank, tid);
+                PyObject *tk = Py_BuildValue("(lK)", rank, tid);
                 if (tk == NULL)
                     goto done;
                 PyObject *inc = PyDict_GetItemWithError(incoming, tk);
@@ -521,7 +526,7 @@ static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nar
                     e->slow_rest = 1;
             }
             if (e->inc != NULL && !e->slow_rest
-                && record_ok(h, nbytes, seg, (uint32_t)job, (uint32_t)nonce, (uint32_t)rank, (uint32_t)tid,
+                && record_ok(h, nbytes, seg, (uint32_t)job, (uint32_t)nonce, (uint32_t)rank, (uint64_t)tid,
                              (uint32_t)e->total, (uint32_t)e->elig, (uint32_t)e->dtype, (uint32_t)e->itemsize,
                              e->dst.len, tag_key)) {
                 long long before = e->acc.ndg;

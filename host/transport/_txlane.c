@@ -8,7 +8,7 @@
  * (as socket.sendmsg does).
  *
  * Contract: ``send_run(fd, hdr, payload, offs, lens, seqs, i, j, ip4, port, tos, seg, key)`` sends the datagrams
- * of seqs[i:j] (each: the 44-byte header hdr[44*s : 44*s+44], then payload[offs[s] : offs[s]+lens[s]]) to ip4:port
+ * of seqs[i:j] (each: the 48-byte header hdr[48*s : 48*s+48], then payload[offs[s] : offs[s]+lens[s]]) to ip4:port
  * (4 packed address bytes, host-order port) with IP TOS ``tos``, as one sendmsg; ``seg`` > 0 adds UDP_SEGMENT
  * ``seg`` (the caller's GSO run: every datagram but the last exactly ``seg`` bytes), 0 sends one datagram (j = i+1).
  * ``key`` (16 bytes, or None for an unkeyed job) first writes each packet's keyed tag (``_siphash.h``) into its
@@ -30,7 +30,7 @@
 
 #include "_siphash.h"
 
-#define HEADER_LEN 44
+#define HEADER_LEN 48
 #define MAX_RUN 64
 #ifndef SOL_UDP
 #define SOL_UDP 17
@@ -69,7 +69,7 @@ static int key_of(PyObject *obj, const uint8_t **key)
 PyDoc_STRVAR(send_run_doc,
 "send_run(fd, hdr, payload, offs, lens, seqs, i, j, ip4, port, tos, seg, key)\n"
 "--\n\n"
-"Send the datagrams of seqs[i:j] (header hdr[44*s:44*s+44], payload payload[offs[s]:offs[s]+lens[s]]) to\n"
+"Send the datagrams of seqs[i:j] (header hdr[48*s:48*s+48], payload payload[offs[s]:offs[s]+lens[s]]) to\n"
 "ip4:port with IP TOS ``tos`` as one sendmsg; ``seg`` > 0 adds UDP_SEGMENT ``seg`` (GSO), 0 sends one datagram.\n"
 "``key`` (16 bytes or None): write each packet's keyed tag into its header first (``hdr`` must be writable).\n"
 "Returns the bytes sent; a system call error raises OSError with its errno.");
@@ -277,7 +277,7 @@ done:
 PyDoc_STRVAR(packet_tag_doc,
 "packet_tag(key, header, payload)\n"
 "--\n\n"
-"The keyed tag (SipHash-2-4 under the 16-byte ``key``) of a datagram whose header is the first 44 bytes of\n"
+"The keyed tag (SipHash-2-4 under the 16-byte ``key``) of a datagram whose header is the first 48 bytes of\n"
 "``header`` (its tag field not covered) and whose payload is ``payload``, as an int: host.wire.packet_tag at C\n"
 "speed, for the endpoint's Python paths.");
 

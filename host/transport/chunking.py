@@ -1,7 +1,7 @@
 """MTU-aware chunking of a tensor into DLCP data packets, and the header batch for all of them (pure functions).
 
 A tensor of ``n`` elements is cut into consecutive packets of ``chunk`` elements (the last one shorter), ``chunk``
-being as many elements as fit in one IPv4/UDP datagram of the path MTU after the 36-byte DLCP header. Packet *i*
+being as many elements as fit in one IPv4/UDP datagram of the path MTU after the 48-byte DLCP header. Packet *i*
 (position) covers elements ``[i*chunk, min((i+1)*chunk, n))``.
 
 Sequence numbers are **not** positions: drop-eligible packets get seqs ``0..e-1`` and protected ones ``e..total-1``
@@ -77,7 +77,7 @@ class Plan:
     offsets: np.ndarray  # int64 byte offset of each seq's payload in the tensor
     lengths: np.ndarray  # int64 payload bytes of each seq
     eligible: np.ndarray  # bool, per seq
-    headers: np.ndarray  # WIRE_DTYPE, per seq (``headers.view(np.uint8)`` is the 36-byte headers back to back)
+    headers: np.ndarray  # WIRE_DTYPE, per seq (``headers.view(np.uint8)`` is the headers back to back)
     tos: np.ndarray  # uint8 IP TOS byte per seq
     itemsize: int  # bytes per element
     template: bytes  # the transfer's header with the per-packet words zero
@@ -144,11 +144,13 @@ def write_headers(plan: Plan, lo: int, hi: int, mag_class=None) -> None:
 def _template(priority, dtype, layer, rank, job_id, transfer_id, eligible, npk, nonce) -> bytes:
     """Every header is the transfer's template (one Header.pack, checked there) with its per-packet words set.
     The checked header without its transfer id is kept per sender, layer and size (a Header costs 30 us, 90 us on
-    a cold cache, and a collective's transfers differ only in their ids); the id fills its own 32-bit word."""
-    if not 0 <= transfer_id < 1 << 32:
-        raise wire.WireError("transfer_id", f"value {transfer_id} does not fit in 32 bits")
+    a cold cache, and a collective's transfers differ only in their ids); the 64-bit id fills its own two 32-bit
+    words (``transfer_id`` and ``transfer_hi``)."""
+    if not 0 <= transfer_id < 1 << 64:
+        raise wire.WireError("transfer_id", f"value {transfer_id} does not fit in 64 bits")
     base = _checked_template(priority, DType(dtype), layer, rank, job_id, eligible, npk, nonce)
-    return base[:_TID_AT] + transfer_id.to_bytes(4, "big") + base[_TID_AT + 4:]
+    return (base[:_TID_AT] + (transfer_id & 0xFFFFFFFF).to_bytes(4, "big") + base[_TID_AT + 4:_TID_HI_AT]
+            + (transfer_id >> 32).to_bytes(4, "big") + base[_TID_HI_AT + 4:])
 
 
 @functools.lru_cache(maxsize=256)
@@ -163,7 +165,10 @@ def _checked_template(priority, dtype, layer, rank, job_id, eligible, npk, nonce
 _W_TID, _TID_SHIFT = wire.field_word("transfer_id")
 _TID_AT = wire.WIRE_DTYPE.fields[_W_TID][1]  # byte offset of the transfer id's word
 _SEQ_AT = wire.WIRE_DTYPE.fields[_W_SEQ][1]  # byte offset of the seq word
-assert _TID_SHIFT == 0 and wire.WIRE_DTYPE[_W_TID].itemsize == 4, "the transfer id fills its word"
+_W_TID_HI, _TID_HI_SHIFT = wire.field_word("transfer_hi")
+_TID_HI_AT = wire.WIRE_DTYPE.fields[_W_TID_HI][1]
+assert _TID_SHIFT == _TID_HI_SHIFT == 0 and wire.WIRE_DTYPE[_W_TID].itemsize == wire.WIRE_DTYPE[_W_TID_HI].itemsize \
+    == 4 and _TID_AT < _TID_HI_AT, "the transfer id's two halves fill their words"
 
 
 def _layout_in_order(nelems: int, itemsize: int, chunk: int, npk: int, priority: int, template) -> Plan:

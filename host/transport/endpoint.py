@@ -66,13 +66,13 @@ __all__ = ["Endpoint", "Options", "SendHandle", "RecvHandle", "RecvResult", "Los
 log = logging.getLogger("host.transport")
 
 # --- fast header access -----------------------------------------------------------------------------------------
-#: The 44-byte header as its 15 wire words. The hot receive path unpacks these words with one struct call instead
+#: The 48-byte header as its 16 wire words. The hot receive path unpacks these words with one struct call instead
 #: of building a Header; anything that fails the cheap checks below is re-parsed by ``wire.parse_datagram`` to name
 #: the bad field.
 HDR = wire.WORD_STRUCT
 # word indices (tests/host/test_chunking.py checks them against wire.Header)
 W_VT, W_FLAGS, W_PMR, W_DTYPE, W_LAYER, W_RANK, W_JOB, W_TID, W_ELIG, W_SEQ, W_TOTAL, W_OFFSET, W_COUNT, W_NONCE, \
-    W_TAG = range(15)
+    W_TID_HI, W_TAG = range(16)
 _TAG_AT = wire.TAG_AT
 #: ``packet_tag(key, header, payload)``: the keyed tag of a datagram (its header's tag field not covered), in C
 #: when the send lane is built; the Python reference otherwise.
@@ -134,16 +134,17 @@ _CTL_BACKLOG = 4096  # control messages held while the send buffer is full
 
 
 def decode_words(buf) -> tuple[int, ...]:
-    """The 15 header words of ``buf`` (for tests and tools)."""
+    """The 16 header words of ``buf`` (for tests and tools)."""
     return HDR.unpack_from(buf)
 
 
 def pack_control_header(buf, msg_type: int, *, flags: int, rank: int, job_id: int, transfer_id: int,
                         seq: int, total: int, count: int, nonce: int, layer: int = 0, offset: int = 0) -> None:
     """Write an ACK/NACK/CONTROL header into ``buf[:HEADER_LEN]`` (priority 7, dtype 0, tag 0: the sender writes
-    the tag once the payload is there). For ACK/NACK, ``offset`` carries the receiver's clock (:func:`clock_us`)."""
+    the tag once the payload is there). ``transfer_id`` is the 64-bit id. For ACK/NACK, ``offset`` carries the
+    receiver's clock (:func:`clock_us`)."""
     HDR.pack_into(buf, 0, (wire.VERSION << 4) | msg_type, flags, CONTROL_PRIORITY << 5, 0, layer, rank, job_id,
-                  transfer_id, 0, seq, total, offset, count, nonce, 0)
+                  transfer_id & 0xFFFFFFFF, 0, seq, total, offset, count, nonce, transfer_id >> 32, 0)
 
 
 def clock_us(t: float) -> int:
@@ -652,8 +653,8 @@ class Endpoint:
         reliable); the policy marks at most that fraction drop-eligible."""
         if peer not in self.addr_map:
             raise ValueError(f"rank {peer} has no address in addr_map")
-        if not 0 <= transfer_id < 1 << 32:
-            raise ValueError("transfer_id must fit 32 bits")
+        if not 0 <= transfer_id < 1 << 64:
+            raise ValueError("transfer_id must fit 64 bits")
         tv = view_tensor(tensor)
         if tv.nbytes >= 1 << 32:
             raise ValueError("a transfer is < 4 GiB (the offset field is 32 bits); split the tensor")
@@ -1302,10 +1303,10 @@ class Endpoint:
 
     def _fast_progress(self, prog: list[tuple], now: float) -> None:
         """Account for what the C fast lane (``_rxlane.fast_pass``) recorded this pass: one tuple per transfer,
-        ``(state, datagrams, fresh, duplicates, bytes, elements, max_count, max_end, min_eligible_seq, max_seq,
-        cum, ce, premature)`` (the smallest eligible seq is not used: every header says which seqs are eligible). All of a transfer's records the lane took in one pass have one ECN state, ``ce``;
-        when it differs from the transfer's, the packets before it are ACKed first (DCTCP's receiver); a second
-        change within the pass went the Python path. ``premature``: an original of a NACKed seq arrived."""
+        ``(state, datagrams, fresh, duplicates, bytes, elements, max_count, max_end, max_seq, cum, ce,
+        premature)``. All of a transfer's records the lane took in one pass have one ECN state, ``ce``; when it
+        differs from the transfer's, the packets before it are ACKed first (DCTCP's receiver); a second change
+        within the pass went the Python path. ``premature``: an original of a NACKed seq arrived."""
         c = self._c
         for inc, _ndg, fresh, dups, got, nelems, max_count, max_end, max_seq, cum, ce, premature in prog:
             key = (inc.peer, inc.tid)
@@ -1564,7 +1565,7 @@ class Endpoint:
             self._on_control(w, payload)
             return
         p = self._peers.get(w[W_RANK])
-        o = p.out.get(w[W_TID]) if p is not None else None
+        o = p.out.get(w[W_TID_HI] << 32 | w[W_TID]) if p is not None else None
         if o is None or w[W_TOTAL] != o.total:
             c["stale_feedback"] += 1
             return
@@ -2159,7 +2160,7 @@ class Endpoint:
                     c["stray"] += 1
                 elif mt == MsgType.DATA:
                     self._heard[src] = now
-                    key = (w[W_RANK], w[W_TID])
+                    key = (w[W_RANK], w[W_TID_HI] << 32 | w[W_TID])
                     g = groups.get(key)
                     if g is None:
                         g = groups[key] = []

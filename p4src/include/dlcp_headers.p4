@@ -39,6 +39,7 @@ header dlcp_h {
     bit<32> offset;
     bit<16> count;
     bit<16> nonce;
+    bit<32> transfer_hi;  /* high 32 bits of the 64-bit transfer id */
     bit<64> tag;      /* keyed SipHash-2-4 of the datagram; the switch forwards it untouched */
 }
 

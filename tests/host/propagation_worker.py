@@ -19,7 +19,7 @@ import numpy as np
 
 from host.transport import Endpoint, Options, TransportError
 
-GROUP = (0xFE000000, 0)  # the ids of group tag 0's collectives (Collectives.collective_ids)
+GROUP = (0xFE000000, 0)  # a fate group (mask, value) as share_fate takes it: here every transfer id below 2^25
 WAITS = {"killed": {1: (2, 5), 0: (1, 6)}, "abort": {0: (2, 7), 2: (0, 8)}}
 
 

@@ -16,8 +16,8 @@ from host.transport.tensors import allocate, dtype_code, view_tensor
 from host.wire import DType, Flag
 
 
-@pytest.mark.parametrize("mtu,itemsize,expect", [(1500, 4, 357), (1500, 2, 714), (1500, 1, 1428),
-                                                 (9000, 4, 2232), (9000, 8, 1116), (65536, 1, 65463)])
+@pytest.mark.parametrize("mtu,itemsize,expect", [(1500, 4, 356), (1500, 2, 712), (1500, 1, 1424),
+                                                 (9000, 4, 2231), (9000, 8, 1115), (65536, 1, 65459)])
 def test_chunk_sizes_fit_mtu(mtu, itemsize, expect):
     assert chunk_elems(mtu, itemsize) == expect
     assert expect * itemsize + wire.HEADER_LEN + 28 <= mtu
@@ -72,7 +72,7 @@ def test_plan_covers_tensor_eligible_first(n, mtu, dt, p):
 
 @settings(max_examples=150, deadline=None)
 @given(prio=st.integers(0, 7), dt=st.sampled_from(list(DType)), layer=st.integers(0, 0xFFFF),
-       rank=st.integers(0, 0xFFFF), job=st.integers(0, 2**32 - 1), tids=st.lists(st.integers(0, 2**32 - 1), min_size=1,
+       rank=st.integers(0, 0xFFFF), job=st.integers(0, 2**32 - 1), tids=st.lists(st.integers(0, 2**64 - 1), min_size=1,
                                                                              max_size=4),
        elig=st.integers(0, 2**32 - 1), npk=st.integers(1, 2**32 - 1), nonce=st.integers(0, 0xFFFF))
 def test_a_transfer_header_template_is_the_checked_header(prio, dt, layer, rank, job, tids, elig, npk, nonce):
@@ -84,11 +84,11 @@ def test_a_transfer_header_template_is_the_checked_header(prio, dt, layer, rank,
     elig %= npk  # a transfer keeps one protected packet
     for tid in tids:
         want = bytearray(wire.Header(msg_type=wire.MsgType.DATA, priority=prio, dtype=dt, layer=layer, rank=rank,
-                                     job_id=job, transfer_id=tid, eligible=elig, seq=elig, total=npk,
-                                     nonce=nonce).pack())
+                                     job_id=job, transfer_id=tid & 0xFFFFFFFF, transfer_hi=tid >> 32, eligible=elig,
+                                     seq=elig, total=npk, nonce=nonce).pack())
         want[20:24] = bytes(4)  # the seq word is per packet: zero in the template
         assert chunking._template(prio, dt, layer, rank, job, tid, elig, npk, nonce) == bytes(want)
-    for bad, field in (((prio, dt, layer, rank, job, 2**32, elig, npk, nonce), "transfer_id"),
+    for bad, field in (((prio, dt, layer, rank, job, 2**64, elig, npk, nonce), "transfer_id"),
                        ((prio, dt, layer, rank, job, 0, elig, 0, nonce), "total"),
                        ((prio, dt, layer, rank, job, 0, npk, npk, nonce), "eligible"),
                        ((prio, dt, 1 << 16, rank, job, 0, elig, npk, nonce), "layer")):
@@ -99,20 +99,22 @@ def test_a_transfer_header_template_is_the_checked_header(prio, dt, layer, rank,
 def test_fast_decode_matches_wire_header():
     hd = wire.Header(msg_type=wire.MsgType.DATA, flags=Flag.DROP_ELIGIBLE | Flag.LAST, priority=5, mag_class=3,
                      dtype=DType.BFLOAT16, layer=300, rank=65000, job_id=0xDEADBEEF, transfer_id=123456789,
-                     eligible=8, seq=7, total=9, offset=1024, count=11, nonce=0xABCD, tag=0x1122334455667788)
+                     eligible=8, seq=7, total=9, offset=1024, count=11, nonce=0xABCD, transfer_hi=0xC0FFEE,
+                     tag=0x1122334455667788)
     w = decode_words(hd.pack())
     assert w[0] == (1 << 4) | 0 and w[1] == int(hd.flags) and w[2] == (5 << 5) | (3 << 2)
-    assert w[3:] == (int(DType.BFLOAT16), 300, 65000, 0xDEADBEEF, 123456789, 8, 7, 9, 1024, 11, 0xABCD,
+    assert w[3:] == (int(DType.BFLOAT16), 300, 65000, 0xDEADBEEF, 123456789, 8, 7, 9, 1024, 11, 0xABCD, 0xC0FFEE,
                      0x1122334455667788)
     assert w[endpoint_mod.W_TAG] == hd.tag and w[endpoint_mod.W_NONCE] == hd.nonce
     buf = bytearray(wire.HEADER_LEN + 4)
-    pack_control_header(buf, wire.MsgType.NACK, flags=int(Flag.ECN_ECHO), rank=2, job_id=3, transfer_id=4,
-                        seq=6, total=70, count=8, nonce=9)
+    pack_control_header(buf, wire.MsgType.NACK, flags=int(Flag.ECN_ECHO), rank=2, job_id=3,
+                        transfer_id=(5 << 32) | 4, seq=6, total=70, count=8, nonce=9)
     buf[wire.HEADER_LEN] = 0xFF
     back, payload = wire.parse_datagram(buf, wire.HEADER_LEN + 1)
     assert (back.msg_type, back.flags, back.priority, back.rank, back.job_id, back.transfer_id, back.seq,
-            back.total, back.count, back.nonce) == (wire.MsgType.NACK, Flag.ECN_ECHO, 7, 2, 3, 4, 6, 70, 8, 9)
-    assert HDR.size == wire.HEADER_LEN == 44 and tos_byte(7, False) == (56 << 2) | 2
+            back.total, back.count, back.nonce, back.transfer_hi) == (wire.MsgType.NACK, Flag.ECN_ECHO, 7, 2, 3, 4, 6,
+                                                                      70, 8, 9, 5)
+    assert HDR.size == wire.HEADER_LEN == 48 and tos_byte(7, False) == (56 << 2) | 2
 
 
 def test_views_are_zero_copy_and_dtypes_map():

@@ -123,7 +123,7 @@ def _data_header(**kw) -> bytes:
              nonce=0xBEEF)
     v.update(kw)
     return HDR.pack((wire.VERSION << 4) | MsgType.DATA, 0, 0, v["dtype"], 0, v["rank"], v["job_id"],
-                    v["transfer_id"], 0, v["seq"], v["total"], v["offset"], v["count"], v["nonce"], 0)
+                    v["transfer_id"], 0, v["seq"], v["total"], v["offset"], v["count"], v["nonce"], 0, 0)
 
 
 def test_foreign_stray_and_malformed_are_counted_not_fatal(make_endpoints):

@@ -31,7 +31,7 @@ def _data(*, tid: int = 1, seq: int = 0, total: int = 1, eligible: int = 0, offs
           dtype: DType = DType.FLOAT32) -> bytes:
     """A well-formed DATA packet from rank 0 (header and ``count`` elements of payload)."""
     hdr = HDR.pack((wire.VERSION << 4) | MsgType.DATA, 0, 0, int(dtype), 0, 0, JOB, tid, eligible, seq, total,
-                   offset, count, NONCE, 0)
+                   offset, count, NONCE, 0, 0)
     return hdr + bytes(count * dtype.itemsize)
 
 
@@ -217,3 +217,22 @@ def test_every_genuine_packet_fits_its_transfer(mtu, dtype):
             assert fits_transfer(int(n), plan.total, c), (n, plan.total, c)
             if c == plan.chunk and n:  # more packets than a full one's chunk makes: no cut gives that
                 assert not fits_transfer(int(n), plan.total + 1, c)
+
+
+def test_the_link_refuses_a_loss_bound_on_integer_data(make_endpoints):
+    """Integer and boolean tensors are control data: a loss bound for one is a caller's mistake, an error at the
+    Link (it used to be made reliable silently); a float send with a bound and an exact integer send still work."""
+    from host.collectives import EndpointLink
+
+    a, b = make_endpoints(2)
+    la, lb = EndpointLink(a), EndpointLink(b)
+    for t in (torch.arange(10, dtype=torch.int64), torch.ones(10, dtype=torch.bool)):
+        with pytest.raises(ValueError, match="only floating-point data may be lossy"):
+            la.isend(1, t, 1, loss_bound=0.1)
+        with pytest.raises(ValueError, match="only floating-point data may be lossy"):
+            lb.irecv(0, torch.empty_like(t), 1, loss_bound=0.1)
+    x, n = torch.randn(5000), torch.arange(7, dtype=torch.int32)
+    rx, rn = lb.irecv(0, torch.empty_like(x), 2, loss_bound=0.1), lb.irecv(0, torch.empty_like(n), 3)
+    la.isend(1, x, 2, loss_bound=0.1).wait(10)
+    la.isend(1, n, 3).wait(10)
+    assert sum(hi - lo for lo, hi in rx.wait().lost) <= 500 and rn.wait().lost == []

@@ -1,6 +1,6 @@
 """dlcp.p4 on malformed input. As in BMv2, a parser error does not drop a packet by itself: ingress runs with
 standard_metadata.parser_error set, and dlcp.p4 drops it and counts it under ingress_drops[DROP_PARSER_ERROR].
-A UDP datagram to the DLCP port whose payload is shorter than the 44-byte DLCP header is such a parser error
+A UDP datagram to the DLCP port whose payload is shorter than the 48-byte DLCP header is such a parser error
 (PacketTooShort), not plain UDP. Whatever arrives, the switch never raises and accounts for every frame."""
 from __future__ import annotations
 
