@@ -62,10 +62,13 @@ class Region:
 
 def provenance(result: Result) -> str:
     """Who made a result: the command, the commit and the machine, as one sentence."""
-    machine = result.get("machine", {})
+    machine = result.get("machine")
     command = result.get("command") or result.get("params", {}).get("command") or "an unrecorded command"
+    commit = (machine or {}).get("commit") or result.get("commit", "?")
+    if not machine:
+        return f"Measured by `{command}` at commit `{commit[:12]}`."
     load = machine.get("loadavg") or [float("nan")]
-    return (f"Measured by `{command}` at commit `{machine.get('commit', '?')}` on {machine.get('cpus', '?')} x "
+    return (f"Measured by `{command}` at commit `{commit}` on {machine.get('cpus', '?')} x "
             f"{machine.get('cpu', '?')} (load {load[0]:.1f} at the end), {machine.get('time', '?')}.")
 
 
@@ -154,6 +157,17 @@ def bounded_loss_table(result: Result) -> str:
     return "\n".join([provenance(result), "", *rows])
 
 
+def demo_loss_table(result: Result) -> str:
+    """``make demo``'s runs (``results/demo.json``): what bounded loss zero-filled, and the accuracy reached."""
+    rows = ["| run | loss bound | zero-filled (of the reduced elements) | worst step | final accuracy | "
+            "iteration time (p50) |", "|---|---|---|---|---|---|"]
+    for name, run in result["runs"].items():
+        s = run["summary"]
+        rows.append(f"| {name} | {s['loss_bound']:g} | {s['zero_filled_fraction']:.2%} | "
+                    f"{s['zero_filled_step_max']:.2%} | {s['final_accuracy']:.3f} | {s['iter_p50_s'] * 1e3:.0f} ms |")
+    return "\n".join([provenance(result), "", *rows])
+
+
 def readme_summary(transport: Result, collectives: Result) -> str:
     """The README's headline figures: the transport against TCP and the all-reduce against gloo on 1 Gb/s links."""
     t = _cases(transport)
@@ -177,6 +191,7 @@ REGIONS: dict[str, Region] = {r.name: r for r in (
     Region("transport", "docs/transport.md", ("results/transport.json",), transport_table),
     Region("collectives", "docs/backend.md", ("results/collectives.json",), collectives_tables),
     Region("bounded-loss", "docs/bounded-loss.md", ("results/bounded_loss.json",), bounded_loss_table),
+    Region("bounded-loss-demo", "docs/bounded-loss.md", ("results/demo.json",), demo_loss_table),
     Region("readme", "README.md", ("results/transport.json", "results/collectives.json"), readme_summary),
 )}
 
