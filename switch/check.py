@@ -599,8 +599,8 @@ class Checker:
                 return bt.ftype(e.name)
             if isinstance(bt, ir.HeaderT) and e.name in ("isValid", "setValid", "setInvalid"):
                 # call() handles h.isValid() itself; reaching here means the method is used as a value
-                raise P4Error(getattr(e, "name_loc", e.loc), f"'{e.name}' is a method: call it, {e.name}()")
-            raise P4Error(getattr(e, "name_loc", e.loc),
+                raise P4Error((e.name_loc or e.loc), f"'{e.name}' is a method: call it, {e.name}()")
+            raise P4Error((e.name_loc or e.loc),
                           f"{'header' if isinstance(bt, ir.HeaderT) else 'struct'} {bt.name} has no field '{e.name}'")
         if isinstance(bt, ir.StackT):
             if e.name in ("next", "last", "lastIndex") and self.block_kind != "parser":

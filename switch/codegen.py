@@ -207,7 +207,7 @@ class Gen:
         if isinstance(e, A.Index):
             bt = e.expr.type
             sb = self.addr(e.expr)
-            if isinstance(e.index, A.Lit) or (isinstance(e.index.ref if hasattr(e.index, 'ref') else None, Sym)
+            if isinstance(e.index, A.Lit) or (isinstance(e.index.ref, Sym)
                                               and e.index.ref.kind == "const"):
                 i = int(e.index.value if isinstance(e.index, A.Lit) else e.index.ref.value)
                 return self.add(sb, 1 + i * bt.elem.slots)
@@ -441,7 +441,7 @@ class Gen:
 
     # ---- calls ------------------------------------------------------------------------------------
     def call_expr(self, e: A.Call) -> str:
-        k = getattr(e, "kind", None)
+        k = e.kind
         if k == "hdr" and e.target == "isValid":
             return self.sl(self.addr(e.func.expr))
         if k == "union":
@@ -475,7 +475,7 @@ class Gen:
         self.assign_scalar(ind, target, self.wrapx(code, target.type) if isinstance(target.type, Bits) else code)
 
     def call_stmt(self, ind: int, e: A.Call, ctx: dict) -> None:
-        k = getattr(e, "kind", None)
+        k = e.kind
         if k == "action":
             a: ir.ActionIR = e.target
             if self.fused:
@@ -1051,7 +1051,7 @@ class Gen:
                 self.stmt(ind + 1, s.other, ctx)
         elif isinstance(s, A.Switch):
             r = self.fresh("r")
-            if getattr(s, "on_value", False):          # switch on a value (check.value_switch)
+            if s.on_value:          # switch on a value (check.value_switch)
                 res = self.hoisting(ind, lambda: self.ex(s.expr))
                 self.emit(ind, f"{r} = {res}")
             else:
@@ -1065,7 +1065,7 @@ class Gen:
                 if isinstance(lab, A.Default):
                     default_body = c.body
                     continue
-                pending.append(repr(lab.value_v) if getattr(s, "on_value", False) else str(lab.ref.index))
+                pending.append(repr(lab.value_v) if s.on_value else str(lab.ref.index))
                 if c.body is None:
                     continue
                 cond = f"{r} in ({', '.join(pending)},)"
@@ -1537,7 +1537,7 @@ class Gen:
         d = b.decl
         body = d.apply.stmts if isinstance(d.apply, A.Block) else [d.apply]
         plain = not any(isinstance(x, A.VarDecl) for x in d.locals) and all(
-            isinstance(x, A.CallStmt) and getattr(x.call, "kind", None) == "method"
+            isinstance(x, A.CallStmt) and x.call.kind == "method"
             and x.call.target == ("packet_out", "emit") for x in body)
         if not plain:
             self.emit(ind, "out = []")
@@ -1796,7 +1796,7 @@ _INT_LITERAL = re.compile(r"-?[0-9]+")
 
 
 def _is_lookahead(e) -> bool:
-    return isinstance(e, A.Call) and getattr(e, "kind", None) == "method" and e.target == ("packet_in", "lookahead")
+    return isinstance(e, A.Call) and e.kind == "method" and e.target == ("packet_in", "lookahead")
 
 
 def _refers(node, sym: Sym) -> bool:
@@ -1819,7 +1819,7 @@ def _overwrites(st, sym: Sym) -> bool:
         return isinstance(st.lhs, A.Name) and st.lhs.ref is sym and not _refers(st.rhs, sym)
     if isinstance(st, A.CallStmt):
         c = st.call
-        k = getattr(c, "kind", None)
+        k = c.kind
         out = c.args[0] if c.args else None
         if not (isinstance(out, A.Name) and out.ref is sym) or _refers(c.args[1:], sym):
             return False

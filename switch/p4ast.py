@@ -1,8 +1,10 @@
 """Syntax tree of the supported P4-16 subset, produced by :mod:`switch.parser`.
 
-Nodes are plain dataclasses carrying a :class:`~switch.errors.Loc`.  The checker
-(:mod:`switch.check`) annotates expression nodes in place with their resolved type (``.type``)
-and declaration (``.ref``); that annotated tree together with :mod:`switch.ir` is the typed IR.
+Nodes are plain dataclasses carrying a :class:`~switch.errors.Loc`.  The checker (:mod:`switch.check`) fills
+in the fields declared with :func:`checked` -- an expression's resolved type and declaration, a call's kind and
+target, constant values it folded -- and nothing else; that annotated tree together with :mod:`switch.ir` is
+the typed IR the code generator reads.  Those fields are not constructor arguments, take no part in equality
+or ``repr``, and are None (or False) until the checker has run.
 """
 from __future__ import annotations
 
@@ -15,6 +17,11 @@ from .errors import Loc
 @dataclass
 class Node:
     loc: Loc
+
+
+def checked(default: Any = None) -> Any:
+    """A field the checker fills in (see the module docstring)."""
+    return field(default=default, init=False, repr=False, compare=False)
 
 
 @dataclass
@@ -44,9 +51,9 @@ class TypeRef(Node):
 # ---- expressions -------------------------------------------------------------------------------
 @dataclass
 class Expr(Node):
-    def __post_init__(self):
-        self.type = None
-        self.ref = None
+    type: Any = checked()             # the resolved type (a switch.ir type)
+    ref: Any = checked()              # what a name refers to (a switch.ir.Sym, or the overloads of a name)
+    value_v: Any = checked()          # a switch case label's constant value (switch on a value)
 
 
 @dataclass
@@ -75,6 +82,7 @@ class Name(Expr):
 class Member(Expr):
     expr: Expr
     name: str
+    name_loc: Loc | None = checked()  # where the member's name is (set by the parser; errors point at it)
 
 
 @dataclass
@@ -88,6 +96,8 @@ class Slice(Expr):
     expr: Expr
     hi: Expr
     lo: Expr
+    hi_v: Any = checked()             # the bounds' constant values
+    lo_v: Any = checked()
 
 
 @dataclass
@@ -95,6 +105,10 @@ class Call(Expr):
     func: Expr
     type_args: list[TypeRef]
     args: list[Expr]
+    kind: Any = checked()             # efunc, action, union, hdr, stack, table, method (switch.check.Checker.call)
+    target: Any = checked()           # what is called: the extern function's name, an ActionIR, a TableIR, ...
+    tvars: Any = checked()            # type variables bound by the call (name -> type)
+    digest: Any = checked()           # digest(): its switch.ir.DigestIR
 
 
 @dataclass
@@ -199,6 +213,7 @@ class SwitchCase(Node):
 class Switch(Stmt):
     expr: Expr
     cases: list[SwitchCase]
+    on_value: bool = checked(False)   # a switch on a value (not on a table's action_run)
 
 
 @dataclass
@@ -241,6 +256,7 @@ class VarDecl(Stmt):
     name: str
     init: Expr | None
     annots: list[Annotation] = field(default_factory=list)
+    sym: Any = checked()              # the variable's switch.ir.Sym
 
 
 @dataclass
@@ -401,6 +417,7 @@ class TableDecl(Decl):
 class SelectCase(Node):
     keyset: Expr
     state: str
+    values: Any = checked()           # the keyset's values, one per select key (switch.check select_keyset)
 
 
 @dataclass
