@@ -73,7 +73,7 @@ def provenance(result: Result) -> str:
 
 
 def _cases(result: Result) -> dict[str, Result]:
-    return {c["case"]: c for c in result["cases"]}
+    return {case["case"]: case for case in result["cases"]}
 
 
 def _size(nbytes: int) -> str:
@@ -104,9 +104,9 @@ def _collective_cells(result: Result) -> dict[tuple[str, int, str, int], Result]
     """Cases of ``bench/collectives.py`` by (network, world, op, bytes), ``ideal`` cases under network + " ideal"."""
     out = {}
     for case in result["cases"]:
-        p = case["params"]
-        net = p["network"] + (" ideal" if case["metric"] == "ideal_fraction" else "")
-        out[(net, p["world"], p["op"], p["bytes"])] = case
+        params = case["params"]
+        net = params["network"] + (" ideal" if case["metric"] == "ideal_fraction" else "")
+        out[(net, params["world"], params["op"], params["bytes"])] = case
     return out
 
 
@@ -126,7 +126,7 @@ def collectives_tables(result: Result) -> str:
         for w, op in loop:
             vals = [cells.get(("loopback", w, op, s)) for s in sizes]
             out.append(f"| {op.replace('_', '-')} P={w} | "
-                       + " | ".join(f"{c['speedup']:.2f}" if c else "" for c in vals) + " |")
+                       + " | ".join(f"{cell['speedup']:.2f}" if cell else "" for cell in vals) + " |")
         out.append("")
     shaped = sorted({k[0] for k in cells if k[0].endswith(" ideal")})
     for net in shaped:
@@ -138,8 +138,8 @@ def collectives_tables(result: Result) -> str:
                 vals = [cells.get((net, w, op, s)) for s in sizes]
                 if any(vals):
                     out.append(f"| {op.replace('_', '-')} P={w} | " + " | ".join(
-                        f"{c['median']['candidate']:.3f} / {c['median']['baseline']:.3f}" if c else ""
-                        for c in vals) + " |")
+                        f"{cell['median']['candidate']:.3f} / {cell['median']['baseline']:.3f}" if cell else ""
+                        for cell in vals) + " |")
         out.append("")
     return "\n".join(out).rstrip("\n")
 
@@ -149,11 +149,11 @@ def bounded_loss_table(result: Result) -> str:
     rows = ["| all-reduce | lossy p=1% | exact, retransmits | speed-up | zero-filled (median) | "
             "retransmitted packets per call (lossy / exact) |", "|---|---|---|---|---|---|"]
     for case in result["cases"]:
-        p = case["params"]
+        params = case["params"]
         size = case["case"].rsplit("all-reduce ", 1)[-1]
         rows.append(f"| {size} | {case['median']['candidate'] * 1e3:.0f} ms | {case['median']['baseline'] * 1e3:.0f} ms"
-                    f" | {case['speedup']:.2f}x | {p['zero_filled_fraction_median']:.2%} | "
-                    f"{p['retransmitted_packets_lossy']:g} / {p['retransmitted_packets_exact']:g} |")
+                    f" | {case['speedup']:.2f}x | {params['zero_filled_fraction_median']:.2%} | "
+                    f"{params['retransmitted_packets_lossy']:g} / {params['retransmitted_packets_exact']:g} |")
     return "\n".join([provenance(result), "", *rows])
 
 
@@ -162,27 +162,28 @@ def demo_loss_table(result: Result) -> str:
     rows = ["| run | loss bound | zero-filled (of the reduced elements) | worst step | final accuracy | "
             "iteration time (p50) |", "|---|---|---|---|---|---|"]
     for name, run in result["runs"].items():
-        s = run["summary"]
-        rows.append(f"| {name} | {s['loss_bound']:g} | {s['zero_filled_fraction']:.2%} | "
-                    f"{s['zero_filled_step_max']:.2%} | {s['final_accuracy']:.3f} | {s['iter_p50_s'] * 1e3:.0f} ms |")
+        summary = run["summary"]
+        rows.append(f"| {name} | {summary['loss_bound']:g} | {summary['zero_filled_fraction']:.2%} | "
+                    f"{summary['zero_filled_step_max']:.2%} | {summary['final_accuracy']:.3f} | "
+                    f"{summary['iter_p50_s'] * 1e3:.0f} ms |")
     return "\n".join([provenance(result), "", *rows])
 
 
 def readme_summary(transport: Result, collectives: Result) -> str:
     """The README's headline figures: the transport against TCP and the all-reduce against gloo on 1 Gb/s links."""
-    t = _cases(transport)
+    transport_cases = _cases(transport)
     lines = ["| measured (1 Gb/s tbf links, MTU 9000 unless said) | dlcp | baseline |", "|---|---|---|"]
     for name, label in (("p2p 1Gb/s tbf, MTU 9000", "transport, one flow"),
                         ("p2p 1Gb/s tbf, MTU 1500", "transport, one flow, MTU 1500"),
                         ("all-to-all 4 hosts 1Gb/s tbf, MTU 9000", "transport, 4-host all-to-all, per host")):
-        if name in t:
-            c = t[name]
-            lines.append(f"| {label} | {c['median']['candidate']:.3f} Gb/s | TCP {c['median']['baseline']:.3f} Gb/s |")
+        if name in transport_cases:
+            case = transport_cases[name]
+            lines.append(f"| {label} | {case['median']['candidate']:.3f} Gb/s | TCP {case['median']['baseline']:.3f} Gb/s |")
     cells = _collective_cells(collectives)
-    for (net, world, op, nbytes), c in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][3])):
+    for (net, world, op, nbytes), cell in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][3])):
         if net.endswith(" ideal") and op == "all_reduce" and nbytes in (16 << 20, 256 << 20):
             lines.append(f"| all-reduce, P={world}, {_size(nbytes)}: fraction of the ideal ring time | "
-                         f"{c['median']['candidate']:.3f} | gloo {c['median']['baseline']:.3f} |")
+                         f"{cell['median']['candidate']:.3f} | gloo {cell['median']['baseline']:.3f} |")
     return "\n".join(lines + ["", f"Transport: {provenance(transport)} Collectives: {provenance(collectives)} "
                               "Full tables: [docs/transport.md](docs/transport.md), [docs/backend.md](docs/backend.md)."])
 
@@ -221,9 +222,9 @@ def compact(result: Result) -> Result:
     out["cases"] = []
     for case in result["cases"]:
         metric = case["metric"]
-        c = {k: v for k, v in case.items() if k != "repetitions"}
-        c["repetitions"] = {role: [r[metric] for r in runs] for role, runs in case["repetitions"].items()}
-        out["cases"].append(c)
+        kept = {k: v for k, v in case.items() if k != "repetitions"}
+        kept["repetitions"] = {role: [run[metric] for run in runs] for role, runs in case["repetitions"].items()}
+        out["cases"].append(kept)
     return _round(out)
 
 
@@ -238,7 +239,7 @@ def take(path: Path, root: Path = ROOT) -> Path:
     cases = small.pop("cases")
     head = json.dumps(small, indent=1)
     # one line per case: readable in a diff, a fraction of the size of one line per repetition
-    dst.write_text(head[:-2] + ',\n "cases": [\n' + ",\n".join("  " + json.dumps(c) for c in cases) + "\n ]\n}\n")
+    dst.write_text(head[:-2] + ',\n "cases": [\n' + ",\n".join("  " + json.dumps(case) for case in cases) + "\n ]\n}\n")
     return dst
 
 
