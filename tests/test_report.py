@@ -66,3 +66,24 @@ def test_an_unknown_region_is_named(tmp_path):
                    "<!-- end generated: typed-by-hand -->\n")
     with pytest.raises(ValueError, match=r"docs/transport\.md:\d+: generated region 'typed-by-hand' has no renderer"):
         report.render_all(root)
+
+
+def test_take_keeps_every_repetition_of_a_benchmark_result_but_only_its_metric(tmp_path):
+    (tmp_path / "results").mkdir()
+    raw = {"name": "demo_bench", "command": "python bench/demo_bench.py", "machine": {"commit": "abc1234"},
+           "params": {"summary": ["a text table"], "size": 4},
+           "cases": [{"case": "one", "metric": "gbps", "median": {"candidate": 0.987654321, "baseline": 1.0},
+                      "repetitions": {"candidate": [{"gbps": 0.987654321, "cpu": 1.5}, {"gbps": 0.9}],
+                                      "baseline": [{"gbps": 1.0}]}}]}
+    src = tmp_path / "raw.json"
+    src.write_text(json.dumps(raw))
+    dst = report.take(src, tmp_path)
+    assert dst == tmp_path / "results/demo_bench.json"
+    got = json.loads(dst.read_text())
+    assert got["command"] == raw["command"] and got["machine"] == raw["machine"]
+    assert got["params"] == {"size": 4}
+    assert got["cases"][0]["repetitions"] == {"candidate": [0.9877, 0.9], "baseline": [1.0]}
+    assert got["cases"][0]["median"]["candidate"] == 0.9877
+    src.write_text(json.dumps({"cases": []}))
+    with pytest.raises(ValueError, match="not a benchmark result"):
+        report.take(src, tmp_path)
