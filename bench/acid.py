@@ -63,9 +63,9 @@ CONFIGS = {  # label -> (algo, rate)
 def run_one(label: str, rep: int) -> dict:
     algo, rate = CONFIGS[label]
     cfg = RunConfig(algo=algo, topology="ring", world=WORLD, rate_com=rate, steps=STEPS, step_seconds=STEP_SECONDS,
-                    lr=LR, momentum=MOMENTUM, log_interval=LOG_INTERVAL, exchange_timeout=5.0, max_seconds=300.0,
+                    lr=LR, momentum=MOMENTUM, log_interval=LOG_INTERVAL, exchange_timeout=5.0, budget="total",
                     seed=rep, problem=ProblemSpec(seed=rep))
-    res = launch(cfg)
+    res = launch(cfg, timeout=600)
     if res["error"]:
         raise RuntimeError(f"{label} rep {rep}: {res['error']}\n{worker_log_tails(res)}")
     s = res["series"]

@@ -242,58 +242,46 @@ class Testbed:
         return out
 
     def run_acid(self, progress=None) -> dict[str, Any]:
-        """A²CiD²: the pairing service in h1's namespace, one ``python -m host.acid worker`` per worker host
-        (exchanges over the DLCP transport through the switches). Returns the service's record of the run."""
-        import re
-
+        """A²CiD²: one ``python -m host.acid train`` rank per worker host with torchrun's environment (the library
+        on a dlcp process group; pairing on its store in h1, exchanges over the DLCP transport through the
+        switches). Returns rank 0's record of the run."""
         spec = self.spec
-        coord_ip = self.plan.host("h1").ip
         record = self.out_dir / "acid.json"
         deadline = time.monotonic() + spec.timeout_s
-        env = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-        coord = self.popen("h1", [sys.executable, "-m", "host.acid", "coordinator", "--bind", f"{coord_ip}:7300",
-                                  "--workers", str(spec.workers), "--steps", str(spec.steps), "--lr", str(spec.lr),
-                                  "--momentum", str(spec.momentum), "--seed", str(spec.seed),
-                                  "--rate", str(spec.rate_com), "--step-seconds", str(spec.acid_step_seconds),
-                                  "--max-seconds", str(spec.timeout_s), "--out", str(record)],
-                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           cwd=str(_project_root()))
-        clog = open(self.out_dir / "coordinator.log", "w")
-        # one reader for the service's whole output, so the deadline holds even while it prints nothing
-        lines = _lines_until(coord.stdout, deadline)
-        for line in lines:  # workers connect once the service listens (they do not retry)
-            clog.write(line)
-            if "listening on" in line:
-                break
+        master = self.plan.host("h1").ip
         workers = []
         for r in range(spec.workers):
             host = f"h{r + 1}"
+            env = {"MASTER_ADDR": master, "MASTER_PORT": str(MASTER_PORT), "RANK": str(r),
+                   "WORLD_SIZE": str(spec.workers), "LOCAL_RANK": "0", "OMP_NUM_THREADS": "1",
+                   "PYTHONUNBUFFERED": "1", "DLCP_ADDR": self.plan.host(host).ip,
+                   "GLOO_SOCKET_IFNAME": self.net.get(host).defaultIntf().name}
             log = open(self.out_dir / f"worker-{r}.log", "w")
-            workers.append((self.popen(host, [sys.executable, "-m", "host.acid", "worker", "--coordinator",
-                                              f"{coord_ip}:7300", "--rank", str(r), "--addr",
-                                              self.plan.host(host).ip], env=env, stdout=log,
-                                       stderr=subprocess.STDOUT, cwd=str(_project_root())), log))
-        total = spec.steps * spec.workers
-        with clog:
-            for line in lines:
-                clog.write(line)
-                m = re.search(r" steps=(\d+) ", line)
-                if progress is not None and m:
-                    progress(min(spec.steps, int(m.group(1)) * spec.steps // max(1, total)))
-        try:
-            coord.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            raise RunError(f"the A²CiD² pairing service did not finish within timeout_s={spec.timeout_s:.0f} s; "
-                           f"log: {self.out_dir / 'coordinator.log'}") from None
-        for p, log in workers:
+            cmd = [sys.executable, "-m", "host.acid", "train", "--data", "acid", "--budget", "total",
+                   "--steps", str(spec.steps), "--lr", str(spec.lr), "--momentum", str(spec.momentum),
+                   "--seed", str(spec.seed), "--rate", str(spec.rate_com),
+                   "--step-seconds", str(spec.acid_step_seconds), "--log-interval", "0.25",
+                   "--backend", "dlcp", "--exchange-backend", "same", "--progress", "--out", str(record)]
+            workers.append((self.popen(host, cmd, env=env, stdout=subprocess.PIPE if r == 0 else log,
+                                       stderr=log if r else subprocess.STDOUT, text=True,
+                                       cwd=str(_project_root())), log))
+        with open(self.out_dir / "worker-0.log", "a") as log0:
+            for line in _lines_until(workers[0][0].stdout, deadline):  # the deadline holds while it prints nothing
+                log0.write(line)
+                if progress is not None and line.startswith("step "):
+                    progress(min(spec.steps, int(line.split()[1].split("/")[0])))
+        for r, (p, log) in enumerate(workers):
             try:
-                p.wait(timeout=10)
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                pass
+                raise RunError(f"A²CiD² worker {r} did not finish within timeout_s={spec.timeout_s:.0f} s; "
+                               f"log: {self.out_dir / f'worker-{r}.log'}") from None
             log.close()
-        if coord.returncode != 0 or not record.exists():
-            tail = "\n".join((self.out_dir / "coordinator.log").read_text(errors="replace").splitlines()[-15:])
-            raise RunError(f"A²CiD² run failed (pairing service status {coord.returncode}):\n{tail}")
+            if p.returncode != 0:
+                tail = "\n".join((self.out_dir / f"worker-{r}.log").read_text(errors="replace").splitlines()[-15:])
+                raise RunError(f"A²CiD² worker {r} (host h{r + 1}) failed with status {p.returncode}:\n{tail}")
+        if not record.exists():
+            raise RunError(f"A²CiD² rank 0 wrote no record; log: {self.out_dir / 'worker-0.log'}")
         if progress is not None:
             progress(spec.steps)
         return json.loads(record.read_text())

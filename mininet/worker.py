@@ -21,8 +21,8 @@ Algorithms:
   with the same selection, error feedback and dense warm-up steps as the SparDL hook.
 * ``spardl-gloo``, ``topk-allgather-gloo``: the same two over the gloo backend (their exchanges are isend/irecv),
   so the sparse algorithms can be compared without the dlcp transport.
-* ``acid`` does not come here: :meth:`testbed.run.Testbed.run_acid` starts A²CiD²'s own pairing service and
-  workers (``python -m host.acid``), which have no global step.
+* ``acid`` does not come here: :meth:`testbed.run.Testbed.run_acid` starts A²CiD²'s own trainer
+  (``python -m host.acid train``, the library), whose workers have no global step.
 
 Emulated compute (``spec.compute_ms``): every parameterised layer sleeps its share of the step, a third of it in
 forward and two thirds in backward (as an accelerator's kernels would take, leaving the CPU to communication), so

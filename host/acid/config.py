@@ -1,4 +1,5 @@
-"""The configuration of one A²CiD² run, shared by the pairing service and every worker (sent in the start message).
+"""The configuration of one local A²CiD² run (:func:`host.acid.launch.launch`): the options of
+``python -m host.acid train`` as a typed value, for benchmarks and tests that start runs from Python.
 """
 
 from __future__ import annotations
@@ -9,25 +10,23 @@ from typing import Any
 
 from host.acid.constants import TOPOLOGIES
 from host.acid.problem import ProblemSpec
+from host.acid.train import ALGOS
 
 __all__ = ["ALGOS", "RunConfig"]
-
-ALGOS = ("acid", "gossip", "allreduce")
 
 
 @dataclass
 class RunConfig:
     """``algo``: ``acid`` (asynchronous gossip with the continuous momentum), ``gossip`` (the same without it,
-    AD-PSGD-like) or ``allreduce`` (synchronous SGD, gradients averaged every step).
+    AD-PSGD-like) or ``allreduce`` (synchronous SGD, DDP).
 
-    ``steps`` is the mean number of gradient steps per worker: the run stops once all workers together made
-    ``steps * world`` (asynchronous algorithms: fast workers do more, slow ones fewer; all-reduce: everyone makes
-    exactly ``steps``). ``rate_com`` is the expected number of communications per gradient step of each worker.
-    ``step_seconds`` > 0 pads every gradient step to at least that long by sleeping after the real computation:
-    it emulates workers whose accelerator computes while the host CPU is free, so that several workers can share a
-    small machine without their computation starving each other's communication.
-    Faults (tests and demonstrations): ``slow`` {rank: extra seconds per gradient step}, ``kill`` {rank: step at
-    which that worker SIGKILLs itself}.
+    The run trains A²CiD²'s synthetic non-iid task (``problem``, :mod:`host.acid.problem`). ``steps``: gradient
+    steps per worker (``budget="worker"``) or the mean per worker of a shared budget of ``steps * world``
+    (``budget="total"``: fast workers do more, slow ones fewer). ``rate_com``: expected communications per
+    gradient step of each worker. ``step_seconds`` > 0 pads every gradient step to at least that long by sleeping
+    (an emulated accelerator, so that several workers can share a small machine). ``log_interval`` > 0: consensus
+    samples (see ``host/acid/train.py``). Faults: ``slow`` {rank: extra seconds per step}, ``kill`` {rank: step
+    at which it SIGKILLs itself}.
     """
 
     algo: str = "acid"
@@ -35,19 +34,17 @@ class RunConfig:
     world: int = 8
     rate_com: float = 1.0
     steps: int = 200
+    budget: str = "worker"
     lr: float = 0.05
     momentum: float = 0.9
     weight_decay: float = 0.0
     problem: ProblemSpec = field(default_factory=ProblemSpec)
-    mtu: int | None = None  # None: the path MTU towards the peers (65535 on loopback)
-    step_seconds: float = 0.0  # minimum wall time of a gradient step: the rest is slept (emulated accelerator)
+    step_seconds: float = 0.0
     exchange_timeout: float = 5.0  # a pairwise exchange fails if the peer does not deliver within this
-    collective_timeout: float = 60.0  # each transfer of the start/end averages and of all-reduce SGD
-    join_timeout: float = 60.0  # all workers must have connected to the pairing service by then
-    dead_after: float = 10.0  # a worker silent this long is dropped from the pairing
-    log_interval: float = 0.25  # seconds between consensus snapshots
-    max_seconds: float = 600.0  # hard limit on the training phase
-    max_backlog: float = 2.0  # communication events a worker may lag behind its Poisson clock before they lapse
+    dead_after: float = 10.0  # a rank without a heartbeat this long is left out of the final average
+    log_interval: float = 0.25  # seconds between consensus samples (0: none)
+    backend: str = "gloo"
+    exchange_backend: str = "gloo"  # "same": the process group's
     seed: int = 0
     slow: dict[int, float] = field(default_factory=dict)
     kill: dict[int, int] = field(default_factory=dict)
@@ -61,6 +58,8 @@ class RunConfig:
             raise ValueError(f"RunConfig.algo: unknown algorithm {self.algo!r} (known: {', '.join(ALGOS)})")
         if self.topology not in TOPOLOGIES:
             raise ValueError(f"RunConfig.topology: unknown graph {self.topology!r} (known: {', '.join(TOPOLOGIES)})")
+        if self.budget not in ("worker", "total"):
+            raise ValueError(f"RunConfig.budget must be 'worker' or 'total', got {self.budget!r}")
         if self.world < 2:
             raise ValueError(f"RunConfig.world must be >= 2, got {self.world}")
         if self.algo != "allreduce" and not self.rate_com > 0:
@@ -72,21 +71,31 @@ class RunConfig:
         for r in (*self.slow, *self.kill):
             if not 0 <= r < self.world:
                 raise ValueError(f"RunConfig fault for rank {r}, outside the world of {self.world}")
+        if 0 in self.kill:
+            raise ValueError("RunConfig.kill: rank 0 hosts the rendezvous store; it cannot be the one killed")
 
-    @property
-    def total_steps(self) -> int:
-        return self.steps * self.world
+    def train_args(self) -> list[str]:
+        """The ``python -m host.acid train`` arguments of this configuration."""
+        p = self.problem
+        args = ["--algo", self.algo, "--graph", self.topology, "--rate", str(self.rate_com), "--data", "acid",
+                "--steps", str(self.steps), "--budget", self.budget, "--lr", str(self.lr),
+                "--momentum", str(self.momentum), "--weight-decay", str(self.weight_decay),
+                "--hidden", str(p.hidden), "--features", str(p.features), "--classes", str(p.classes),
+                "--samples", str(p.samples_per_worker), "--skew", str(p.skew), "--batch", str(p.batch),
+                "--step-seconds", str(self.step_seconds), "--exchange-timeout", str(self.exchange_timeout),
+                "--dead-after", str(self.dead_after), "--log-interval", str(self.log_interval),
+                "--backend", self.backend, "--exchange-backend", self.exchange_backend, "--seed", str(self.seed)]
+        if p.seed != self.seed or p.separation != ProblemSpec.separation:
+            raise ValueError("RunConfig.problem: its seed is the run's seed and its separation the default "
+                             f"(got seed {p.seed} for run seed {self.seed}, separation {p.separation})")
+        for r, s in self.slow.items():
+            args += ["--slow", f"{r}:{s}"]
+        for r, k in self.kill.items():
+            args += ["--kill", f"{r}:{k}"]
+        return args
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["slow"] = {str(k): v for k, v in self.slow.items()}
         d["kill"] = {str(k): v for k, v in self.kill.items()}
         return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"RunConfig: unknown fields {sorted(unknown)}")
-        return cls(**d)

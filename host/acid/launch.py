@@ -1,112 +1,94 @@
-"""Run a whole A²CiD² job on this machine: the pairing service in this process, the workers as processes.
+"""``python -m host.acid run``: a whole A²CiD² job on this machine, as ``torchrun`` would start it.
 
-Workers are forked from a ``forkserver`` that imported torch once (``host.acid.worker`` is preloaded), so eight
-workers do not pay eight torch imports. Each rank's DLCP endpoint binds its own address in a random
-``127.a.b.0/24`` (all of 127/8 is local), so every rank keeps the well-known DLCP port and concurrent runs do not
-collide. Worker logs go to ``<log_dir>/rank<r>.log``.
+:func:`launch_local` starts ``world`` processes of ``python -m host.acid train`` with torchrun's environment
+(``MASTER_ADDR=127.0.0.1``, a free ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``): they form one process group (rank
+0 hosts the rendezvous store, on which the library pairs workers) and train with :class:`host.acid.library.Acid`.
+There is no service of our own: the launcher only starts the ranks, waits for them (killing them all at the
+timeout) and reads rank 0's record, to which it adds every rank's exit status. Worker logs go to
+``<log_dir>/rank<r>.log``. :func:`launch` does the same from a :class:`~host.acid.config.RunConfig`.
 """
 
 from __future__ import annotations
 
-import logging
-import multiprocessing as mp
+import json
 import os
-import random
+import socket
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
-import torch
-
-from host import wire
 from host.acid.config import RunConfig
-from host.acid.constants import acid_constants
-from host.acid.monitor import Monitor
-from host.acid.pairing import PairingService
-from host.acid.problem import FlatModel, build_model, make_full
 
-__all__ = ["launch", "loopback_addresses", "make_evaluator", "worker_log_tails"]
+__all__ = ["launch", "launch_local", "worker_log_tails"]
 
-log = logging.getLogger("host.acid.launch")
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def loopback_addresses(world: int, port: int = wire.UDP_PORT, rng: random.Random | None = None
-                       ) -> dict[int, tuple[str, int]]:
-    rng = rng or random.SystemRandom()
-    a, b = rng.randrange(1, 255), rng.randrange(1, 255)
-    if world > 253:
-        raise ValueError("at most 253 local workers (one 127.a.b.0/24)")
-    return {r: (f"127.{a}.{b}.{r + 1}", port) for r in range(world)}
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
-def make_evaluator(cfg: RunConfig) -> Callable[[np.ndarray], dict[str, float]]:
-    """Loss and accuracy of flat parameters on the whole training set (the union of the workers' shards)."""
-    X, y = make_full(cfg.problem, cfg.world)
-    flat = FlatModel(build_model(cfg.problem, seed=0))
-
-    def evaluate(x: np.ndarray) -> dict[str, float]:
-        loss, acc = flat.loss_of(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), X, y)
-        return {"loss": loss, "acc": acc}
-
-    return evaluate
-
-
-def _child(rank: int, coordinator: tuple[str, int], udp_addr: tuple[str, int], log_path: str) -> None:
-    from host.acid.worker import run_worker
-    sys.exit(run_worker(rank, coordinator, udp_addr, log_path=log_path))
-
-
-def launch(cfg: RunConfig, *, log_dir: str | os.PathLike | None = None, evaluate: bool = True,
-           timeout: float | None = None, bind_host: str = "127.0.0.1") -> dict[str, Any]:
-    """Run ``cfg`` with ``cfg.world`` local worker processes; returns the run's record (see ``docs/acid.md``)."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    torch.set_num_threads(1)
+def launch_local(world: int, train_args: list[str], *, log_dir: str | os.PathLike | None = None,
+                 timeout: float = 600.0) -> dict[str, Any]:
+    """Run ``python -m host.acid train *train_args`` as ``world`` local ranks; returns rank 0's record plus
+    ``exitcodes`` {rank: status}, ``killed_by_launcher`` (ranks still running at ``timeout``), ``wall_seconds``,
+    ``log_dir`` and ``error`` (None when every rank that was not told to die exited 0 and rank 0 wrote its
+    record)."""
+    if world < 2:
+        raise ValueError(f"A²CiD² needs at least 2 workers, got {world}")
+    if "--out" in train_args:
+        raise ValueError("launch_local writes rank 0's record itself: leave --out out of train_args")
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="acid-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    evaluator = make_evaluator(cfg) if evaluate else None
-    monitor = Monitor(cfg.world, evaluator)
-    svc = PairingService(cfg, (bind_host, 0), monitor)
-    amap = loopback_addresses(cfg.world)
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["host.acid.worker"])
-    procs = [ctx.Process(target=_child, args=(r, svc.address, amap[r], str(log_dir / f"rank{r}.log")),
-                         name=f"acid-rank{r}") for r in range(cfg.world)]
+    record = log_dir / "record.json"
+    record.unlink(missing_ok=True)
+    port = _free_port()
+    procs, logs = [], []
     t0 = time.monotonic()
-    for p in procs:
-        p.start()
-    limit = timeout if timeout is not None else (
-        cfg.join_timeout + cfg.max_seconds + 3 * cfg.collective_timeout + 30)
-    finished = svc.wait(limit)
-    deadline = time.monotonic() + 30
-    for p in procs:
-        p.join(max(0.1, deadline - time.monotonic()))
+    for r in range(world):
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(r),
+               "WORLD_SIZE": str(world), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(world),
+               "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1"}
+        log = open(log_dir / f"rank{r}.log", "w")
+        logs.append(log)
+        procs.append(subprocess.Popen([sys.executable, "-m", "host.acid", "train", *train_args, "--out", str(record)],
+                                      cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+    deadline = t0 + timeout
     killed = []
     for r, p in enumerate(procs):
-        if p.is_alive():
+        try:
+            p.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
             killed.append(r)
-            p.kill()
-            p.join()
-    wall = time.monotonic() - t0
-    monitor.flush()
-    res = svc.result()
-    final_x = svc.final_model()
-    svc.close()
-    if not finished:
-        res["error"] = res["error"] or f"the run did not finish within {limit}s"
-    out: dict[str, Any] = {
-        "config": cfg.to_dict(), "wall_seconds": wall, **res, "series": monitor.series,
-        "exitcodes": {r: p.exitcode for r, p in enumerate(procs)}, "killed_by_launcher": killed,
-        "log_dir": str(log_dir),
-    }
-    if cfg.algo == "acid":
-        k = acid_constants(cfg.topology, cfg.world, cfg.rate_com)
-        out["constants"] = {"eta": k.eta, "alpha_tilde": k.alpha_tilde, "chi1": k.chi1, "chi2": k.chi2}
-    out["steps"] = sum(r.get("steps", 0) for r in res["reports"].values())
-    out["comms"] = sum(r.get("comms", 0) for r in res["reports"].values())
-    out["final"] = evaluator(final_x) if final_x is not None and evaluator is not None else None
+    for r in killed:
+        procs[r].kill()
+        procs[r].wait()
+    for log in logs:
+        log.close()
+    out: dict[str, Any] = json.loads(record.read_text()) if record.exists() else {}
+    out.update({"exitcodes": {r: p.returncode for r, p in enumerate(procs)}, "killed_by_launcher": killed,
+                "wall_seconds": time.monotonic() - t0, "log_dir": str(log_dir)})
+    failed = [r for r, code in out["exitcodes"].items() if code != 0 and r not in out.get("dropped", [])]
+    if killed:
+        out["error"] = f"ranks {killed} did not finish within {timeout:.0f}s (killed)"
+    elif failed:
+        out["error"] = f"ranks {failed} failed (exit status {[out['exitcodes'][r] for r in failed]})"
+    elif not record.exists():
+        out["error"] = "rank 0 wrote no record"
+    else:
+        out["error"] = None
+    return out
+
+
+def launch(cfg: RunConfig, *, log_dir: str | os.PathLike | None = None, timeout: float = 600.0) -> dict[str, Any]:
+    """Run ``cfg`` as ``cfg.world`` local ranks (see :func:`launch_local`); the record carries ``config``."""
+    out = launch_local(cfg.world, cfg.train_args(), log_dir=log_dir, timeout=timeout)
+    out["config"] = cfg.to_dict()
     return out
 
 
@@ -114,6 +96,5 @@ def worker_log_tails(result: dict[str, Any], chars: int = 3000) -> str:
     """The end of every worker's log (for error messages)."""
     parts = []
     for p in sorted(Path(result["log_dir"]).glob("rank*.log")):
-        parts.append(f"--- {p.name}\n{p.read_text()[-chars:]}")
+        parts.append(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}")
     return "\n".join(parts)
-

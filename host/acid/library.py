@@ -27,6 +27,15 @@ Design (one rank):
 * **exchange**: the pair swaps ``x`` with ``isend``/``irecv`` on a private gloo group over the same ranks (tag =
   pair id), each within ``exchange_timeout``; both apply ``x~ += alpha~ (x_peer - x_sent)``,
   ``x += (x_peer - x_sent)/2``. A failed exchange (dead peer) is counted and logged; nothing is applied.
+* **liveness and the end**: every rank bumps a heartbeat counter on the store (``beat/<rank>``) every
+  ``dead_after / 4`` seconds from a thread of its own. ``finish()`` marks the rank arrived and waits until every
+  other rank has either arrived or left its counter unchanged for ``dead_after`` seconds (dead); the first rank
+  to see that writes the list of arrived ranks (the survivors) once, by compare-and-set, and everyone uses that
+  list, so all survivors agree even when a death races with an arrival. The final average runs over the whole
+  group when nobody died, else over a group of the survivors (``new_group(use_local_synchronization=True)``:
+  the dead rank takes no part). A rank missing from the list (it was silent too long) gets :class:`AcidError`.
+  The store lives in rank 0's process (torchrun's default rendezvous), so rank 0's death ends the run with an
+  error from the store (its timeout), not a hang.
 * ``algo="gossip"`` is plain asynchronous gossip (``eta = alpha~ = 0``, no x~): the baseline at the same rate.
 """
 
@@ -153,13 +162,17 @@ class Acid:
     the graph), ``"gossip"`` = plain asynchronous gossip (the optimizer's own momentum is another matter); ``start_average``: average the ranks' initial models at
     construction (then x~ = x); ``communicate``: False = no background communication (only explicit
     :meth:`exchange` calls, e.g. deterministic tests); ``exchange_timeout``: seconds an exchange may take;
-    ``store``: the store to pair on (default: the default process group's); ``clock``: the time source (seconds).
+    ``dead_after``: seconds without a heartbeat after which ``finish()`` leaves a rank out of the final average;
+    ``exchange_backend``: the backend of the exchanges' private group (``"gloo"``; ``None``: the process group's
+    own, e.g. ``"dlcp"`` to gossip over the DLCP transport); ``store``: the store to pair on (default: the
+    default process group's); ``clock``: the time source (seconds).
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, process_group=None, *,
                  scheduler: Any = None, topology: str = "ring", rate_com: float = 1.0, algo: str = "acid",
                  start_average: bool = True, communicate: bool = True, exchange_timeout: float = 10.0,
-                 store=None, seed: int = 0, clock: Callable[[], float] = time.monotonic):
+                 dead_after: float = 30.0, exchange_backend: str | None = "gloo", store=None, seed: int = 0,
+                 clock: Callable[[], float] = time.monotonic):
         if not dist.is_initialized():
             raise AcidError("Acid needs torch.distributed initialised (dist.init_process_group, e.g. by torchrun)")
         if not isinstance(model, nn.Module):
@@ -172,6 +185,9 @@ class Acid:
             raise ValueError(f"rate_com must be > 0, got {rate_com!r}")
         if not exchange_timeout > 0:
             raise ValueError(f"exchange_timeout must be > 0, got {exchange_timeout!r}")
+        if not dead_after > 0:
+            raise ValueError(f"dead_after must be > 0, got {dead_after!r}")
+        self.dead_after = float(dead_after)
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.process_group = process_group
         self.world = dist.get_world_size(process_group)
@@ -216,18 +232,25 @@ class Acid:
         self.steps = 0
         self.comms = 0
         self.failed_exchanges = 0
+        self.exchange_seconds = 0.0  # time spent in successful exchanges
         self.peer_counts: Counter[int] = Counter()
         self._error: BaseException | None = None
         self._closed = False
 
         ranks = (list(range(dist.get_world_size())) if process_group is None
                  else dist.get_process_group_ranks(process_group))
-        self._p2p = dist.new_group(ranks=ranks, backend="gloo")  # the exchanges' own group (every rank, in order)
+        # the exchanges' own group (every rank, in order)
+        self._p2p = dist.new_group(ranks=ranks, backend=exchange_backend or dist.get_backend(process_group))
         self._glob = ranks
         inst = next(_instances)
         base = store if store is not None else dist.distributed_c10d._get_default_store()
         self._store = dist.PrefixStore(f"acid/{inst}/{'-'.join(map(str, ranks))}/", base)
         self.pairing = StorePairing(self._store, self.rank, self.neighbors, seed=seed)
+        self.survivors: list[int] | None = None  # group ranks in the final average (set by finish())
+        self.final_group = process_group  # the group over the survivors (set by finish())
+        self._beating = threading.Event()
+        self._beat_thread = threading.Thread(target=self._beat_loop, name=f"acid-beat-{self.rank}", daemon=True)
+        self._beat_thread.start()
         dist.barrier(group=self._p2p)  # every slot exists before anyone pairs
         self._stop = threading.Event()
         self._rng = np.random.default_rng([seed, self.rank, 7])
@@ -260,26 +283,79 @@ class Acid:
             self._comm.start()
 
     def finish(self, average: bool = True) -> None:
-        """Stop communicating; with ``average`` (a collective over the group: every rank calls it) replace every
-        rank's model by the average of the ranks' x (x~ too), and average its floating-point buffers (BatchNorm
-        statistics, which are local during training)."""
-        self.stop_communication()
-        if average:
-            st = self.state
-            with torch.no_grad(), st.lock:
-                w = dist.all_reduce(st.x, group=self.process_group, async_op=True)
-                w.wait()
-                st.x.div_(self.world)
-                if st.xt is not None:
-                    st.xt.copy_(st.x)
-                self._work.copy_(st.x)
-            self._write_params()
-            with torch.no_grad():  # floating-point buffers (BatchNorm statistics) are local until now: average too
-                for b in self.model.buffers():
-                    if b.is_floating_point():
-                        dist.all_reduce(b, group=self.process_group)
-                        b.div_(self.world)
+        """Stop communicating; with ``average`` (every live rank calls it) replace every surviving rank's model by
+        the average of the survivors' x (x~ too), and average its floating-point buffers (BatchNorm statistics,
+        which are local during training). Survivors: the ranks that reached ``finish`` while the others were
+        silent for ``dead_after`` seconds (see the module's docstring); :attr:`survivors` and
+        :attr:`final_group` say who and over which group."""
+        try:
+            self.stop_communication()
+            if average:
+                self.survivors = self._agree_survivors()
+                if len(self.survivors) < self.world:
+                    self.final_group = dist.new_group([self._glob[r] for r in self.survivors],
+                                                      use_local_synchronization=True)
+                n = len(self.survivors)
+                st = self.state
+                with torch.no_grad(), st.lock:
+                    w = dist.all_reduce(st.x, group=self.final_group, async_op=True)
+                    w.wait()
+                    st.x.div_(n)
+                    if st.xt is not None:
+                        st.xt.copy_(st.x)
+                    self._work.copy_(st.x)
+                self._write_params()
+                with torch.no_grad():  # floating-point buffers (BatchNorm statistics) are local until now
+                    for b in self.model.buffers():
+                        if b.is_floating_point():
+                            dist.all_reduce(b, group=self.final_group)
+                            b.div_(n)
+        finally:
+            self._beating.set()
         self._check()
+
+    def _agree_survivors(self) -> list[int]:
+        """The group ranks in the final average, the same list on every survivor (see the module's docstring)."""
+        store, me = self._store, self.rank
+        store.set(f"arrived/{me}", b"1")
+        seen: dict[int, tuple[int, float]] = {}
+        while True:
+            if store.check(["survivors"]):
+                survivors = [int(r) for r in store.get("survivors").decode().split(",")]
+                break
+            now = time.monotonic()
+            arrived, silent = [], []
+            for r in range(self.world):
+                if store.check([f"arrived/{r}"]):
+                    arrived.append(r)
+                    continue
+                beat = int(store.add(f"beat/{r}", 0))
+                if r not in seen or seen[r][0] != beat:
+                    seen[r] = (beat, now)
+                elif now - seen[r][1] > self.dead_after:
+                    silent.append(r)
+            if len(arrived) + len(silent) == self.world:
+                if silent:
+                    log.warning("rank %d: ranks %s silent for %.0fs: left out of the final average", me, silent,
+                                self.dead_after)
+                store.compare_set("survivors", "", ",".join(map(str, arrived)))
+                continue  # read back whatever list won
+            time.sleep(min(0.05, self.dead_after / 20))
+        if me not in survivors:
+            raise AcidError(f"rank {me}: left out of the final average (the others saw no heartbeat from it for "
+                            f"{self.dead_after}s); survivors: {survivors}")
+        return survivors
+
+    def _beat_loop(self) -> None:
+        key = f"beat/{self.rank}"
+        try:
+            while True:
+                self._store.add(key, 1)
+                if self._beating.wait(self.dead_after / 4):
+                    return
+        except Exception as e:  # noqa: BLE001 - the store is gone (rank 0 died): the next step() raises
+            if not self._beating.is_set():
+                self._error = self._error or e
 
     def stop_communication(self) -> None:
         """Stop the background communication (an exchange already agreed with a peer is completed first)."""
@@ -348,6 +424,7 @@ class Acid:
         return self.state.xt
 
     def _exchange(self, peer: int, pair_id: int) -> None:
+        t0 = time.monotonic()
         sent = self.state.snapshot()
         other = torch.empty_like(sent)
         tag = pair_id % (1 << 30)
@@ -358,6 +435,7 @@ class Acid:
         self.state.apply_communication(sent, other)
         self.comms += 1
         self.peer_counts[peer] += 1
+        self.exchange_seconds += time.monotonic() - t0
 
     def _comm_loop(self) -> None:
         def gap() -> float:

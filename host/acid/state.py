@@ -1,6 +1,6 @@
-"""One worker's A²CiD² state, shared by the library (:mod:`host.acid.library`) and the research harness's worker
-(:mod:`host.acid.worker`): x, x~, the lock that serialises the gradient and communication updates, and the clock
-of the continuous mixing, in units of the running mean gradient-step time (:class:`StepTimer`)."""
+"""One worker's A²CiD² state, used by the library (:mod:`host.acid.library`): x, x~, the lock that serialises the
+gradient and communication updates, and the clock of the continuous mixing, in units of the running mean
+gradient-step time (:class:`StepTimer`)."""
 
 from __future__ import annotations
 
