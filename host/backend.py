@@ -101,7 +101,7 @@ class DlcpOptions:
     @classmethod
     def from_env(cls, **overrides: Any) -> "DlcpOptions":
         env = os.environ
-        o = cls()
+        opts = cls()
         conv: dict[str, tuple[str, Callable[[str], Any]]] = {
             "loss_bound": ("DLCP_LOSS_BOUND", float), "mtu": ("DLCP_MTU", int), "policy": ("DLCP_POLICY", str),
             "congestion_control": ("DLCP_CC", _cc_mode),
@@ -112,16 +112,16 @@ class DlcpOptions:
         for name, (var, fn) in conv.items():
             if var in env and env[var] != "":
                 try:
-                    setattr(o, name, fn(env[var]))
+                    setattr(opts, name, fn(env[var]))
                 except ValueError:
                     raise ValueError(f"environment variable {var}={env[var]!r} is not a valid {name}") from None
         for k, v in overrides.items():
-            setattr(o, k, v)
-        if not 0.0 <= o.loss_bound < 1.0:
-            raise ValueError(f"loss bound must be in [0, 1), got {o.loss_bound}")
-        if not 0.0 <= o.drop_eligible <= 1.0:
-            raise ValueError(f"drop_eligible (DLCP_DROP_ELIGIBLE) must be in [0, 1], got {o.drop_eligible}")
-        return o
+            setattr(opts, k, v)
+        if not 0.0 <= opts.loss_bound < 1.0:
+            raise ValueError(f"loss bound must be in [0, 1), got {opts.loss_bound}")
+        if not 0.0 <= opts.drop_eligible <= 1.0:
+            raise ValueError(f"drop_eligible (DLCP_DROP_ELIGIBLE) must be in [0, 1], got {opts.drop_eligible}")
+        return opts
 
 
 def _on_off(v: str) -> bool:
