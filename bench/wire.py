@@ -38,7 +38,8 @@ def main() -> None:
         def run():
             out = bytearray(N * wire.HEADER_LEN)
             for i in range(N):
-                wire.Header(seq=i, total=N, count=366, offset=i * 366 * 4, priority=5).pack_into(out, i * 36)
+                header = wire.Header(seq=i, total=N, count=366, offset=i * 366 * 4, priority=5)
+                header.pack_into(out, i * wire.HEADER_LEN)
         return timed(run, N, "headers_per_s")
 
     rep.compare("pack headers of one tensor", candidate=pack_vectorised, baseline=pack_loop,
@@ -50,7 +51,7 @@ def main() -> None:
         return timed(lambda: wire.unpack_batch(blob), N, "headers_per_s")
 
     def unpack_loop():
-        return timed(lambda: [wire.Header.unpack(blob, i * 36) for i in range(N)], N, "headers_per_s")
+        return timed(lambda: [wire.Header.unpack(blob, i * wire.HEADER_LEN) for i in range(N)], N, "headers_per_s")
 
     rep.compare("unpack headers", candidate=unpack_vectorised, baseline=unpack_loop, metric="headers_per_s",
                 higher_is_better=True, candidate_name="unpack_batch", baseline_name="Header.unpack loop")
