@@ -157,6 +157,16 @@ def bounded_loss_table(result: Result) -> str:
     return "\n".join([provenance(result), "", *rows])
 
 
+def wire_table(result: Result) -> str:
+    """``bench/wire.py``: header batches against one ``Header`` call per packet."""
+    rows = ["| case | vectorised | one call per header | speed-up |", "|---|---|---|---|"]
+    for case in result["cases"]:
+        rows.append(f"| {case['case']} ({case['candidate_name']} vs {case['baseline_name']}) | "
+                    f"{case['median']['candidate'] / 1e6:.2f} M headers/s | "
+                    f"{case['median']['baseline'] / 1e3:.0f} k headers/s | {case['speedup']:.0f}x |")
+    return "\n".join([provenance(result), "", *rows])
+
+
 def demo_loss_table(result: Result) -> str:
     """``make demo``'s runs (``results/demo.json``): what bounded loss zero-filled, and the accuracy reached."""
     rows = ["| run | loss bound | zero-filled (of the reduced elements) | worst step | final accuracy | "
@@ -193,6 +203,7 @@ REGIONS: dict[str, Region] = {r.name: r for r in (
     Region("collectives", "docs/backend.md", ("results/collectives.json",), collectives_tables),
     Region("bounded-loss", "docs/bounded-loss.md", ("results/bounded_loss.json",), bounded_loss_table),
     Region("bounded-loss-demo", "docs/bounded-loss.md", ("results/demo.json",), demo_loss_table),
+    Region("wire", "docs/wire-format.md", ("results/wire.json",), wire_table),
     Region("readme", "README.md", ("results/transport.json", "results/collectives.json"), readme_summary),
 )}
 
