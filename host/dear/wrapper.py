@@ -263,6 +263,7 @@ class DeAR:
         self._hp_snapshot: list[dict[str, Any]] = []
         self.last_grad_norm: float | None = None
         self.steps = 0
+        self.skipped_steps = 0  # steps skipped for inf/NaN gradients (step(scaler))
 
         # cost model / tuner
         self.comm_model: CommModel | None = comm_model
@@ -319,9 +320,17 @@ class DeAR:
         finally:
             self._no_sync = old
 
-    def step(self) -> None:
+    def step(self, scaler: "torch.amp.GradScaler | None" = None) -> None:
         """Finish the gradient exchange's first half and start the second; the update is applied in the next
-        forward (or ``flush()``)."""
+        forward (or ``flush()``).
+
+        ``scaler``: the ``torch.amp.GradScaler`` that scaled the loss; ``dear.step(scaler)`` then stands for
+        ``scaler.step(optimizer)`` (call ``scaler.update()`` after it, as with DDP). The averaged gradient shards
+        are unscaled through ``scaler.unscale_`` (so the scaler records the inf check), after one all-reduce of a
+        non-finite flag so that every rank sees the same verdict; on inf/NaN the step is skipped on every rank (no
+        all-gather, no optimizer step: the parameters and the optimizer's state stay as they are), as
+        ``scaler.step`` skips ``optimizer.step()`` under DDP. Clipping (``max_grad_norm``) applies to the
+        unscaled gradient. Needs a compressor whose reduce-scatter result is a dense shard (the default)."""
         self._check_usable()
         now = time.perf_counter()
         if self._order is None:
@@ -344,6 +353,18 @@ class DeAR:
         for g in range(G - 1, -1, -1):
             grp = self._groups[g]
             grp.rs_result = self._wait(grp.rs_handle, f"reduce-scatter of fusion group {g}")
+        if scaler is not None and self._unscale(scaler):
+            self.skipped_steps += 1
+            self.steps += 1
+            self._bookkeeping(now)
+            for grp in self._groups:
+                grp.reset()
+                grp.rs_result = None
+            self._launch_ptr = G - 1
+            self._in_backward = False
+            self._reachable = None
+            self._prefilled = set()
+            return
         if self.max_grad_norm is not None:
             self._clip()
         self._hp_snapshot = [{k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in d.items()
@@ -786,6 +807,39 @@ class DeAR:
                 d.update(hp)
             for p, gsaved in zip(grp.params, saved_grads):
                 p.grad = gsaved
+
+    def _unscale(self, scaler: "torch.amp.GradScaler") -> bool:
+        """Unscale the reduced shards with ``scaler`` (it records the inf check); True: inf/NaN on some rank, the
+        step is to be skipped (the same answer on every rank)."""
+        if not scaler.is_enabled():
+            return False
+        shards = [grp.rs_result for grp in self._groups]
+        if not all(isinstance(t, torch.Tensor) for t in shards):
+            raise DeARError(f"DeAR.step(scaler): the compressor {type(self._comp).__name__} does not reduce to dense "
+                            f"shards; a GradScaler needs the dense one")
+        bad = torch.zeros(1, dtype=torch.float32)
+        for t in shards:
+            if t.numel() and not bool(torch.isfinite(t).all()):
+                bad.fill_(1.0)
+                break
+        w = dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=self.process_group, async_op=True)
+        self._wait(_WorkWait(w), "non-finite gradient check all-reduce")
+        found = bool(bad[0] > 0)
+        # scaler.unscale_ walks optimizer.param_groups' .grad: stand-ins (no storage of their own) carry the shards,
+        # and a one-element flag carries the agreed verdict, so the scaler's found_inf is the same on every rank
+        carriers = []
+        for t in shards + [torch.full((1,), math.inf if found else 0.0, dtype=shards[0].dtype
+                                      if shards else torch.float32)]:
+            c = torch.empty(1, dtype=t.dtype, device=t.device).expand(t.shape)
+            c.grad = t
+            carriers.append(c)
+        opt, all_groups = self.optimizer, self.optimizer.param_groups
+        try:
+            opt.param_groups = [{**all_groups[0], "params": carriers}]
+            scaler.unscale_(opt)
+        finally:
+            opt.param_groups = all_groups
+        return found
 
     def _clip(self) -> None:
         comp = self._comp

@@ -10,6 +10,7 @@ prints ``ok <name> <rank>``.
 * ``conserve``: DeAR(fusion="auto", tuned) + SparDL re-plans several times; the sum of the applied updates plus
   every rank's residuals equals the sum of the gradients, parameter by parameter, across every re-plan. The same
   for the DDP hook across DDP's bucket rebuild.
+* ``amp``: CPU autocast (bf16) + GradScaler with DeAR == with DDP, an inf gradient skipping the same step.
 * ``flush-timeout`` (last): rank 1 stops taking part after a step; rank 0's flush() raises within its timeout.
 """
 
@@ -352,10 +353,61 @@ def flush_timeout() -> None:
     os._exit(1)
 
 
+def amp() -> None:
+    """torch.amp with DeAR as with DDP: CPU autocast (bf16) and a GradScaler, 6 steps of AdamW; rank 1's batch of
+    step 2 holds an inf, so both DDP and DeAR must skip that step on every rank (parameters and optimizer state
+    unchanged, the scale backed off) and then go on; DeAR's parameters and scale follow DDP's at every step."""
+    r = dist.get_rank()
+    data = _data(6, seed=500 + r)
+    if r == 1:
+        data[2][0][0, 0] = float("inf")
+
+    def run(kind: str):
+        model = mlp()
+        opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=2)
+        net = DDP(model) if kind == "ddp" else DeAR(model, opt, fusion=1500, comm_model=FAST_COMM)
+        params, scales = [], []
+        for x, y in data:
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = net(x)
+                assert out.dtype == torch.bfloat16, out.dtype  # autocast really ran the layers in bf16
+                loss = F.cross_entropy(out.float(), y)
+            scaler.scale(loss).backward()
+            if kind == "ddp":
+                scaler.step(opt)
+            else:
+                net.step(scaler)
+            scaler.update()
+            if kind == "dear":
+                net.flush()
+            params.append(_flat(model).clone())
+            scales.append(scaler.get_scale())
+        steps = {int(st["step"]) for st in opt.state.values()}
+        if kind == "dear":
+            assert net.skipped_steps == 1, net.skipped_steps
+            net.close()
+        return params, scales, steps
+
+    ddp_p, ddp_s, ddp_steps = run("ddp")
+    dear_p, dear_s, dear_steps = run("dear")
+    assert ddp_s[2] == ddp_s[1] / 2 and torch.equal(ddp_p[2], ddp_p[1]), "DDP did not skip the inf step"
+    assert torch.equal(dear_p[2], dear_p[1]), "DeAR applied the step with an inf gradient"
+    assert dear_s == ddp_s, (dear_s, ddp_s)
+    assert dear_steps == ddp_steps == {5}, (dear_steps, ddp_steps)  # AdamW stepped 5 times of 6
+    # bit for bit: on two ranks both add two gradients each divided by the world size, then unscale the same way
+    for i, (a, b) in enumerate(zip(dear_p, ddp_p)):
+        assert torch.isfinite(a).all(), f"step {i}: non-finite parameters"
+        assert torch.equal(a, b), f"step {i}: DeAR + GradScaler != DDP + GradScaler by {float((a - b).abs().max())}"
+    print(f"amp: scales {dear_s}", flush=True)
+    print("ok amp", r, flush=True)
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     scenarios = {"buffers": buffers, "unused": unused, "resume": resume, "conserve": conserve,
-                 "flush-timeout": flush_timeout}
+                 "flush-timeout": flush_timeout, "amp": amp}
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     for name in sys.argv[1].split(","):
         t0 = time.monotonic()
