@@ -3,13 +3,15 @@
 
 ``python -m tests.host.acid_lib_worker SCENARIO[,SCENARIO...] [ARGS]``; each scenario prints ``ok <name> <rank>``.
 
-* ``resume`` (ring of 4: on 2 or 3 ranks the ring is complete, alpha~ = 1/2 and x~ moves with x): Adam + StepLR, explicit exchanges and a scripted clock (so the run is deterministic):
-  save after 3 steps, load into fresh objects, 3 more steps == 6 uninterrupted steps, bit for bit.
+* ``resume_save`` / ``resume_load`` (ring of 4: on 2 or 3 ranks the ring is complete, alpha~ = 1/2 and x~ moves
+  with x): Adam + StepLR in the deterministic test mode (no background gossip, explicit exchanges on a fixed
+  schedule, a scripted clock): save after 3 steps (``ACID_DIR``); new processes load into fresh objects and make
+  3 more steps == 6 uninterrupted steps, bit for bit.
 * ``consensus`` (ring of n): A²CiD² and plain asynchronous gossip at the same rate on the non-iid MLP task, steps
   padded to ``STEP`` seconds (an emulated accelerator); x snapshots every few steps; rank 0 prints the mean
   consensus distance of each, and the final averaged model's loss.
 * ``dead`` (last): the last rank dies mid-training; the others' exchanges with it fail within the timeout, are
-  counted, and training and stopping go on.
+  counted, training goes on, and ``finish()`` averages the survivors.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -32,7 +35,9 @@ from host.acid.problem import ProblemSpec, build_model, make_full, make_shard
 STEP = 0.03
 
 
-def resume() -> None:
+def _resume_setup():
+    """The deterministic test mode: no background gossip, explicit exchanges on a fixed schedule, a scripted clock
+    (mixing depends on elapsed time). Returns ``(build, train)``."""
     r, n = dist.get_rank(), dist.get_world_size()
     assert n % 2 == 0 and n >= 4, "resume needs an even ring of >= 4"
     spec = ProblemSpec(hidden=16, samples_per_worker=128, batch=32)
@@ -40,13 +45,14 @@ def resume() -> None:
     batches = [(X[i * 16:(i + 1) * 16], y[i * 16:(i + 1) * 16]) for i in range(6)]
     now = [0.0]
 
-    def build():
-        model = build_model(spec, seed=r)  # different initial models: the start average matters
+    def build(seed: int = 0, start_average: bool = True):
+        model = build_model(spec, seed=seed * 100 + r)  # different initial models: the start average matters
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
         sch = torch.optim.lr_scheduler.StepLR(opt, 2, 0.5)
-        return model, Acid(model, opt, scheduler=sch, communicate=False, clock=lambda: now[0])
+        return model, Acid(model, opt, scheduler=sch, communicate=False, start_average=start_average,
+                           clock=lambda: now[0])
 
-    def train(model, acid, steps):
+    def train(acid, steps):
         for i in steps:
             now[0] = float(i)
             acid.optimizer.zero_grad()
@@ -57,27 +63,47 @@ def resume() -> None:
                 peer = r ^ 1 if i != 3 else ((r + 1) % n if r % 2 else (r - 1) % n)
                 acid.exchange(peer, pair_id=i)
 
-    model, acid = build()
-    train(model, acid, range(6))
-    full_x, full_xt = acid.x.clone(), acid.xt.clone()
-    assert not torch.equal(full_x, full_xt), "x~ never left x: the momentum did nothing"
-    acid.finish(average=False)
+    def set_clock(t: float) -> None:
+        now[0] = t
 
+    return build, train, set_clock
+
+
+def resume_save() -> None:
+    """6 uninterrupted steps (x, x~ saved), then a fresh run of 3 steps whose state_dict is saved (ACID_DIR)."""
+    r = dist.get_rank()
+    d = Path(os.environ["ACID_DIR"])
+    build, train, _ = _resume_setup()
     model, acid = build()
-    train(model, acid, range(3))
-    ckpt = acid.state_dict()
+    train(acid, range(6))
+    assert not torch.equal(acid.x, acid.xt), "x~ never left x: the momentum did nothing"
+    torch.save({"x": acid.x.clone(), "xt": acid.xt.clone()}, d / f"full-{r}.pt")
     acid.finish(average=False)
-    model2 = build_model(spec, seed=50 + r)
-    opt2 = torch.optim.Adam(model2.parameters(), lr=0.01)
-    sch2 = torch.optim.lr_scheduler.StepLR(opt2, 2, 0.5)
-    acid2 = Acid(model2, opt2, scheduler=sch2, communicate=False, start_average=False, clock=lambda: now[0])
-    acid2.load_state_dict(ckpt)
-    train(model2, acid2, range(3, 6))
-    assert torch.equal(acid2.x, full_x) and torch.equal(acid2.xt, full_xt), "resumed != uninterrupted"
-    flat = torch.cat([p.detach().reshape(-1) for p in model2.parameters()])
-    assert torch.equal(flat, full_x), "the model does not hold x"
-    acid2.finish()
-    print("ok resume", r, flush=True)
+    model, acid = build()
+    train(acid, range(3))
+    torch.save(acid.state_dict(), d / f"ckpt-{r}.pt")
+    acid.finish(average=False)
+    print("ok resume_save", r, flush=True)
+
+
+def resume_load() -> None:
+    """New processes: fresh model, optimizer, scheduler and Acid (other initial weights, no start average), the
+    checkpoint loaded, steps 3..5: x, x~ and the model equal the uninterrupted run's bit for bit."""
+    r = dist.get_rank()
+    d = Path(os.environ["ACID_DIR"])
+    build, train, set_clock = _resume_setup()
+    model, acid = build(seed=50, start_average=False)
+    # a checkpoint carries no clock: mixing time counts from the load. The scripted clock resumes at the save's
+    # time (step 2), as the uninterrupted run's clock reads there
+    set_clock(2.0)
+    acid.load_state_dict(torch.load(d / f"ckpt-{r}.pt", weights_only=False))
+    train(acid, range(3, 6))
+    full = torch.load(d / f"full-{r}.pt")
+    assert torch.equal(acid.x, full["x"]) and torch.equal(acid.xt, full["xt"]), "resumed != uninterrupted"
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    assert torch.equal(flat, full["x"]), "the model does not hold x"
+    acid.finish()
+    print("ok resume_load", r, flush=True)
 
 
 def consensus(steps: int = 120, reps: int = 4) -> None:
@@ -124,15 +150,15 @@ def consensus(steps: int = 120, reps: int = 4) -> None:
 
 
 def dead() -> None:
-    """The last rank dies (SIGKILL-like ``os._exit``) after 15 steps; the others keep training and gossiping for 60
-    steps: exchanges with it fail within the timeout and are counted, nobody hangs, stopping works (run it last)."""
+    """The last rank dies (``os._exit``, no goodbye) after 15 steps; the others keep training and gossiping for 60
+    steps: exchanges with it fail within the timeout and are counted, nobody hangs, and ``finish()`` averages the
+    survivors' models (the dead rank is left out after ``dead_after``) (run it last)."""
     r, n = dist.get_rank(), dist.get_world_size()
-    survivors = dist.new_group(list(range(n - 1)))  # (collective over all ranks: made before anyone dies)
     spec = ProblemSpec(hidden=16, batch=32)
     X, y = make_shard(spec, n, r)
     model = build_model(spec, seed=r)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    acid = Acid(model, opt, topology="ring", rate_com=2.0, exchange_timeout=3.0)
+    acid = Acid(model, opt, topology="ring", rate_com=2.0, exchange_timeout=3.0, dead_after=3.0)
     t0 = time.monotonic()
     for i in range(60):
         if r == n - 1 and i == 15:
@@ -142,21 +168,25 @@ def dead() -> None:
         F.cross_entropy(acid(X[:32]), y[:32]).backward()
         acid.step()
         time.sleep(max(0.0, STEP - (time.monotonic() - ts)))
-    acid.stop_communication()
+    acid.finish()
     dt = time.monotonic() - t0
+    assert acid.survivors == list(range(n - 1)), acid.survivors
     assert acid.comms > 0, acid
     assert dt < 60, f"training with a dead peer took {dt:.0f}s"
     assert acid.failed_exchanges <= 2, f"rank {r}: {acid.failed_exchanges} failed exchanges with one dead peer"
+    x = acid.x.clone()
+    dist.all_reduce(x, group=acid.final_group)  # every survivor holds the same average
+    assert torch.equal(x / (n - 1), acid.x), "survivors' final models differ"
     print(f"dead: rank {r} comms {acid.comms} failed {acid.failed_exchanges} in {dt:.1f}s", flush=True)
     print("ok dead", r, flush=True)
-    dist.barrier(group=survivors)  # rank 0 hosts the store: it must outlive the others' use of it
+    dist.barrier(group=acid.final_group)  # rank 0 hosts the store: it must outlive the others' use of it
     os._exit(0)
 
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
-    scenarios = {"resume": resume, "consensus": consensus, "dead": dead}
+    scenarios = {"resume_save": resume_save, "resume_load": resume_load, "consensus": consensus, "dead": dead}
     for name in sys.argv[1].split(","):
         t0 = time.monotonic()
         scenarios[name](*[int(a) for a in sys.argv[2:]])
