@@ -46,7 +46,12 @@ SWITCH_NAMES = ("s1", "s2", "leaf1", "leaf2", "spine1", "spine2")
 
 
 class PortTaken(RuntimeError):
-    """A planned switch's gRPC port or interface is in use; the message names it and who holds it."""
+    """A planned switch's gRPC port or interface is in use; the message names it and who holds it.
+    ``waitable``: held by another live testbed run (it will end), not by something unknown."""
+
+    def __init__(self, message: str, waitable: bool = False):
+        super().__init__(message)
+        self.waitable = waitable
 
 
 def state_dir() -> Path:
@@ -172,37 +177,52 @@ def _holder(records: list[RunRecord], *, port: int | None = None, intf: str | No
     return ""
 
 
-def claim(switches: list[tuple[str, int]], out_dir: Path, base: Path | None = None) -> RunRecord:
+def claim(switches: list[tuple[str, int]], out_dir: Path, base: Path | None = None, *,
+          wait_s: float = 0.0) -> RunRecord:
     """Check that every switch ``(name, grpc_port)`` is free and record this process's run holding them.
 
-    Leftovers of dead runs are cleaned first. Raises :class:`PortTaken` naming the first conflict."""
+    Leftovers of dead runs are cleaned first. When another live testbed run holds a name or port, wait up to
+    ``wait_s`` seconds for it to finish (runs of a sweep and a test suite then take turns instead of failing);
+    a conflict with anything else is not waited for. Raises :class:`PortTaken` naming the first conflict."""
     base = base or state_dir()
-    with _locked(base):
-        _clean_locked(base, strays=False)
-        live = [r for r in live_records(base) if r.pid != os.getpid()]  # this process's record is replaced below
-        present = links()
-        for name, port in switches:
-            # a live run that claimed these names may not have built its network yet: its record is enough
-            held = _holder(live, port=port) or _holder(live, intf=f"{name}-eth")
-            if held:
-                raise PortTaken(f"switch {name}: its P4Runtime port 127.0.0.1:{port} or interfaces {name}-eth* are "
-                                f"{held}")
-            if port_listening(port):
-                who = _holder(live, port=port) or (f"by a process that is not a recorded testbed run (see `ss -ltnp "
-                                                   f"'sport = :{port}'`)")
-                raise PortTaken(f"switch {name}: its P4Runtime port 127.0.0.1:{port} is taken {who}; this run "
-                                f"would program that process's switch instead of its own. Stop that run, or "
-                                f"`dlcp-testbed clean` if it is left over from one that died")
-            for intf in present:
-                if intf.startswith(f"{name}-eth"):
-                    who = _holder(live, intf=intf) or ("left by an earlier run that did not record it; "
-                                                       "`dlcp-testbed clean` removes it")
-                    raise PortTaken(f"switch {name}: its data port interface {intf} already exists, {who}")
-        rec = RunRecord(os.getpid(), proc_start(os.getpid()), str(out_dir), [f"{n}-eth" for n, _ in switches],
-                        [p for _, p in switches], started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                        path=str(base / f"run-{os.getpid()}.json"))
-        rec.save()
-        return rec
+    deadline = time.monotonic() + wait_s
+    while True:
+        with _locked(base):
+            _clean_locked(base, strays=False)
+            problem, waitable = _conflict(switches, base)
+            if problem is None:
+                rec = RunRecord(os.getpid(), proc_start(os.getpid()), str(out_dir),
+                                [f"{n}-eth" for n, _ in switches], [p for _, p in switches],
+                                started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                path=str(base / f"run-{os.getpid()}.json"))
+                rec.save()
+                return rec
+        if not waitable or time.monotonic() >= deadline:
+            raise PortTaken(problem + (f" (waited {wait_s:.0f} s for it)" if waitable and wait_s else ""), waitable)
+        time.sleep(1.0)
+
+
+def _conflict(switches: list[tuple[str, int]], base: Path) -> tuple[str | None, bool]:
+    """The first reason the switches' names or ports are not free (None if they are), and whether it is a live
+    testbed run's (which will end) rather than something unknown."""
+    live = [r for r in live_records(base) if r.pid != os.getpid()]  # this process's record is replaced on claim
+    present = links()
+    for name, port in switches:
+        # a live run that claimed these names may not have built its network yet: its record is enough
+        held = _holder(live, port=port) or _holder(live, intf=f"{name}-eth")
+        if held:
+            return (f"switch {name}: its P4Runtime port 127.0.0.1:{port} or interfaces {name}-eth* are {held}",
+                    True)
+        if port_listening(port):
+            return (f"switch {name}: its P4Runtime port 127.0.0.1:{port} is taken by a process that is not a "
+                    f"recorded testbed run (see `ss -ltnp 'sport = :{port}'`); this run would program that "
+                    f"process's switch instead of its own. Stop it, or `dlcp-testbed clean` if it is left over from "
+                    f"a run that died", False)
+        for intf in present:
+            if intf.startswith(f"{name}-eth"):
+                return (f"switch {name}: its data port interface {intf} already exists, left by an earlier run "
+                        f"that did not record it; `dlcp-testbed clean` removes it", False)
+    return None, False
 
 
 def _kill_group(pid: int, start: int | None) -> bool:

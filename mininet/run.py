@@ -45,6 +45,8 @@ __all__ = ["run_spec", "Testbed", "RunError", "summarise", "leftovers"]
 MASTER_PORT = 29500
 #: P4Runtime port of a plan's first switch (the others follow it).
 GRPC_BASE_PORT = 9559
+#: How long a run waits for another live testbed run holding its switches' names and ports to finish.
+CLAIM_WAIT_S = 900.0
 
 
 class RunError(RuntimeError):
@@ -98,8 +100,16 @@ class Testbed:
         logging.getLogger("finsy").setLevel(logging.ERROR)  # its gNMI/pipeline notices are not for this console
         from .guard import PortTaken, claim
 
+        names = [(s.name, s.grpc_port) for s in self.plan.switches]
         try:
-            self.record = claim([(s.name, s.grpc_port) for s in self.plan.switches], self.out_dir)
+            try:
+                self.record = claim(names, self.out_dir)
+            except PortTaken as e:
+                if not e.waitable:
+                    raise
+                # another testbed run holds the names: take turns with it rather than fail
+                self.say(f"[bold]waiting[/]: {e}")
+                self.record = claim(names, self.out_dir, wait_s=CLAIM_WAIT_S)
         except PortTaken as e:
             raise RunError(f"cannot start: {e}") from None
         cls = DlcpSwitch if self.spec.switch == "embedded" else Bmv2Switch

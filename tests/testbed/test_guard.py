@@ -72,6 +72,28 @@ def test_claim_refuses_an_existing_interface_and_names_the_live_run(root_require
         subprocess.run(["ip", "link", "del", f"{name}-eth1"], capture_output=True)
 
 
+def test_claim_waits_for_a_live_run_to_finish(root_required, tmp_path):
+    """Runs take turns: a claim held by another live run waits for it (here, until that orchestrator exits and its
+    record is cleaned as a dead run's), while a claim that may not wait fails at once saying it could wait."""
+    base = tmp_path / "state"
+    base.mkdir()
+    port = _free_port()
+    other = subprocess.Popen(["sleep", "3"])
+    try:
+        RunRecord(other.pid, proc_start(other.pid), str(tmp_path / "a"), ["zz8-eth"], [port],
+                  path=str(base / f"run-{other.pid}.json")).save()
+        with pytest.raises(PortTaken) as e:
+            claim([("zz8", port)], tmp_path / "b", base)
+        assert e.value.waitable
+        rec = claim([("zz8", port)], tmp_path / "c", base, wait_s=60)
+        assert other.poll() is not None and rec.pid == os.getpid() and rec.grpc_ports == [port]
+        assert [p.name for p in base.glob("run-*.json")] == [f"run-{os.getpid()}.json"]
+        rec.release()
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_clean_removes_a_dead_runs_leftovers_and_spares_recycled_pids(root_required, tmp_path):
     base = tmp_path / "state"
     base.mkdir()
