@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from .dist_run import free_udp_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = "tests/host/distributed_suite.py"
@@ -66,33 +66,14 @@ GLOO_SPECIFIC: dict[str, str] = {
 }
 
 
-def _free_udp_port() -> int:
-    """A UDP port free on the loopback addresses the suite's ranks bind (127.0.0.1..WORLD_SIZE), so the suite's
-    dlcp transport does not meet another job's on the well-known port."""
-    for _ in range(100):
-        port = random.randrange(20000, 40000)
-        socks = []
-        try:
-            for r in range(WORLD_SIZE):
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                socks.append(s)
-                s.bind((f"127.0.0.{r + 1}", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free UDP port for the suite's dlcp transport")
-
-
 def run_suite(backend: str, junit: Path, *, select: str | None = None, timeout: float = 6 * 3600) -> dict[str, str]:
     """Run the suite for ``backend`` (``select``: a pytest ``-k`` expression); return ``{test: outcome}`` with
     outcome ``passed``, ``failed``, or ``skipped: reason``."""
     junit.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"torch-suite-{backend}-") as tmp:
         env = {**os.environ, "BACKEND": backend, "WORLD_SIZE": str(WORLD_SIZE), "TEMP_DIR": tmp,
-               "OMP_NUM_THREADS": "1", "DLCP_PORT": str(_free_udp_port())}
+               "OMP_NUM_THREADS": "1",
+               "DLCP_PORT": str(free_udp_port([f"127.0.0.{r + 1}" for r in range(WORLD_SIZE)]))}
         env.pop("CI", None)  # the suite's own skips (CUDA, other backends) are outcomes here, compared below
         cmd = [sys.executable, "-m", "pytest", SUITE, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
                "-o", "addopts=", "--timeout=600"]
