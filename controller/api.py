@@ -159,7 +159,8 @@ class Network:
             self._programs[key] = load_program(self.spec.program, self.spec.include_dirs, bmv2)
         return self._programs[key]
 
-    def _select(self, switches: Iterable[str] | None) -> list[str]:
+    def select(self, switches: Iterable[str] | None) -> list[str]:
+        """The named switches (all when ``None``); :class:`UsageError` naming an unknown one."""
         if switches is None:
             return list(self.spec.switches)
         out = list(switches)
@@ -168,7 +169,8 @@ class Network:
                 raise UsageError(f"unknown switch {s!r}; the network has: {', '.join(self.spec.switches)}")
         return out
 
-    def _client(self, switch: str, *, writer: bool, p4info=None) -> SwitchClient:
+    def client(self, switch: str, *, writer: bool, p4info=None) -> SwitchClient:
+        """A session to one switch (not yet open: ``async with``): a writer's election id makes it primary."""
         return SwitchClient(self.spec.switches[switch], p4info=p4info,
                             election_id=writer_election_id() if writer else READER_ELECTION_ID,
                             timeout=self.spec.connect_timeout)
@@ -192,7 +194,8 @@ class Network:
         return asyncio.run(coro)  # type: ignore[arg-type]
 
     # -- apply ---------------------------------------------------------------------------------------------------
-    def _check_program(self, program: Program) -> None:
+    def check_program(self, program: Program) -> None:
+        """:class:`ProgramError` unless ``program`` has every table and register ``apply`` programs."""
         schema = program.schema
         missing = [f"table {t}" for t in state.MANAGED_TABLES if schema.tables.get(t) is None]
         missing += [f"register {r}" for r in state.MANAGED_REGISTERS if schema.registers.get(r) is None]
@@ -204,7 +207,7 @@ class Network:
         """The desired P4Runtime entities of one switch (encoded with its program's P4Info). With ``actual``
         (what the switch holds) equal-cost groups keep the ids they have there (:func:`state.assign_groups`)."""
         program = self.program(switch)
-        self._check_program(program)
+        self.check_program(program)
         schema = fy.P4Schema(program.p4info)
         try:
             groups = None
@@ -253,7 +256,7 @@ class Network:
         return res
 
     async def _apply_switch(self, switch: str, dry_run: bool, tm: bool) -> SwitchApplyResult:
-        async with self._client(switch, writer=True, p4info=self.program(switch).p4info) as c:
+        async with self.client(switch, writer=True, p4info=self.program(switch).p4info) as c:
             return await self.reconcile(c, dry_run=dry_run, tm=tm)
 
     def _tm_sync(self, switch: str, dry_run: bool) -> list[str]:
@@ -281,9 +284,9 @@ class Network:
 
         With ``check`` (default) the first error is raised after every switch has been tried; otherwise errors
         are returned in ``ApplyResult.errors``."""
-        sel = self._select(switches)
+        sel = self.select(switches)
         for s in sel:  # compile once, before any session: a program error is not a per-switch error
-            self._check_program(self.program(s))
+            self.check_program(self.program(s))
         ok, errors = await self._each(sel, lambda s: self._apply_switch(s, dry_run, tm))
         result = ApplyResult(ok, errors)
         if check:
@@ -303,13 +306,13 @@ class Network:
         return sorted(ports)
 
     async def _stats_switch(self, switch: str, tm: bool) -> SwitchStats:
-        async with self._client(switch, writer=False) as c:
-            st = await self._stats_on(c)
+        async with self.client(switch, writer=False) as c:
+            st = await self.stats_on(c)
         if tm and self.spec.switches[switch].target == "embedded":
             st.tm = await asyncio.to_thread(self._tm_stats_sync, switch)
         return st
 
-    async def _stats_on(self, c: SwitchClient) -> SwitchStats:
+    async def stats_on(self, c: SwitchClient) -> SwitchStats:
         """The P4 counters of one switch over an open session."""
         switch = c.spec.name
         ports = self._slots(switch)
@@ -353,7 +356,7 @@ class Network:
     def stats_sessions(self, switches: Iterable[str] | None = None, *, tm: bool = True) -> "StatsSessions":
         """Sessions kept open for repeated :meth:`StatsSessions.read` calls (``watch``): one P4Runtime session and
         one management channel per switch for as long as the context lasts."""
-        return StatsSessions(self, self._select(switches), tm)
+        return StatsSessions(self, self.select(switches), tm)
 
     def _tm_stats_sync(self, switch: str):
         t = tmmod.open_tm(self.spec.switches[switch], self.spec.connect_timeout)
@@ -363,7 +366,7 @@ class Network:
             t.close()
 
     async def stats_async(self, switches: Iterable[str] | None = None, *, tm: bool = True) -> dict[str, SwitchStats]:
-        ok, errors = await self._each(self._select(switches), lambda s: self._stats_switch(s, tm))
+        ok, errors = await self._each(self.select(switches), lambda s: self._stats_switch(s, tm))
         for e in errors.values():
             raise e
         return ok
@@ -373,7 +376,7 @@ class Network:
         return self._run(self.stats_async(switches, tm=tm))
 
     async def _tables_switch(self, switch: str) -> dict:
-        async with self._client(switch, writer=False) as c:
+        async with self.client(switch, writer=False) as c:
             schema = c.schema
             tables = sorted(schema.tables, key=lambda t: t.id)
             filters = [p4r.Entity(table_entry=p4r.TableEntry(table_id=t.id)) for t in tables]
@@ -392,7 +395,7 @@ class Network:
             return out
 
     async def tables_async(self, switches: Iterable[str] | None = None) -> dict[str, dict]:
-        ok, errors = await self._each(self._select(switches), self._tables_switch)
+        ok, errors = await self._each(self.select(switches), self._tables_switch)
         for e in errors.values():
             raise e
         return ok
@@ -404,7 +407,7 @@ class Network:
     # -- imperative changes (until the next apply, which restores the file's state) ------------------------------
     async def _write_switch(self, switch: str,
                             build: Callable[[SwitchClient], Awaitable[list[p4r.Update]]]) -> list[str]:
-        async with self._client(switch, writer=True) as c:
+        async with self.client(switch, writer=True) as c:
             updates = await build(c)
             await c.write(updates)
             kinds = {p4r.Update.INSERT: "+", p4r.Update.MODIFY: "~", p4r.Update.DELETE: "-"}
@@ -454,7 +457,7 @@ class Network:
                 return ups
             return b
 
-        return await self._write_many(self._select(switches), build)
+        return await self._write_many(self.select(switches), build)
 
     def set_threshold(self, *a, **kw) -> dict[str, list[str]]:
         return self._run(self.set_threshold_async(*a, **kw))
@@ -507,7 +510,7 @@ class Network:
                 return [p4r.Update(type=p4r.Update.MODIFY if found else p4r.Update.INSERT, entity=enc)]
             return b
 
-        return await self._write_many(self._select(switches), build)
+        return await self._write_many(self.select(switches), build)
 
     def set_priority_map(self, *a, **kw) -> dict[str, list[str]]:
         return self._run(self.set_priority_map_async(*a, **kw))
@@ -518,7 +521,7 @@ class Network:
         if depth is None and rate_pps is None:
             raise UsageError("set queue needs --depth and/or --rate-pps")
         out = []
-        for s in self._select(switches):
+        for s in self.select(switches):
             t = tmmod.open_tm(self.spec.switches[s], self.spec.connect_timeout)
             try:
                 t.set_queue(port, priority, depth=depth, rate_pps=rate_pps)
@@ -535,7 +538,7 @@ class Network:
         if rate_bps is None and delay_us is None and loss is None:
             raise UsageError("set link needs --rate, --delay and/or --loss")
         out = []
-        for s in self._select(switches):
+        for s in self.select(switches):
             t = tmmod.open_tm(self.spec.switches[s], self.spec.connect_timeout)
             try:
                 t.set_link(port, rate_bps=rate_bps, delay_us=delay_us, loss=loss)
@@ -550,7 +553,7 @@ class Network:
         """Add a route: ``via`` is a list of (port, next-hop MAC or None for the device the file puts on that
         port). Several next hops form a new equal-cost group."""
         net = self._prefix(prefix)
-        self._select([switch])
+        self.select([switch])
         connected = self.spec.ports_of(switch)
         nhs = []
         for port, mac in via:
@@ -584,7 +587,7 @@ class Network:
     async def route_del_async(self, switch: str, prefix: str) -> list[str]:
         """Delete the route for ``prefix``, and its equal-cost group's members when no other route uses them."""
         net = self._prefix(prefix)
-        self._select([switch])
+        self.select([switch])
 
         async def b(c: SwitchClient) -> list[p4r.Update]:
             lpm, ecmp = c.schema.tables["ipv4_lpm"].id, c.schema.tables["ecmp_nhop"].id
@@ -625,7 +628,7 @@ class Network:
     # -- packets -------------------------------------------------------------------------------------------------
     async def packet_out_async(self, switch: str, payloads: bytes | list[bytes],
                                metadata: dict[str, int] | None = None) -> None:
-        self._select([switch])
+        self.select([switch])
         if isinstance(payloads, (bytes, bytearray)):
             payloads = [bytes(payloads)]
         await send_packets(self.spec.switches[switch], list(payloads), metadata, timeout=self.spec.connect_timeout)
@@ -642,9 +645,9 @@ class Network:
         fewer arrive in ``timeout`` seconds. ``ready`` is called once the session listens."""
         from .errors import PacketTimeout
 
-        self._select([switch])
+        self.select([switch])
         got: list[fy.P4PacketIn] = []
-        async with self._client(switch, writer=True) as c:
+        async with self.client(switch, writer=True) as c:
             c.require_primary("PacketIn")
 
             async def collect() -> None:
@@ -689,7 +692,7 @@ class StatsSessions:
     async def __aenter__(self) -> "StatsSessions":
         self._stack = contextlib.AsyncExitStack()
         try:
-            clients = [self.net._client(s, writer=False) for s in self.switches]  # noqa: SLF001
+            clients = [self.net.client(s, writer=False) for s in self.switches]
             opened = await asyncio.gather(*(self._stack.enter_async_context(c) for c in clients),
                                           return_exceptions=True)
             for r in opened:
@@ -713,7 +716,7 @@ class StatsSessions:
 
     async def read(self) -> dict[str, SwitchStats]:
         """Counters of every switch now (P4 counters and traffic-manager statistics)."""
-        stats = await asyncio.gather(*(self.net._stats_on(self._clients[s]) for s in self.switches))  # noqa: SLF001
+        stats = await asyncio.gather(*(self.net.stats_on(self._clients[s]) for s in self.switches))
         out = dict(zip(self.switches, stats))
         for s, t in self._tms.items():
             out[s].tm = await asyncio.to_thread(t.stats)

@@ -95,9 +95,9 @@ class Runner:
     def _load(self) -> Network:
         """Load and compile (blocking: run in a thread); NetFileError / ControllerError on a bad file."""
         net = Network.from_file(self.path)
-        sel = net._select(self.only)  # noqa: SLF001 - same validation as every command
+        sel = net.select(self.only)  # the same validation as every command
         for s in sel:
-            net._check_program(net.program(s))  # noqa: SLF001
+            net.check_program(net.program(s))
         return net
 
     def _selected(self, net: Network) -> list[str]:
