@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
-from testbed.netns import Star, list_namespaces, run
+from testbed.netns import (NetnsError, Star, add_namespace, add_veth, disable_ipv6, disable_offloads, in_namespace,
+                           list_namespaces, run)
 
 
 RECV = """
@@ -46,3 +48,34 @@ def test_star_cleans_up_on_error(root_required):
         with Star(2, rate=None) as net:
             raise RuntimeError("boom")
     assert net.sw not in list_namespaces()
+
+
+@pytest.mark.netns
+def test_the_primitives_join_two_namespaces_and_fail_naming_the_command(root_required):
+    """add_namespace, add_veth, in_namespace, disable_offloads, disable_ipv6: what the other harnesses (the switch
+    tests' hosts, the controller tests' veth pairs) are built from."""
+    a, b = f"dlcpprim{os.getpid() % 100000}a", f"dlcpprim{os.getpid() % 100000}b"
+    try:
+        for ns in (a, b):
+            add_namespace(ns)
+            disable_ipv6(ns)
+        add_veth("va", "vb", ns=a, peer_ns=b, mtu=4000)
+        for ns, dev, ip in ((a, "va", "10.231.0.1"), (b, "vb", "10.231.0.2")):
+            disable_offloads(dev, ns)
+            run(*in_namespace(ns, "ip", "addr", "add", f"{ip}/24", "dev", dev))
+            run(*in_namespace(ns, "ip", "link", "set", dev, "up"))
+        assert run(*in_namespace(a, "cat", "/sys/class/net/va/mtu")).stdout.strip() == "4000"
+        assert run(*in_namespace(b, "sysctl", "-n", "net.ipv6.conf.all.disable_ipv6")).stdout.strip() == "1"
+        assert "tx-checksumming: off" in run(*in_namespace(a, "ethtool", "-k", "va")).stdout
+        rx = subprocess.Popen(in_namespace(b, sys.executable, "-c", RECV.format(ip="10.231.0.2")),
+                              stdout=subprocess.PIPE, text=True)
+        assert rx.stdout.readline().strip() == "ready"
+        run(*in_namespace(a, sys.executable, "-c", SEND.format(ip="10.231.0.2")))
+        out, _ = rx.communicate(timeout=10)
+        assert out.strip() == "hello from 10.231.0.1"
+        with pytest.raises(NetnsError, match=r"ip netns add .*(exists|File exists)"):
+            add_namespace(a)
+    finally:
+        for ns in (a, b):
+            run("ip", "netns", "del", ns, check=False)
+    assert not {a, b} & set(list_namespaces())
