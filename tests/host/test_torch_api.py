@@ -46,6 +46,15 @@ def test_p2p_any_source_batches_and_coalescing() -> None:
 
 
 @pytest.mark.slow
+def test_p2p_and_coalescing_with_staged_tensors() -> None:
+    """The same with every tensor staged through host stand-ins as CUDA tensors are (host.staging): receives from
+    any source, batches and coalescing blocks copy their results out before their works complete."""
+    out = check(launch(MOD, "p2p", 3, timeout=180, env={"DLCP_TEST_STAGE_HOST": "1"}))
+    _ok(out)
+    assert all(f"staged {r}" in o for r, o in enumerate(out)), out
+
+
+@pytest.mark.slow
 def test_subgroups_monitored_barrier_and_abort() -> None:
     out = check(launch(MOD, "lifecycle", 3, timeout=180))
     _ok(out)

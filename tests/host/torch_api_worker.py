@@ -247,6 +247,8 @@ def p2p() -> None:
     cm.wait()
     for z, x in zip(zs, xs):
         torch.testing.assert_close(z, P * x, msg="coalescing block of all_reduce (start/end path)")
+    from tests.host import backend_worker
+    backend_worker._check_staged(r)
     print("ok", r)
     dist.destroy_process_group()
 
@@ -303,5 +305,8 @@ def lifecycle() -> None:
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
+    if __import__("os").environ.get("DLCP_TEST_STAGE_HOST") == "1":  # (tests/host/backend_worker.py)
+        from tests.host import backend_worker
+        backend_worker.STAGED = backend_worker._stage_host_tensors()
     {"functional": registration_and_functional, "dtensor": mesh_and_dtensor, "fsdp2": fsdp2, "p2p": p2p,
      "lifecycle": lifecycle}[sys.argv[1]]()
