@@ -100,10 +100,11 @@ def test_torchrun_launches_dlcp_script(tmp_path) -> None:
 def test_congestion_control_modes_map_to_transport_parameters(monkeypatch) -> None:
     from host.backend import DlcpOptions, _cc_mode, _cc_params
     from host.transport.cc import FAST_ALPHA
+    from host.transport.chunking import payload_capacity
 
     assert _cc_params(_cc_mode("on"), 9000) is None  # the transport's defaults: ECN and delay marks
     fast = _cc_params(_cc_mode("FAST"), 9000)
-    assert fast.fast_alpha == FAST_ALPHA and fast.delay_target is not None and fast.mss == 8936
+    assert fast.fast_alpha == FAST_ALPHA and fast.delay_target is not None and fast.mss == payload_capacity(9000)
     assert _cc_params(_cc_mode("ecn"), 1500).delay_target is None and _cc_params("ecn", 1500).fast_alpha is None
     off = _cc_params(_cc_mode(False), 1500)
     assert off.delay_target is None and off.min_cwnd_pkts == off.init_cwnd_pkts == 1 << 14

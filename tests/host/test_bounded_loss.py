@@ -15,6 +15,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from host.collectives import Collectives, LossStats, Outcome, ReduceOp, check_loss, loss_allowances
+from host.transport.chunking import chunk_elems
 from host.transport.endpoint import Options
 from host.transport.faults import LossySocket
 from host.wire import Flag
@@ -148,7 +149,7 @@ def test_exact_calls_never_lose_on_a_lossy_link():
 def test_a_bigger_group_keeps_the_whole_budget():
     """P=8, p=1%, 4 MB at both MTUs' packet sizes: the call's budget buys whole packets (the per-hop share
     p/(2(P-1)) of a segment would not buy one), and they are lost."""
-    for packet in (359, 2241):  # fp32 elements per packet at MTU 1500 and 9000
+    for packet in (chunk_elems(1500, 4), chunk_elems(9000, 4)):  # fp32 elements per packet at MTU 1500 and 9000
         res = _run(8, 1 << 20, 0.01, local=False, loss=True, packet=packet, seed=3)
         o = res[0][1]
         assert 0 < o.zero_filled <= 0.01 * (1 << 20) and o.zero_filled % packet == 0
@@ -172,16 +173,16 @@ def test_lost_eligible_packets_complete_without_retransmission(make_endpoints, w
     opts = Options(mtu=1500, socket_wrapper=lambda s: LossySocket(
         s, drop_fn=_drop_eligible_seqs({0} if which == "first" else None)))
     a, b = make_endpoints(2, opts)
-    x = torch.rand(100_000) + 1  # 279 packets
+    x = torch.rand(100_000) + 1  # 281 packets
     h = a.send(1, x, transfer_id=9, loss_bound=0.05)
     res = b.recv(0, 9, out=torch.empty_like(x), timeout=20, loss_bound=0.05)
     sent = h.wait(20)
     lost = res.report.zero_filled
     assert sent["eligible_packets"] > 1 and lost > 0 and lost <= 0.05 * x.numel()
     if which == "first":
-        assert len(res.report.lost_ranges) == 1 and lost <= 359  # one packet
+        assert len(res.report.lost_ranges) == 1 and lost <= chunk_elems(1500, 4)  # one packet
     else:
-        assert lost >= 359 * (sent["eligible_packets"] - 1)  # all of them (one may be the short last packet)
+        assert lost >= chunk_elems(1500, 4) * (sent["eligible_packets"] - 1)  # all of them (one may be the short last packet)
     sa, sb = a.stats(), b.stats()
     assert sa["retransmissions"] == 0 and sa["rto_timeouts"] == 0 and sb["nacks_sent"] == 0
     kept = torch.ones(x.numel(), dtype=torch.bool)
