@@ -179,6 +179,30 @@ def demo_loss_table(result: Result) -> str:
     return "\n".join([provenance(result), "", *rows])
 
 
+def keyed_tag_table(result: Result) -> str:
+    """``bench/keyed_tag.py``: goodput and CPU per MB moved with the keyed tag against without, per case; and the
+    hash alone against a copy of the same bytes."""
+    cases = _cases(result)
+    rows = ["| case | goodput, keyed / unkeyed | CPU ms per MB (both ends), keyed / unkeyed | the tag's CPU ms per MB |",
+            "|---|---|---|---|"]
+    for name, case in cases.items():
+        med = case["median"]
+        if case["metric"] == "gbps":
+            cpu = cases.get(name + " cpu")
+            row = f"| {name} | {med['candidate']:.2f} / {med['baseline']:.2f} Gb/s ({case['ratio']:.2f}x) |"
+            if cpu:
+                c, b = cpu["median"]["candidate"], cpu["median"]["baseline"]
+                row += f" {c:.2f} / {b:.2f} | {c - b:.2f} |"
+            else:
+                row += " | |"
+            rows.append(row)
+        elif not name.endswith(" cpu"):
+            rows.append(f"| {name} ({case['candidate_name']} / {case['baseline_name']}) | | "
+                        f"{med['candidate']:.3f} / {med['baseline']:.3f} | {med['candidate']:.3f} |")
+    reps = result.get("params", {}).get("repetitions", "?")
+    return "\n".join([provenance(result) + f" Medians of {reps} alternated repetitions.", "", *rows])
+
+
 def readme_summary(transport: Result, collectives: Result) -> str:
     """The README's headline figures: the transport against TCP and the all-reduce against gloo on 1 Gb/s links."""
     transport_cases = _cases(transport)
@@ -198,13 +222,27 @@ def readme_summary(transport: Result, collectives: Result) -> str:
                               "Full tables: [docs/transport.md](docs/transport.md), [docs/backend.md](docs/backend.md)."])
 
 
+def fuzz_table(result: Result) -> str:
+    """``make fuzz`` (tests/fuzz/run.py): inputs tried and broken properties per fuzz target."""
+    rows = ["| target | inputs tried | an input is | crashes | hangs | corrupted results |",
+            "|---|---:|---|---:|---:|---:|"]
+    for name, t in result["targets"].items():
+        rows.append(f"| {name} | {t['inputs']:,} | {t['unit']} | {t['crashes']} | {t['hangs']} | {t['corrupted']} |")
+    tot = result["totals"]
+    rows.append(f"| all | {tot['inputs']:,} | | {tot['crashes']} | {tot['hangs']} | {tot['corrupted']} |")
+    return "\n".join([provenance(result) + f" {result['seconds_per_target']:g} s per target, seed {result['seed']}.",
+                      "", *rows])
+
+
 REGIONS: dict[str, Region] = {r.name: r for r in (
     Region("transport", "docs/transport.md", ("results/transport.json",), transport_table),
     Region("collectives", "docs/backend.md", ("results/collectives.json",), collectives_tables),
     Region("bounded-loss", "docs/bounded-loss.md", ("results/bounded_loss.json",), bounded_loss_table),
     Region("bounded-loss-demo", "docs/bounded-loss.md", ("results/demo.json",), demo_loss_table),
     Region("wire", "docs/wire-format.md", ("results/wire.json",), wire_table),
+    Region("keyed-tag", "docs/transport.md", ("results/keyed_tag.json",), keyed_tag_table),
     Region("readme", "README.md", ("results/transport.json", "results/collectives.json"), readme_summary),
+    Region("fuzz", "docs/fuzzing.md", ("results/fuzz.json",), fuzz_table),
 )}
 
 #: Documents generated whole by another module, which names its sources in its first lines.
