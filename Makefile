@@ -46,11 +46,13 @@ bench: setup
 
 # Every fuzz campaign (tests/fuzz/run.py; docs/fuzzing.md): mutated DLCP datagrams into a live transport (tag off,
 # outsider, insider), mutated frames into a live switch, mutated P4Runtime requests, mutated P4 programs; FUZZ_SECONDS
-# each, seeded by FUZZ_SEED; the counts go to results/fuzz.json. `make test` runs short fixed-seed versions.
+# each, seeded by FUZZ_SEED; the counts go to results/fuzz.json, and from there (make report) to docs/fuzzing.md.
+# `make test` runs short fixed-seed versions.
 FUZZ_SECONDS ?= 60
 FUZZ_SEED ?= 1
 fuzz: setup
 	$(PY) -m tests.fuzz.run --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED) --out results/fuzz.json
+	$(PY) -m testbed.report
 
 # Every table in docs/ and README.md that quotes a measurement, from the committed results/*.json (testbed.report;
 # docs/evaluation.md through testbed.evaluation). tests/test_report.py fails when a committed table is stale.

@@ -230,8 +230,15 @@ def fuzz_table(result: Result) -> str:
         rows.append(f"| {name} | {t['inputs']:,} | {t['unit']} | {t['crashes']} | {t['hangs']} | {t['corrupted']} |")
     tot = result["totals"]
     rows.append(f"| all | {tot['inputs']:,} | | {tot['crashes']} | {tot['hangs']} | {tot['corrupted']} |")
+    modes = ["", "| transport mode | rounds (genuine transfers) | hostile datagrams | held back (forgeries) | "
+                 "refused at the tag | malformed | refused by a receive check |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for mode, m in result["targets"].get("transport", {}).get("modes", {}).items():
+        by = m["rejected_by_field"]
+        modes.append(f"| {mode} | {m['rounds']:,} | {m['datagrams_sent']:,} | {m['filtered']:,} | "
+                     f"{by.get('tag', 0):,} | {m['drops'].get('malformed', 0):,} | "
+                     f"{sum(n for f, n in by.items() if f != 'tag'):,} |")
     return "\n".join([provenance(result) + f" {result['seconds_per_target']:g} s per target, seed {result['seed']}.",
-                      "", *rows])
+                      "", *rows, *(modes if len(modes) > 3 else [])])
 
 
 REGIONS: dict[str, Region] = {r.name: r for r in (
