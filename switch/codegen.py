@@ -24,6 +24,7 @@ import re
 from typing import Any
 
 from . import ir
+from .analysis import contains, flat_state_copies, is_lookahead, parser_is_dag, set_before_use
 from . import layout
 from . import p4ast as A
 from .errors import Loc, P4Error, unsupported
@@ -247,7 +248,7 @@ class Gen:
             return self.sl(self.addr(e))
         if isinstance(e, A.Member):
             bt = e.expr.type
-            if isinstance(bt, ir.HeaderT) and _is_lookahead(e.expr):       # lookahead<H>().field
+            if isinstance(bt, ir.HeaderT) and is_lookahead(e.expr):       # lookahead<H>().field
                 return self.look_field(f"_look(pkt, off, {bt.width})", bt, e.name)
             if isinstance(e.expr, A.Name) and isinstance(e.expr.ref, Sym) and e.expr.ref.kind == "type":
                 return repr(bt.members[e.name])
@@ -998,7 +999,7 @@ class Gen:
         if not isinstance(t, (ir.HeaderT, ir.StructT, ir.StackT)):
             self.emit(ind, f"{self.sl(la, True)} = {self.ex(rhs)}")
             return
-        if isinstance(t, ir.HeaderT) and _is_lookahead(rhs):
+        if isinstance(t, ir.HeaderT) and is_lookahead(rhs):
             # P4-16 12.8.3: lookahead<H>() gives a valid H made of the next bits, without advancing
             v = self.fresh("la")
             self.emit(ind, f"{v} = _look(pkt, off, {t.width})")
@@ -1029,7 +1030,7 @@ class Gen:
         if isinstance(s, A.Block):
             n0 = len(self.lines)
             for j, x in enumerate(s.stmts):
-                if self.fused and isinstance(x, A.VarDecl) and x.init is None and _set_before_use(s.stmts[j + 1:], x.sym):
+                if self.fused and isinstance(x, A.VarDecl) and x.init is None and set_before_use(s.stmts[j + 1:], x.sym):
                     x.sym.slot = self.alloc(x.sym.type)       # no initial value: it is set before any use
                     continue
                 self.stmt(ind, x, ctx)
@@ -1247,7 +1248,7 @@ class Gen:
         def target(name: str) -> int:
             return ACC if name == "accept" else REJ if name == "reject" else states[name]
 
-        if self._parser_is_dag(d):
+        if parser_is_dag(d):
             if not (self.fast and self.gen_parser_flat(d)):
                 self.gen_parser_dag(d, states, target)
             return
@@ -1287,33 +1288,6 @@ class Gen:
                 else:
                     self._reset(ind, loc.sym.slot, loc.sym.type)
 
-    @staticmethod
-    def _parser_is_dag(d) -> bool:
-        """True when no state can be reached again (no loops, so no ParserTimeout possible) and no
-        state uses 'exit': such a parser compiles to one straight-line function per state."""
-        succ = {}
-        for st in d.states:
-            tr = st.transition
-            succ[st.name] = [tr.state] if tr.state is not None else [c.state for c in tr.cases]
-            for x in st.stmts:
-                if _contains(x, A.Exit):
-                    return False
-        colour: dict[str, int] = {}
-
-        def visit(n: str) -> bool:
-            if n in ("accept", "reject") or n not in succ:
-                return True
-            c = colour.get(n)
-            if c == 1:
-                return False
-            if c == 2:
-                return True
-            colour[n] = 1
-            ok = all(visit(m) for m in succ[n])
-            colour[n] = 2
-            return ok
-        return visit("start")
-
     FLAT_PARSER_STATES = 48      # most state copies a parser is inlined into (a DAG with shared states)
 
     def gen_parser_flat(self, d) -> bool:
@@ -1322,7 +1296,7 @@ class Gen:
         plain local.  Returns False, emitting nothing, when the copies would exceed
         :attr:`FLAT_PARSER_STATES`."""
         byname = {st.name: st for st in d.states}
-        if self._flat_copies(d) > self.FLAT_PARSER_STATES:
+        if flat_state_copies(d) > self.FLAT_PARSER_STATES:
             return False
         ctx = {"kind": "parser"}
 
@@ -1438,7 +1412,7 @@ class Gen:
     def run_body(self, ind: int, body: A.Stmt, ctx: dict) -> None:
         """A control's or action's body; one holding a ``return`` runs in a one-pass ``while True``
         loop, so its returns (generated as ``break``) leave exactly that body."""
-        if _contains(body, A.Return):
+        if contains(body, A.Return):
             self.emit(ind, "while True:")
             self.stmt(ind + 1, body, ctx)
             self.emit(ind + 1, "break")
@@ -1511,7 +1485,7 @@ class Gen:
         d = b.decl
         self.emit(ind, "try:")
         inner = ind + 1
-        loop = _contains(d.apply, A.Return)
+        loop = contains(d.apply, A.Return)
         if loop:
             self.emit(inner, "while True:")
             inner += 1
@@ -1565,7 +1539,7 @@ class Gen:
         self.emit(ind, "g_perr = 0")
         self.emit(ind, "try:")
         self._parser_locals(ind + 1, d)
-        flat = self._parser_is_dag(d) and self._flat_copies(d) <= self.FLAT_PARSER_STATES
+        flat = parser_is_dag(d) and flat_state_copies(d) <= self.FLAT_PARSER_STATES
         if flat:
             def goto(i: int, name: str) -> None:
                 if name in ("accept", "reject"):
@@ -1750,21 +1724,6 @@ class Gen:
             head += [f"{n} = _Struct({fmt!r})", f"U{n} = {n}.unpack_from", f"K{n} = {n}.pack"]
         return "\n".join(head + out) + "\n"
 
-    def _flat_copies(self, d) -> int:
-        """How many state copies the flat (one-function) parser of ``d`` needs."""
-        byname = {st.name: st for st in d.states}
-        memo: dict[str, int] = {}
-
-        def copies(name: str) -> int:
-            if name not in byname:
-                return 0
-            if name not in memo:
-                tr = byname[name].transition
-                succ = [tr.state] if tr.state is not None else [c.state for c in tr.cases]
-                memo[name] = 1 + sum(copies(m) for m in succ)
-            return memo[name]
-        return copies("start")
-
     def generate(self) -> str:
         p = self.prog
         for role in ("parser", "verify", "ingress", "egress", "compute", "deparser"):
@@ -1793,65 +1752,6 @@ class Gen:
 
 
 _INT_LITERAL = re.compile(r"-?[0-9]+")
-
-
-def _is_lookahead(e) -> bool:
-    return isinstance(e, A.Call) and e.kind == "method" and e.target == ("packet_in", "lookahead")
-
-
-def _refers(node, sym: Sym) -> bool:
-    """Whether the syntax tree ``node`` names ``sym``."""
-    if isinstance(node, A.Name):
-        return node.ref is sym
-    if isinstance(node, list):
-        return any(_refers(x, sym) for x in node)
-    if isinstance(node, A.Node):
-        return any(_refers(v, sym) for k, v in vars(node).items() if k not in ("ref", "type", "loc"))
-    return False
-
-
-def _overwrites(st, sym: Sym) -> bool:
-    """Whether statement ``st`` always sets the scalar variable ``sym`` without reading it first: an
-    assignment to it, or a register read or hash() into it."""
-    if not isinstance(sym.type, (Bits, ir.BoolT)):
-        return False
-    if isinstance(st, A.Assign):
-        return isinstance(st.lhs, A.Name) and st.lhs.ref is sym and not _refers(st.rhs, sym)
-    if isinstance(st, A.CallStmt):
-        c = st.call
-        k = c.kind
-        out = c.args[0] if c.args else None
-        if not (isinstance(out, A.Name) and out.ref is sym) or _refers(c.args[1:], sym):
-            return False
-        return (k == "method" and c.target == ("register", "read")) or (k == "efunc" and c.target == "hash")
-    return False
-
-
-def _set_before_use(rest: list, sym: Sym) -> bool:
-    """Whether a scalar variable declared just before the statements ``rest`` (its whole scope) is set
-    by the first of them that names it, or named by none: its initial value is then never read."""
-    if not isinstance(sym.type, (Bits, ir.BoolT)):
-        return False
-    for st in rest:
-        if _refers(st, sym):
-            return _overwrites(st, sym)
-    return True
-
-
-def _contains(st, kind: type) -> bool:
-    """Whether a statement holds a statement of class ``kind`` (``A.Return``, ``A.Exit``) in its blocks,
-    branches and switch cases (actions called from it are separate bodies)."""
-    if isinstance(st, kind):
-        return True
-    if isinstance(st, A.Block):
-        return any(_contains(x, kind) for x in st.stmts)
-    if isinstance(st, A.If):
-        return _contains(st.then, kind) or (st.other is not None and _contains(st.other, kind))
-    if isinstance(st, A.Switch):
-        return any(c.body is not None and _contains(c.body, kind) for c in st.cases)
-    if isinstance(st, A.For):
-        return _contains(st.body, kind)
-    return False
 
 
 def _named(decl, sym: Sym) -> A.Name:
