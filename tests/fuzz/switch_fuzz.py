@@ -1,5 +1,7 @@
 """Mutated DLCP packets into a live switch: ``dlcp-switch`` (a subprocess) running p4src/dlcp.p4 between two
-network namespaces joined to it by veth pairs, with routes installed over P4Runtime as a controller does.
+network namespaces joined to it by veth pairs, programmed over P4Runtime as a controller does (routes, an
+equal-cost group DLCP packets are sprayed over, trusted DLCP priorities, drop and mark thresholds), its port to
+host 2 drained at a bounded rate so that queues build.
 
 Each batch ``b`` of seed ``s`` (always the same frames for the same ``(s, b)``): host 1 sends, through an
 AF_PACKET socket, frames built from genuine DLCP datagrams addressed to host 2 (or to no route), the DLCP part
@@ -108,14 +110,15 @@ def _outer(f: bytearray, rng: random.Random) -> tuple[bytearray, str]:
     return f + rng.randbytes(rng.randint(1, 200)), "frame_extend"
 
 
-def genuine_dlcp(rng: random.Random, *, tid: int, seq: int, total: int) -> bytes:
-    """A well-formed DLCP datagram of a variety of kinds (data in each dtype, feedback, control)."""
+def genuine_dlcp(rng: random.Random, *, tid: int, seq: int, total: int, eligible: bool = True) -> bytes:
+    """A well-formed DLCP datagram of a variety of kinds (data in each dtype, feedback, control); a data packet
+    is drop-eligible only where ``eligible`` allows."""
     mt = rng.choice((MsgType.DATA, MsgType.DATA, MsgType.DATA, MsgType.ACK, MsgType.NACK, MsgType.CONTROL))
     if mt == MsgType.DATA:
         dt = rng.choice(list(DType))
         count = rng.randint(0, 64)
         payload = rng.randbytes(count * dt.itemsize)
-        elig = rng.randrange(total)
+        elig = rng.randrange(total) if eligible else 0
         flags = Flag.DROP_ELIGIBLE if seq < elig else Flag.NONE
         h = Header(msg_type=mt, flags=flags | (Flag.LAST if seq == total - 1 else Flag.NONE),
                    priority=rng.randrange(8), mag_class=rng.randrange(8), dtype=dt, layer=rng.randrange(100),
@@ -149,6 +152,7 @@ class Result:
     counter_errors: int = 0
     operators: dict[str, int] = field(default_factory=dict)
     ingress_drops: dict[str, int] = field(default_factory=dict)  # by reason (dlcp.p4's DROP_*)
+    eligible_drops: int = 0  # drop-eligible frames the thresholds dropped (in ingress or egress)
     switch_drops: dict[str, int] = field(default_factory=dict)  # the daemon's drops by reason (management stats)
     port_rx: int = 0
     forwarded: int = 0
@@ -205,42 +209,81 @@ def _counters(c: _Client, names: tuple[str, ...]) -> dict[str, dict[int, int]]:
     return out
 
 
-def _routes(c: _Client, net) -> None:
-    """Routes to both hosts (as the controller installs them): 10.77.i.0/24 -> port i, next-hop MAC the host."""
+def _program(c: _Client, net) -> None:
+    """What a controller installs, over P4Runtime: host 1's route (10.77.1.0/24 to port 1); host 2's through an
+    equal-cost group of two next hops on port 2 (DLCP packets sprayed over them, the program's default load
+    balancing); the DLCP priority trusted for data packets, so hostile frames spread over every queue; and on
+    port 2, drop and ECN-mark thresholds of a few packets, so drop-eligible frames meet the early drop."""
     info = c.corpus.info
-    table = next(t for t in info.tables if t.preamble.name.endswith("ipv4_lpm"))
-    action = next(a for a in info.actions if a.preamble.name.endswith("set_nhop"))
-    params = {p.name: p for p in action.params}
+    tables = {t.preamble.name.rsplit(".", 1)[-1]: t for t in info.tables}
+    actions = {a.preamble.name.rsplit(".", 1)[-1]: a for a in info.actions}
     req = p4r.WriteRequest(device_id=0, election_id=p4r.Uint128(high=0, low=c.election))
-    for i in net.hosts:
+
+    def entry(table: str, action: str, **params: int) -> p4r.TableEntry:
         u = req.updates.add(type=p4r.Update.INSERT)
         e = u.entity.table_entry
-        e.table_id = table.preamble.id
-        m = e.match.add(field_id=table.match_fields[0].id)
+        e.table_id = tables[table].preamble.id
+        a = actions[action]
+        e.action.action.action_id = a.preamble.id
+        for prm in a.params:
+            e.action.action.params.add(param_id=prm.id, value=_bits(params[prm.name], prm.bitwidth))
+        return e
+
+    def nhop(i: int, nhop_id: int) -> dict[str, int]:
+        return {"dmac": int(net.mac(i).replace(":", ""), 16), "smac": int(ROUTER_MAC.replace(":", ""), 16),
+                "port": i, "nhop_id": nhop_id}
+
+    lpm = tables["ipv4_lpm"].match_fields[0].id
+    for i, action, params in ((1, "set_nhop", nhop(1, 1)), (2, "set_ecmp", {"group": 1, "size": 2})):
+        m = entry("ipv4_lpm", action, **params).match.add(field_id=lpm)
         m.lpm.value = socket.inet_aton(f"10.77.{i}.0")
         m.lpm.prefix_len = 24
-        e.action.action.action_id = action.preamble.id
-        for name, v in (("dmac", int(net.mac(i).replace(":", ""), 16)), ("smac", int(ROUTER_MAC.replace(":", ""), 16)),
-                        ("port", i), ("nhop_id", i)):
-            e.action.action.params.add(param_id=params[name].id, value=_bits(v, params[name].bitwidth))
+    group, index = (f.id for f in tables["ecmp_nhop"].match_fields)
+    for k in range(2):
+        e = entry("ecmp_nhop", "set_nhop", **nhop(2, 2 + k))
+        e.match.add(field_id=group).exact.value = _bits(1, 16)
+        e.match.add(field_id=index).exact.value = _bits(k, 16)
+    prio = entry("dlcp_priority", "trust_dlcp_priority")
+    prio.priority = 10
+    mt = next(f for f in tables["dlcp_priority"].match_fields if f.name.endswith("msg_type"))
+    prio.match.add(field_id=mt.id).ternary.value = _bits(0, 4)
+    prio.match[0].ternary.mask = _bits(0xF, 4)
+    regs = {r.preamble.name: r for r in info.registers}
+    for name, value in (("drop_threshold", 3), ("mark_threshold", 1)):
+        for q in range(8):
+            u = req.updates.add(type=p4r.Update.MODIFY)
+            u.entity.register_entry.register_id = regs[name].preamble.id
+            u.entity.register_entry.index.index = 2 * 8 + q  # (port 2, priority q), as dlcp.p4 numbers slots
+            u.entity.register_entry.data.bitstring = _bits(value, 19)
     c.stub.Write(req, timeout=c.deadline)
+
+
+def _drained(mgmt, timeout: float) -> None:
+    """Wait until every queue of the switch is empty (or ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(q.depth == 0 for p in mgmt.stats().ports.values() for q in p.queues.values()):
+            return
+        time.sleep(0.02)
 
 
 def _account(res: Result, st, cnt: dict[str, dict[int, int]], last: dict[str, int], where: str) -> int:
     """Check the counters against the last reading and against each other; record them in ``res``; returns the
     frames received that no counter shows yet (in flight, or lost without a count)."""
     drops = cnt["DlcpIngress.ingress_drops"]
+    # eligible packets dropped in egress (the early drop in ingress is one of the ingress drops as well)
+    egress_drops = sum(cnt["eligible_drops"].values()) - drops.get(_DROP_REASONS.index("early_eligible"), 0)
     by_reason: dict[str, int] = {}
     for (_port, _prio, why), n in st.drops.items():
         by_reason[why] = by_reason.get(why, 0) + n
     port_rx = sum(p.rx_packets for n, p in st.ports.items() if n != CPU_PORT)
     fwd = sum(cnt["DlcpEgress.port_forwarded"].values())
-    now = {"rx": port_rx, "drops": sum(drops.values()), "fwd": fwd}
+    now = {"rx": port_rx, "drops": sum(drops.values()) + egress_drops, "fwd": fwd}
     if any(now[k] < last.get(k, 0) for k in now):
         res.counter_errors += 1
         res.failures.append(f"{where}: a counter went down: {last} -> {now}")
     last.update(now)
-    # every program drop is a pipeline drop for the daemon (no egress drops: the thresholds are 0)
+    # every drop the program counts is a pipeline drop for the daemon, and the other way round
     if by_reason.get("pipeline_drop", 0) != now["drops"]:
         res.counter_errors += 1
         res.failures.append(f"{where}: the program counted {now['drops']} drops, the daemon "
@@ -252,13 +295,15 @@ def _account(res: Result, st, cnt: dict[str, dict[int, int]], last: dict[str, in
         res.failures.append(f"{where}: the counters show more packets ({now['drops']} dropped by the program, "
                             f"{other} by the switch, {fwd} forwarded) than the ports received ({port_rx})")
     res.ingress_drops = {_DROP_REASONS[i]: n for i, n in sorted(drops.items()) if n}
+    res.eligible_drops = sum(cnt["eligible_drops"].values())
     res.switch_drops = by_reason
     res.port_rx, res.forwarded, res.unaccounted = port_rx, fwd, unaccounted
     return unaccounted
 
 
 def campaign(seed: int, seconds: float, *, min_batches: int = 1, max_batches: int = 10**9,
-             frames_per_batch: int = 150, genuine_per_batch: int = 10, deliver_timeout: float = 15.0) -> Result:
+             frames_per_batch: int = 150, genuine_per_batch: int = 10, deliver_timeout: float = 15.0,
+             queue_rate: float = 5000.0) -> Result:
     """Batches ``0, 1, ...`` of ``seed`` for ``seconds`` (at least ``min_batches``)."""
     sys.path.insert(0, str(ROOT / "tests" / "switch"))
     from switch.mgmt import MgmtClient
@@ -275,15 +320,17 @@ def campaign(seed: int, seconds: float, *, min_batches: int = 1, max_batches: in
         daemon = Daemon(*net.port_args(), "--cpu-port", str(CPU_PORT), "-I", str(INCLUDE), "--log-level", "error",
                         str(PROGRAM))
         client = _Client(daemon.addr, Corpus(info, PROGRAM.read_bytes()), 30.0)
-        _routes(client, net)
+        _program(client, net)
         mgmt = MgmtClient(daemon.addr)
+        # port 2's queues drain at a bounded rate, so a batch builds queues: thresholds, marks and full queues act
+        mgmt.set_queue(2, rate_pps=queue_rate)
         inj = _Agent(net.ns[1], "inject", "eth0")
         good = _Agent(net.ns[1], "udp", net.ip(2), str(wire.UDP_PORT))
         rx = _Agent(net.ns[2], "recv", str(wire.UDP_PORT))
         agents += [inj, good, rx]
         if rx.lines.get(timeout=20) != "ready":
             raise RuntimeError("the receiving agent did not start")
-        names = ("DlcpIngress.ingress_drops", "DlcpEgress.port_forwarded")
+        names = ("DlcpIngress.ingress_drops", "DlcpEgress.port_forwarded", "eligible_drops")
         last = {"rx": 0, "drops": 0, "fwd": 0}
         pool: list[bytes] = []
         end = time.monotonic() + seconds
@@ -314,9 +361,10 @@ def campaign(seed: int, seconds: float, *, min_batches: int = 1, max_batches: in
             sent, refused = inj.send(frames)
             res.frames_sent += sent
             res.frames_refused += refused
+            _drained(mgmt, deliver_timeout)  # (a genuine datagram behind a full queue would be dropped there)
             # then genuine traffic through host 1's own UDP socket: every datagram must come out at host 2
             want = {genuine_dlcp(random.Random(f"{seed}:{b}:g{k}"), tid=1 << 20 | b, seq=k,
-                                 total=genuine_per_batch) for k in range(genuine_per_batch)}
+                                 total=genuine_per_batch, eligible=False) for k in range(genuine_per_batch)}
             good.send(sorted(want))
             res.genuine_sent += len(want)
             got: set[bytes] = set()
