@@ -691,12 +691,6 @@ class Parser:
             return A.TypeRef(lb.loc, "stack", args=[ty], size=size)
         return ty
 
-    def is_type_start(self) -> bool:
-        t = self.tok
-        if t.kind == "kw" and t.text in BASE_TYPE_KW:
-            return True
-        return t.kind == "id" and self.is_type_name(t.text)
-
     # -- statements ----------------------------------------------------------------------------
     def block(self) -> A.Block:
         lb = self.expect("{")

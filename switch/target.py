@@ -801,17 +801,6 @@ class Switch:
         self._check_index(index, m.size)
         m.cells[index].set(runtime.MeterConfig(cir, cburst, pir, pburst), self.now_ns)
 
-    def meter_get(self, name, index: int) -> runtime.MeterConfig | None:
-        m = self._inst("meters", name, runtime.Meter)
-        self._check_index(index, m.size)
-        return m.cells[index].config
-
-    def direct_meter_set(self, table, match, priority: int, cir: int, cburst: int, pir: int, pburst: int) -> None:
-        e = self.get_entry(table, match, priority)
-        if e is None:
-            raise SwitchError("NOT_FOUND", "no such entry")
-        e.meter.set(runtime.MeterConfig(cir, cburst, pir, pburst), self.now_ns)
-
     @staticmethod
     def _check_index(i: int, size: int) -> None:
         if not 0 <= i < size:
@@ -859,11 +848,6 @@ class Switch:
         return sorted(self._value_set(name)[1])
 
     # ---- digests ----------------------------------------------------------------------------------
-    def take_digests(self) -> list[tuple[str, tuple]]:
-        out = [(self.ir.digests[i].name, v) for i, v in self.digests]
-        self.digests.clear()
-        return out
-
 
 class _Ids:
     """Name <-> P4Info id resolution for the API (accepts either)."""
