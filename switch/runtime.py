@@ -275,13 +275,29 @@ class Entry:
     seq: int = 0                     # insertion order: among equal ranks the older entry wins
 
 
+def _masker(masks: tuple):
+    """A function from a key tuple to the tuple of its fields under ``masks``, unrolled for the common one- and
+    two-field keys (a lookup applies one per mask group it probes)."""
+    if len(masks) == 1:
+        (m0,) = masks
+        return lambda k: (k[0] & m0,)
+    if len(masks) == 2:
+        m0, m1 = masks
+        return lambda k: (k[0] & m0, k[1] & m1)
+    if len(masks) == 3:
+        m0, m1, m2 = masks
+        return lambda k: (k[0] & m0, k[1] & m1, k[2] & m2)
+    return lambda k: tuple([x & m for x, m in zip(k, masks)])
+
+
 class _Group:
     """Entries of a non-exact, non-LPM table that share one tuple of masks (see :meth:`Table._find`)."""
 
-    __slots__ = ("masks", "values", "size", "ranks", "best")
+    __slots__ = ("masks", "values", "size", "ranks", "best", "masked")
 
     def __init__(self, masks: tuple):
         self.masks = masks
+        self.masked = _masker(masks)                   # key -> the key under these masks (what values holds)
         self.values: dict[tuple, list[Entry]] = {}     # masked values -> entries, best (rank, then oldest) first
         self.size = 0
         self.ranks: list[int] = []                     # every entry's rank, sorted (for ``best``)
@@ -540,7 +556,7 @@ class Table:
         for g in self.group_order:
             if best is not None and g.best < best.rank:
                 break
-            cands = g.values.get(tuple([k & m for k, m in zip(key, g.masks)]))
+            cands = g.values.get(g.masked(key))
             if not cands:
                 continue
             for e in cands:
