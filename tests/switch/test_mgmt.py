@@ -78,3 +78,20 @@ def test_settings_and_counters_survive_a_pipeline_change():
     st = dev.stats()
     assert st.ports[2].queues[7].enq_packets == 1 and st.ports[2].queues[7].peak_depth == 1
     assert st.drops[(2, 7, "pipeline_change")] == 1           # the queued packet of the old pipeline
+
+
+def test_custom_crc_parameters_need_a_pipeline_and_reset_with_a_new_one():
+    """No pipeline: FAILED_PRECONDITION and no calculations; a new pipeline starts from BMv2's defaults."""
+    from switch.errors import SwitchError
+    crc = PROGRAMS.parent / "conformance" / "crc_custom.p4"
+    dev = Device(0, include_dirs=[str(crc.parent)])
+    assert dev.crc_calculations() == []
+    with pytest.raises(SwitchError) as ei:
+        dev.set_crc_parameters("calc_0", 32, 0x1EDC6F41, 0, 0, True, True)
+    assert ei.value.code == "FAILED_PRECONDITION"
+    dev.install(build_pipeline(dev, crc.read_bytes()))
+    dev.set_crc_parameters("calc_1", 32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, True, True)
+    assert dev.crc_calculations()[1].polynomial == 0x1EDC6F41
+    assert dev.crc_calculations()[1].location == "p4_device_config:34:9"
+    dev.install(build_pipeline(dev, crc.read_bytes()))
+    assert [c.polynomial for c in dev.crc_calculations()] == [0x04C11DB7] * 3 + [0x8005] * 2
