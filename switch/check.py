@@ -89,7 +89,6 @@ class Checker:
         self.tables: list[ir.TableIR] = []
         self.instances: list[ir.InstanceIR] = []
         self.digests: dict[str, ir.DigestIR] = {}
-        self.blocks: dict[str, ir.BlockIR] = {}
         self.value_sets: list[ir.ValueSetIR] = []
         self.header_types: dict[str, ir.Type] = {}
         self.main: A.Instance | None = None

@@ -83,7 +83,6 @@ class Gen:
         # the generated code is the i-th (see hash_fn)
         self.custom_crcs: list[tuple[Loc, int]] = []
         self._custom_index: dict[tuple[str, int, int], int] = {}
-        self.ns: dict[str, Any] = {}
         self.structs: dict[str, str] = {}     # struct format -> name of its Struct in the generated code
         self.loops: list[str] = []            # break flags of the enclosing for loops
         self.H = self.alloc(prog.headers_type)
