@@ -97,9 +97,8 @@ _PROBE_EVERY = 1.0  # seconds between probes of a silent peer this rank waits on
 # Loss detection by ACK (RACK-like, RFC 8985): a packet is lost once a packet sent at least _REORDER_PKTS packets
 # and one reordering window later has been ACKed. The count alone (TCP's dupthresh) is not enough: packets of one
 # burst can arrive out of order (sprayed over paths, or on Linux veth/loopback paths without RPS, where each CPU's
-# backlog delivers the packets that CPU dequeued), and a whole GRO buffer arriving behind the next one made
-# spurious retransmissions of 7-40 packets in a 16 MiB all-reduce. The window is a quarter of the minimum RTT,
-# at least _REORDER_TIME (as RACK's reo_wnd).
+# backlog delivers the packets that CPU dequeued; a whole GRO buffer can arrive behind the next one). The window
+# is a quarter of the minimum RTT, at least _REORDER_TIME (as RACK's reo_wnd; docs/decisions.md).
 _REORDER_PKTS = 3
 _REORDER_TIME = 0.001
 # The receiver's wait after the LAST packet before it NACKs the holes starts at _REORDER_TIME per sending peer and
@@ -107,8 +106,7 @@ _REORDER_TIME = 0.001
 # NACKed, arriving before or after its transfer completed, shows the NACK was premature: the path reorders more
 # than the wait, so the wait doubles, up to _REORDER_MAX. Each transfer of that peer completed without a NACK
 # shrinks it by _REORDER_DECAY. (Once a transfer has NACKed, its packets take the Python path, which sees each
-# packet's flags.) Sprayed paths through a software switch reorder by milliseconds: with a fixed 1 ms wait nearly
-# every transfer of a testbed demo run was NACKed and 7% of its packets were retransmitted for nothing.
+# packet's flags.) Sprayed paths through a software switch reorder by milliseconds, more than a fixed 1 ms wait.
 _REORDER_MAX = 0.016
 _REORDER_DECAY = 0.98
 _TOS_CONTROL = tos_byte(CONTROL_PRIORITY, False)
@@ -201,16 +199,13 @@ class Options:
     # SO_SNDBUF (forced when root; the kernel doubles it): the bytes this socket may have queued in the host, in the
     # qdisc and the device, as TCP Small Queues bounds a TCP socket's. Congestion windows are per peer and may
     # overshoot; a full send buffer makes the sender wait for the queue to drain instead of overflowing the host's
-    # own egress queue, which drops whole GSO bursts (the P=4 ring on 1 Gb/s tbf links: 70-140 such drops and 450-940
-    # retransmissions in 20 all-reduces of 16 MiB with 32 MiB here, none with 1 MiB; see docs/transport.md).
+    # own egress queue, which drops whole GSO bursts (docs/decisions.md has the figures).
     send_buf: int = 1 << 20
     # SO_SNDBUF while data goes to two or more peers at once (send_buf again when one is left). The host's queue is
     # one FIFO every flow's packets wait in, so its depth is delay in every flow's RTT: 2 MiB is ~16 ms at 1 Gb/s,
-    # past the 10 ms delay target. Windows were then cut for a queue the host built itself, unequally, and a
-    # sender's flows finished 75-115 ms apart in the 4-host all-to-all (1 Gb/s tbf links). Kept shallow, the queue
-    # leaves the windows open and the I/O thread's round-robin over peers splits the link evenly: 20-30 ms apart,
-    # 0.91 against 0.84 Gb/s (docs/transport.md). One peer keeps the deep buffer, which rides out the I/O thread's
-    # scheduling gaps (the ring's transfers).
+    # past the 10 ms delay target: windows would be cut, unequally, for a queue the host built itself. Kept shallow,
+    # the queue leaves the windows open and the I/O thread's round-robin over peers splits the link evenly
+    # (docs/decisions.md). One peer keeps the deep buffer, which rides out the I/O thread's scheduling gaps.
     send_buf_shared: int = 256 << 10
     # data buffered for transfers nobody has called recv() for yet, their bookkeeping included (_BOOK_BYTES per
     # packet the first header claims): a header's ``total`` reserves nothing beyond it
@@ -222,8 +217,8 @@ class Options:
     unposted_expiry: float = 120.0
     # A reliable send (loss bound 0) of more than this many bytes is classified a slice of this size at a time:
     # send() classifies the first slice and returns; the I/O thread classifies each next slice while the previous
-    # one's packets are on the wire (magnitude classes are then octiles within each slice). Classifying all of a
-    # 64 MiB tensor first kept the link idle for 19 ms at MTU 1500 (docs/transport.md). A send with drop-eligible
+    # one's packets are on the wire (magnitude classes are then octiles within each slice), so the link is not idle
+    # while a large tensor is classified (docs/decisions.md). A send with drop-eligible
     # packets is classified whole (its eligible packets take the first seqs), and so is every send to a peer on a
     # loopback address (see Endpoint.__init__). 0: every send is classified whole.
     classify_slice: int = 4 << 20
@@ -366,7 +361,7 @@ class _Out:
         self.handle = SendHandle(peer, tid)
         # the caller of send() is transmitting this transfer's first burst outside the lock: the I/O thread leaves
         # the transfer alone until it is done, or its next burst would race the first one onto the wire and
-        # arrive ahead of it (seen on loopback: the tail packet first, then a NACK for everything before it)
+        # arrive ahead of it (the receiver would then NACK everything before it)
         self.sending = False
         # a send classified in slices, until its last slice is: (classify(lo, hi), packets per slice); the I/O
         # thread classifies the next slice when the unsent headers run low (Endpoint._classify_slices)
@@ -550,7 +545,7 @@ class Endpoint:
         self.local_addr = self.addr_map[self.rank]
         # peers to whom large reliable sends are classified in slices (Options.classify_slice): not those on this
         # host. A loopback "link" runs at the CPU's speed, so there is no wire time to hide a slice's classification
-        # behind, and the slices' extra steps made loopback all-reduces of 16-256 MiB 5-10% slower.
+        # behind, and the slices' extra steps only cost time there (docs/decisions.md).
         self._slice_to = {r: not ipaddress.ip_address(a[0]).is_loopback for r, a in self.addr_map.items()}
 
         # The bind is exclusive: no SO_REUSEADDR/SO_REUSEPORT. With them a second job on this host could bind the
@@ -715,11 +710,10 @@ class Endpoint:
 
     def _classify_slices(self) -> None:
         """On the I/O thread: classify the next slice of every sliced send with less than half a slice of written
-        headers left to send, and make its packets sendable. Here and not in send()'s caller: a caller classifying
-        while the I/O thread runs hands the GIL back and forth with it (up to the switch interval, 5 ms, per
-        handoff), so a host sending 16 MiB to three peers started the third flow 15-50 ms after the first; and a
-        classifier thread of its own competed with the I/O thread the same way (docs/transport.md). A slice is
-        0.5-1 ms of work for 4 MiB. A policy that fails on a slice fails that transfer (its handle raises)."""
+        headers left to send, and make its packets sendable. Here and not in send()'s caller, nor in a thread of its
+        own: either would hand the GIL back and forth with the I/O thread (up to the switch interval, 5 ms, per
+        handoff) and delay the other flows' sends (docs/decisions.md). A policy that fails on a slice fails that
+        transfer (its handle raises)."""
         with self._lock:
             due = []
             for o in list(self._sliced):
