@@ -156,7 +156,7 @@ class Result:
     replays: int = 0
     filtered: int = 0  # mutants not sent: well-formed claims on a genuine transfer in a mode without authentication
     genuine_bytes: int = 0
-    reverse_failed: int = 0  # reverse decoys (attacked without the forgery rule) that failed: counted, not judged
+    reverse_failed: int = 0  # reverse decoys that failed (judged in the outsider mode only, see _round)
     crashes: int = 0
     hangs: int = 0
     corrupted: int = 0
@@ -364,7 +364,8 @@ def _round(i: int, seed: int, mode: str, key: bytes | None, mkey: bytes | None, 
     dout = np.zeros_like(dx)
     post_first = rng.random() < 0.7
     decoy_h = receiver.post_recv(0, decoy_tid, dout, timeout=round_timeout)
-    rev_h = sender.post_recv(1, rev_tid, np.zeros_like(rx), timeout=round_timeout)
+    rev_out = np.zeros_like(rx)
+    rev_h = sender.post_recv(1, rev_tid, rev_out, timeout=round_timeout)
     rev_s = receiver.send(0, rx, transfer_id=rev_tid)
     h = receiver.post_recv(0, tid, out, timeout=round_timeout) if post_first else None
     injector = threading.Thread(target=inject, name="fuzz-inject", daemon=True)
@@ -393,12 +394,26 @@ def _round(i: int, seed: int, mode: str, key: bytes | None, mkey: bytes | None, 
             res.hangs += 1
             res.failures.append(f"{where}: the injector did not finish")
         decoy_h.cancel()
-        try:  # (the reverse decoy is attacked by forged feedback in every mode: its outcome is not judged, but
-            # it ends, one way or the other, within the round timeout)
-            rev_h.wait(round_timeout)
-            rev_s.wait(round_timeout)
-        except TransportError:
+        # The reverse decoy meets forged feedback in every mode. Without a key (off) or from a key holder (insider)
+        # a forged ACK or DONE can end its send early, and its receive then waits in vain: its outcome is counted,
+        # not judged, and it is given a few seconds, not the round's timeout. An outsider must not disturb it.
+        try:
+            rr = rev_h.wait(round_timeout if mode == "outsider" else min(round_timeout, 3.0))
+            if mode == "outsider" and (rr.report.lost_ranges or rev_out.tobytes() != rx.tobytes()):
+                res.corrupted += 1
+                res.failures.append(f"{where}: the reverse transfer's tensor differs from the sent one")
+        except TransportError as e:
             res.reverse_failed += 1
+            if mode == "outsider":
+                res.hangs += 1
+                res.failures.append(f"{where}: the reverse transfer did not complete: {e}")
+        try:
+            rev_s.wait(round_timeout)
+        except TransportError as e:
+            res.reverse_failed += 1
+            if mode == "outsider":
+                res.hangs += 1
+                res.failures.append(f"{where}: the reverse send did not complete: {e}")
     replay_pool.extend(legit[:3] + decoy[:2])
     del replay_pool[:-200]
 
