@@ -141,8 +141,8 @@ def goals_section(doc: dict[str, Any], which: str = "") -> list[str]:
             "is therefore (1 + r) / max(1, r) for the baseline's exposed comm / compute r: 2x when they are equal, "
             "less on either side, and DeAR's own costs (per-group launches, the ring reduce-scatter's extra "
             "latency steps, more CPU on a loaded machine) come off that. The goal settings train the MLP, whose "
-            "three parameterised layers leave little to pipeline (the reduce-scatter of the last fusion group "
-            "cannot start before the backward pass ends); the workloads section has DeAR on a deeper model. Top-k all-gather delivers every rank's k values to every rank, so each "
+            "three parameterised layers leave little to pipeline (the reduce-scatter of the group holding the first "
+            "layer cannot start before the backward pass ends); the workloads section has DeAR on a deeper model. Top-k all-gather delivers every rank's k values to every rank, so each "
             "rank receives (P - 1) k index-value pairs per step, growing with P; SparDL's reduce-scatter keeps at "
             "most k per block on every hop and its result holds k per block, so its traffic grows far more slowly "
             "with P: at 8 workers and slow links the all-gather's volume dominates its step.", "",
