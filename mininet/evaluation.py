@@ -142,10 +142,11 @@ def goals_section(doc: dict[str, Any], which: str = "") -> list[str]:
             "less on either side, and DeAR's own costs (per-group launches, the ring reduce-scatter's extra "
             "latency steps, more CPU on a loaded machine) come off that. The goal settings train the MLP, whose "
             "three parameterised layers leave little to pipeline (the reduce-scatter of the group holding the first "
-            "layer cannot start before the backward pass ends); the workloads section has DeAR on a deeper model. Top-k all-gather delivers every rank's k values to every rank, so each "
-            "rank receives (P - 1) k index-value pairs per step, growing with P; SparDL's reduce-scatter keeps at "
-            "most k per block on every hop and its result holds k per block, so its traffic grows far more slowly "
-            "with P: at 8 workers and slow links the all-gather's volume dominates its step.", "",
+            "layer cannot start before the backward pass ends); the workloads section has DeAR on a deeper "
+            "model. Top-k all-gather delivers every rank's k values to every rank, so each rank receives "
+            "(P - 1) k index-value pairs per step, growing with P; SparDL's reduce-scatter keeps at most k per "
+            "block on every hop and its result holds k per block, so its traffic grows far more slowly with P: "
+            "at 8 workers and slow links the all-gather's volume dominates its step.", "",
             "Generated verdicts (speed-up = the baseline's iteration time over the method's):", ""]
     for base, method, goal, what in GOALS:
         if base not in cells or method not in cells:
@@ -172,8 +173,8 @@ def workloads_section(doc: dict[str, Any]) -> list[str]:
            "Three workloads (`examples/testbed/workloads/`): the MLP on digits (85k parameters, 340 KB of "
            "gradients; its test set is digits' fixed 359 images), a CNN on synthetic CIFAR-shaped images (137k "
            "parameters, 550 KB; 10,000 held-out images), and a small transformer on the generated text (71k "
-           "parameters, 280 KB; 20,000 held-out windows); 4 workers on one switch with 20 Mb/s links, compute emulated per step (MLP 200 ms, "
-           "CNN 300 ms, transformer 150 ms). `exposed comm / compute` of DDP (whose single bucket overlaps "
+           "parameters, 280 KB; 20,000 held-out windows); 4 workers on one switch with 20 Mb/s links, compute "
+           "emulated per step (MLP 200 ms, CNN 300 ms, transformer 150 ms). `exposed comm / compute` of DDP (whose single bucket overlaps "
            "nothing at these sizes) is its communication over its computation; DeAR's is what its overlap leaves "
            "exposed.", ""]
     out += _table(doc, None)

@@ -303,7 +303,8 @@ def train(spec: RunSpec, out: Path) -> dict[str, Any]:
     dist.barrier()
     dist.destroy_process_group()
     result = {"rank": rank, "world": world, "algorithm": spec.algorithm, "iterations": iters, "evals": evals,
-              "final_accuracy": final, "wall_s": time.monotonic() - t0, "compute_s": compute_s, "cpu_s": time.process_time() - cpu0,
+              "final_accuracy": final, "wall_s": time.monotonic() - t0, "compute_s": compute_s,
+              "cpu_s": time.process_time() - cpu0,
               "transport": _jsonable(stats)}
     out.write_text(json.dumps(result))
     return result
