@@ -335,12 +335,13 @@ class Acid:
                 elif now - seen[r][1] > self.dead_after:
                     silent.append(r)
             if len(arrived) + len(silent) == self.world:
-                if silent:
-                    log.warning("rank %d: ranks %s silent for %.0fs: left out of the final average", me, silent,
-                                self.dead_after)
                 store.compare_set("survivors", "", ",".join(map(str, arrived)))
                 continue  # read back whatever list won
             time.sleep(min(0.05, self.dead_after / 20))
+        gone = sorted(set(range(self.world)) - set(survivors))
+        if gone:
+            log.warning("rank %d: ranks %s silent for %.0fs: left out of the final average", me, gone,
+                        self.dead_after)
         if me not in survivors:
             raise AcidError(f"rank {me}: left out of the final average (the others saw no heartbeat from it for "
                             f"{self.dead_after}s); survivors: {survivors}")

@@ -116,6 +116,7 @@ class _Task:
             self.X, self.y = make_shard(spec, world, rank)
             self.model: nn.Module = build_model(spec, seed=a.seed * 7919 + rank)  # start average: makes them equal
             self.X_eval, self.y_eval = make_full(spec, world)  # the global training set the run minimises
+            self.classes = spec.classes
         else:
             from testbed import data as tb_data
             from testbed import models as tb_models
@@ -131,6 +132,7 @@ class _Task:
             self.X, self.y = tb_data.shard(split.x_train, split.y_train, rank, world)
             self.model = tb_models.build(a.model, split, hidden=a.hidden, seed=a.seed)
             self.X_eval, self.y_eval = split.x_test, split.y_test
+            self.classes = split.num_classes
         self.params = [p for p in self.model.parameters() if p.requires_grad]
 
     def flat(self) -> torch.Tensor:
@@ -323,6 +325,7 @@ def train(a: argparse.Namespace) -> dict[str, Any]:
         reports = {p[0]["rank"]: p[0] for p in parts}
         final = task.evaluate()
         rec = {"algo": a.algo, "graph": a.graph, "rate": a.rate, "model": a.model, "data": a.data, "world": world,
+               "classes": task.classes,
                "budget": a.budget, "steps": sum(r["steps"] for r in reports.values()),
                "comms": sum(r["comms"] for r in reports.values()),
                "test_acc": final["acc"], "test_loss": final["loss"], "final": final,

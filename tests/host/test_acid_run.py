@@ -72,3 +72,18 @@ def test_run_refuses_a_fault_for_rank_0_or_outside_the_world(capsys):
     assert "outside the 4 workers" in capsys.readouterr().err
     with pytest.raises(ValueError, match="rank 0 hosts"):
         RunConfig(world=4, kill={0: 3})
+
+
+@pytest.mark.slow
+def test_run_trains_the_testbed_transformer_on_text(tmp_path):
+    """The command line with one of the testbed's real models: the small transformer on the generated text, two
+    ranks gossiping with A²CiD²; they end with the same averaged model, better than chance."""
+    from host.acid.launch import launch_local
+
+    res = launch_local(2, ["--model", "transformer", "--data", "text", "--hidden", "32", "--steps", "30",
+                           "--batch", "16", "--lr", "0.05", "--step-seconds", "0.02", "--algo", "acid"],
+                       log_dir=tmp_path, timeout=300)
+    assert res["error"] is None, f"{res['error']}\n{worker_log_tails(res)}"
+    assert res["final_identical"] and res["survivors"] == [0, 1]
+    assert all(r["comms"] > 0 and r["steps"] == 30 for r in res["reports"].values()), res["reports"]
+    assert math.isfinite(res["test_loss"]) and res["test_acc"] > 1.5 / res["classes"], res
