@@ -258,11 +258,14 @@ def _program(c: _Client, net) -> None:
     c.stub.Write(req, timeout=c.deadline)
 
 
-def _drained(mgmt, timeout: float) -> None:
-    """Wait until every queue of the switch is empty (or ``timeout``)."""
+def _drained(mgmt, timeout: float, port: int, received: int) -> None:
+    """Wait (at most ``timeout``) until switch port ``port`` has received ``received`` frames and every queue is
+    empty: a frame host 1 has sent may still wait in the daemon's socket, unread, behind an empty queue."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if all(q.depth == 0 for p in mgmt.stats().ports.values() for q in p.queues.values()):
+        st = mgmt.stats()
+        if st.ports[port].rx_packets >= received and \
+                all(q.depth == 0 for p in st.ports.values() for q in p.queues.values()):
             return
         time.sleep(0.02)
 
@@ -361,7 +364,8 @@ def campaign(seed: int, seconds: float, *, min_batches: int = 1, max_batches: in
             sent, refused = inj.send(frames)
             res.frames_sent += sent
             res.frames_refused += refused
-            _drained(mgmt, deliver_timeout)  # (a genuine datagram behind a full queue would be dropped there)
+            # (a genuine datagram behind a full queue would be dropped there)
+            _drained(mgmt, deliver_timeout, 1, res.frames_sent + res.genuine_sent)
             # then genuine traffic through host 1's own UDP socket: every datagram must come out at host 2
             want = {genuine_dlcp(random.Random(f"{seed}:{b}:g{k}"), tid=1 << 20 | b, seq=k,
                                  total=genuine_per_batch, eligible=False) for k in range(genuine_per_batch)}
