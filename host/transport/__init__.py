@@ -1,7 +1,8 @@
 """The DLCP host transport: tensors as tagged DLCP packets over UDP, bounded-loss delivery, selective
 retransmission and ECN/delay-driven rate control. See ``docs/transport.md``.
 
-Modules: ``endpoint`` (sockets, threads, the public API), ``chunking`` (packets and headers of a tensor),
+Modules: ``endpoint`` (the I/O thread, sender, receiver, timers, the public API), ``packetio`` (the bound socket,
+batched receives, error queue, keyed tags), ``chunking (packets and headers of a tensor),
 ``reassembly`` (receiver arrival state), ``cc`` (DCTCP-style window), ``tensors`` (zero-copy views),
 ``faults`` (lossy socket wrapper for tests). The priority policy is ``host.policy``.
 """

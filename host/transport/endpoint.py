@@ -27,7 +27,6 @@ tables; user calls only post work and wait on events.
 from __future__ import annotations
 
 import bisect
-import errno
 import ipaddress
 import itertools
 import logging
@@ -36,7 +35,6 @@ import os
 import select
 import socket
 import struct
-import sys
 import threading
 import time
 from collections import deque
@@ -48,17 +46,19 @@ import numpy as np
 from host import wire
 from host.policy import CONTROL_PRIORITY, LayerMagnitudePolicy, Policy, as_float_view
 from host.transport.cc import CCParams, DctcpWindow
-from host.transport.chunking import (IPV4_UDP_OVERHEAD, chunk_elems, payload_capacity, plan_in_order, plan_packets,
+from host.transport.chunking import (chunk_elems, payload_capacity, plan_in_order, plan_packets,
                                      tos_byte, write_headers)
 from host.transport.reassembly import Reassembly
 from host.transport.tensors import TensorView, allocate, view_tensor
 from host.wire import DType, Flag, MsgType
 
-try:  # the fast lanes in C, built by `pip install` (setup.py); without them every packet takes the Python path
-    from host.transport import _rxlane, _txlane
-except ImportError as _e:  # pragma: no cover - only a broken install gets here
-    _rxlane = _txlane = None
-    logging.getLogger(__name__).warning("dlcp: C fast lanes not built (%s): using the Python paths only", _e)
+from host.transport.packetio import ICMP_ERRNOS as _ICMP_ERRNOS
+from host.transport.packetio import SOL_UDP as _SOL_UDP
+from host.transport.packetio import UDP_SEGMENT as _UDP_SEGMENT
+from host.transport.packetio import _rxlane, _txlane  # the C fast lanes (None in a broken install: Python paths)
+from host.transport.packetio import AddressInUse, PacketSocket, packet_tag, path_mtu, src_key
+from host.transport.packetio import norm_addr as _norm_addr
+from host.transport.packetio import unrefused as _unrefused
 
 __all__ = ["Endpoint", "Options", "SendHandle", "RecvHandle", "RecvResult", "LossReport", "TransportError", "path_mtu",
            "HDR", "decode_words", "pack_control_header"]
@@ -74,11 +74,6 @@ HDR = wire.WORD_STRUCT
 W_VT, W_FLAGS, W_PMR, W_DTYPE, W_LAYER, W_RANK, W_JOB, W_TID, W_ELIG, W_SEQ, W_TOTAL, W_OFFSET, W_COUNT, W_NONCE, \
     W_TID_HI, W_TAG = range(16)
 _TAG_AT = wire.TAG_AT
-#: ``packet_tag(key, header, payload)``: the keyed tag of a datagram (its header's tag field not covered), in C
-#: when the send lane is built; the Python reference otherwise.
-packet_tag: Callable[[bytes, Any, Any], int] = (
-    _txlane.packet_tag if _txlane is not None else
-    (lambda key, header, payload: wire.siphash24(key, bytes(header[:_TAG_AT]) + bytes(payload))))
 _ITEMSIZE = [0] * 256
 for _d in DType:
     _ITEMSIZE[int(_d)] = _d.itemsize
@@ -112,20 +107,14 @@ _REORDER_DECAY = 0.98
 _TOS_CONTROL = tos_byte(CONTROL_PRIORITY, False)
 _F_ECN_ECHO, _F_RETRANSMIT = int(Flag.ECN_ECHO), int(Flag.RETRANSMIT)
 
-# --- segmentation offload (Linux UDP GSO/GRO, as QUIC stacks use them) -------------------------------------------
+# --- segmentation offload (Linux UDP GSO, as QUIC stacks use it) ------------------------------------------------
 #: A send of up to ``_GSO_MAX_SEGS`` equal-size datagrams is one ``sendmsg`` whose UDP_SEGMENT control message
-#: tells the kernel where to cut; the receive side asks for UDP_GRO so the kernel may hand back runs of same-size
-#: datagrams of one flow as one buffer (the control message gives the segment size). The wire is unchanged: every
-#: datagram on the link is an ordinary DLCP packet (on an interface with offloads off the kernel cuts the buffer
-#: before the link). A kernel that refuses UDP_SEGMENT makes the endpoint fall back to one datagram per sendmsg.
-_SOL_UDP, _UDP_SEGMENT, _UDP_GRO = 17, 103, 104
-_IP_TOS_CMSG = socket.IP_TOS
+#: tells the kernel where to cut (the receive side's UDP GRO is the packet I/O layer's, ``packetio.py``). The wire
+#: is unchanged: every datagram on the link is an ordinary DLCP packet (on an interface with offloads off the kernel
+#: cuts the buffer before the link). A kernel that refuses UDP_SEGMENT makes the endpoint fall back to one datagram
+#: per sendmsg.
 _GSO_MAX_SEGS = 64
 _GSO_MAX_BYTES = 65000
-_MAX_DGRAM = 1 << 16  # a receive slot: the largest UDP payload, or a GRO buffer
-_RX_BATCH = 64  # receives drained per lock acquisition (more only delays the ACKs of the first ones)
-_RX_BATCH_BYTES = 192 << 10  # ... or this many bytes
-_RX_BUF = _RX_BATCH_BYTES + _MAX_DGRAM
 _TX_BURSTS_PER_ROUND = 4  # bursts sent between two receive passes of the I/O thread
 _BATCH_MIN = 16  # packets of one transfer in one batch from which Reassembly takes arrays
 _CTL_BACKLOG = 4096  # control messages held while the send buffer is full
@@ -151,25 +140,6 @@ def clock_us(t: float) -> int:
 
 
 # --- public types -----------------------------------------------------------------------------------------------
-
-def path_mtu(local: str, peers: list[str]) -> int:
-    """The smallest path MTU from address ``local`` to every peer address (the kernel's IP_MTU on a connected UDP
-    socket), at most 65535; 1500 for a peer the kernel cannot tell about. Every peer counts, not just one: the
-    route to one's own address is the loopback (MTU 65536), which would make a host send datagrams its real links
-    must fragment."""
-    mtu = 65535
-    for host in peers:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            s.bind((local, 0))
-            s.connect((host, 9))  # no packet is sent: connect only makes the kernel pick the route
-            mtu = min(mtu, int(s.getsockopt(socket.IPPROTO_IP, 14)))  # 14 = IP_MTU
-        except OSError:
-            mtu = min(mtu, 1500)
-        finally:
-            s.close()
-    return mtu
-
 
 class TransportError(RuntimeError):
     """A transfer failed: a peer stopped answering, a receive timed out, the endpoint closed. ``peer`` is the rank."""
@@ -470,55 +440,7 @@ class _In:
         return len(self.dst) if self.dst is not None else -1
 
 
-_IP_RECVERR = 11
-_SOCK_EE = struct.Struct("=IBBBxII")  # struct sock_extended_err: errno, origin, type, code, info, data
-
-
-#: errnos an ICMP error about an earlier datagram makes the socket's next call return (with IP_RECVERR)
-_ICMP_ERRNOS = frozenset((errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN))
-
-
-def _unrefused(fn: Callable, *args) -> Any:
-    """``fn(*args)`` (a send), once more if it failed with an ICMP errno: with IP_RECVERR the kernel reports an
-    earlier datagram's ICMP error (port or host unreachable) on the socket's next call, and this datagram was not
-    sent. (Which peer refused is read from the error queue, :meth:`Endpoint._read_errors`; an error of this
-    datagram itself fails again.)"""
-    try:
-        return fn(*args)
-    except OSError as e:
-        if e.errno not in _ICMP_ERRNOS:
-            raise
-        return fn(*args)
-
-
-def _norm_addr(a: Any, port: int) -> tuple[str, int]:
-    if isinstance(a, str):
-        host, p = a, port
-    else:
-        host, p = a[0], int(a[1])
-    return socket.gethostbyname(host), p
-
-
-def src_key(addr: tuple[str, int]) -> int:
-    """A receive record's source as one integer, as ``_rxlane.recv_batch`` reports it: IPv4 address << 16 | port."""
-    return int.from_bytes(socket.inet_aton(addr[0]), "big") << 16 | addr[1]
-
-
 # --- the endpoint -------------------------------------------------------------------------------------------------
-
-_SOCK_BUF_FORCE = {socket.SO_RCVBUF: 33, socket.SO_SNDBUF: 32}  # SO_RCVBUFFORCE, SO_SNDBUFFORCE
-
-
-def _set_sock_buf(sock: socket.socket, opt: int, size: int) -> int:
-    """Set SO_RCVBUF or SO_SNDBUF to ``size``, forced past the sysctl maximum when the process may (root); returns
-    the usable size the kernel granted (Linux reports twice the usable size, bookkeeping included), which is less
-    than ``size`` when an unprivileged process met the sysctl cap."""
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, _SOCK_BUF_FORCE[opt], size)
-    except OSError:
-        sock.setsockopt(socket.SOL_SOCKET, opt, size)
-    return sock.getsockopt(socket.SOL_SOCKET, opt) // 2
-
 
 class Endpoint:
     """One rank's DLCP transport. Thread-safe: any thread may call send/recv concurrently."""
@@ -548,45 +470,19 @@ class Endpoint:
         # behind, and the slices' extra steps only cost time there (docs/decisions.md).
         self._slice_to = {r: not ipaddress.ip_address(a[0]).is_loopback for r, a in self.addr_map.items()}
 
-        # The bind is exclusive: no SO_REUSEADDR/SO_REUSEPORT. With them a second job on this host could bind the
-        # same address and the kernel would hand it this job's datagrams silently; without them its bind fails.
-        self._sock = sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._capped: dict[str, tuple[int, int]] = {}
-        for name, opt, size in (("SO_RCVBUF", socket.SO_RCVBUF, opts.sock_buf),
-                                ("SO_SNDBUF", socket.SO_SNDBUF, opts.send_buf)):
-            got = _set_sock_buf(sock, opt, size)
-            if got < size:
-                self._capped[name] = (size, got)
-                log.warning("dlcp rank %d: %s is %d bytes, %d were asked for (capped by net.core.%s; run as root or "
-                            "raise the sysctl): bursts may overflow it", self.rank, name, got, size,
-                            "rmem_max" if opt == socket.SO_RCVBUF else "wmem_max")
-        self._send_buf = opts.send_buf  # what SO_SNDBUF is set to now (see _pick_burst)
-        sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
-        # ICMP errors (port unreachable: the peer's socket is closed, its process ended) queued for _read_errors
-        sock.setsockopt(socket.IPPROTO_IP, _IP_RECVERR, 1)
-        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, _TOS_CONTROL)
+        # the packet I/O layer: the exclusively bound socket, its receive buffer and records, the tag key
         try:
-            sock.setsockopt(socket.IPPROTO_IP, 10, 0)  # IP_MTU_DISCOVER = IP_PMTUDISC_DONT: never set DF
-        except OSError:  # pragma: no cover
-            pass
-        try:
-            sock.bind(self.local_addr)
+            self._io = io = PacketSocket(self.rank, self.local_addr, sock_buf=opts.sock_buf, send_buf=opts.send_buf,
+                                         tos=_TOS_CONTROL, offload=opts.offload, native=opts.native, key=key,
+                                         socket_wrapper=opts.socket_wrapper)
+        except AddressInUse as e:
+            raise TransportError(f"rank {self.rank}: {e.strerror}", self.rank) from e
         except OSError as e:
-            sock.close()
-            where = f"{self.local_addr[0]}:{self.local_addr[1]}"
-            if e.errno == errno.EADDRINUSE:
-                raise TransportError(f"rank {self.rank}: address {where} is already in use (another DLCP job or "
-                                     "endpoint on this host has bound it; give this job other addresses or another "
-                                     "port)", self.rank) from e
-            raise TransportError(f"rank {self.rank}: cannot bind {where}: {e}", self.rank) from e
-        sock.setblocking(False)
+            raise TransportError(f"rank {self.rank}: cannot bind {self.local_addr[0]}:{self.local_addr[1]}: {e}",
+                                 self.rank) from e
+        self._sock, self._tx, self._capped = io.sock, io.tx, io.capped
+        self._send_buf = opts.send_buf  # what SO_SNDBUF is set to now (see _pick_burst)
         self._gso = opts.offload and opts.socket_wrapper is None
-        if opts.offload:
-            try:
-                sock.setsockopt(_SOL_UDP, _UDP_GRO, 1)
-            except OSError:  # pragma: no cover - kernels before 5.0
-                pass
-        self._tx = opts.socket_wrapper(sock) if opts.socket_wrapper else sock
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -628,13 +524,10 @@ class Endpoint:
         self._fates: list[tuple[frozenset[int], int, int]] = []
         self._notices: list[tuple[float, bytes]] = []
         self._next_expiry = 0.0  # when _expire_unposted runs next
-        self._rxbuf = bytearray(_RX_BUF)
-        self._rxmv = memoryview(self._rxbuf)
-        # one row per receive record of a batch: position in _rxbuf, bytes, TOS, GRO segment size, source key
-        self._recs = np.zeros((_RX_BATCH, 5), np.int64)
-        self._native_rx = opts.native and _rxlane is not None
+        self._rxbuf, self._rxmv, self._recs = io.rxbuf, io.rxmv, io.recs  # (the records of a batch: io.drain)
+        self._native_rx = io.native_rx
         # the send lane calls sendmsg on the socket itself: not with a socket_wrapper, which must see every datagram
-        self._fast_tx = _txlane.send_run if opts.native and _txlane is not None and self._tx is sock else None
+        self._fast_tx = _txlane.send_run if opts.native and _txlane is not None and self._tx is io.sock else None
         self._ip4: dict[str, bytes] = {}
         self._sleeping = False
         self._io_thread = threading.Thread(target=self._io_loop, name=f"dlcp-io-{rank}", daemon=True)
@@ -871,7 +764,7 @@ class Endpoint:
                                                f"{inc.peer}", inc.peer)
                     inc.event.set()
             self._incoming.clear()
-        self._sock.close()
+        self._io.close()
         self._wake_r.close()
         self._wake_w.close()
 
@@ -989,17 +882,7 @@ class Endpoint:
         closed, its process gone. Such a peer is dead at once if it was heard from before (one not heard from yet
         may not have bound its socket yet, however long this endpoint has waited: its silence decides, after
         peer_timeout)."""
-        while True:
-            try:
-                _data, anc, _flags, addr = self._sock.recvmsg(64, 512, socket.MSG_ERRQUEUE)
-            except OSError:  # (BlockingIOError: the queue is empty)
-                return
-            err = 0
-            for lvl, typ, data in anc:
-                if lvl == socket.IPPROTO_IP and typ == _IP_RECVERR and len(data) >= _SOCK_EE.size:
-                    err = _SOCK_EE.unpack_from(data)[0]
-            if err != errno.ECONNREFUSED or not addr:
-                continue
+        for addr in self._io.refused():
             r = self._rank_of.get(src_key(addr))
             self._c["refused"] += 1
             if r is not None and r in self._heard:
@@ -1049,10 +932,7 @@ class Endpoint:
         """Send the control message in ``_ctl_buf[:nbytes]``; behind a full send buffer it waits in the backlog
         (an ACK or DONE lost here would stall the peer until its timeout). Every control message goes out here, so
         this is where it gets its keyed tag."""
-        if self._key is not None:
-            buf = memoryview(self._ctl_buf)
-            hl = wire.HEADER_LEN
-            buf[_TAG_AT:hl] = packet_tag(self._key, buf[:hl], buf[hl:nbytes]).to_bytes(8, "big")
+        self._io.tag(self._ctl_buf, nbytes)
         if self._ctl_backlog:  # keep the order: behind the ones already waiting
             self._queue_ctl(bytes(self._ctl_buf[:nbytes]), addr)
             return
@@ -1735,10 +1615,7 @@ class Endpoint:
         want = self.opts.send_buf if k == 1 else self.opts.send_buf_shared
         if want != self._send_buf:  # (a smaller buffer than what is queued only holds sends back until it drains)
             self._send_buf = want
-            try:
-                _set_sock_buf(self._sock, socket.SO_SNDBUF, want)
-            except OSError:  # closed under us: the I/O loop ends on its own
-                pass
+            self._io.set_send_buf(want)  # (closed under us: nothing; the I/O loop ends on its own)
         for i in range(k):
             p = peers[(self._rr + i) % k]
             if now < p.next_send:
@@ -2048,34 +1925,7 @@ class Endpoint:
 
     def _drain(self) -> int:
         """Receive until the socket is empty or the batch is full; returns the records, described in ``_recs``."""
-        if self._native_rx:
-            return _rxlane.recv_batch(self._sock.fileno(), self._rxbuf, self._recs, _RX_BATCH, _RX_BATCH_BYTES,
-                                      _MAX_DGRAM)
-        recv, mv, rows = self._sock.recvmsg_into, self._rxmv, self._recs
-        ancsize = 2 * socket.CMSG_SPACE(4)
-        pos = n = 0
-        try:
-            while pos < _RX_BATCH_BYTES and n < _RX_BATCH:
-                try:
-                    nbytes, anc, _fl, addr = recv([mv[pos: pos + _MAX_DGRAM]], ancsize)
-                except BlockingIOError:
-                    raise
-                except OSError as e:  # an ICMP error reported (see _read_errors): receive on
-                    if e.errno not in _ICMP_ERRNOS:
-                        raise
-                    continue
-                tos = seg = 0
-                for lvl, typ, data in anc:
-                    if typ == _IP_TOS_CMSG and lvl == socket.IPPROTO_IP:
-                        tos = data[0]
-                    elif typ == _UDP_GRO and lvl == _SOL_UDP:
-                        seg = int.from_bytes(data[:4], sys.byteorder)
-                rows[n] = (pos, nbytes, tos, seg, src_key(addr))
-                pos += nbytes
-                n += 1
-        except BlockingIOError:
-            pass
-        return n
+        return self._io.drain()
 
     def _wake(self) -> None:
         """Called under the lock after posting work: wake the I/O thread if it sleeps in select."""
