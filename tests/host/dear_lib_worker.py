@@ -11,6 +11,7 @@ prints ``ok <name> <rank>``.
   every rank's residuals equals the sum of the gradients, parameter by parameter, across every re-plan. The same
   for the DDP hook across DDP's bucket rebuild.
 * ``amp``: CPU autocast (bf16) + GradScaler with DeAR == with DDP, an inf gradient skipping the same step.
+* ``bf16``: a bf16 model: DeAR's buffers and collectives stay bf16; parameters equal DDP's.
 * ``flush-timeout`` (last): rank 1 stops taking part after a step; rank 0's flush() raises within its timeout.
 """
 
@@ -404,10 +405,37 @@ def amp() -> None:
     print("ok amp", r, flush=True)
 
 
+def bf16() -> None:
+    """A bf16 model: DeAR's group buffers, its reduce-scatter and all-gather stay in bf16 (no float32 round trip),
+    and after 5 SGD steps the parameters equal DDP's (which all-reduces bf16 buckets)."""
+    r = dist.get_rank()
+    data = [(x.to(torch.bfloat16), y) for x, y in _data(5, seed=700 + r)]
+
+    def run(kind: str):
+        model = mlp().to(torch.bfloat16)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        net = DDP(model) if kind == "ddp" else DeAR(model, opt, fusion=1500, comm_model=FAST_COMM)
+        for x, y in data:
+            opt.zero_grad()
+            F.cross_entropy(net(x).float(), y).backward()
+            (opt if kind == "ddp" else net).step()
+        if kind == "dear":
+            net.flush()
+            dtypes = {g.flat.dtype for g in net._groups}
+            assert dtypes == {torch.bfloat16}, f"DeAR's group buffers are {dtypes}, not bf16"
+            net.close()
+        return _flat(model)
+
+    ddp, dear = run("ddp"), run("dear")
+    assert dear.dtype == torch.bfloat16
+    assert torch.equal(dear, ddp), f"bf16 DeAR != DDP by {float((dear.float() - ddp.float()).abs().max())}"
+    print("ok bf16", r, flush=True)
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     scenarios = {"buffers": buffers, "unused": unused, "resume": resume, "conserve": conserve,
-                 "flush-timeout": flush_timeout, "amp": amp}
+                 "flush-timeout": flush_timeout, "amp": amp, "bf16": bf16}
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     for name in sys.argv[1].split(","):
         t0 = time.monotonic()

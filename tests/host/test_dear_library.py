@@ -116,7 +116,8 @@ def test_dear_and_spardl_library_contract_in_real_processes() -> None:
 def test_dear_with_autocast_and_grad_scaler_matches_ddp() -> None:
     """#33 item 5: DeAR under ``torch.autocast`` (CPU, bf16) with ``dear.step(scaler)`` behaves as DDP with
     ``scaler.step(optimizer)``: the same parameters and loss scale at every step, and an inf gradient on one rank
-    skips the step on both ranks (parameters, optimizer step count unchanged; the scale halved)."""
-    out = check(launch(WORKER, "amp", 2, timeout=200))
+    skips the step on both ranks (parameters, optimizer step count unchanged; the scale halved). A bf16 model's
+    gradients stay bf16 through DeAR's buffers and collectives (no float32 round trip) and match DDP's."""
+    out = check(launch(WORKER, "amp,bf16", 2, timeout=200))
     for r, o in enumerate(out):
-        assert f"ok amp {r}" in o, o
+        assert f"ok amp {r}" in o and f"ok bf16 {r}" in o, o
