@@ -198,3 +198,20 @@ def test_sweep_files_are_validated_before_running(tmp_path):
         with pytest.raises(SpecError) as e:
             load_sweep(q)
         assert e.value.key == key, (text, str(e.value))
+
+
+@pytest.mark.parametrize("name", ["ablation.yaml", "rates.yaml", "rates-small.yaml", "goals.yaml", "goals-dlcp.yaml",
+                                  "workloads.yaml"])
+def test_example_sweeps_validate(name):
+    from testbed.sweep import load_sweep
+
+    sweep = load_sweep(EXAMPLES / name)
+    assert len(sweep.cells) >= 2 and sweep.repetitions >= 2
+    if name.startswith("goals"):  # each goal's two sides differ in the algorithm only
+        by = {c.name: c.spec for c in sweep.cells}
+        for a, b in (("ddp-4", "dear-4"), ("topk-ag-8", "spardl-8")):
+            suffix = "-dlcp" if name == "goals-dlcp.yaml" else ""
+            x, y = by[a + suffix], by[b + suffix]
+            assert x.algorithm != y.algorithm and x.workers == y.workers and x.topology == y.topology
+            assert (x.compute_ms, x.hidden, x.density, x.loss_bound) == (y.compute_ms, y.hidden, y.density,
+                                                                         y.loss_bound)
