@@ -7,6 +7,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from typing import Any, Mapping, Sequence
 
 import pytest
@@ -20,6 +21,16 @@ def loopback_map(n: int, rng: random.Random | None = None) -> dict[int, str]:
     rng = rng or random.Random()
     a, b = rng.randrange(1, 255), rng.randrange(1, 255)
     return {r: f"127.{a}.{b}.{r + 1}" for r in range(n)}
+
+
+def wait_for(pred, timeout: float = 5.0) -> bool:
+    """Poll ``pred()`` every 10 ms until it is true (True) or ``timeout`` seconds passed (False)."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def run_on_hosts(net, code: str, args: Mapping[int, Sequence[str]], timeout: float = 90) -> dict[int, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 
 import numpy as np
 import pytest
@@ -18,19 +17,10 @@ from host.transport import Endpoint, Options, TransportError
 from host.transport.chunking import plan_packets
 from host.transport.endpoint import packet_tag
 from host.wire import DType
-from tests.host.conftest import loopback_map
+from tests.host.conftest import loopback_map, wait_for
 
 JOB, NONCE = 91, 0x5EED
 KEY = os.urandom(16)
-
-
-def _wait_for(pred, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def _packets(x: np.ndarray, tid: int, key: bytes | None) -> list[bytearray]:
@@ -84,7 +74,7 @@ def test_packets_with_a_wrong_tag_are_rejected_and_the_data_is_not_corrupted(key
         raw.sendto(g, dst)
     r = h.wait(10)
     assert np.array_equal(r.data, x) and r.report.lost_ranges == []
-    assert _wait_for(lambda: b.stats()["rejected_by_field"].get("tag") == forged)
+    assert wait_for(lambda: b.stats()["rejected_by_field"].get("tag") == forged)
     st = b.stats()
     assert st["rejected_by_field"] == {"tag": forged} and st["rejected"] == forged
     assert st["rx_data_packets"] == len(genuine) and st["duplicates"] == 0 and st["internal_errors"] == 0

@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from host.transport import Endpoint, Options, TransportError
 from host.transport.chunking import chunk_elems
 from host.transport.endpoint import HDR, fits_transfer
 from host.wire import DType, MsgType
-from tests.host.conftest import loopback_map
+from tests.host.conftest import loopback_map, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JOB, NONCE = 77, 0xBEEF
@@ -33,15 +32,6 @@ def _data(*, tid: int = 1, seq: int = 0, total: int = 1, eligible: int = 0, offs
     hdr = HDR.pack((wire.VERSION << 4) | MsgType.DATA, 0, 0, int(dtype), 0, 0, JOB, tid, eligible, seq, total,
                    offset, count, NONCE, 0, 0)
     return hdr + bytes(count * dtype.itemsize)
-
-
-def _wait_for(pred, timeout: float = 3.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 @pytest.fixture
@@ -82,7 +72,7 @@ def test_a_huge_total_reserves_nothing(impostor_pair):
     budget, so it is dropped and counted under ``total``, and no receive state is created."""
     b, raw, dst = impostor_pair
     raw.sendto(_data(tid=9, total=(1 << 32) - 1, seq=5), dst)
-    assert _wait_for(lambda: b.stats()["rejected_by_field"].get("total") == 1)
+    assert wait_for(lambda: b.stats()["rejected_by_field"].get("total") == 1)
     s = b.stats()
     assert s["rejected"] == 1 and s["unclaimed_dropped"] == 1 and s["pending_recv"] == 0
     assert b._staged_bytes == 0 and s["internal_errors"] == 0
@@ -104,14 +94,14 @@ def test_a_posted_receive_bounds_total_dtype_and_offset(impostor_pair):
     raw.sendto(_data(tid=5, total=1 << 20, count=2), dst)  # 2^20 packets cannot carry 1000 elements
     raw.sendto(_data(tid=5, total=1, count=2), dst)  # nor can one packet of 2 (it would complete the transfer)
     raw.sendto(_data(tid=5, total=npk, count=2, dtype=DType.FLOAT16), dst)
-    assert _wait_for(lambda: b.stats()["rejected"] == 3)
+    assert wait_for(lambda: b.stats()["rejected"] == 3)
     assert not h.done()
     # the genuine first packet, then one that runs past the buffer's end (dropped, not fatal)
     x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     counts = [min(chunk, n - i * chunk) for i in range(npk)]
     raw.sendto(_data(tid=5, total=npk, seq=0, count=counts[0])[:wire.HEADER_LEN] + x[:counts[0]].tobytes(), dst)
     raw.sendto(_data(tid=5, total=npk, seq=1, count=chunk, offset=4 * n - 8), dst)
-    assert _wait_for(lambda: b.stats()["rejected_by_field"].get("offset") == 1)
+    assert wait_for(lambda: b.stats()["rejected_by_field"].get("offset") == 1)
     for seq in range(1, npk):
         lo = seq * chunk
         raw.sendto(_data(tid=5, total=npk, seq=seq, offset=4 * lo, count=counts[seq])[:wire.HEADER_LEN]
@@ -139,7 +129,7 @@ def test_unposted_transfers_expire_with_their_staging(make_endpoints):
     x = torch.randn(30_000)
     a.send(1, x, transfer_id=1).wait(5)  # completed, staged on b
     assert b._staged_bytes > 0
-    assert _wait_for(lambda: b.stats()["expired_unposted"] == 1)
+    assert wait_for(lambda: b.stats()["expired_unposted"] == 1)
     assert b._staged_bytes == 0 and not b._ready
     with pytest.raises(TransportError, match=r"no receive was posted for it within unposted_expiry \(0.3s\)"):
         b.post_recv(0, 1, torch.empty_like(x))
@@ -153,9 +143,9 @@ def test_an_unposted_partial_transfer_expires(impostor_pair):
     b, raw, dst = impostor_pair
     b.opts.unposted_expiry = 0.3
     raw.sendto(_data(tid=8, total=4, seq=0, count=2), dst)  # three more packets never come
-    assert _wait_for(lambda: b.stats()["staged_transfers"] == 1)
+    assert wait_for(lambda: b.stats()["staged_transfers"] == 1)
     assert b._staged_bytes > 0
-    assert _wait_for(lambda: b.stats()["expired_unposted"] == 1)
+    assert wait_for(lambda: b.stats()["expired_unposted"] == 1)
     assert b._staged_bytes == 0 and b.stats()["pending_recv"] == 0
 
 
@@ -199,7 +189,7 @@ def test_staging_is_bounded_by_what_the_claimed_packets_carry(impostor_pair):
     b, raw, dst = impostor_pair
     raw.sendto(_data(tid=11, total=2, seq=0, count=2), dst)  # opens the transfer (staged)
     raw.sendto(_data(tid=11, total=2, seq=1, count=2, offset=900_000_000), dst)
-    assert _wait_for(lambda: b.stats()["rejected_by_field"].get("offset") == 1)
+    assert wait_for(lambda: b.stats()["rejected_by_field"].get("offset") == 1)
     assert b._staged_bytes < 1 << 20
 
 
