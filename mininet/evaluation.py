@@ -149,7 +149,9 @@ def goals_section(doc: dict[str, Any], which: str = "") -> list[str]:
             "latency steps, more CPU on a loaded machine) come off that. The goal settings train the MLP, whose "
             "three parameterised layers leave little to pipeline (the reduce-scatter of the group holding the first "
             "layer cannot start before the backward pass ends); the workloads section has DeAR on a deeper "
-            "model. Top-k all-gather delivers every rank's k values to every rank, so each rank receives "
+            "model. Over Gloo DeAR's reduce-scatter is a ring of point-to-point sends (Gloo's own reduce-scatter "
+            "moves a whole all-reduce's data), P - 1 latency-bound steps per group; the dlcp backend has a native "
+            "reduce-scatter, which is why the `-dlcp` cells can gain more from the same overlap. Top-k all-gather delivers every rank's k values to every rank, so each rank receives "
             "(P - 1) k index-value pairs per step, growing with P; SparDL's reduce-scatter keeps at most k per "
             "block on every hop and its result holds k per block, so its traffic grows far more slowly with P: "
             "at 8 workers and slow links the all-gather's volume dominates its step.", "",
