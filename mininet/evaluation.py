@@ -202,6 +202,9 @@ def workloads_section(doc: dict[str, Any]) -> list[str]:
                 line += f"; DeAR {ratio:.2f}x over DDP by the medians ({worst:.2f}x at the interval ends)"
             line += f"; final accuracy DDP {format_stat(cells[name]['final_accuracy'], 1.0, '')}, DeAR " \
                     f"{format_stat(dear['final_accuracy'], 1.0, '')}"
+        acc = cells[name]["final_accuracy"].get("median")
+        if acc is not None and acc >= 0.98:
+            line += " (accuracy saturates: this workload cannot tell methods apart by accuracy)"
         out.append(line + ".")
     out.append("")
     return out
