@@ -68,3 +68,6 @@ def test_goal_verdicts_and_workload_ratios_come_from_the_cells():
     text = render(None, None, {"workloads": "w.json"}, workloads=work)
     assert "- mlp: DDP's exposed comm / compute 2 [2, 2] (75% CI) (within 0.5x-3x); DeAR 1.50x over DDP" in text
     assert "- cnn: DDP's exposed comm / compute 4 [4, 4] (75% CI) (**outside** 0.5x-3x)." in text
+    easy = _doc({"cnn-ddp": [{**s(0.5), "final_accuracy": 0.99}] * 3})
+    assert "(accuracy saturates: this workload cannot tell methods apart by accuracy)" in render(
+        None, None, {"workloads": "w.json"}, workloads=easy)
