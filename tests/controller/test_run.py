@@ -134,7 +134,10 @@ def test_run_follows_file_drift_and_restarts(tmp_path: Path) -> None:
             time.sleep(0.02)
         took = time.monotonic() - listening
         out.wait_for(r"s1: applied: pipeline pushed.*\(connected\)")
-        assert took < 1.0, f"re-programmed {took:.2f} s after the switch listened again: {''.join(out.lines)}"
+        # the runner retries every 0.1 s (about 0.2-0.3 s measured on an idle machine); finsy's own reconnect loop
+        # would take 10-15 s (gRPC backoff, 10 s wait after a short session), so 5 s still tells the two apart
+        # while leaving room for a loaded machine
+        assert took < 5.0, f"re-programmed {took:.2f} s after the switch listened again: {''.join(out.lines)}"
 
         proc.send_signal(signal.SIGTERM)
         out.wait_for(r"stopped$")
