@@ -1,6 +1,6 @@
 """Deterministic mutations of DLCP datagrams, shared by the transport and the switch fuzz campaigns.
 
-A mutation takes a valid datagram (36-byte header, then payload) and returns a hostile one: bit flips, one header
+A mutation takes a valid datagram (header of ``wire.HEADER_LEN`` bytes, then payload) and returns a hostile one: bit flips, one header
 field (any of :data:`host.wire.FIELDS`) set to a boundary value of its width or next to its genuine value, the
 datagram cut short or extended, a byte range overwritten, or one datagram's header spliced onto another's payload.
 One to three of them are stacked. Sequence-level mutations (duplication, reordering, replays of other transfers)

@@ -27,6 +27,21 @@ ROOT = Path(__file__).resolve().parents[2]
 TARGETS = ("transport", "switch", "p4runtime", "p4")
 
 
+def campaign_main(doc: str | None, run: Callable[..., Any], ok: Callable[[Any], bool],
+                  extra: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
+    """The command line of one campaign module (``python -m tests.fuzz.<name> --seed S --seconds T``): runs
+    ``run(seed, seconds, **extra options)``, prints its result as JSON, exits 1 when ``ok(result)`` is false."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seconds", type=float, default=30.0)
+    if extra is not None:
+        extra(ap)
+    a = vars(ap.parse_args())
+    r = run(a.pop("seed"), a.pop("seconds"), **a)
+    print(json.dumps(asdict(r), indent=1))
+    return 0 if ok(r) else 1
+
+
 def _transport(seed: int, seconds: float) -> dict[str, Any]:
     from tests.fuzz.transport_fuzz import MODES, campaign
     from host import wire

@@ -19,8 +19,6 @@ packets account for every frame the ports received (nothing counted twice or inv
 """
 from __future__ import annotations
 
-import argparse
-import json
 import queue
 import random
 import socket
@@ -29,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from finsy.proto import p4r
@@ -422,13 +420,8 @@ def campaign(seed: int, seconds: float, *, min_batches: int = 1, max_batches: in
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--seconds", type=float, default=30.0)
-    a = ap.parse_args()
-    r = campaign(a.seed, a.seconds)
-    print(json.dumps(asdict(r), indent=1))
-    return 0 if not r.failures else 1
+    from tests.fuzz.run import campaign_main
+    return campaign_main(__doc__, campaign, lambda r: not r.failures)
 
 
 if __name__ == "__main__":

@@ -3,24 +3,15 @@ sockets: the smallest input that showed the bug, and the behaviour the fix resto
 from __future__ import annotations
 
 import socket
-import time
 
 import numpy as np
 
 from host import wire
 from host.transport import Endpoint
-from tests.host.conftest import loopback_map
+from tests.host.conftest import loopback_map, wait_for
 
 JOB, NONCE = 77, 0xBEEF
 
-
-def _wait_for(pred, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_a_refused_packet_reserves_no_staging():
@@ -37,11 +28,11 @@ def test_a_refused_packet_reserves_no_staging():
         hostile = wire.Header(dtype=wire.DType.FLOAT32, job_id=JOB, transfer_id=9, seq=5, total=60_000,
                               offset=(1 << 32) - 4000, count=2, nonce=NONCE)
         raw.sendto(hostile.pack() + bytes(8), (amap[1], wire.UDP_PORT))
-        assert _wait_for(lambda: rx.stats()["rejected_by_field"].get("offset") == 1)
+        assert wait_for(lambda: rx.stats()["rejected_by_field"].get("offset") == 1)
         assert rx.stats()["staged_transfers"] == 0
         x = np.random.default_rng(1).standard_normal(500_000).astype(np.float32)  # 2 MB, before the receive
         h = tx.send(1, x, transfer_id=3)
-        assert _wait_for(lambda: rx.stats()["rx_bytes"] >= x.nbytes)
+        assert wait_for(lambda: rx.stats()["rx_bytes"] >= x.nbytes)
         s = rx.stats()
         assert s["unclaimed_dropped"] == 0 and s["staged_transfers"] == 1
         r = rx.recv(2, 3, out=np.empty_like(x), timeout=10)

@@ -31,8 +31,6 @@ Modes, for the per-packet tag (``wire.packet_tag``, SipHash-2-4 under the job's 
 """
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import socket
 import struct
@@ -40,7 +38,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -419,14 +417,9 @@ def _round(i: int, seed: int, mode: str, key: bytes | None, mkey: bytes | None, 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--seconds", type=float, default=30.0)
-    ap.add_argument("--mode", choices=MODES, default="off")
-    a = ap.parse_args()
-    r = campaign(a.seed, a.seconds, mode=a.mode)
-    print(json.dumps(asdict(r), indent=1))
-    return 0 if r.ok else 1
+    from tests.fuzz.run import campaign_main
+    return campaign_main(__doc__, campaign, lambda r: r.ok,
+                         lambda ap: ap.add_argument("--mode", choices=MODES, default="off"))
 
 
 if __name__ == "__main__":
