@@ -8,7 +8,8 @@ leave first, the protected ones are ``e..total-1`` and leave last, the last of t
   arrived (later seqs may not have been sent yet; the sender's timeout probe sends its highest unACKed seq, which
   uncovers a lost tail). An eligible packet is never asked for, except where the receiver imposes a smaller loss
   bound ``p`` than the sender's: then missing eligible packets are added (lowest seq first) until ``(1 - p)`` of
-  the elements would be present.
+  the elements would be present, counting every protected packet not in yet as coming (they are delivered
+  reliably, so a sender that pauses mid-transfer is not asked for eligible packets the receiver will not need).
 * :meth:`satisfied` - every protected packet has arrived (and the receiver's bound holds). The endpoint completes
   at once: whatever eligible packet is still missing was sent before the last protected one and is counted lost.
 * :meth:`lost_ranges` - element ranges never received: the complement of the received packets' ranges in
@@ -174,10 +175,12 @@ class Reassembly:
             np.zeros(0, np.int64)
         if loss_bound is None or n is None:
             return head
-        deficit = self._deficit(loss_bound, n)
+        per = max(self.max_count, 1)
+        # the protected packets still missing will come (by retransmission if need be): about ``per`` elements each
+        protected_in = self.npackets - int(np.count_nonzero(self.arrived[: self.eligible]))
+        deficit = self._deficit(loss_bound, n) - per * (self.total - self.eligible - protected_in)
         if deficit <= 0:
             return head
-        per = max(self.max_count, 1)
         extra_n = -(-deficit // per)  # packets likely needed (the short packet may need one more round)
         tail = np.flatnonzero(~self.arrived[: self.eligible])[:extra_n]
         return np.concatenate([tail, head])

@@ -9,6 +9,7 @@ DDP hook run in real processes.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -166,12 +167,26 @@ def _drop_eligible_seqs(seqs):
     return drop
 
 
+def _pause_at(seq: int, seconds: float, rule):
+    """A drop rule that applies ``rule`` and, at the first DATA packet ``seq``, holds the sending thread for
+    ``seconds`` (a sender that stalls mid-transfer, as one does on a loaded host)."""
+    paused = []
+
+    def drop(header: bytes) -> bool:
+        if not paused and not header[0] & 0x0F and int.from_bytes(header[20:24], "big") == seq:
+            paused.append(seq)
+            time.sleep(seconds)
+        return rule(header)
+    return drop
+
+
 @pytest.mark.parametrize("which", ["first", "all"])
 def test_lost_eligible_packets_complete_without_retransmission(make_endpoints, which):
     """The receiver knows from the header which packets are protected and completes when they are in: a lost
-    first eligible packet, or every eligible packet lost, costs no NACK, retransmission or timeout."""
-    opts = Options(mtu=1500, socket_wrapper=lambda s: LossySocket(
-        s, drop_fn=_drop_eligible_seqs({0} if which == "first" else None)))
+    first eligible packet, or every eligible packet lost, costs no NACK, retransmission or timeout, even when the
+    sender pauses mid-transfer for longer than the receiver's NACK wait (the data still to come is not lost)."""
+    rule = _drop_eligible_seqs({0} if which == "first" else None)
+    opts = Options(mtu=1500, socket_wrapper=lambda s: LossySocket(s, drop_fn=_pause_at(140, 0.03, rule)))
     a, b = make_endpoints(2, opts)
     x = torch.rand(100_000) + 1  # 281 packets
     h = a.send(1, x, transfer_id=9, loss_bound=0.05)

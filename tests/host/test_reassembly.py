@@ -51,6 +51,19 @@ def test_receiver_bound_requests_eligible_packets():
     assert r.lost_ranges(40, 4) == [(30, 40)]
 
 
+def test_a_pause_mid_transfer_requests_no_eligible_packet():
+    """The sender pauses after half its packets, the first (eligible) one lost: the receiver's bound equals the
+    sender's, so nothing eligible is needed; the protected packets still to come are not counted as lost."""
+    r = Reassembly(10, 2)  # 10 packets of 10 elements, seqs 0-1 eligible
+    for s in range(1, 5):
+        r.add(s, 40 * s, 10, 40)
+    assert r.needed(0.1, 100).size == 0 and r.needed().size == 0 and not r.satisfied(0.1, 100)
+    assert r.needed(0.0, 100).tolist() == [0]  # a receiver that wants everything asks for it at once
+    for s in range(5, 10):
+        r.add(s, 40 * s, 10, 40)
+    assert r.satisfied(0.1, 100) and r.needed(0.1, 100).size == 0
+
+
 def test_a_transfer_keeps_one_protected_packet():
     import pytest
     with pytest.raises(ValueError, match="protected"):
