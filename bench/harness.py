@@ -141,3 +141,38 @@ def wait_ranks(procs: list[subprocess.Popen], timeout: float, what: str) -> None
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def await_release() -> None:
+    """Worker side of :func:`run_released`: say ``ready`` (after the setup that must not be measured) and block
+    until the parent releases every worker at once."""
+    print("ready", flush=True)
+    sys.stdin.readline()
+
+
+def run_released(commands: list[list[str]], timeout: float, what: str) -> list[Metrics]:
+    """Start one worker process per command, wait until each has called :func:`await_release`, release them all
+    together (so that no worker measures while another still sets up) and return each worker's last stdout line
+    parsed as JSON, in the order of ``commands``. A worker that does not start, fails or outlives ``timeout``
+    raises RuntimeError naming ``what``; no worker outlives the call."""
+    procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for cmd in commands]
+    try:
+        for p in procs:
+            line = p.stdout.readline().strip()
+            if line != "ready":
+                raise RuntimeError(f"{what}: a worker did not start: {line!r}")
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        results = []
+        for p in procs:
+            out, _ = p.communicate(timeout=timeout)
+            if p.returncode:
+                raise RuntimeError(f"{what}: a worker failed ({p.returncode}): {out}")
+            results.append(json.loads(out.strip().splitlines()[-1]))
+        return results
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

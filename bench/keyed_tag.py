@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -36,6 +34,8 @@ def _worker(args: argparse.Namespace) -> None:
     sys.modules["torch"] = None  # type: ignore[assignment]  # numpy is enough here; importing torch costs seconds
     sys.path.insert(0, str(ROOT))
     import numpy as np
+
+    from harness import await_release
 
     from host.transport import Endpoint, Options
     from host.transport.cc import params_for_mode
@@ -50,8 +50,7 @@ def _worker(args: argparse.Namespace) -> None:
     ep = Endpoint(me, dict(enumerate(addrs)), 1, 1, Options(mtu=args.mtu, peer_timeout=20,
                                                             cc=params_for_mode("on", payload_capacity(args.mtu))),
                   key=key)
-    print("ready", flush=True)
-    sys.stdin.readline()
+    await_release()
     t0, c0 = time.monotonic(), time.process_time()
     result: dict = {"rank": me}
     for i in range(args.transfers):
@@ -72,32 +71,15 @@ def _worker(args: argparse.Namespace) -> None:
 
 def _run(keyed: bool, addrs: list[str], cmd_for, nbytes: int, mtu: int, transfers: int) -> dict:
     """One sender and one receiver process, released together; goodput and CPU per MB of the pair."""
-    procs = []
+    from harness import run_released
+    cmds = []
     for i in range(2):
         argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--rank", str(i), "--addrs",
                 ",".join(addrs), "--bytes", str(nbytes), "--mtu", str(mtu), "--transfers", str(transfers)]
         if keyed:
             argv.append("--keyed")
-        procs.append(subprocess.Popen(cmd_for(i, argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
-    try:
-        for p in procs:
-            line = p.stdout.readline().strip()
-            if line != "ready":
-                raise RuntimeError(f"worker did not start: {line!r}")
-        for p in procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        results = []
-        for p in procs:
-            out, _ = p.communicate(timeout=300)
-            if p.returncode:
-                raise RuntimeError(f"worker failed ({p.returncode}): {out}")
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        cmds.append(cmd_for(i, argv))
+    results = run_released(cmds, 300, f"keyed_tag ({'keyed' if keyed else 'unkeyed'})")
     mb = nbytes * transfers / 1e6
     rx = results[1]
     if any(r["rejected_tag"] for r in results):

@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -42,6 +41,7 @@ TCP_PORT = 19500
 def _worker(args: argparse.Namespace) -> None:
     sys.modules["torch"] = None  # type: ignore[assignment]  # numpy is enough here; importing torch costs seconds
     sys.path.insert(0, str(ROOT))
+    from harness import await_release
     import numpy as np
 
     addrs = args.addrs.split(",")
@@ -60,8 +60,7 @@ def _worker(args: argparse.Namespace) -> None:
         from host.transport.chunking import payload_capacity
         cc = params_for_mode("on" if args.cc == "default" else args.cc, payload_capacity(args.mtu))
         ep = Endpoint(me, {r: a for r, a in enumerate(addrs)}, 1, 1, Options(mtu=args.mtu, peer_timeout=20, cc=cc))
-        print("ready", flush=True)
-        sys.stdin.readline()
+        await_release()
         t0, c0 = time.monotonic(), time.process_time()
         ends = []
         errors: list[BaseException] = []
@@ -93,8 +92,7 @@ def _worker(args: argparse.Namespace) -> None:
         lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         lsock.bind((addrs[me], TCP_PORT))
         lsock.listen(16)
-        print("ready", flush=True)
-        sys.stdin.readline()
+        await_release()
         t0, c0 = time.monotonic(), time.process_time()
         ends = []
 
@@ -146,32 +144,15 @@ def _worker(args: argparse.Namespace) -> None:
 def _run(proto: str, addrs: list[str], cmd_for, nbytes: int, mtu: int, all_to_all: bool,
          cc: str = "default") -> dict:
     """Start one worker per host, release them together, collect their JSON lines."""
-    procs = []
+    from harness import run_released
+    cmds = []
     for i in range(len(addrs)):
         argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--proto", proto, "--rank", str(i),
                 "--addrs", ",".join(addrs), "--bytes", str(nbytes), "--mtu", str(mtu), "--cc", cc]
         if all_to_all:
             argv.append("--all-to-all")
-        procs.append(subprocess.Popen(cmd_for(i, argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
-    try:
-        for p in procs:
-            line = p.stdout.readline().strip()
-            if line != "ready":
-                raise RuntimeError(f"worker did not start: {line!r}")
-        for p in procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        results = []
-        for p in procs:
-            out, _ = p.communicate(timeout=120)
-            if p.returncode:
-                raise RuntimeError(f"{proto} worker failed ({p.returncode}): {out}")
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        cmds.append(cmd_for(i, argv))
+    results = run_released(cmds, 120, f"{proto} workers")
     if os.environ.get("DLCP_BENCH_DEBUG"):
         print(proto, results, file=sys.stderr)
     rx = [r for r in results if "gbps" in r]

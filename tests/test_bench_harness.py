@@ -66,3 +66,20 @@ def test_runner_reports_failures(tmp_path: Path) -> None:
     summary = (bench / "results" / "summary.md").read_text()
     assert "| good | c (candidate vs baseline) | x | 2 | 1 | 2.00x |" in summary
     assert "| bad | FAILED: exit status 3" in summary
+
+
+def test_run_released_starts_workers_together_and_reports_failures() -> None:
+    """Each worker's last stdout line comes back as JSON, in the order of the commands; a worker that fails, or
+    never says ready, raises an error naming the run."""
+    worker = ("import json, sys; sys.path.insert(0, {bench!r}); from harness import await_release; "
+              "await_release(); print('noise'); print(json.dumps({{'rank': {rank}}}))")
+    bench = str(ROOT / "bench")
+    cmds = [[sys.executable, "-c", worker.format(bench=bench, rank=r)] for r in range(3)]
+    got = harness.run_released(cmds, 30, "three workers")
+    assert [g["rank"] for g in got] == [0, 1, 2]
+    cmds[1] = [sys.executable, "-c", f"import sys; sys.path.insert(0, {bench!r}); from harness import "
+               "await_release; await_release(); raise SystemExit(5)"]
+    with pytest.raises(RuntimeError, match=r"three workers: a worker failed \(5\)"):
+        harness.run_released(cmds, 30, "three workers")
+    with pytest.raises(RuntimeError, match="three workers: a worker did not start"):
+        harness.run_released([[sys.executable, "-c", "print('oops')"]], 30, "three workers")
