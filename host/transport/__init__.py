@@ -2,8 +2,9 @@
 retransmission and ECN/delay-driven rate control. See ``docs/transport.md``.
 
 Modules: ``endpoint`` (the I/O thread, sender, receiver, timers, the public API), ``packetio`` (the bound socket,
-batched receives, error queue, keyed tags), ``chunking (packets and headers of a tensor),
-``reassembly`` (receiver arrival state), ``cc`` (DCTCP-style window), ``tensors`` (zero-copy views),
+batched receives, error queue, keyed tags), ``chunking`` (packets and headers of a tensor),
+``reassembly`` (receiver arrival state), ``unclaimed`` (the staging budget of data that arrives before its receive
+is posted), ``cc`` (DCTCP-style window), ``tensors`` (zero-copy views),
 ``faults`` (lossy socket wrapper for tests). The priority policy is ``host.policy``.
 """
 

@@ -50,6 +50,9 @@ from host.transport.chunking import (chunk_elems, payload_capacity, plan_in_orde
                                      tos_byte, write_headers)
 from host.transport.reassembly import Reassembly
 from host.transport.tensors import TensorView, allocate, view_tensor
+from host.transport.unclaimed import MAX_PAYLOAD as _MAX_PAYLOAD
+from host.transport.unclaimed import NO_STAGE as _NO_STAGE
+from host.transport.unclaimed import StagingBudget
 from host.wire import DType, Flag, MsgType
 
 from host.transport.packetio import ICMP_ERRNOS as _ICMP_ERRNOS
@@ -177,8 +180,8 @@ class Options:
     # the queue leaves the windows open and the I/O thread's round-robin over peers splits the link evenly
     # (docs/decisions.md). One peer keeps the deep buffer, which rides out the I/O thread's scheduling gaps.
     send_buf_shared: int = 256 << 10
-    # data buffered for transfers nobody has called recv() for yet, their bookkeeping included (_BOOK_BYTES per
-    # packet the first header claims): a header's ``total`` reserves nothing beyond it
+    # data buffered for transfers nobody has called recv() for yet, their bookkeeping included (BOOK_BYTES per packet
+    # the first header claims; unclaimed.py): a header's ``total`` reserves nothing beyond it
     max_staged_bytes: int = 1 << 30
     # A transfer nobody has posted a receive for is dropped with its staging this long after its last packet (or
     # after it completed): data for a receive that never comes (a peer's mistake, a stranger's packets, a rank
@@ -377,15 +380,6 @@ class _Peer:
         return (d - self.owd_min) * 1e-6
 
 
-_NO_STAGE = np.empty(0, np.uint8)
-#: Bytes of Reassembly bookkeeping per packet (arrived: bool, offsets and counts: int64), charged to the staging
-#: budget for a transfer nobody has posted a receive for.
-_BOOK_BYTES = 17
-#: The most payload one DATA packet carries (the largest UDP payload less the header): a transfer of ``total``
-#: packets ends at or below ``total * _MAX_PAYLOAD`` bytes, which bounds a staged transfer's buffer.
-_MAX_PAYLOAD = 65507 - wire.HEADER_LEN
-
-
 def fits_transfer(nelems: int, total: int, count: int) -> bool:
     """Whether a genuine transfer of ``nelems`` elements can have ``total`` packets one of which carries ``count``
     elements. A sender cuts a tensor into packets of one chunk size ``c`` but the last (``chunking.py``; the
@@ -494,7 +488,7 @@ class Endpoint:
         self._ready: dict[tuple[int, int], _In] = {}  # completed before recv() was posted
         self._tomb: dict[tuple[int, int], list] = {}  # key -> [kind, last DONE reply time]
         self._ack_pending: set[tuple[int, int]] = set()
-        self._staged_bytes = 0
+        self._staging = StagingBudget(opts.max_staged_bytes)  # what unclaimed transfers hold (unclaimed.py)
         self._created = itertools.count()
         self._rr = 0
         self._next_tick = 0.0
@@ -768,6 +762,11 @@ class Endpoint:
         self._wake_r.close()
         self._wake_w.close()
 
+    @property
+    def _staged_bytes(self) -> int:
+        """Bytes the unclaimed transfers hold now, bookkeeping included (``StagingBudget.used``)."""
+        return self._staging.used
+
     def __enter__(self) -> "Endpoint":
         return self
 
@@ -1002,7 +1001,7 @@ class Endpoint:
         """Drop ``inc``'s staging buffer and its bytes from the staging budget (on every path that ends staging:
         moved into the posted buffer, a failed post, a failed transfer)."""
         if inc.stage is not None:
-            self._staged_bytes -= len(inc.stage) + inc.book
+            self._staging.release(inc.stage, inc.book)
             inc.stage, inc.book = None, 0
 
     def _on_data(self, key: tuple[int, int], items: list[tuple], now: float) -> None:
@@ -1032,7 +1031,7 @@ class Endpoint:
             if rank in self._dead:  # (a rank declared dead stays dead: its stragglers open nothing)
                 c["late"] += n
                 return
-            if self._staged_bytes >= self.opts.max_staged_bytes:
+            if self._staging.exhausted:
                 c["unclaimed_dropped"] += n
                 return
             inc = _In(rank, tid, now)  # (kept only once its first header passed the checks below)
@@ -1059,8 +1058,7 @@ class Endpoint:
                 w0 = items[0][0]
             total, elig = w0[W_TOTAL], w0[W_ELIG]
             if inc.tv is None:
-                inc.book = total * _BOOK_BYTES
-                self._staged_bytes += inc.book
+                inc.book = self._staging.charge_book(total)
             st = inc.st = Reassembly(total, elig)
             inc.dtype, inc.layer = w0[W_DTYPE], w0[W_LAYER]
             inc.first_arrival = now
@@ -1083,16 +1081,10 @@ class Endpoint:
             stage = inc.stage
             if top > len(stage):  # size it for the whole transfer at once when these are full-size packets
                 full = max(ln for _w, _s, ln, _t in items) - hl
-                limit = len(stage) + max(0, self.opts.max_staged_bytes - self._staged_bytes)  # never past the budget
-                limit = min(limit, total * _MAX_PAYLOAD)  # nor past what the claimed packets can carry
-                size = min(max(top, 2 * len(stage), full * total), limit)
-                if size > len(stage):  # (what still does not fit is dropped below, as over the budget)
-                    new = np.empty(size, np.uint8)
+                new = self._staging.grow(stage, top, full, total, st.max_end)
+                if new is not stage:  # (what still does not fit is dropped below, as over the budget)
                     if not len(stage):
                         c["staged_transfers"] += 1  # data came before its receive was posted
-                    used = min(len(stage), st.max_end)
-                    new[:used] = stage[:used]
-                    self._staged_bytes += size - len(stage)
                     stage = inc.stage = new
             dst = memoryview(stage)
         cap = len(dst)
@@ -1230,7 +1222,7 @@ class Endpoint:
         if elig >= total:
             return "eligible", f"{elig} eligible packets of {total}"
         if tv is None:
-            if self._staged_bytes + total * _BOOK_BYTES > self.opts.max_staged_bytes:
+            if not self._staging.admits(total):
                 return "total", f"claims {total} packets, more than the staging budget holds"
             return None
         if int(tv.dtype) != w[W_DTYPE]:
