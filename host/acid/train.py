@@ -27,6 +27,7 @@ Rank 0 prints one JSON line and writes ``--out``; every field is described in ``
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import logging
@@ -347,6 +348,11 @@ def train(a: argparse.Namespace) -> dict[str, Any]:
         if a.out:
             with open(a.out, "w") as f:
                 json.dump(rec, f, indent=1, default=float)
+    # DDP's reducer and the library hold process groups and may hold work on them: drop them before the groups are
+    # destroyed (a gloo group destroyed under a live DDP has aborted a rank at exit: "terminate called without an
+    # active exception"), as the testbed worker does
+    net = acid = None  # noqa: F841
+    gc.collect()
     dist.barrier(group=group)
     if owned:
         if len(survivors) < world:  # a dead rank: tearing down groups that include it could wait on it
