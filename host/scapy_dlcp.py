@@ -32,7 +32,7 @@ def _scapy_field(f: wire.Field):
 
 
 class DLCP(Packet):
-    """The DLCP header (36 bytes); what follows is the payload (Raw)."""
+    """The DLCP header (`host.wire.HEADER_LEN` bytes); what follows is the payload (Raw)."""
 
     name = "DLCP"
     fields_desc = [_scapy_field(f) for f in wire.FIELDS]
