@@ -75,7 +75,7 @@ def test_torchrun_launches_dlcp_script(tmp_path) -> None:
     import subprocess
     import sys
 
-    from .dist_run import ROOT, free_port
+    from .dist_run import free_port
 
     script = tmp_path / "train.py"
     script.write_text(

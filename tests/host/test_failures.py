@@ -19,7 +19,7 @@ from host import wire
 from host.transport import Endpoint, LossySocket, Options, TransportError
 from host.transport.chunking import chunk_elems
 from host.transport.endpoint import HDR, pack_control_header
-from host.wire import DType, Flag, MsgType
+from host.wire import DType, MsgType
 from tests.host.conftest import loopback_map
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
-from scapy.all import IP, TCP, UDP, Ether, Raw
+from scapy.all import IP, UDP, Ether, Raw
 
 from switch import runtime
 from switch.errors import SwitchError
