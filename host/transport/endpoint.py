@@ -1584,8 +1584,9 @@ class Endpoint:
         p.out.pop(o.tid, None)
         if o in p.active:
             p.active.remove(o)
-        dur = max(time.monotonic() - o.start, 1e-9)
-        stats = {"peer": o.peer, "transfer_id": o.tid, "layer": o.layer, "bytes": o.tv.nbytes,
+        ended = time.monotonic()
+        dur = max(ended - o.start, 1e-9)
+        stats = {"peer": o.peer, "transfer_id": o.tid, "layer": o.layer, "bytes": o.tv.nbytes, "ended": ended,
                  "packets": o.total, "eligible_packets": int(o.plan.eligible.sum()), "packets_sent": o.pkts_sent,
                  "retransmissions": o.retransmissions, "acked_packets": int(o.acked.sum()),
                  "delivered_packets": o.delivered, "ecn_echoes": o.ecn_echoes, "acks": o.acks, "nacks": o.nacks,

@@ -257,11 +257,9 @@ if dsts:
     threading.Thread(target=sample, daemon=True).start()
     hs = [ep.send(d, x, transfer_id=1) for d in dsts]
     started = time.monotonic()
-    while not any(h.done() for h in hs):
-        time.sleep(0.001)
-    first_done = time.monotonic()
-    for h in hs:
-        h.wait(30)
+    # when the first transfer ended, by the endpoint's own clock (time.monotonic() at completion): a polling loop
+    # here can be scheduled late and would count samples taken after the other flow had the link to itself
+    first_done = min(h.wait(30)["ended"] for h in hs)
     stop.set()
     # from 30 ms after the last send() (the queue it found has drained by then) until a transfer ended
     backlog = [b for t, b in samples if started + 0.03 <= t < first_done]
