@@ -1,6 +1,6 @@
 """The dlcp backend on CUDA tensors (``make test-cuda``, marker ``cuda``): every collective, point-to-point and
 futures against host computations and gloo's CUDA path, DDP on GPUs against gloo, DeAR on GPUs against DDP. Not collected by ``make
-test`` (the file name is not ``test_*``): it needs a GPU, and on a machine without one every test here skips with
+test`` (the file name is not ``test_*``): it needs a GPU, and on a machine without one every test here fails with
 that reason."""
 
 from __future__ import annotations
@@ -12,8 +12,14 @@ from .dist_run import check, launch
 
 MOD = "tests.host.cuda_worker"
 
-pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none visible)")]
+pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture(autouse=True)
+def _cuda_device() -> None:
+    """Every test here needs a GPU: without one it fails with that reason (a skipped run would read as a pass)."""
+    if not torch.cuda.is_available():
+        pytest.fail("make test-cuda needs a CUDA device: torch.cuda.is_available() is false on this machine")
 
 
 @pytest.fixture(scope="module", autouse=True)
