@@ -130,8 +130,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", default=os.environ.get("DLCP_BENCH_QUICK") == "1")
     args = ap.parse_args()
     if args.worker:
+        from host.procexit import exit_process
+
         _worker(args)
-        return
+        exit_process()  # not interpreter finalization: see host/procexit.py
     if os.geteuid() != 0:
         raise SystemExit("bench/bounded_loss.py needs root (network namespaces and tbf)")
     sys.path.insert(0, str(Path(__file__).resolve().parent))

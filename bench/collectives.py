@@ -269,8 +269,10 @@ def main() -> None:
     ap.add_argument("--bf16", action="store_true", help="also all-reduce the same elements as bf16, and compare")
     args = ap.parse_args()
     if args.worker:
+        from host.procexit import exit_process
+
         _worker(args)
-        return
+        exit_process()  # not interpreter finalization: see host/procexit.py
 
     from harness import Report
 

@@ -295,5 +295,8 @@ if __name__ == "__main__":
     if len(sys.argv) > 3 and sys.argv[1] == "--worker":
         sys.path.insert(0, str(ROOT))
         worker(sys.argv[2], sys.argv[3])
+        from host.procexit import exit_process
+
+        exit_process()  # not interpreter finalization: see host/procexit.py
     else:
         main()

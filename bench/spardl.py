@@ -226,8 +226,10 @@ def main() -> None:
     ap.add_argument("--nets", default="shaped,loopback", help="comma-separated: shaped, loopback")
     args = ap.parse_args()
     if args.worker:
+        from host.procexit import exit_process
+
         _worker(args)
-        return
+        exit_process()  # not interpreter finalization: see host/procexit.py
 
     from harness import Report
 

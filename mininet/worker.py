@@ -331,4 +331,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from host.procexit import exit_process
+
+    exit_process(main())  # not interpreter finalization: see host/procexit.py

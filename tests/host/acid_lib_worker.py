@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from host.acid.library import Acid
 from host.acid.monitor import consensus_distance
 from host.acid.problem import ProblemSpec, build_model, make_full, make_shard
+from host.procexit import exit_process
 
 STEP = 0.03
 
@@ -193,3 +194,4 @@ if __name__ == "__main__":
         print(f"{name} took {time.monotonic() - t0:.1f}s", flush=True)
     dist.barrier()
     dist.destroy_process_group()
+    exit_process()  # not interpreter finalization: see host/procexit.py

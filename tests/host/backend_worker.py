@@ -10,6 +10,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from host.procexit import exit_process
+
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64]
 STAGED: dict[str, int] | None = None  # copies made by host.staging when DLCP_TEST_STAGE_HOST=1
 
@@ -361,3 +363,4 @@ if __name__ == "__main__":
         STAGED = _stage_host_tensors()
     {"collectives": lambda: collectives(False), "collectives-async": lambda: collectives(True), "ddp": ddp,
      "dead-peer": dead_peer, "half": half}[sys.argv[1]]()
+    exit_process()  # not interpreter finalization: see host/procexit.py

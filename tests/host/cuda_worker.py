@@ -8,6 +8,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+from host.procexit import exit_process
+
 
 def _device() -> torch.device:
     d = torch.device("cuda", dist.get_rank() % torch.cuda.device_count())
@@ -189,3 +191,4 @@ def dear() -> None:
 
 if __name__ == "__main__":
     {"collectives": collectives, "ddp": ddp, "dear": dear}[sys.argv[1]]()
+    exit_process()  # not interpreter finalization: see host/procexit.py

@@ -30,6 +30,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from host.dear import DeAR, DeARError, DenseCompressor, TunerConfig
 from host.dear.fusion import CommModel
+from host.procexit import exit_process
 from host.spardl import SparDLCompressor, SparDLHookState, spardl_hook
 
 FAST_COMM = CommModel(1e-4, 1e-9, 1e-4, 1e-9)
@@ -443,3 +444,4 @@ if __name__ == "__main__":
         print(f"{name} took {time.monotonic() - t0:.1f}s", flush=True)
     dist.barrier()
     dist.destroy_process_group()
+    exit_process()  # not interpreter finalization: see host/procexit.py

@@ -21,6 +21,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from host.dear import DeAR, DeARError, TunerConfig
 from host.dear.fusion import CommModel
+from host.procexit import exit_process
 
 FAST_COMM = CommModel(1e-4, 1e-9, 1e-4, 1e-9)  # skip the probe where the plan does not matter
 
@@ -440,3 +441,4 @@ if __name__ == "__main__":
     print("ok", dist.get_rank(), flush=True)
     dist.barrier()
     dist.destroy_process_group()
+    exit_process()  # not interpreter finalization: see host/procexit.py

@@ -8,6 +8,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+from host.procexit import exit_process
+
 
 def groups(n: int) -> None:
     """``n`` subgroups of all ranks (70: past the old 63 group tags), each used by an all-reduce and a send/recv; then
@@ -39,3 +41,4 @@ def groups(n: int) -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     {"groups": lambda: groups(int(sys.argv[2]))}[sys.argv[1]]()
+    exit_process()  # not interpreter finalization: see host/procexit.py

@@ -15,6 +15,7 @@ import host.backend  # noqa: F401 - registers "dlcp"
 from host.backend import loss_bound_scope
 from host.collectives import LossStats
 from host.hooks import DlcpHookState, dlcp_allreduce_hook
+from host.procexit import exit_process
 
 
 def _digest(model: nn.Module) -> str:
@@ -98,3 +99,4 @@ if __name__ == "__main__":
     dist.barrier()
     dist.destroy_process_group()
     print(json.dumps(result))
+    exit_process()  # not interpreter finalization: see host/procexit.py

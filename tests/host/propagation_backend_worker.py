@@ -11,6 +11,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from host.procexit import exit_process
+
 
 def main() -> None:
     os.environ["DLCP_TIMEOUT"] = "60"
@@ -34,3 +36,4 @@ def main() -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     main()
+    exit_process()  # not interpreter finalization: see host/procexit.py

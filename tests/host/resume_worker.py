@@ -26,6 +26,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from host.dear import DeAR
+from host.procexit import exit_process
 from host.spardl import SparDLCompressor, SparDLHookState, spardl_hook
 
 from .dear_lib_worker import FAST_COMM, TUNE, _data, _flat, mlp
@@ -142,3 +143,4 @@ if __name__ == "__main__":
     {"save": save, "load": load}[sys.argv[1]](Path(os.environ["RESUME_DIR"]))
     dist.barrier()
     dist.destroy_process_group()
+    exit_process()  # not interpreter finalization: see host/procexit.py

@@ -12,6 +12,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from host.procexit import exit_process
 from host.spardl import (Plan, SparDLCompressor, SparDLHookState, SparDLState, run_simulated, sparse_allreduce,
                          spardl, spardl_hook)
 
@@ -211,3 +212,4 @@ if __name__ == "__main__":
         scenarios[name]()
         print(f"{name} took {time.monotonic() - t0:.1f}s", flush=True)
     dist.destroy_process_group()
+    exit_process()  # not interpreter finalization: see host/procexit.py

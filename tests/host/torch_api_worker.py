@@ -12,6 +12,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from host.procexit import exit_process
+
 
 def _init() -> tuple[int, int, dist.ProcessGroup]:
     dist.init_process_group("dlcp")
@@ -310,3 +312,4 @@ if __name__ == "__main__":
         backend_worker.STAGED = backend_worker._stage_host_tensors()
     {"functional": registration_and_functional, "dtensor": mesh_and_dtensor, "fsdp2": fsdp2, "p2p": p2p,
      "lifecycle": lifecycle}[sys.argv[1]]()
+    exit_process()  # not interpreter finalization: see host/procexit.py
