@@ -106,12 +106,14 @@ class TopologySpec:
 
 @dataclass
 class BackgroundFlow:
-    """Competing traffic between two hosts for the whole run: iperf3 TCP, or UDP at ``rate``."""
+    """Competing traffic between two hosts for the whole run: iperf3 TCP, or UDP at ``rate``. ``flows: 0`` turns
+    the entry off (it is dropped when the spec is read), so a sweep can vary the background load down to none with
+    ``background.0.flows: [0, 2, 4]``."""
 
     kind: str = "tcp"
     src: str = "b1"
     dst: str = "b2"
-    flows: int = 1
+    flows: int = 1      # parallel connections (iperf3 -P); 0: this entry is off
     rate: float = 0.0   # UDP only: bits/s per flow (0 = the link rate)
 
 
@@ -361,8 +363,8 @@ def _check(spec: RunSpec) -> None:
             h = getattr(f, side)
             if h not in hosts:
                 raise bad(f"background[{i}].{side}", f"no host {h!r} (hosts: {', '.join(sorted(hosts))})")
-        if f.src == f.dst or f.flows < 1:
-            raise bad(f"background[{i}]", "src and dst must differ and flows must be >= 1")
+        if f.src == f.dst or f.flows < 0:
+            raise bad(f"background[{i}]", "src and dst must differ and flows must be >= 0 (0: no traffic)")
 
 
 def _override(path: str, node: yaml.MappingNode, key: str, value: Any) -> None:
@@ -418,4 +420,5 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> RunS
     spec = _Reader(p).dataclass(RunSpec, node, "")
     spec.source = p
     _check(spec)
+    spec.background = [f for f in spec.background if f.flows > 0]  # flows: 0 is an entry switched off
     return spec

@@ -144,6 +144,10 @@ def test_dotted_overrides_reach_nested_keys(tmp_path):
     assert e.value.key == "topology.link.speed"
     spec = load_spec(EXAMPLES / "demo.yaml", {"background.0.flows": 1})
     assert spec.background[0].flows == 1 and spec.background[0].src == "b1"
+    assert load_spec(EXAMPLES / "demo.yaml", {"background.0.flows": 0}).background == []  # 0: the entry is off
+    with pytest.raises(SpecError) as e:
+        load_spec(EXAMPLES / "demo.yaml", {"background.0.flows": -1})
+    assert e.value.key == "background[0]" and ">= 0" in str(e.value)
     spec = load_spec(EXAMPLES / "demo.yaml", {"background.0": {"kind": "udp", "src": "b2", "dst": "b1"}})
     assert (spec.background[0].kind, spec.background[0].src) == ("udp", "b2")
     for bad in ("background.1.flows", "background.x", "steps.x"):
