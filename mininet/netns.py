@@ -8,7 +8,8 @@ For tests and benchmarks that need real links without Mininet (``testbed.netns``
 
 It is also the one set of namespace and veth primitives the other harnesses build on (``tests/switch/switchd.py``'s
 hosts around a switch daemon, the controller tests' veth pairs): :func:`run`, :func:`add_namespace`,
-:func:`add_veth`, :func:`in_namespace`, :func:`disable_offloads`, :func:`disable_ipv6`.
+:func:`add_veth`, :func:`in_namespace`, :func:`disable_offloads`, :func:`disable_ipv6`, :func:`static_arp` (also
+the Mininet testbed's, ``testbed.run``).
 
 Layout: every host is a namespace with ``eth0`` (its veth end, address ``<subnet>.<i+1>/24``) and ``lo`` up; the
 switch is a namespace of its own holding the bridge ``br0`` and the other veth ends ``p<i>``, so the root namespace
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 __all__ = ["Star", "Host", "NetnsError", "run", "list_namespaces", "add_namespace", "add_veth", "in_namespace",
-           "disable_offloads", "disable_ipv6"]
+           "disable_offloads", "disable_ipv6", "static_arp"]
 
 
 class NetnsError(RuntimeError):
@@ -80,6 +81,17 @@ def disable_ipv6(ns: str | None = None, dev: str | None = None) -> None:
     keys = [f"net.ipv6.conf.{dev}.disable_ipv6=1"] if dev else ["net.ipv6.conf.all.disable_ipv6=1",
                                                                 "net.ipv6.conf.default.disable_ipv6=1"]
     run(*in_namespace(ns, "sysctl", "-qw", *keys))
+
+
+def static_arp(ip: str, mac: str, dev: str) -> list[str]:
+    """The command that pins ``ip`` to ``mac`` on ``dev``: a permanent neighbour (ARP) entry, never aged out or
+    re-resolved; ``replace``, so running it twice is harmless.
+
+    Neither the P4 switches (the embedded target, BMv2) nor the switch daemon answer ARP, and their L3 programs
+    rewrite MACs per hop from their tables, so every host (and the kernel router of the switch benchmarks'
+    baseline) is told its peers' MACs up front. The one place such an entry is written: run it in a named
+    namespace with ``run(*in_namespace(ns, *static_arp(...)))``, in a Mininet host through its shell."""
+    return ["ip", "neigh", "replace", ip, "lladdr", mac, "dev", dev, "nud", "permanent"]
 
 
 def list_namespaces() -> list[str]:

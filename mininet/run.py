@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterator
 
+from .netns import static_arp
 from .spec import RunSpec
 from .steps import step_times
 from .topos import Plan, plan as make_plan
@@ -138,10 +140,13 @@ class Testbed:
         return self
 
     def _static_arp(self) -> None:
+        """Every host knows every other host's MAC (:func:`testbed.netns.static_arp`: the switches do not answer
+        ARP). Not Mininet's ``staticArp``: it discards ``arp -s``'s failures, and the switch tests' namespaces,
+        which are not Mininet hosts, need the same entries; one helper writes them all, and a failure is an error."""
         for h in self.net.hosts:
             for other in self.plan.hosts:
                 if other.name != h.name:
-                    h.cmd(f"ip neigh replace {other.ip} lladdr {other.mac} dev {h.defaultIntf().name} nud permanent")
+                    _host_cmd(h, shlex.join(static_arp(other.ip, other.mac, h.defaultIntf().name)))
 
     def _configure_tcp(self) -> None:
         """The spec's ``tcp`` settings in every host's namespace: congestion control and ECN by sysctl (both are

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import grpc
 
-from testbed.netns import add_namespace, add_veth, disable_ipv6, disable_offloads, in_namespace, run as run_command
+from testbed.netns import (add_namespace, add_veth, disable_ipv6, disable_offloads, in_namespace, run as run_command,
+                           static_arp)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = Path(__file__).parent / "programs"
@@ -159,7 +160,7 @@ class Net:
                     sh(*r, "ip", "link", "set", ifn, "address", ROUTER_MAC)
                     sh(*r, "ip", "addr", "add", f"10.77.{i}.254/24", "dev", ifn)
                     sh(*r, "ip", "link", "set", ifn, "up")
-                    sh(*r, "ip", "neigh", "replace", self.ip(i), "lladdr", self.mac(i), "dev", ifn)
+                    sh(*r, *static_arp(self.ip(i), self.mac(i), ifn))
                 else:
                     disable_ipv6(dev=ifn)
                     disable_offloads(ifn)
@@ -170,7 +171,7 @@ class Net:
                 sh(*x, "ip", "addr", "add", f"{self.ip(i)}/24", "dev", "eth0")
                 sh(*x, "ip", "link", "set", "eth0", "up")
                 sh(*x, "ip", "route", "add", "default", "via", f"10.77.{i}.254")
-                sh(*x, "ip", "neigh", "replace", f"10.77.{i}.254", "lladdr", ROUTER_MAC, "dev", "eth0")
+                sh(*x, *static_arp(f"10.77.{i}.254", ROUTER_MAC, "eth0"))
             if not self.router:
                 wait_up(*self.ifs.values())
         except BaseException:
