@@ -12,7 +12,8 @@ generated table sits between two markers in its markdown file::
     <!-- end generated: NAME -->
 
 and is exactly what :data:`REGIONS` ``[NAME]`` renders from the file; editing it by hand makes ``--check`` (and
-the test suite, ``tests/test_report.py``) fail. ``docs/evaluation.md`` is generated whole by
+the test suite, ``tests/test_report.py``) fail. A few figures are computed, not measured (A²CiD²'s constants of a
+graph): their region says ``computed by MODULE`` instead and is rendered by calling it, so they too follow the code. ``docs/evaluation.md`` is generated whole by
 :mod:`testbed.evaluation`, with the sweeps named in its own header comment; this module only re-runs that.
 
 To refresh a figure: re-run the command recorded in its JSON, take the new result into ``results/``
@@ -53,9 +54,12 @@ class Region:
     doc: str  #: markdown file, relative to the repository root
     sources: tuple[str, ...]  #: JSON files under results/, relative to the repository root
     render: Callable[..., str]  #: one parsed JSON document per source -> markdown (without the markers)
+    #: for figures that are computed, not measured (no source): the module that computes them
+    computed_by: str = ""
 
     def begin(self) -> str:
-        return f"<!-- begin generated: {self.name} (make report, from {', '.join(self.sources)}) -->"
+        origin = f"computed by {self.computed_by}" if self.computed_by else f"from {', '.join(self.sources)}"
+        return f"<!-- begin generated: {self.name} (make report, {origin}) -->"
 
 
 # --- shared pieces --------------------------------------------------------------------------------------------------
@@ -241,6 +245,121 @@ def fuzz_table(result: Result) -> str:
                       "", *rows, *(modes if len(modes) > 3 else [])])
 
 
+def _sweep_label(path: str, sweep: Result) -> str:
+    """Which sweep a row comes from: its file, commit and start (the rest is in docs/evaluation.md)."""
+    meta = sweep.get("metadata", {})
+    dirty = " (sources modified)" if meta.get("git_dirty") else ""
+    return f"`{Path(path).stem}` (`{meta.get('git_commit', '?')[:12]}`{dirty}, {meta.get('started', '?')})"
+
+
+def _ms(stat: Result) -> str:
+    return f"{stat['median'] * 1e3:.0f} ms [{stat['lo'] * 1e3:.0f}, {stat['hi'] * 1e3:.0f}]"
+
+
+def _goal_rows(method_prefix: str, paths: tuple[str, ...], sweeps: tuple[Result, ...]) -> list[str]:
+    """One row per goal of ``testbed.evaluation.GOALS`` whose method starts with ``method_prefix``, per sweep that
+    ran it: both cells' iteration times (median [interval]) and the speed-up against the goal."""
+    from .evaluation import GOALS, goal_verdict
+
+    rows = ["| setting | sweep | baseline, iteration p50 | method, iteration p50 | speed-up: medians "
+            "(interval ends) | goal |", "|---|---|---|---|---|---|"]
+    for base, method, goal, what in GOALS:
+        if not method.startswith(method_prefix):
+            continue
+        for path, sweep in zip(paths, sweeps):
+            cells = sweep["cells"]
+            if base not in cells or method not in cells:
+                continue
+            b, m = cells[base]["iter_p50_s"], cells[method]["iter_p50_s"]
+            ratio, worst, verdict = goal_verdict(b, m, goal)
+            if ratio is None:
+                continue
+            rows.append(f"| {what} (`{method}` vs `{base}`) | {_sweep_label(path, sweep)} | {_ms(b)} | {_ms(m)} | "
+                        f"{ratio:.2f}x ({worst:.2f}x) | {goal}x: {verdict} |")
+    return rows
+
+
+GOALS_SOURCES = ("results/evaluation/goals-1.json", "results/evaluation/goals-2.json",
+                 "results/evaluation/goals-dlcp.json")
+
+
+def dear_speedups(*sweeps: Result) -> str:
+    """DeAR against DDP on the testbed (``dlcp-testbed sweep``; the goals sweeps, then the workloads sweep):
+    iteration times and speed-ups, from the same sweep results as ``docs/evaluation.md``."""
+    *goals, workloads = sweeps
+    from .evaluation import goal_verdict
+
+    rows = _goal_rows("dear", GOALS_SOURCES, tuple(goals))
+    wpath = "results/evaluation/workloads.json"
+    for name, cell in workloads["cells"].items():
+        if not name.endswith("-ddp") or f"{name[:-4]}-dear" not in workloads["cells"]:
+            continue
+        dear = workloads["cells"][f"{name[:-4]}-dear"]
+        ratio, worst, _ = goal_verdict(cell["iter_p50_s"], dear["iter_p50_s"], 1.3)
+        if ratio is not None:
+            rows.append(f"| {name[:-4]} workload, DeAR over DDP on Gloo, 4 workers, 20 Mb/s (`{name[:-4]}-dear` vs "
+                        f"`{name}`) | {_sweep_label(wpath, workloads)} | {_ms(cell['iter_p50_s'])} | "
+                        f"{_ms(dear['iter_p50_s'])} | {ratio:.2f}x ({worst:.2f}x) | - |")
+    return "\n".join(["Each cell: the median iteration time of its runs and, in brackets, the interval from order "
+                      "statistics (docs/evaluation.md says how it is made); the speed-up at the interval ends is "
+                      "the baseline's lowest over DeAR's highest.", "", *rows])
+
+
+def spardl_speedups(*sweeps: Result) -> str:
+    """SparDL against top-k all-gather on the testbed (the goals sweeps): iteration times and speed-ups."""
+    rows = _goal_rows("spardl", GOALS_SOURCES, sweeps)
+    return "\n".join(["Each cell: the median iteration time of its runs and, in brackets, the interval from order "
+                      "statistics (docs/evaluation.md says how it is made); the speed-up at the interval ends is "
+                      "the baseline's lowest over SparDL's highest.", "", *rows])
+
+
+def gloo_reduce_scatter(result: Result) -> str:
+    """``bench/collectives.py``: gloo's own reduce-scatter against its all-reduce and all-gather of the same size,
+    on the shaped links (why DeAR runs its own ring reduce-scatter on gloo)."""
+    cells = _collective_cells(result)
+    nets = sorted({k[0] for k in cells if not k[0].endswith(" ideal") and k[0] != "loopback"})
+    world, size = max(k[1] for k in cells), 4 << 20
+    times = {op: cells.get((nets[0], world, op, size)) if nets else None
+             for op in ("reduce_scatter", "all_reduce", "all_gather")}
+    if not all(times.values()):
+        raise ValueError(f"results/collectives.json: no shaped-link case of P={world}, {_size(size)} for every op")
+    rs, ar, ag = (times[op]["median"]["baseline"] * 1e3 for op in ("reduce_scatter", "all_reduce", "all_gather"))
+    return (f"gloo's `reduce_scatter` moves as many bytes as a whole all-reduce: on {nets[0]} links, P={world}, "
+            f"{_size(size)}, its reduce-scatter takes {rs:.1f} ms and its all-reduce {ar:.1f} ms, while its "
+            f"all-gather takes {ag:.1f} ms. {provenance(result)}")
+
+
+def acid_constants_text() -> str:
+    """A²CiD²'s constants (``host.acid.constants``) for the graphs the docs name: a ring of 8, and the exponential
+    graph of 8 with our neighbour set against the authors' list (which counts ``i + 4`` twice)."""
+    import math
+
+    import numpy as np
+
+    from host.acid.constants import acid_constants, chi1, chi2, edges, neighbors
+
+    ring = acid_constants("ring", 8, 1.0)
+    ours = acid_constants("exponential", 8, 1.0)
+    # the authors' list: +2^k and -2^k for k < log2 n, duplicates kept; W_ij += 1/len(list)
+    n = 8
+    lists = [[(i + s * (1 << k)) % n for k in range(3) for s in (1, -1)] for i in range(n)]
+    W = np.zeros((n, n))
+    for i, ns in enumerate(lists):
+        np.add.at(W[i], ns, 1.0 / len(ns))
+    L = np.eye(n) - W
+    c1, c2 = chi1(L), chi2(L, edges(neighbors("exponential", n)))
+    theirs = (c1, c2, 0.5 / math.sqrt(c1 * c2), 0.5 * math.sqrt(c1 / c2))
+    return "\n".join([
+        f"Ring of 8 at rate 1: eta = {ring.eta:.4f}, alpha~ = {ring.alpha_tilde:.4f}.", "",
+        "| neighbour set (exponential graph, n = 8, rate 1) | degree | chi1 | chi2 | eta | alpha~ |",
+        "|---|---|---|---|---|---|",
+        f"| ours (a set, each neighbour 1/{len(neighbors('exponential', n)[0])}) | "
+        f"{len(neighbors('exponential', n)[0])} | {ours.chi1:.3g} | {ours.chi2:.3g} | {ours.eta:.3f} | "
+        f"{ours.alpha_tilde:.3f} |",
+        f"| the authors' (i+4 counted twice) | {len(lists[0])} entries | {theirs[0]:.3g} | {theirs[1]:.3g} | "
+        f"{theirs[2]:.3f} | {theirs[3]:.3f} |"])
+
+
 REGIONS: dict[str, Region] = {r.name: r for r in (
     Region("transport", "docs/transport.md", ("results/transport.json",), transport_table),
     Region("collectives", "docs/backend.md", ("results/collectives.json",), collectives_tables),
@@ -250,6 +369,10 @@ REGIONS: dict[str, Region] = {r.name: r for r in (
     Region("keyed-tag", "docs/transport.md", ("results/keyed_tag.json",), keyed_tag_table),
     Region("readme", "README.md", ("results/transport.json", "results/collectives.json"), readme_summary),
     Region("fuzz", "docs/fuzzing.md", ("results/fuzz.json",), fuzz_table),
+    Region("dear-speedups", "docs/dear.md", (*GOALS_SOURCES, "results/evaluation/workloads.json"), dear_speedups),
+    Region("dear-gloo-reduce-scatter", "docs/dear.md", ("results/collectives.json",), gloo_reduce_scatter),
+    Region("spardl-speedups", "docs/spardl.md", GOALS_SOURCES, spardl_speedups),
+    Region("acid-constants", "docs/acid.md", (), acid_constants_text, computed_by="host.acid.constants"),
 )}
 
 #: Documents generated whole by another module, which names its sources in its first lines.

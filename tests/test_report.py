@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -48,6 +49,63 @@ def test_changed_data_makes_its_tables_stale(tmp_path):
     src.write_text(json.dumps(data))
     assert report.stale(root) == ["README.md", "docs/transport.md"]
     assert report.main(["--check", "--root", str(root)]) == 1
+
+
+def _scaled(x, factor: float):
+    """``x`` with every float in it (a measurement, a load average) multiplied by ``factor``."""
+    if isinstance(x, float):
+        return x * factor
+    if isinstance(x, dict):
+        return {k: _scaled(v, factor) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_scaled(v, factor) for v in x]
+    return x
+
+
+def _regions_by_source() -> dict[str, set[str]]:
+    """Every results file a generated document is made from -> those documents."""
+    docs: dict[str, set[str]] = {}
+    for region in report.REGIONS.values():
+        for src in region.sources:
+            docs.setdefault(src, set()).add(region.doc)
+    for doc in report.WHOLE:
+        text = (ROOT / doc).read_text()
+        for src in sorted(set(re.findall(r"results/[\w/.-]+\.json", text.split("-->", 1)[0]))):
+            docs.setdefault(src, set()).add(doc)
+    return docs
+
+
+@pytest.mark.parametrize("source", sorted(_regions_by_source()))
+def test_every_results_file_change_makes_every_document_made_from_it_stale(tmp_path, source):
+    root = _copy_tree(tmp_path)
+    src = root / source
+    src.write_text(json.dumps(_scaled(json.loads(src.read_text()), 0.37)))
+    assert report.stale(root) == sorted(_regions_by_source()[source])
+    assert report.main(["--check", "--root", str(root)]) == 1
+    assert report.main(["--root", str(root)]) == 0 and report.stale(root) == []
+
+
+@pytest.mark.parametrize("name", sorted(report.REGIONS))
+def test_a_hand_edited_figure_in_any_region_is_found_and_put_back(tmp_path, name):
+    region = report.REGIONS[name]
+    root = _copy_tree(tmp_path)
+    doc = root / region.doc
+    text = doc.read_text()
+    begin = text.index(region.begin())
+    end = text.index(f"<!-- end generated: {name} -->", begin)
+    body = text[begin + len(region.begin()):end]
+    digit = re.search(r"\d", body)
+    assert digit, f"region {name} quotes no figure"
+    at = begin + len(region.begin()) + digit.start()
+    doc.write_text(text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1:])
+    assert report.stale(root) == [region.doc]
+    assert report.main(["--root", str(root)]) == 0
+    assert doc.read_text() == text
+
+
+def test_a_computed_region_names_its_module_not_a_results_file():
+    region = report.REGIONS["acid-constants"]
+    assert region.sources == () and region.begin().endswith("(make report, computed by host.acid.constants) -->")
 
 
 def test_a_region_without_its_end_marker_is_named(tmp_path):
