@@ -1,4 +1,5 @@
-"""Name resolution and type checking: syntax tree -> typed IR (:mod:`switch.ir`).
+"""Name resolution and type checking: syntax tree -> typed IR (declarations in :mod:`switch.ir`, bodies in
+:mod:`switch.tir`, built from each checked body by :mod:`switch.lower`).
 
 Every diagnostic is a :class:`~switch.errors.P4Error` at the offending token, worded for a P4
 programmer (unknown name, width mismatch, missing state, assignment to an ``in`` parameter...).
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import ir
+from . import lower
 from . import p4ast as A
 from .errors import Loc, P4Error, unsupported
 from .ir import BOOL, INTLIT, STR, VOID, Bits, Sym
@@ -970,6 +972,7 @@ class Checker:
                         in_params)
         self.actions.append(a)
         self.stmt(d.body, inner, Ctx(block, "control", a))
+        a.body = lower.block(d.body)
         return a
 
     def instance(self, d: A.Instance, scope: Scope, prefix: str) -> ir.InstanceIR:
@@ -1048,7 +1051,7 @@ class Checker:
             na = A.annot(k.annots, "name")
             name = na.args[0].value if na and na.args and isinstance(na.args[0], A.StrLit) else self.expr_text(k.expr)
             # an error key matches the error's number (declaration order, core.p4's first) as a 32-bit field
-            kir = ir.KeyIR(k.expr, k.match_kind, name, ir.bit_width(kt), k.annots)
+            kir = ir.KeyIR(lower.expr(k.expr), k.match_kind, name, ir.bit_width(kt), k.annots)
             (sel_keys if k.match_kind == "selector" else keys).append(kir)
         acts = []
         scopes = {}
@@ -1221,6 +1224,7 @@ class Checker:
                 self.stmt(loc, scope, ctx)
                 if isinstance(loc, A.VarDecl):
                     b.locals.append(loc.sym)
+                    b.inits += (lower.stmt(loc),)
         if kind == "parser":
             names = {s.name: s for s in d.states}
             if "start" not in names:
@@ -1256,8 +1260,10 @@ class Checker:
                         if len(ks) != len(kts):
                             raise P4Error(c.loc, f"keyset has {len(ks)} element(s) but select has {len(kts)}")
                         c.values = [self.select_keyset(k, kt, inner) for k, kt in zip(ks, kts)]
+            b.states = tuple(lower.state(st) for st in d.states)
         else:
             self.stmt(d.apply, Scope(scope), ctx)
+            b.apply = lower.stmt(d.apply)
         return b
 
     def field_lists(self, meta: ir.Type) -> dict[int, list[str]]:

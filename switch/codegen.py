@@ -26,7 +26,7 @@ from typing import Any
 from . import ir
 from .analysis import contains, flat_state_copies, is_lookahead, parser_is_dag, set_before_use
 from . import layout
-from . import p4ast as A
+from . import tir as T
 from .errors import Loc, P4Error, unsupported
 from .ir import Bits, Sym
 
@@ -181,14 +181,14 @@ class Gen:
         return repr(int(v))
 
     # ---- addresses --------------------------------------------------------------------------------
-    def addr(self, e: A.Expr):
+    def addr(self, e: T.Expr):
         """Slot index (int, or Python expression string) of an addressable expression."""
-        if isinstance(e, A.Name):
-            s = e.ref
+        if isinstance(e, T.Var):
+            s = e.sym
             if not isinstance(s, Sym) or s.slot is None:
-                raise P4Error(e.loc, f"'{e.name}' has no storage here")
+                raise P4Error(e.loc, f"'{getattr(s, 'name', '?')}' has no storage here")
             return s.slot
-        if isinstance(e, A.Member):
+        if isinstance(e, T.Member):
             bt = e.expr.type
             if isinstance(bt, (ir.HeaderT, ir.StructT)):
                 return self.add(self.addr(e.expr), bt.offset(e.name))
@@ -204,13 +204,11 @@ class Gen:
                 if e.name == "last":
                     return f"({sb} + 1 + _stk_last(s[{sb}], {oob}) * {bt.elem.slots})"
             raise P4Error(e.loc, "expression is not addressable")
-        if isinstance(e, A.Index):
+        if isinstance(e, T.Index):
             bt = e.expr.type
             sb = self.addr(e.expr)
-            if isinstance(e.index, A.Lit) or (isinstance(e.index.ref, Sym)
-                                              and e.index.ref.kind == "const"):
-                i = int(e.index.value if isinstance(e.index, A.Lit) else e.index.ref.value)
-                return self.add(sb, 1 + i * bt.elem.slots)
+            if isinstance(e.index, T.Const):
+                return self.add(sb, 1 + int(e.index.value) * bt.elem.slots)
             return f"({sb} + 1 + min({self.ex(e.index)}, {bt.size - 1}) * {bt.elem.slots})"
         raise P4Error(e.loc, "expression is not addressable")
 
@@ -231,26 +229,22 @@ class Gen:
             return f"int({code})"
         return code
 
-    def ex(self, e: A.Expr) -> str:
+    def ex(self, e: T.Expr) -> str:
         t = e.type
-        if isinstance(e, A.Lit):
-            return repr(self._wrapv(e.value, t))
-        if isinstance(e, A.BoolLit):
-            return "True" if e.value else "False"
-        if isinstance(e, A.Name):
-            s = e.ref
-            if s.kind == "const":
-                v = s.value
-                return self.const(self._wrapv(v, t) if isinstance(v, int) and not isinstance(v, bool) else v, t)
+        if isinstance(e, T.Const):
+            v = e.value
+            if isinstance(v, bool) or isinstance(t, ir.BoolT):
+                return "True" if v else "False"
+            return self.const(self._wrapv(v, t) if isinstance(v, int) else v, t)
+        if isinstance(e, T.Var):
+            s = e.sym
             if s.kind == "aparam":
                 return self.pnames.get(id(s), f"p_{s.name}")
             return self.sl(self.addr(e))
-        if isinstance(e, A.Member):
+        if isinstance(e, T.Member):
             bt = e.expr.type
             if isinstance(bt, ir.HeaderT) and is_lookahead(e.expr):       # lookahead<H>().field
                 return self.look_field(f"_look(pkt, off, {bt.width})", bt, e.name)
-            if isinstance(e.expr, A.Name) and isinstance(e.expr.ref, Sym) and e.expr.ref.kind == "type":
-                return repr(bt.members[e.name])
             if isinstance(bt, ir.StackT):
                 sb = self.addr(e.expr)
                 if e.name == "size":
@@ -265,12 +259,12 @@ class Gen:
                     return f"(not {inner}[0])"
                 return f"{inner}[1]"
             return self.sl(self.addr(e))
-        if isinstance(e, A.Index):
+        if isinstance(e, T.Index):
             return self.sl(self.addr(e))
-        if isinstance(e, A.Slice):
-            m = (1 << (e.hi_v - e.lo_v + 1)) - 1
-            return f"(({self.uns(self.ex(e.expr), e.expr.type)} >> {e.lo_v}) & {m})"
-        if isinstance(e, A.Unary):
+        if isinstance(e, T.Slice):
+            m = (1 << (e.hi - e.lo + 1)) - 1
+            return f"(({self.uns(self.ex(e.expr), e.expr.type)} >> {e.lo}) & {m})"
+        if isinstance(e, T.Unary):
             x = self.ex(e.expr)
             if e.op == "!":
                 return f"(not {x})"
@@ -279,20 +273,20 @@ class Gen:
             if e.op == "-":
                 return self.wrapx(f"-{x}", t)
             return f"({x} ^ {t.mask})" if not t.signed else f"(~{x})"
-        if isinstance(e, A.Binary):
+        if isinstance(e, T.Binary):
             return self.binary(e)
-        if isinstance(e, A.Ternary):
+        if isinstance(e, T.Ternary):
             c = self.ex(e.cond)
             self.no_hoist += 1
             try:
                 return f"({self.ex(e.then)} if {c} else {self.ex(e.other)})"
             finally:
                 self.no_hoist -= 1
-        if isinstance(e, A.Cast):
+        if isinstance(e, T.Cast):
             return self.cast(e)
-        if isinstance(e, A.Call):
+        if isinstance(e, T.Call):
             return self.call_expr(e)
-        if isinstance(e, A.ListExpr):
+        if isinstance(e, T.List):
             raise unsupported("list expression in this position", e.loc)
         raise unsupported(type(e).__name__, e.loc)
 
@@ -320,7 +314,7 @@ class Gen:
             return "(" + " and ".join(parts) + ")"
         return f"({self.sl(la)} == {self.sl(ra)})"
 
-    def binary(self, e: A.Binary) -> str:
+    def binary(self, e: T.Binary) -> str:
         op, t = e.op, e.type
         if op in ("==", "!=") and isinstance(e.left.type, (ir.HeaderT, ir.StructT, ir.StackT)):
             eq = self.eq_at(self.addr(e.left), self.addr(e.right), e.left.type)
@@ -355,17 +349,17 @@ class Gen:
             lo, hi = ((-(1 << (t.width - 1)), (1 << (t.width - 1)) - 1) if t.signed else (0, t.mask))
             return f"min(max({a} {op[1]} {b}, {lo}), {hi})"
         if op == "<<":
-            if isinstance(e.right, A.Lit):
-                k = e.right.value
+            if isinstance(e.right, T.Const):
+                k = int(e.right.value)
                 return "0" if k >= t.width else self.wrapx(f"{a} << {k}", t)
             return f"_shl({a}, {b}, {t.width}, {int(t.signed)})"
         if op == ">>":
-            if isinstance(e.right, A.Lit) and e.right.value >= t.width:
+            if isinstance(e.right, T.Const) and int(e.right.value) >= t.width:
                 return f"(-1 if {a} < 0 else 0)" if t.signed else "0"
             return f"({a} >> {b})"
         raise unsupported(f"operator {op}", e.loc)
 
-    def cast(self, e: A.Cast) -> str:
+    def cast(self, e: T.Cast) -> str:
         to, src = e.type, e.expr.type
         x = self.ex(e.expr)
         if isinstance(to, ir.BoolT):
@@ -387,10 +381,10 @@ class Gen:
         return x
 
     # ---- data serialisation (lists for hash/checksum/digest/emit) ----------------------------------
-    def fields_of(self, e: A.Expr) -> list[tuple[str, int]]:
+    def fields_of(self, e: T.Expr) -> list[tuple[str, int]]:
         """Flatten an expression (list, struct, header or scalar) into (unsigned code, width) items."""
         t = e.type
-        if isinstance(e, A.ListExpr):
+        if isinstance(e, T.List):
             out = []
             for x in e.items:
                 out += self.fields_of(x)
@@ -440,13 +434,13 @@ class Gen:
         return ("(" + " | ".join(parts) + ")") if parts else "0", total
 
     # ---- calls ------------------------------------------------------------------------------------
-    def call_expr(self, e: A.Call) -> str:
+    def call_expr(self, e: T.Call) -> str:
         k = e.kind
         if k == "hdr" and e.target == "isValid":
-            return self.sl(self.addr(e.func.expr))
+            return self.sl(self.addr(e.recv))
         if k == "union":
-            ut = e.func.expr.type
-            return "(" + " or ".join(self.sl(v) for _, v in ut.members_valid(self.addr(e.func.expr))) + ")"
+            ut = e.recv.type
+            return "(" + " or ".join(self.sl(v) for _, v in ut.members_valid(self.addr(e.recv))) + ")"
         if k == "table":
             if self.fused:
                 # applied by statements placed before the statement being generated; only valid
@@ -468,13 +462,13 @@ class Gen:
                 return "len(pkt)"
         raise unsupported("this call in an expression", e.loc)
 
-    def out_assign(self, ind: int, target: A.Expr, code: str) -> None:
-        if isinstance(target, A.Default):
+    def out_assign(self, ind: int, target: T.Expr, code: str) -> None:
+        if isinstance(target, T.DontCare):
             self.emit(ind, code)
             return
         self.assign_scalar(ind, target, self.wrapx(code, target.type) if isinstance(target.type, Bits) else code)
 
-    def call_stmt(self, ind: int, e: A.Call, ctx: dict) -> None:
+    def call_stmt(self, ind: int, e: T.Call, ctx: dict) -> None:
         k = e.kind
         if k == "action":
             a: ir.ActionIR = e.target
@@ -493,15 +487,15 @@ class Gen:
                 self.emit(ind, f"T{e.target.index}(s)")
             return
         if k == "hdr":
-            a = self.addr(e.func.expr)
+            a = self.addr(e.recv)
             if e.target == "setValid":
                 self.emit(ind, f"{self.sl(a, True)} = True")
-                self.union_others_invalid(ind, e.func.expr)
+                self.union_others_invalid(ind, e.recv)
             elif e.target == "setInvalid":
                 self.emit(ind, f"{self.sl(a, True)} = False")
             return
         if k == "stack":
-            self.stack_shift(ind, e.func.expr, *e.target)
+            self.stack_shift(ind, e.recv, *e.target)
             return
         if k == "efunc":
             self.efunc(ind, e, ctx)
@@ -511,7 +505,7 @@ class Gen:
             return
         raise unsupported("call", e.loc)
 
-    def v1_request(self, ind: int, e: A.Call, n: str, a: list) -> None:
+    def v1_request(self, ind: int, e: T.Call, n: str, a: tuple) -> None:
         """clone/resubmit/recirculate/truncate record a request in the packet's hidden v1model slots; the
         target acts on it at the end of ingress or egress, as BMv2 simple_switch does."""
         if self.fused:
@@ -520,9 +514,9 @@ class Gen:
         v = self.v1
 
         def field_list(x) -> str:
-            if isinstance(x, A.ListExpr) and not x.items:
+            if isinstance(x, T.List) and not x.items:
                 return str(NO_FIELD_LIST)
-            if isinstance(x, A.ListExpr) or isinstance(x.type, (ir.StructT, ir.TupleT)):
+            if isinstance(x, T.List) or isinstance(x.type, (ir.StructT, ir.TupleT)):
                 raise unsupported(f"{n} with a data argument (use the _preserving_field_list form)", x.loc)
             return f"({self.ex(x)} + 1)"
 
@@ -543,7 +537,7 @@ class Gen:
             self.emit(ind + 1, f"{self.sl(v['clone_e2e'], True)} = {self.ex(a[1])} + 1")
             self.emit(ind + 1, f"{self.sl(v['clone_e2e_fl'], True)} = {fl}")
 
-    def stack_shift(self, ind: int, target: A.Expr, m: str, k: int) -> None:
+    def stack_shift(self, ind: int, target: T.Expr, m: str, k: int) -> None:
         """P4-16 8.18 ``push_front(k)``: element i takes element i - k, the first k become invalid, nextIndex
         grows by k (at most size); ``pop_front(k)``: element i takes element i + k, the last k become invalid,
         nextIndex shrinks by k (at least 0)."""
@@ -572,7 +566,7 @@ class Gen:
                 self.emit(ind, f"{self.sl(el(i), True)} = False")
             self.emit(ind, f"{self.sl(sb, True)} = max({self.sl(sb)} - {k}, 0)")
 
-    def hash_call(self, al: str, e: A.Expr, site: Loc) -> str:
+    def hash_call(self, al: str, e: T.Expr, site: Loc) -> str:
         """Hash of a field list; csum16 works on the concatenated integer directly."""
         if al == "csum16":
             code, w = self.concat(self.fields_of(e))
@@ -592,20 +586,21 @@ class Gen:
             self.custom_crcs.append((site, 16 if al == "crc16_custom" else 32))
         return f"HC{i}"
 
-    def data_bytes(self, e: A.Expr) -> str:
+    def data_bytes(self, e: T.Expr) -> str:
         code, w = self.concat(self.fields_of(e))
         return f"_ser({code}, {w})"
 
-    def algo(self, e: A.Expr) -> str:
-        if not (isinstance(e, A.Member) and isinstance(e.type, ir.EnumT) and e.type.name == "HashAlgorithm"):
+    def algo(self, e: T.Expr) -> str:
+        if not (isinstance(e, T.Const) and e.member and isinstance(e.type, ir.EnumT)
+                and e.type.name == "HashAlgorithm"):
             raise P4Error(e.loc, "hash algorithm must be a HashAlgorithm constant")
-        if e.name == "random":
+        if e.member == "random":
             return "random"
-        if e.name not in ("crc16", "crc32", "csum16", "identity", "xor16", "crc16_custom", "crc32_custom"):
-            raise unsupported(f"HashAlgorithm.{e.name}", e.loc)
-        return e.name
+        if e.member not in ("crc16", "crc32", "csum16", "identity", "xor16", "crc16_custom", "crc32_custom"):
+            raise unsupported(f"HashAlgorithm.{e.member}", e.loc)
+        return e.member
 
-    def efunc(self, ind: int, e: A.Call, ctx: dict) -> None:
+    def efunc(self, ind: int, e: T.Call, ctx: dict) -> None:
         n = e.target
         a = e.args
         if n == "mark_to_drop":
@@ -665,10 +660,10 @@ class Gen:
         elif n == "log_msg":
             # BMv2 writes log_msg to its log; here the "switch.p4" logger at INFO, "{}" replaced in order
             vals = []
-            if not isinstance(a[0], A.StrLit):
+            if not (isinstance(a[0], T.Const) and isinstance(a[0].value, str)):
                 raise unsupported("log_msg with a format other than a string literal", a[0].loc)
             if len(a) > 1:
-                items = a[1].items if isinstance(a[1], A.ListExpr) else [a[1]]
+                items = a[1].items if isinstance(a[1], T.List) else [a[1]]
                 for it in items:
                     if not ir.is_scalar(it.type):
                         raise unsupported(f"log_msg of a {it.type} value", it.loc)
@@ -679,9 +674,8 @@ class Gen:
         else:
             raise unsupported(f"{n}()", e.loc)
 
-    def method(self, ind: int, e: A.Call, ctx: dict) -> None:
+    def method(self, ind: int, e: T.Call, ctx: dict) -> None:
         ext, m = e.target
-        f = e.func
         a = e.args
         if ext == "packet_in":
             if ctx.get("kind") != "parser":
@@ -698,7 +692,7 @@ class Gen:
             if m == "emit":
                 self.emit_data(ind, a[0])
             return
-        inst: ir.InstanceIR = f.expr.ref.decl
+        inst: ir.InstanceIR = e.instance
         o = f"X{inst.index}"
         plen = self.sl(self.sm['packet_length'])
         if ext == "counter" and m == "count" and not self.fast:
@@ -737,7 +731,7 @@ class Gen:
         else:
             raise unsupported(f"{ext}.{m}", e.loc)
 
-    def raw_csum16(self, e: A.Expr) -> str | None:
+    def raw_csum16(self, e: T.Expr) -> str | None:
         """Fused mode: a csum16 sum for field list ``e`` read from the received bytes, when ``e`` is
         fields of one header, in order, that nothing but extract has written so far (so its bytes
         are still the ones it was extracted from), leaving out only fields that are whole 16-bit
@@ -745,11 +739,11 @@ class Gen:
         16-bit words minus the left-out words is the sum of the list's words: congruent to the list
         modulo 0xFFFF, and zero exactly when the list is (see layout.csum16_terms).  An invalid
         header here was never extracted nor written: its fields are all 0, and so is the sum."""
-        if not (self.fused and isinstance(e, A.ListExpr) and e.items):
+        if not (self.fused and isinstance(e, T.List) and e.items):
             return None
         base, ht, idx = None, None, []
         for x in e.items:
-            if not (isinstance(x, A.Member) and isinstance(x.expr.type, ir.HeaderT)):
+            if not (isinstance(x, T.Member) and isinstance(x.expr.type, ir.HeaderT)):
                 return None
             b = self.addr(x.expr)
             if not isinstance(b, int) or (base is not None and b != base):
@@ -774,7 +768,7 @@ class Gen:
                 code += f" - {v}" if ft.width == 16 else f" - (({v} >> {16 * k}) & 65535)"
         return code
 
-    def index_check(self, ind: int, e: A.Expr, size: int) -> tuple[str, str | None]:
+    def index_check(self, ind: int, e: T.Expr, size: int) -> tuple[str, str | None]:
         """An extern index for the fast path: (code, bounds test), the test None for a literal in
         range, "False" for a literal out of range, and without ``0 <=`` for an unsigned type."""
         code = self.ex(e)
@@ -793,11 +787,11 @@ class Gen:
         return i, f"0 <= {i} < {size}"
 
     # ---- parser and deparser primitives --------------------------------------------------------------
-    def extract(self, ind: int, target: A.Expr, size: A.Expr | None = None) -> None:
+    def extract(self, ind: int, target: T.Expr, size: T.Expr | None = None) -> None:
         t: ir.HeaderT = target.type
         nbytes = t.fixed_width // 8
         push = None
-        if isinstance(target, A.Member) and target.name == "next" and isinstance(target.expr.type, ir.StackT):
+        if isinstance(target, T.Member) and target.name == "next" and isinstance(target.expr.type, ir.StackT):
             st = target.expr.type
             sb = self.addr(target.expr)
             if self.fused:
@@ -896,7 +890,7 @@ class Gen:
         self.emit(ind, "off = e")
         self.in_extract = False
 
-    def emit_data(self, ind: int, e: A.Expr) -> None:
+    def emit_data(self, ind: int, e: T.Expr) -> None:
         t = e.type
         base = self.addr(e)
         self._emit_at(ind, base, t)
@@ -929,19 +923,19 @@ class Gen:
             raise P4Error(None, f"cannot emit {t}")
 
     # ---- statements ---------------------------------------------------------------------------------
-    def assign_scalar(self, ind: int, lhs: A.Expr, code: str) -> None:
-        if isinstance(lhs, A.Slice):
+    def assign_scalar(self, ind: int, lhs: T.Expr, code: str) -> None:
+        if isinstance(lhs, T.Slice):
             a = self.addr(lhs.expr)
             bt = lhs.expr.type
-            m = (1 << (lhs.hi_v - lhs.lo_v + 1)) - 1
-            keep = bt.mask ^ (m << lhs.lo_v)
-            new = f"({self.sl(a)} & {keep}) | ((({code}) & {m}) << {lhs.lo_v})" if not bt.signed else \
-                f"(({self.sl(a)} & {bt.mask}) & {keep}) | ((({code}) & {m}) << {lhs.lo_v})"
+            m = (1 << (lhs.hi - lhs.lo + 1)) - 1
+            keep = bt.mask ^ (m << lhs.lo)
+            new = f"({self.sl(a)} & {keep}) | ((({code}) & {m}) << {lhs.lo})" if not bt.signed else \
+                f"(({self.sl(a)} & {bt.mask}) & {keep}) | ((({code}) & {m}) << {lhs.lo})"
             self.emit(ind, f"{self.sl(a, True)} = {self.wrapx(new, bt) if bt.signed else new}")
             return
         self.emit(ind, f"{self.sl(self.addr(lhs), True)} = {code}")
 
-    def assign(self, ind: int, lhs: A.Expr, rhs: A.Expr) -> None:
+    def assign(self, ind: int, lhs: T.Expr, rhs: T.Expr) -> None:
         t = lhs.type
         if isinstance(t, (ir.HeaderT, ir.StructT, ir.StackT)):
             self.assign_at(ind, self.addr(lhs), t, rhs)
@@ -950,11 +944,11 @@ class Gen:
             return
         self.assign_scalar(ind, lhs, self.ex(rhs))
 
-    def union_others_invalid(self, ind: int, target: A.Expr, only_if_valid: bool = False) -> None:
+    def union_others_invalid(self, ind: int, target: T.Expr, only_if_valid: bool = False) -> None:
         """After header ``target`` became valid: if it is a member of a header_union, the union's other members
         become invalid (P4-16 8.20).  ``only_if_valid``: the header may have stayed invalid (an assignment
         from an invalid header), so test it first."""
-        if not (isinstance(target, A.Member) and isinstance(target.expr.type, ir.HeaderUnionT)):
+        if not (isinstance(target, T.Member) and isinstance(target.expr.type, ir.HeaderUnionT)):
             return
         ut = target.expr.type
         if self.fused:
@@ -980,10 +974,10 @@ class Gen:
                 return self.wrapx(code, ft) if isinstance(ft, Bits) and ft.signed else code
         raise KeyError(fname)
 
-    def assign_at(self, ind: int, la, t: ir.Type, rhs: A.Expr) -> None:
+    def assign_at(self, ind: int, la, t: ir.Type, rhs: T.Expr) -> None:
         """Assign ``rhs`` to the header, struct or stack of type ``t`` at slot ``la``: a list/structure
         expression (nested ones included) member by member, any other value slot by slot."""
-        if isinstance(rhs, A.ListExpr):
+        if isinstance(rhs, T.List):
             if isinstance(t, ir.HeaderT):
                 self.emit(ind, f"{self.sl(la, True)} = True")
             if not isinstance(t, (ir.HeaderT, ir.StructT)):
@@ -1025,47 +1019,43 @@ class Gen:
         finally:
             self.cur_ind = None
 
-    def stmt(self, ind: int, s: A.Stmt, ctx: dict) -> None:
-        if isinstance(s, A.Block):
+    def stmt(self, ind: int, s: T.Stmt, ctx: dict) -> None:
+        if isinstance(s, T.Block):
             n0 = len(self.lines)
             for j, x in enumerate(s.stmts):
-                if self.fused and isinstance(x, A.VarDecl) and x.init is None and set_before_use(s.stmts[j + 1:], x.sym):
+                if self.fused and isinstance(x, T.VarDecl) and x.init is None and set_before_use(s.stmts[j + 1:], x.sym):
                     x.sym.slot = self.alloc(x.sym.type)       # no initial value: it is set before any use
                     continue
                 self.stmt(ind, x, ctx)
             if len(self.lines) == n0:
                 self.emit(ind, "pass")
-        elif isinstance(s, A.Assign):
+        elif isinstance(s, T.Assign):
             if isinstance(s.lhs.type, (ir.HeaderT, ir.StructT, ir.StackT)):
                 self.assign(ind, s.lhs, s.rhs)
             else:
                 self.hoisting(ind, lambda: self.assign(ind, s.lhs, s.rhs))
-        elif isinstance(s, A.CallStmt):
+        elif isinstance(s, T.CallStmt):
             self.call_stmt(ind, s.call, ctx)
-        elif isinstance(s, A.If):
+        elif isinstance(s, T.If):
             cond = self.hoisting(ind, lambda: self.ex(s.cond))
             self.emit(ind, f"if {cond}:")
             self.stmt(ind + 1, s.then, ctx)
             if s.other is not None:
                 self.emit(ind, "else:")
                 self.stmt(ind + 1, s.other, ctx)
-        elif isinstance(s, A.Switch):
+        elif isinstance(s, T.Switch):
             r = self.fresh("r")
-            if s.on_value:          # switch on a value (check.value_switch)
-                res = self.hoisting(ind, lambda: self.ex(s.expr))
-                self.emit(ind, f"{r} = {res}")
-            else:
-                res = self.hoisting(ind, lambda: self.ex(s.expr.expr))
-                self.emit(ind, f"{r} = {res}[1]")
+            res = self.hoisting(ind, lambda: self.ex(s.expr))
+            # on a value: the value itself; on action_run: the table apply's result, whose [1] is the action
+            self.emit(ind, f"{r} = {res}" if s.on_value else f"{r} = {res}[1]")
             first = True
             pending: list[str] = []
             default_body = None
             for c in s.cases:
-                lab = c.labels[0]
-                if isinstance(lab, A.Default):
+                if c.default:
                     default_body = c.body
                     continue
-                pending.append(repr(lab.value_v) if s.on_value else str(lab.ref.index))
+                pending += [repr(v) for v in c.values]
                 if c.body is None:
                     continue
                 cond = f"{r} in ({', '.join(pending)},)"
@@ -1079,16 +1069,11 @@ class Gen:
                 else:
                     self.emit(ind, "else:")
                     self.stmt(ind + 1, default_body, ctx)
-        elif isinstance(s, A.VarDecl):
+        elif isinstance(s, T.VarDecl):
             sym = s.sym
             sym.slot = self.alloc(sym.type)
-            if s.init is not None:
-                self.assign(ind, A.Name(s.loc, s.name) if False else _named(s, sym), s.init)
-            else:
-                self._reset(ind, sym.slot, sym.type)
-        elif isinstance(s, A.ConstDecl):
-            pass
-        elif isinstance(s, A.For):
+            self.init_local(ind, s)
+        elif isinstance(s, T.For):
             # P4-16 1.2.4: init; while cond: body; update.  The body runs in a one-pass inner loop so that
             # P4's continue (a Python break out of it) still runs the update; P4's break sets a flag.
             if self.fused:
@@ -1110,20 +1095,27 @@ class Gen:
             self.emit(ind + 1, f"if {brk}: break")
             for x in s.update:
                 self.stmt(ind + 1, x, ctx)
-        elif isinstance(s, A.Break):
+        elif isinstance(s, T.Break):
             self.emit(ind, f"{self.loops[-1]} = True")
             self.emit(ind, "break")
-        elif isinstance(s, A.Continue):
+        elif isinstance(s, T.Continue):
             self.emit(ind, "break")
-        elif isinstance(s, A.Exit):
+        elif isinstance(s, T.Exit):
             self.emit(ind, "raise _Exit")
-        elif isinstance(s, A.Return):
+        elif isinstance(s, T.Return):
             # fused: every body holding a return is wrapped in a one-pass loop (see run_body)
             self.emit(ind, "break" if self.fused else "return")
-        elif isinstance(s, A.Empty):
+        elif isinstance(s, T.Empty):
             self.emit(ind, "pass")
         else:
             raise unsupported(type(s).__name__, s.loc)
+
+    def init_local(self, ind: int, d: T.VarDecl) -> None:
+        """Give the local variable of ``d`` (its slot already allocated) its initial value."""
+        if d.init is not None:
+            self.assign(ind, T.Var(loc=d.loc, type=d.sym.type, sym=d.sym), d.init)
+        else:
+            self._reset(ind, d.sym.slot, d.sym.type)
 
     def _reset(self, ind: int, base: int, t: ir.Type) -> None:
         vals = self.init[base:base + t.slots]
@@ -1144,7 +1136,7 @@ class Gen:
         params = [f"p_{p.name}" for p in a.in_params + a.params]
         if params:
             self.emit(1, f"{''.join(x + ', ' for x in params)}= args")
-        self.stmt(1, a.decl.body, {"kind": "action"})
+        self.stmt(1, a.body, {"kind": "action"})
         self.emit(0, "")
 
     def gen_table(self, t: ir.TableIR) -> None:
@@ -1221,18 +1213,13 @@ class Gen:
             self.gen_action(a)
         for t in b.tables:
             self.gen_table(t)
-        d = b.decl
         self.emit(0, f"def C_{role}(s):" if role != "deparser" else "def C_deparser(s):")
         if role == "deparser":
             self.emit(1, "out = []")
         self.emit(1, "try:")
-        for loc in d.locals:
-            if isinstance(loc, A.VarDecl):
-                if loc.init is not None:
-                    self.assign(2, _named(loc, loc.sym), loc.init)
-                else:
-                    self._reset(2, loc.sym.slot, loc.sym.type)
-        self.stmt(2, d.apply, {"kind": "control", "role": role})
+        for d in b.inits:
+            self.init_local(2, d)
+        self.stmt(2, b.apply, {"kind": "control", "role": role})
         self.emit(1, "except _Exit:")
         self.emit(2, "pass")
         if role == "deparser":
@@ -1240,16 +1227,15 @@ class Gen:
         self.emit(0, "")
 
     def gen_parser(self, b: ir.BlockIR) -> None:
-        d = b.decl
-        states = {st.name: i for i, st in enumerate(d.states)}
+        states = {st.name: i for i, st in enumerate(b.states)}
         ACC, REJ = -1, -2
 
         def target(name: str) -> int:
             return ACC if name == "accept" else REJ if name == "reject" else states[name]
 
-        if parser_is_dag(d):
-            if not (self.fast and self.gen_parser_flat(d)):
-                self.gen_parser_dag(d, states, target)
+        if parser_is_dag(b.states):
+            if not (self.fast and self.gen_parser_flat(b)):
+                self.gen_parser_dag(b, states, target)
             return
 
         self.emit(0, "def C_parser(s, pkt):")
@@ -1258,12 +1244,12 @@ class Gen:
         self.emit(1, f"st = {states['start']}")
         self.emit(1, "steps = 0")
         self.emit(1, "try:")
-        self._parser_locals(2, d)
+        self._parser_locals(2, b)
         self.emit(2, "while True:")
         self.emit(3, "steps += 1")
         self.emit(3, f"if steps > 10000: raise _PErr({self.err['ParserTimeout']})")
         ctx = {"kind": "parser"}
-        for i, st in enumerate(d.states):
+        for i, st in enumerate(b.states):
             self.emit(3, f"{'if' if i == 0 else 'elif'} st == {i}:")
             for x in st.stmts:
                 self.stmt(4, x, ctx)
@@ -1279,23 +1265,19 @@ class Gen:
         self.emit(2, "return off, 0, True")
         self.emit(0, "")
 
-    def _parser_locals(self, ind: int, d) -> None:
-        for loc in d.locals:
-            if isinstance(loc, A.VarDecl):
-                if loc.init is not None:
-                    self.assign(ind, _named(loc, loc.sym), loc.init)
-                else:
-                    self._reset(ind, loc.sym.slot, loc.sym.type)
+    def _parser_locals(self, ind: int, b: ir.BlockIR) -> None:
+        for d in b.inits:
+            self.init_local(ind, d)
 
     FLAT_PARSER_STATES = 48      # most state copies a parser is inlined into (a DAG with shared states)
 
-    def gen_parser_flat(self, d) -> bool:
+    def gen_parser_flat(self, b: ir.BlockIR) -> bool:
         """A loop-free parser as one function: every state inlined into its predecessors' branches
         (a state reached from several places is copied), so a packet costs no calls and ``off`` is a
         plain local.  Returns False, emitting nothing, when the copies would exceed
         :attr:`FLAT_PARSER_STATES`."""
-        byname = {st.name: st for st in d.states}
-        if flat_state_copies(d) > self.FLAT_PARSER_STATES:
+        byname = {st.name: st for st in b.states}
+        if flat_state_copies(b.states) > self.FLAT_PARSER_STATES:
             return False
         ctx = {"kind": "parser"}
 
@@ -1314,14 +1296,14 @@ class Gen:
         self.emit(1, "n = len(pkt)")
         self.emit(1, "off = 0")
         self.emit(1, "try:")
-        self._parser_locals(2, d)
+        self._parser_locals(2, b)
         goto(2, "start")
         self.emit(1, "except _PErr as x:")
         self.emit(2, "return off, x.code, False")
         self.emit(0, "")
         return True
 
-    def gen_parser_dag(self, d, states: dict, target) -> None:
+    def gen_parser_dag(self, b: ir.BlockIR, states: dict, target) -> None:
         ctx = {"kind": "parser"}
 
         def goto(ind: int, name: str) -> None:
@@ -1332,7 +1314,7 @@ class Gen:
             else:
                 self.emit(ind, f"return P_S{states[name]}(s, pkt, off, n)")
 
-        for i, st in enumerate(d.states):
+        for i, st in enumerate(b.states):
             self.emit(0, f"def P_S{i}(s, pkt, off, n):")
             self.emit(1, "try:")
             n0 = len(self.lines)
@@ -1347,13 +1329,13 @@ class Gen:
             self.emit(0, "")
         self.emit(0, "def C_parser(s, pkt):")
         self.emit(1, "try:")
-        self._parser_locals(2, d)
+        self._parser_locals(2, b)
         self.emit(2, f"return P_S{states['start']}(s, pkt, 0, len(pkt))")
         self.emit(1, "except _PErr as x:")
         self.emit(2, "return (x.off or 0), x.code, False")
         self.emit(0, "")
 
-    def _transition(self, ind: int, tr, goto) -> None:
+    def _transition(self, ind: int, tr: T.Transition, goto) -> None:
         if tr.state is not None:
             goto(ind, tr.state)
             return
@@ -1408,10 +1390,10 @@ class Gen:
         finally:
             self.lines = saved
 
-    def run_body(self, ind: int, body: A.Stmt, ctx: dict) -> None:
+    def run_body(self, ind: int, body: T.Stmt, ctx: dict) -> None:
         """A control's or action's body; one holding a ``return`` runs in a one-pass ``while True``
         loop, so its returns (generated as ``break``) leave exactly that body."""
-        if contains(body, A.Return):
+        if contains(body, T.Return):
             self.emit(ind, "while True:")
             self.stmt(ind + 1, body, ctx)
             self.emit(ind + 1, "break")
@@ -1437,7 +1419,7 @@ class Gen:
         for sym, n in zip(params, names):
             self.pnames[id(sym)] = n
         try:
-            self.run_body(ind, a.decl.body, {"kind": "action"})
+            self.run_body(ind, a.body, {"kind": "action"})
         finally:
             self.pnames = saved
 
@@ -1481,21 +1463,16 @@ class Gen:
         return r
 
     def fused_control(self, ind: int, role: str, b: ir.BlockIR) -> None:
-        d = b.decl
         self.emit(ind, "try:")
         inner = ind + 1
-        loop = contains(d.apply, A.Return)
+        loop = contains(b.apply, T.Return)
         if loop:
             self.emit(inner, "while True:")
             inner += 1
         n0 = len(self.lines)
-        for loc in d.locals:
-            if isinstance(loc, A.VarDecl):
-                if loc.init is not None:
-                    self.assign(inner, _named(loc, loc.sym), loc.init)
-                else:
-                    self._reset(inner, loc.sym.slot, loc.sym.type)
-        self.stmt(inner, d.apply, {"kind": "control", "role": role})
+        for d in b.inits:
+            self.init_local(inner, d)
+        self.stmt(inner, b.apply, {"kind": "control", "role": role})
         if loop:
             self.emit(inner, "break")
         elif len(self.lines) == n0:
@@ -1507,10 +1484,9 @@ class Gen:
         """``g_data``, the packet leaving: the emitted headers, then the payload.  A deparser that is
         only ``emit`` calls becomes one list display of ``part if valid else b''`` items; any
         other runs as a control appending to ``out``."""
-        d = b.decl
-        body = d.apply.stmts if isinstance(d.apply, A.Block) else [d.apply]
-        plain = not any(isinstance(x, A.VarDecl) for x in d.locals) and all(
-            isinstance(x, A.CallStmt) and x.call.kind == "method"
+        body = b.apply.stmts if isinstance(b.apply, T.Block) else (b.apply,)
+        plain = not b.inits and all(
+            isinstance(x, T.CallStmt) and x.call.kind == "method"
             and x.call.target == ("packet_out", "emit") for x in body)
         if not plain:
             self.emit(ind, "out = []")
@@ -1530,15 +1506,14 @@ class Gen:
         """The parser inline: a loop-free one as nested branches whose leaves fall through to the
         code after it (states copied as in :meth:`gen_parser_flat`), any other as a state loop
         left by ``break``.  An error ends in ``g_perr``; ``off`` is where parsing stopped."""
-        d = b.decl
         ctx = {"kind": "parser"}
-        byname = {st.name: st for st in d.states}
-        states = {st.name: i for i, st in enumerate(d.states)}
+        byname = {st.name: st for st in b.states}
+        states = {st.name: i for i, st in enumerate(b.states)}
         self.emit(ind, "off = 0")
         self.emit(ind, "g_perr = 0")
         self.emit(ind, "try:")
-        self._parser_locals(ind + 1, d)
-        flat = parser_is_dag(d) and flat_state_copies(d) <= self.FLAT_PARSER_STATES
+        self._parser_locals(ind + 1, b)
+        flat = parser_is_dag(b.states) and flat_state_copies(b.states) <= self.FLAT_PARSER_STATES
         if flat:
             def goto(i: int, name: str) -> None:
                 if name in ("accept", "reject"):
@@ -1560,7 +1535,7 @@ class Gen:
             self.emit(ind + 1, "while True:")
             self.emit(ind + 2, "steps += 1")
             self.emit(ind + 2, f"if steps > 10000: raise _PErr({self.err['ParserTimeout']})")
-            for i, st in enumerate(d.states):
+            for i, st in enumerate(b.states):
                 self.emit(ind + 2, f"{'if' if i == 0 else 'elif'} st == {i}:")
                 for x in st.stmts:
                     self.stmt(ind + 3, x, ctx)
@@ -1751,13 +1726,6 @@ class Gen:
 
 
 _INT_LITERAL = re.compile(r"-?[0-9]+")
-
-
-def _named(decl, sym: Sym) -> A.Name:
-    n = A.Name(decl.loc, decl.name)
-    n.ref = sym
-    n.type = sym.type
-    return n
 
 
 PRELUDE = '''

@@ -1,8 +1,10 @@
-"""Typed IR of a checked program: types, resolved symbols and the program's blocks.
+"""Declarations of a checked program: types, resolved symbols, actions, tables, extern instances and the
+V1Switch blocks.
 
-The checker (:mod:`switch.check`) produces these objects and annotates every expression of the
-syntax tree with its :class:`Type` (``expr.type``) and, for names, its :class:`Sym`
-(``expr.ref``).  The code generator (:mod:`switch.codegen`) only reads this IR.
+The checker (:mod:`switch.check`) produces these objects; the bodies they hold (an action's statements, a
+control's apply block, a parser's states, a table's key expressions) are typed IR (:mod:`switch.tir`).  The
+code generator (:mod:`switch.codegen`) reads only these two modules, never the syntax tree; the ``decl``
+fields below point into the syntax tree for the checker's own use and no later stage reads them.
 
 Storage layout: every value is flattened into consecutive *slots* of a per-packet Python list.
 ``Type.slots`` is the number of slots a value of the type occupies: 1 for scalars; a header has
@@ -255,11 +257,12 @@ class ActionIR:
     annots: list
     index: int = 0               # position in ProgramIR.actions
     in_params: list[Sym] = field(default_factory=list)   # directional ('in') parameters, given by direct calls
+    body: Any = None             # switch.tir.Block, set once the checker has checked the body
 
 
 @dataclass(eq=False)
 class KeyIR:
-    expr: Any
+    expr: Any                    # switch.tir.Expr
     match_kind: str
     name: str
     width: int
@@ -324,6 +327,9 @@ class BlockIR:
     actions: list[ActionIR] = field(default_factory=list)
     tables: list[TableIR] = field(default_factory=list)
     instances: list[InstanceIR] = field(default_factory=list)
+    inits: tuple = ()            # switch.tir.VarDecl of the block's local variables, in order
+    apply: Any = None            # a control's apply body (switch.tir.Block)
+    states: tuple = ()           # a parser's states (switch.tir.State), in declaration order
 
 
 @dataclass(eq=False)

@@ -2,9 +2,9 @@
 
 Nodes are plain dataclasses carrying a :class:`~switch.errors.Loc`.  The checker (:mod:`switch.check`) fills
 in the fields declared with :func:`checked` -- an expression's resolved type and declaration, a call's kind and
-target, constant values it folded -- and nothing else; that annotated tree together with :mod:`switch.ir` is
-the typed IR the code generator reads.  Those fields are not constructor arguments, take no part in equality
-or ``repr``, and are None (or False) until the checker has run.
+target, constant values it folded -- and nothing else, as its working notes: :mod:`switch.lower` reads them once
+to build the typed IR (:mod:`switch.tir`), and no later stage sees this tree.  Those fields are not constructor
+arguments, take no part in equality or ``repr``, and are None (or False) until the checker has run.
 """
 from __future__ import annotations
 

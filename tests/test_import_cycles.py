@@ -113,3 +113,28 @@ def test_no_import_cycles():
     found = cycles(graph)
     detail = ["  " + ", ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c) for c in found]
     assert not found, "import cycles:\n" + "\n".join(detail)
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for w in graph.get(todo.pop(), ()):
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def test_switch_back_end_reads_only_the_typed_ir():
+    """The embedded target's back end (analyses and code generator) consumes the typed IR (switch.ir,
+    switch.tir), never the syntax tree nor the stages that build it (docs/switch-target.md)."""
+    known = modules()
+    graph = {m: imports(m, p, known) for m, p in known.items()}
+    front = {"switch.p4ast", "switch.parser", "switch.lexer", "switch.preprocess", "switch.inline", "switch.check",
+             "switch.lower"}
+    assert front <= set(known)
+    for back in ("switch.codegen", "switch.analysis", "switch.tir", "switch.ir"):
+        assert not reachable(graph, back) & front, f"{back} reaches {sorted(reachable(graph, back) & front)}"
+    assert {"switch.tir", "switch.ir"} <= reachable(graph, "switch.codegen")
