@@ -313,6 +313,22 @@ def spardl_speedups(*sweeps: Result) -> str:
                       "the baseline's lowest over SparDL's highest.", "", *rows])
 
 
+def readme_goals(*sweeps: Result) -> str:
+    """The README's verdicts on the DeAR and SparDL speed-up goals, one line per goal and sweep that ran it."""
+    from .evaluation import GOALS, goal_verdict
+
+    rows = ["| goal (testbed, compute emulated) | sweep | speed-up: medians (interval ends) | verdict |",
+            "|---|---|---|---|"]
+    for base, method, goal, what in GOALS:
+        for path, sweep in zip(GOALS_SOURCES, sweeps):
+            cells = sweep["cells"]
+            if base in cells and method in cells:
+                ratio, worst, verdict = goal_verdict(cells[base]["iter_p50_s"], cells[method]["iter_p50_s"], goal)
+                if ratio is not None:
+                    rows.append(f"| {what}: {goal}x | `{Path(path).stem}` | {ratio:.2f}x ({worst:.2f}x) | {verdict} |")
+    return "\n".join(rows + ["", "Tables and the sweeps' provenance: [docs/evaluation.md](docs/evaluation.md)."])
+
+
 def gloo_reduce_scatter(result: Result) -> str:
     """``bench/collectives.py``: gloo's own reduce-scatter against its all-reduce and all-gather of the same size,
     on the shaped links (why DeAR runs its own ring reduce-scatter on gloo)."""
@@ -372,6 +388,7 @@ REGIONS: dict[str, Region] = {r.name: r for r in (
     Region("dear-speedups", "docs/dear.md", (*GOALS_SOURCES, "results/evaluation/workloads.json"), dear_speedups),
     Region("dear-gloo-reduce-scatter", "docs/dear.md", ("results/collectives.json",), gloo_reduce_scatter),
     Region("spardl-speedups", "docs/spardl.md", GOALS_SOURCES, spardl_speedups),
+    Region("readme-goals", "README.md", GOALS_SOURCES, readme_goals),
     Region("acid-constants", "docs/acid.md", (), acid_constants_text, computed_by="host.acid.constants"),
 )}
 
