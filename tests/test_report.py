@@ -51,14 +51,16 @@ def test_changed_data_makes_its_tables_stale(tmp_path):
     assert report.main(["--check", "--root", str(root)]) == 1
 
 
-def _scaled(x, factor: float):
-    """``x`` with every float in it (a measurement, a load average) multiplied by ``factor``."""
+def _scaled(x, factors: list[float]):
+    """``x`` with every float in it (a measurement, a load average) multiplied by the next of ``factors`` in turn,
+    so that ratios of figures change too."""
     if isinstance(x, float):
-        return x * factor
+        factors.append(factors.pop(0))
+        return x * factors[-1]
     if isinstance(x, dict):
-        return {k: _scaled(v, factor) for k, v in x.items()}
+        return {k: _scaled(v, factors) for k, v in x.items()}
     if isinstance(x, list):
-        return [_scaled(v, factor) for v in x]
+        return [_scaled(v, factors) for v in x]
     return x
 
 
@@ -79,7 +81,7 @@ def _regions_by_source() -> dict[str, set[str]]:
 def test_every_results_file_change_makes_every_document_made_from_it_stale(tmp_path, source):
     root = _copy_tree(tmp_path)
     src = root / source
-    src.write_text(json.dumps(_scaled(json.loads(src.read_text()), 0.37)))
+    src.write_text(json.dumps(_scaled(json.loads(src.read_text()), [0.37, 0.53, 0.71])))
     assert report.stale(root) == sorted(_regions_by_source()[source])
     assert report.main(["--check", "--root", str(root)]) == 1
     assert report.main(["--root", str(root)]) == 0 and report.stale(root) == []
