@@ -31,20 +31,18 @@ import ipaddress
 import itertools
 import logging
 import math
-import os
 import select
 import socket
 import struct
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from host import wire
-from host.policy import CONTROL_PRIORITY, LayerMagnitudePolicy, Policy, as_float_view
+from host.policy import CONTROL_PRIORITY, as_float_view
 from host.transport.cc import CCParams, DctcpWindow
 from host.transport.chunking import (chunk_elems, payload_capacity, plan_in_order, plan_packets,
                                      tos_byte, write_headers)
@@ -54,6 +52,12 @@ from host.transport.unclaimed import MAX_PAYLOAD as _MAX_PAYLOAD
 from host.transport.unclaimed import NO_STAGE as _NO_STAGE
 from host.transport.unclaimed import StagingBudget
 from host.wire import DType, Flag, MsgType
+from host.transport.api import LossReport, Options, RecvHandle, RecvResult, SendHandle, TransportError
+from host.transport.control import (CTL, CTL_ALIVE, CTL_DEAD, CTL_DONE, CTL_PROBE, FLAGS_AT, HDR, ITEMSIZE, NDTYPES,
+                                    W_COUNT, W_DTYPE, W_ELIG, W_FLAGS, W_JOB, W_LAYER, W_NONCE, W_OFFSET, W_PMR,
+                                    W_RANK, W_SEQ, W_TAG, W_TID, W_TID_HI, W_TOTAL, W_VT, clock_us, decode_words,
+                                    pack_control_header)
+from host.transport.stats import Counters
 
 from host.transport.packetio import ICMP_ERRNOS as _ICMP_ERRNOS
 from host.transport.packetio import SOL_UDP as _SOL_UDP
@@ -68,27 +72,7 @@ __all__ = ["Endpoint", "Options", "SendHandle", "RecvHandle", "RecvResult", "Los
 
 log = logging.getLogger("host.transport")
 
-# --- fast header access -----------------------------------------------------------------------------------------
-#: The 48-byte header as its 16 wire words. The hot receive path unpacks these words with one struct call instead
-#: of building a Header; anything that fails the cheap checks below is re-parsed by ``wire.parse_datagram`` to name
-#: the bad field.
-HDR = wire.WORD_STRUCT
-# word indices (tests/host/test_chunking.py checks them against wire.Header)
-W_VT, W_FLAGS, W_PMR, W_DTYPE, W_LAYER, W_RANK, W_JOB, W_TID, W_ELIG, W_SEQ, W_TOTAL, W_OFFSET, W_COUNT, W_NONCE, \
-    W_TID_HI, W_TAG = range(16)
-_TAG_AT = wire.TAG_AT
-_ITEMSIZE = [0] * 256
-for _d in DType:
-    _ITEMSIZE[int(_d)] = _d.itemsize
-_NDTYPES = len(DType)
-_FLAGS_AT = wire.WIRE_DTYPE.fields[wire.WIRE_DTYPE.names[W_FLAGS]][1]  # byte offset of the flags
-
-# CONTROL payloads: an opcode byte and a u32 argument (docs/transport.md, Packets and Failures)
-CTL_DONE = 1  # the transfer named by the header is done; the argument: packets received (0xFFFFFFFF: unknown)
-CTL_DEAD = 2  # the rank in the argument is dead (the sender's own rank: it aborted); UTF-8 reason follows
-CTL_PROBE = 3  # are you alive? (sent to a peer this rank waits on and has not heard from for a while)
-CTL_ALIVE = 4  # the answer to a probe
-_CTL = struct.Struct("!BI")
+# --- constants of the stages -----------------------------------------------------------------------------------
 _DEAD_REASON_MAX = 400  # bytes of reason a DEAD notice carries
 _DEAD_NOTICE_AGAIN = (0.05, 0.25)  # a DEAD notice is sent at once and again this long after (datagrams get lost)
 _PROBE_EVERY = 1.0  # seconds between probes of a silent peer this rank waits on (peer_timeout / 4 if shorter)
@@ -121,170 +105,6 @@ _GSO_MAX_BYTES = 65000
 _TX_BURSTS_PER_ROUND = 4  # bursts sent between two receive passes of the I/O thread
 _BATCH_MIN = 16  # packets of one transfer in one batch from which Reassembly takes arrays
 _CTL_BACKLOG = 4096  # control messages held while the send buffer is full
-
-
-def decode_words(buf) -> tuple[int, ...]:
-    """The 16 header words of ``buf`` (for tests and tools)."""
-    return HDR.unpack_from(buf)
-
-
-def pack_control_header(buf, msg_type: int, *, flags: int, rank: int, job_id: int, transfer_id: int,
-                        seq: int, total: int, count: int, nonce: int, layer: int = 0, offset: int = 0) -> None:
-    """Write an ACK/NACK/CONTROL header into ``buf[:HEADER_LEN]`` (priority 7, dtype 0, tag 0: the sender writes
-    the tag once the payload is there). ``transfer_id`` is the 64-bit id. For ACK/NACK, ``offset`` carries the
-    receiver's clock (:func:`clock_us`)."""
-    HDR.pack_into(buf, 0, (wire.VERSION << 4) | msg_type, flags, CONTROL_PRIORITY << 5, 0, layer, rank, job_id,
-                  transfer_id & 0xFFFFFFFF, 0, seq, total, offset, count, nonce, transfer_id >> 32, 0)
-
-
-def clock_us(t: float) -> int:
-    """A monotonic time as the 32-bit microsecond clock ACK/NACK carry in ``offset`` (wraps every 71 minutes)."""
-    return int(t * 1e6) & 0xFFFFFFFF
-
-
-# --- public types -----------------------------------------------------------------------------------------------
-
-class TransportError(RuntimeError):
-    """A transfer failed: a peer stopped answering, a receive timed out, the endpoint closed. ``peer`` is the rank."""
-
-    def __init__(self, message: str, peer: int | None = None):
-        super().__init__(message)
-        self.peer = peer
-
-
-@dataclass
-class Options:
-    """Endpoint configuration; every time is in seconds."""
-
-    mtu: int = 1500  # path MTU: chunking makes every datagram fit (1500, 9000, ...)
-    port: int = wire.UDP_PORT  # port for addr_map entries given without one
-    policy: Policy = field(default_factory=LayerMagnitudePolicy)
-    recv_timeout: float = 30.0  # default timeout of recv()
-    peer_timeout: float = 5.0  # a peer with outstanding sends that sends no feedback for this long fails them
-    nack_idle: float = 0.005  # receiver: idle time after which missing needed packets are NACKed (before LAST)
-    nack_interval: float = 0.002  # first re-NACK interval; doubles to nack_interval_max while nothing arrives
-    nack_interval_max: float = 0.1
-    ack_every: int = 16  # receiver: ACK after this many data packets (and on CE change, LAST, socket drained)
-    burst: int = 32  # max packets the progress thread sends per pick
-    tick: float = 0.001  # timer granularity
-    cc: CCParams | None = None  # None: defaults with mss from the MTU
-    sock_buf: int = 32 << 20  # SO_RCVBUF (forced when root): room for bursts while the I/O thread is busy
-    # SO_SNDBUF (forced when root; the kernel doubles it): the bytes this socket may have queued in the host, in the
-    # qdisc and the device, as TCP Small Queues bounds a TCP socket's. Congestion windows are per peer and may
-    # overshoot; a full send buffer makes the sender wait for the queue to drain instead of overflowing the host's
-    # own egress queue, which drops whole GSO bursts (docs/decisions.md has the figures).
-    send_buf: int = 1 << 20
-    # SO_SNDBUF while data goes to two or more peers at once (send_buf again when one is left). The host's queue is
-    # one FIFO every flow's packets wait in, so its depth is delay in every flow's RTT: 2 MiB is ~16 ms at 1 Gb/s,
-    # past the 10 ms delay target: windows would be cut, unequally, for a queue the host built itself. Kept shallow,
-    # the queue leaves the windows open and the I/O thread's round-robin over peers splits the link evenly
-    # (docs/decisions.md). One peer keeps the deep buffer, which rides out the I/O thread's scheduling gaps.
-    send_buf_shared: int = 256 << 10
-    # data buffered for transfers nobody has called recv() for yet, their bookkeeping included (BOOK_BYTES per packet
-    # the first header claims; unclaimed.py): a header's ``total`` reserves nothing beyond it
-    max_staged_bytes: int = 1 << 30
-    # A transfer nobody has posted a receive for is dropped with its staging this long after its last packet (or
-    # after it completed): data for a receive that never comes (a peer's mistake, a stranger's packets, a rank
-    # that failed before posting) does not hold the staging budget forever. Long against any compute skew between
-    # ranks (a receive is normally posted within an iteration of its send); a later post_recv names the expiry.
-    unposted_expiry: float = 120.0
-    # A reliable send (loss bound 0) of more than this many bytes is classified a slice of this size at a time:
-    # send() classifies the first slice and returns; the I/O thread classifies each next slice while the previous
-    # one's packets are on the wire (magnitude classes are then octiles within each slice), so the link is not idle
-    # while a large tensor is classified (docs/decisions.md). A send with drop-eligible
-    # packets is classified whole (its eligible packets take the first seqs), and so is every send to a peer on a
-    # loopback address (see Endpoint.__init__). 0: every send is classified whole.
-    classify_slice: int = 4 << 20
-    tombstones: int = 1 << 16  # completed transfers remembered (late packets get DONE again)
-    socket_wrapper: Callable[[socket.socket], Any] | None = None  # fault injection on the send path
-    offload: bool = True  # UDP GSO/GRO when the kernel accepts them (off with a socket_wrapper)
-    # the C fast lanes (host/transport/_rxlane.c, _txlane.c); False, or DLCP_NATIVE=0 in the environment: the
-    # Python paths only (A/B measurements, debugging)
-    native: bool = field(default_factory=lambda: os.environ.get("DLCP_NATIVE", "1") != "0")
-
-
-@dataclass(frozen=True)
-class LossReport:
-    """What a bounded-loss receive did not get. ``lost_ranges``: element ranges [start, stop) of the flat tensor
-    that never arrived and were zero-filled."""
-
-    nelems: int
-    lost_ranges: list[tuple[int, int]]
-
-    @property
-    def zero_filled(self) -> int:
-        return sum(b - a for a, b in self.lost_ranges)
-
-    @property
-    def fraction(self) -> float:
-        return self.zero_filled / self.nelems if self.nelems else 0.0
-
-
-@dataclass(frozen=True)
-class RecvResult:
-    data: Any  # the out tensor/array, filled
-    report: LossReport
-    stats: dict[str, Any]
-
-
-class SendHandle:
-    """Completion of one send. ``wait()`` returns the transfer's stats or raises :class:`TransportError`."""
-
-    def __init__(self, peer: int, transfer_id: int):
-        self.peer, self.transfer_id = peer, transfer_id
-        self._event = threading.Event()
-        self._error: BaseException | None = None
-        self.stats: dict[str, Any] = {}
-
-    def done(self) -> bool:
-        return self._event.is_set()
-
-    def wait(self, timeout: float | None = None) -> dict[str, Any]:
-        if not self._event.wait(timeout):
-            raise TransportError(f"send of transfer {self.transfer_id} to rank {self.peer} not complete after "
-                                 f"{timeout}s", self.peer)
-        if self._error is not None:
-            raise self._error
-        return self.stats
-
-    def _finish(self, stats: dict[str, Any], error: BaseException | None = None) -> None:
-        self.stats, self._error = stats, error
-        self._event.set()
-
-
-class RecvHandle:
-    """A receive posted by :meth:`Endpoint.post_recv`: the transport writes arriving packets straight into its
-    ``out`` buffer from the moment it is posted. ``wait()`` blocks until the transfer completes and returns its
-    :class:`RecvResult`, or raises :class:`TransportError` (a timeout abandons the receive); ``cancel()`` abandons
-    it without waiting. The caller must not touch ``out`` until ``wait()`` returned."""
-
-    def __init__(self, ep: "Endpoint", inc: "_In", timeout: float):
-        self._ep, self._inc, self.timeout = ep, inc, timeout
-        self.peer, self.transfer_id = inc.peer, inc.tid
-
-    def done(self) -> bool:
-        return self._inc.event.is_set()
-
-    def wait(self, timeout: float | None = None) -> RecvResult:
-        """Block up to ``timeout`` seconds (default: the one given to ``post_recv``) for the transfer."""
-        inc = self._inc
-        timeout = self.timeout if timeout is None else timeout
-        if not inc.event.wait(timeout):
-            got = f"{inc.st.npackets}/{inc.st.total} packets" if inc.st else "no packet"
-            if inc.rejected:
-                got += f"; {inc.rejected} packets rejected, the last for {inc.reject_why}"
-            self._ep._abandon(inc, f"receive of transfer {inc.tid} from rank {inc.peer} at "
-                                   f"{self._ep.addr_map.get(inc.peer)} timed out after {timeout}s ({got})")
-        if inc.error is not None:
-            raise inc.error
-        assert inc.result is not None
-        return inc.result
-
-    def cancel(self) -> None:
-        """Stop receiving into ``out`` (later packets of the transfer are dropped; ``wait()`` raises)."""
-        self._ep._abandon(self._inc, f"receive of transfer {self._inc.tid} from rank {self._inc.peer} cancelled",
-                          count=False)
-
 
 # --- internal state ---------------------------------------------------------------------------------------------
 
@@ -498,18 +318,9 @@ class Endpoint:
         # (half the buffer free), and control messages that met the full buffer wait here, to go before any data
         self._tx_full = False
         self._ctl_backlog: deque[tuple[bytes, tuple[str, int]]] = deque()
-        self._c: dict[str, int] = dict.fromkeys((
-            "tx_datagrams", "tx_data_packets", "tx_bytes", "retransmissions", "rx_datagrams", "rx_data_packets",
-            "rx_bytes", "duplicates", "late", "foreign", "stray", "malformed", "inconsistent", "unclaimed_dropped",
-            "acks_sent", "nacks_sent", "dones_sent", "acks_rx", "nacks_rx", "dones_rx", "stale_feedback",
-            "ecn_ce_rx", "ecn_echo_rx", "zero_filled_elements", "transfers_sent", "transfers_received",
-            "send_errors", "recv_timeouts", "peer_timeouts", "rto_timeouts", "internal_errors", "tx_gso_sends",
-            "rx_gro_buffers", "rx_fast_datagrams", "premature_nacks", "tx_buffer_full", "staged_transfers",
-            "rejected", "expired_unposted", "peers_dead", "dead_notices_sent", "dead_notices_rx", "probes_sent",
-            "probes_rx", "refused"), 0)
+        self._counters = Counters()  # every stage counts into these (stats.py)
+        self._c = self._counters.c
         self._reo: dict[int, float] = {}  # per sending peer: the adaptive wait after LAST (see _REORDER_MAX)
-        self._malformed_by_field: dict[str, int] = {}
-        self._rejected_by_field: dict[str, int] = {}
         # failure propagation (see _peer_died): dead ranks and why, when each rank was last heard from (any valid
         # datagram), when to probe a silent one next, fate groups (share_fate), DEAD notices still to repeat
         self._dead: dict[int, str] = {}
@@ -682,7 +493,7 @@ class Endpoint:
             self._post(inc, tv, loss_bound)
             if inc.done and inc.result is None and inc.error is None:
                 self._deliver(inc)
-        return RecvHandle(self, inc, timeout)
+        return RecvHandle(inc, timeout, self._abandon, self.addr_map.get(peer))
 
     def _abandon(self, inc: _In, why: str, *, count: bool = True) -> None:
         """A posted receive nobody waits for any more: fail it (see :meth:`_drop_in`) unless it completed
@@ -725,9 +536,7 @@ class Endpoint:
         ``offset`` past the end of the posted buffer, ``dtype`` not the posted one, ``eligible`` not below
         ``total``), and the congestion state per peer."""
         with self._lock:
-            d: dict[str, Any] = dict(self._c)
-            d["malformed_by_field"] = dict(self._malformed_by_field)
-            d["rejected_by_field"] = dict(self._rejected_by_field)
+            d = self._counters.snapshot()
             d["dead_peers"] = dict(self._dead)
             # socket buffers the kernel capped below what Options asked: {"SO_RCVBUF": (asked, granted), ...}
             d["sock_buf_capped"] = dict(self._capped)
@@ -827,11 +636,11 @@ class Endpoint:
     def _dead_notice(self, rank: int, reason: str) -> bytes:
         """A CONTROL datagram saying ``rank`` is dead, and why."""
         why = reason.encode("utf-8", "replace")[:_DEAD_REASON_MAX]
-        buf = bytearray(wire.HEADER_LEN + _CTL.size + len(why))
+        buf = bytearray(wire.HEADER_LEN + CTL.size + len(why))
         pack_control_header(buf, MsgType.CONTROL, flags=0, rank=self.rank, job_id=self.job_id, transfer_id=0,
                             seq=0, total=0, count=0, nonce=self.nonce)
-        _CTL.pack_into(buf, wire.HEADER_LEN, CTL_DEAD, rank)
-        buf[wire.HEADER_LEN + _CTL.size:] = why
+        CTL.pack_into(buf, wire.HEADER_LEN, CTL_DEAD, rank)
+        buf[wire.HEADER_LEN + CTL.size:] = why
         return bytes(buf)
 
     def _notify_all(self, msg: bytes, skip: int) -> None:
@@ -850,14 +659,14 @@ class Endpoint:
         buf = self._ctl_buf
         pack_control_header(buf, MsgType.CONTROL, flags=0, rank=self.rank, job_id=self.job_id, transfer_id=0,
                             seq=0, total=0, count=0, nonce=self.nonce)
-        _CTL.pack_into(buf, wire.HEADER_LEN, op, 0)
-        self._send_ctl(self.addr_map[rank], wire.HEADER_LEN + _CTL.size)
+        CTL.pack_into(buf, wire.HEADER_LEN, op, 0)
+        self._send_ctl(self.addr_map[rank], wire.HEADER_LEN + CTL.size)
         if op == CTL_PROBE:
             self._c["probes_sent"] += 1
 
     def _on_control(self, w: tuple, payload: memoryview) -> None:
         """A CONTROL message that is not about a transfer: a probe, its answer, or a DEAD notice."""
-        op, arg = _CTL.unpack_from(payload)
+        op, arg = CTL.unpack_from(payload)
         src = w[W_RANK]
         if op == CTL_PROBE:
             self._c["probes_rx"] += 1
@@ -866,7 +675,7 @@ class Endpoint:
             pass  # (the datagram itself refreshed when src was last heard from)
         elif op == CTL_DEAD and arg in self.addr_map:
             self._c["dead_notices_rx"] += 1
-            reason = bytes(payload[_CTL.size:]).decode("utf-8", "replace")
+            reason = bytes(payload[CTL.size:]).decode("utf-8", "replace")
             if arg == src:
                 self._peer_died(src, f"rank {src} aborted: {reason}", tell=False)
             elif arg == self.rank:  # src has given up on this rank: its work with this rank ends here too
@@ -919,7 +728,7 @@ class Endpoint:
             if due:
                 self._notices = [(t, m) for t, m in self._notices if t > now]
                 for m in due:
-                    self._notify_all(m, skip=_CTL.unpack_from(m, wire.HEADER_LEN)[1])
+                    self._notify_all(m, skip=CTL.unpack_from(m, wire.HEADER_LEN)[1])
 
     def _tombstone(self, key: tuple[int, int], kind: str, nacked: set[int] | None = None) -> None:
         """Remember a finished transfer: [kind, when DONE was last repeated, the seqs it NACKed (or None)]."""
@@ -1235,8 +1044,7 @@ class Endpoint:
     def _reject(self, inc: _In, fld: str, n: int, why: str) -> None:
         """Drop ``n`` packets of ``inc`` whose header field ``fld`` its receive does not allow (counted per field;
         the last reason is named if the receive times out)."""
-        self._c["rejected"] += n
-        self._rejected_by_field[fld] = self._rejected_by_field.get(fld, 0) + n
+        self._counters.rejected(fld, n)
         inc.rejected += n
         inc.reject_why = f"{fld}: {why}"
 
@@ -1308,8 +1116,8 @@ class Endpoint:
         buf = self._ctl_buf
         pack_control_header(buf, MsgType.CONTROL, flags=0, rank=self.rank, job_id=self.job_id, transfer_id=tid,
                             seq=0, total=total, count=0, nonce=self.nonce)
-        _CTL.pack_into(buf, wire.HEADER_LEN, CTL_DONE, max(received, 0) if received >= 0 else 0xFFFFFFFF)
-        self._send_ctl(self.addr_map[peer], wire.HEADER_LEN + _CTL.size)
+        CTL.pack_into(buf, wire.HEADER_LEN, CTL_DONE, max(received, 0) if received >= 0 else 0xFFFFFFFF)
+        self._send_ctl(self.addr_map[peer], wire.HEADER_LEN + CTL.size)
         self._c["dones_sent"] += 1
 
     def _complete_in(self, inc: _In, now: float) -> None:
@@ -1427,7 +1235,7 @@ class Endpoint:
 
     def _on_feedback(self, w: tuple, mt: int, payload: memoryview, now: float) -> None:
         c = self._c
-        if mt == MsgType.CONTROL and len(payload) >= _CTL.size and payload[0] != CTL_DONE:
+        if mt == MsgType.CONTROL and len(payload) >= CTL.size and payload[0] != CTL_DONE:
             self._on_control(w, payload)
             return
         p = self._peers.get(w[W_RANK])
@@ -1439,11 +1247,11 @@ class Endpoint:
         p.rto_at = 0.0
         p.cc.backoff = 0
         if mt == MsgType.CONTROL:
-            if len(payload) != _CTL.size or payload[0] != CTL_DONE:
+            if len(payload) != CTL.size or payload[0] != CTL_DONE:
                 self._malformed("payload")
                 return
             c["dones_rx"] += 1
-            got = _CTL.unpack_from(payload)[1]
+            got = CTL.unpack_from(payload)[1]
             o.delivered = None if got == 0xFFFFFFFF else got
             self._finish_out(p, o, None)
             return
@@ -1634,7 +1442,7 @@ class Endpoint:
                 seqs.append(s)
                 nbytes += lens[s]
                 nretx += 1
-                hdr[s * hl + _FLAGS_AT] |= _F_RETRANSMIT  # (the packet's header says so from now on)
+                hdr[s * hl + FLAGS_AT] |= _F_RETRANSMIT  # (the packet's header says so from now on)
             s0 = o.next_seq
             if s0 < o.ready and len(seqs) < burst and nbytes < avail:
                 # new packets s0, s0+1, ... while the burst has room and the bytes before each are below avail:
@@ -1754,7 +1562,7 @@ class Endpoint:
                     off = offs[t]
                     h, p = hdr[t * hl: t * hl + hl], pay[off: off + lens[t]]
                     if key is not None:
-                        h[_TAG_AT:] = packet_tag(key, h, p).to_bytes(8, "big")
+                        h[wire.TAG_AT:] = packet_tag(key, h, p).to_bytes(8, "big")
                     bufs.append(h)
                     bufs.append(p)
                 a = anc[elig[s]]
@@ -1930,8 +1738,7 @@ class Endpoint:
                 pass
 
     def _malformed(self, fld: str) -> None:
-        self._c["malformed"] += 1
-        self._malformed_by_field[fld] = self._malformed_by_field.get(fld, 0) + 1
+        self._counters.malformed(fld)
 
     def _handle(self, n: int) -> None:
         """The ``n`` records of ``_recs`` (called with the lock held): the C fast lane takes the data records it
@@ -1979,11 +1786,11 @@ class Endpoint:
                 mt = vt & 0x0F
                 dt = w[W_DTYPE]
                 ok = (vt >> 4) == wire.VERSION and mt <= 3 and not (w[W_FLAGS] & 0xF0) and not (w[W_PMR] & 3) \
-                    and dt < _NDTYPES
+                    and dt < NDTYPES
                 if ok:
                     plen = ln - hl
                     if mt == MsgType.DATA:
-                        isz = _ITEMSIZE[dt]
+                        isz = ITEMSIZE[dt]
                         ok = 0 <= w[W_SEQ] < w[W_TOTAL] and not w[W_OFFSET] % isz and plen == w[W_COUNT] * isz
                     elif mt != MsgType.CONTROL:
                         ok = plen == (w[W_COUNT] + 7) >> 3
@@ -2014,8 +1821,7 @@ class Endpoint:
     def _bad_tag(self) -> None:
         """A well-formed datagram of this job whose keyed tag is wrong: a stranger's (who knows the job id and
         nonce but not the key), or one changed on the way. Dropped before it touches any state; counted."""
-        self._c["rejected"] += 1
-        self._rejected_by_field["tag"] = self._rejected_by_field.get("tag", 0) + 1
+        self._counters.rejected("tag")
 
     def _slow_parse(self, start: int, nbytes: int) -> None:
         try:
