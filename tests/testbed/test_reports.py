@@ -71,3 +71,32 @@ def test_goal_verdicts_and_workload_ratios_come_from_the_cells():
     easy = _doc({"cnn-ddp": [{**s(0.5), "final_accuracy": 0.99}] * 3})
     assert "(accuracy saturates: this workload cannot tell methods apart by accuracy)" in render(
         None, None, {"workloads": "w.json"}, workloads=easy)
+
+
+def test_ablation_by_load_compares_at_the_same_load_and_says_where_dlcp_does_not_win():
+    cells = {}
+    for flows, (fair, full, no_prio, no_loss) in {"0": (0.40, 0.30, 0.302, 0.30),
+                                                   "4": (0.60, 0.70, 0.90, 0.69)}.items():
+        for name, it in (("gloo-fair", fair), ("dlcp", full), ("dlcp-no-priorities", no_prio),
+                         ("dlcp-no-loss", no_loss)):
+            cells[f"{name},background.0.flows={flows}"] = [
+                _summary(it * k, None if flows == "0" else 10e6) for k in (0.99, 1.0, 1.01)]
+    doc = _doc(cells)
+    text = render(None, None, {"ablation-load": "a.json"}, ablation_load=doc)
+    section = text[text.index("## Ablation as a function of background load"):]
+    # a table per metric, configurations by load, each entry with its ratio to fair Gloo at the same load
+    assert "| cell | what | 0 flows | 4 flows |" in section
+    assert "| `dlcp` | DLCP: DeAR + bounded loss + layer priorities + per-packet spraying | 300 ms [297, 303] " \
+           "(75% CI) (0.75x) | 700 ms [693, 707] (75% CI) (1.17x) |" in section
+    assert "- dlcp vs gloo-fair at 0 flows, iteration time: ratio of medians 0.75, better." in section
+    assert "- dlcp vs gloo-fair at 4 flows, iteration time: ratio of medians 1.17, **worse**." in section
+    assert "- dlcp-no-priorities vs dlcp at 4 flows, iteration time: ratio of medians 1.29, **worse**." in section
+    assert "at 0 flows, background goodput" not in section  # no background, no goodput to compare
+    where = section[section.index("Where DLCP does not win here"):]
+    assert "dlcp vs gloo-fair at 4 flows, iteration time" in where
+    assert "- dlcp vs gloo-fair at 0 flows, iteration time" not in where
+    # removing priorities at 0 flows (0.31 vs 0.30: overlapping intervals) or the loss bound anywhere changes nothing
+    assert "dlcp-no-priorities vs dlcp at 0 flows, iteration time (removing it did not make DLCP slower)" in where
+    assert "dlcp-no-loss vs dlcp at 4 flows" in where and "dlcp-no-priorities vs dlcp at 4 flows" not in where
+    final = text[text.index("## Where DLCP does not win, and"):]
+    assert final.count("Ablation as a function of background load: dlcp vs gloo-fair at 4 flows, iteration time") == 1
