@@ -24,7 +24,8 @@ import re
 from typing import Any
 
 from . import ir
-from .analysis import contains, flat_state_copies, is_lookahead, parser_is_dag, set_before_use
+from .analysis import (ROLES, StorageFacts, contains, flat_state_copies, is_lookahead, parser_is_dag, set_before_use,
+                       storage_facts, storage_roots)
 from . import layout
 from . import tir as T
 from .errors import Loc, P4Error, unsupported
@@ -61,16 +62,15 @@ class Gen:
         # fused (fast only): the whole pipeline as two functions over local variables, F_ingress and
         # F_egress (see generate_fused); raises NotFusable when the program needs the slot list
         self.fused = fast and fuse
-        # fused mode bookkeeping: slots the code generated so far reads and writes; writes other
-        # than a parser's extract (``mod``); headers extracted with one struct call (base slot ->
-        # the slot of the local holding the offset they were extracted at); slots nothing reads
-        # (``dead``, from a first pass: their values are not computed)
+        # fused mode bookkeeping: slots the code generated so far reads and writes; headers extracted
+        # with one struct call (base slot -> the slot of the local holding the offset they were extracted
+        # at); what the program reads and how (switch.analysis.storage_facts, found on the IR before
+        # generating: what nothing reads is not computed)
         self.reads: set[int] = set()
         self.writes: set[int] = set()
-        self.mod: set[int] = set()
-        self.in_extract = False
         self.off_slot: dict[int, int] = {}
-        self.dead: set[int] = set()
+        self.facts: StorageFacts | None = None
+        self.owners: list[tuple] = []         # per slot: its storage key (StorageFacts), e.g. ("H", 3)
         self.pnames: dict[int, str] = {}      # id(action parameter Sym) -> local name of an inlined copy
         self.cur_ind: int | None = None       # where a table apply in an expression can be placed
         self.no_hoist = 0                     # > 0: inside an operand evaluated conditionally
@@ -85,13 +85,13 @@ class Gen:
         self._custom_index: dict[tuple[str, int, int], int] = {}
         self.structs: dict[str, str] = {}     # struct format -> name of its Struct in the generated code
         self.loops: list[str] = []            # break flags of the enclosing for loops
-        self.H = self.alloc(prog.headers_type)
-        self.M = self.alloc(prog.meta_type)
-        self.SM = self.alloc(prog.sm_type)
+        self.H = self.alloc(prog.headers_type, "H")
+        self.M = self.alloc(prog.meta_type, "M")
+        self.SM = self.alloc(prog.sm_type, "SM")
         self.sm = {n: self.SM + prog.sm_type.offset(n) for n, _ in prog.sm_type.fields}
         # v1model requests the target acts on after ingress/egress (0: none): clone session + 1 and field
         # list + 1 for each direction, resubmit/recirculate field list + 1, truncate length
-        self.v1 = {n: self.alloc(Bits(32)) for n in V1_SLOTS}
+        self.v1 = {n: self.alloc(Bits(32), "v1." + n) for n in V1_SLOTS}
         self.uses_v1 = False          # the program calls clone/resubmit/recirculate/truncate
         self.field_lists: dict[int, list[int]] = {}
         mt = prog.meta_type
@@ -107,11 +107,18 @@ class Gen:
         self.err = prog.errors.members
 
     # ---- storage --------------------------------------------------------------------------------
-    def alloc(self, t: ir.Type) -> int:
+    def alloc(self, t: ir.Type, owner: Any) -> int:
+        """Slots for a value of type ``t``; ``owner`` names the storage (a root of switch.analysis
+        storage keys: "H", "M", "SM", a local's Sym)."""
         base = self.nslots
         self._init(t)
         self.nslots = len(self.init)
+        self.owners += [(owner, i) for i in range(self.nslots - base)]
         return base
+
+    def dead(self, a: int) -> bool:
+        """Fused mode: nothing reads slot ``a`` (its value need not be computed)."""
+        return self.facts is not None and not self.facts.is_read(self.owners[a])
 
     def _init(self, t: ir.Type) -> None:
         if isinstance(t, ir.HeaderT):
@@ -155,8 +162,6 @@ class Gen:
                 raise NotFusable("a slot address computed per packet (header stack)")
             if write:
                 self.writes.add(a)
-                if not self.in_extract:
-                    self.mod.add(a)
             else:
                 self.reads.add(a)
             return f"v_{a}"
@@ -735,31 +740,19 @@ class Gen:
         """Fused mode: a csum16 sum for field list ``e`` read from the received bytes, when ``e`` is
         fields of one header, in order, that nothing but extract has written so far (so its bytes
         are still the ones it was extracted from), leaving out only fields that are whole 16-bit
-        words at 16-bit positions (the checksum field itself, typically).  The sum of the header's
-        16-bit words minus the left-out words is the sum of the list's words: congruent to the list
-        modulo 0xFFFF, and zero exactly when the list is (see layout.csum16_terms).  An invalid
-        header here was never extracted nor written: its fields are all 0, and so is the sum."""
-        if not (self.fused and isinstance(e, T.List) and e.items):
+        words at 16-bit positions (the checksum field itself, typically): the analysis decides
+        (:attr:`switch.analysis.StorageFacts.raw_csum`).  The sum of the header's 16-bit words minus
+        the left-out words is the sum of the list's words: congruent to the list modulo 0xFFFF, and
+        zero exactly when the list is (see layout.csum16_terms).  An invalid header here was never
+        extracted nor written: its fields are all 0, and so is the sum."""
+        omitted_idx = self.facts.raw_csum.get(e) if self.fused and self.facts is not None else None
+        if omitted_idx is None:
             return None
-        base, ht, idx = None, None, []
-        for x in e.items:
-            if not (isinstance(x, T.Member) and isinstance(x.expr.type, ir.HeaderT)):
-                return None
-            b = self.addr(x.expr)
-            if not isinstance(b, int) or (base is not None and b != base):
-                return None
-            base, ht = b, x.expr.type
-            idx.append([f for f, _ in ht.fields].index(x.name))
-        if idx != sorted(set(idx)) or ht.varbit is not None or base not in self.off_slot \
-                or ht.fixed_width % 16 or self.mod.intersection(range(base, base + ht.slots)):
+        ht = e.items[0].expr.type
+        base = self.addr(e.items[0].expr)
+        if base not in self.off_slot:
             return None
-        pos, omitted = 0, []
-        for i, (f, ft) in enumerate(ht.fields):
-            if i not in idx:
-                if pos % 16 or ft.width % 16:
-                    return None
-                omitted.append((i, ft))
-            pos += ft.width
+        omitted = [(i, ht.fields[i][1]) for i in omitted_idx]
         code = f"(sum(U{self.struct(f'!{ht.fixed_width // 16}H')}(pkt, {self.sl(self.off_slot[base])})) " \
                f"if {self.sl(base)} else 0)"
         for i, ft in omitted:
@@ -824,16 +817,16 @@ class Gen:
             names = [f"_c{j}" for j in range(len(plan.parts))]
             skip = set()
             if self.fused:
-                self.in_extract = True
                 if b not in self.off_slot:       # where the header was extracted, for the deparser
                     self.off_slot[b] = self.nslots
                     self.init.append(0)
+                    self.owners.append(("off",) + self.owners[b])
                     self.nslots += 1
-                if self.off_slot[b] not in self.dead:
+                if not self.dead(self.off_slot[b]):
                     self.emit(ind, f"{self.sl(self.off_slot[b], True)} = off")
                 used_parts = set()
                 for i, (fname, ft) in enumerate(t.fields):
-                    if self.add(b, 1 + i) in self.dead:
+                    if self.dead(self.add(b, 1 + i)):
                         skip.add(i)
                     elif isinstance(ft, Bits) and not ft.signed and plan.fields[i] in plan.parts:
                         j = plan.parts.index(plan.fields[i])
@@ -845,7 +838,7 @@ class Gen:
                     used_parts.update(j for j, (ps, pe) in enumerate(plan.parts) if ps < fe and fs < pe)
                 names = [x if j in used_parts else "_" for j, x in enumerate(names)]
             self.emit(ind, f"{', '.join(names)}{',' if len(names) == 1 else ''} = U{self.struct(plan.fmt)}(pkt, off)")
-            if b not in self.dead:
+            if not self.dead(b):
                 self.emit(ind, f"{self.sl(b, True)} = True")
             if push is not None:
                 self.emit(ind, f"s[{push}] += 1")
@@ -859,10 +852,7 @@ class Gen:
                     code = self.wrapx(code, ft)
                 self.emit(ind, f"{self.sl(self.add(b, 1 + i), True)} = {code}")
             self.emit(ind, f"off += {nbytes}" if self.fused else "off = e")
-            self.in_extract = False
             return
-        if self.fused:
-            self.in_extract = True
         self.emit(ind, "v = int.from_bytes(pkt[off:e], 'big')")
         self.emit(ind, f"{self.sl(b, True)} = True")
         if push is not None:
@@ -888,7 +878,6 @@ class Gen:
                 code = self.wrapx(code, ft)
             self.emit(ind, f"{self.sl(self.add(b, 1 + i), True)} = {code}")
         self.emit(ind, "off = e")
-        self.in_extract = False
 
     def emit_data(self, ind: int, e: T.Expr) -> None:
         t = e.type
@@ -897,7 +886,7 @@ class Gen:
 
     def _emit_at(self, ind: int, base, t) -> None:
         if isinstance(t, ir.HeaderT):
-            if self.fused and base in self.off_slot and not self.mod.intersection(range(base, base + t.slots)):
+            if self.fused and base in self.off_slot and self.owners[base] in self.facts.pristine:
                 # only ever set by extract: emit the bytes it was extracted from (fused mode emits
                 # last, after every write is known)
                 o = self.sl(self.off_slot[base])
@@ -1024,7 +1013,7 @@ class Gen:
             n0 = len(self.lines)
             for j, x in enumerate(s.stmts):
                 if self.fused and isinstance(x, T.VarDecl) and x.init is None and set_before_use(s.stmts[j + 1:], x.sym):
-                    x.sym.slot = self.alloc(x.sym.type)       # no initial value: it is set before any use
+                    x.sym.slot = self.alloc(x.sym.type, x.sym)       # no initial value: it is set before any use
                     continue
                 self.stmt(ind, x, ctx)
             if len(self.lines) == n0:
@@ -1071,7 +1060,7 @@ class Gen:
                     self.stmt(ind + 1, default_body, ctx)
         elif isinstance(s, T.VarDecl):
             sym = s.sym
-            sym.slot = self.alloc(sym.type)
+            sym.slot = self.alloc(sym.type, sym)
             self.init_local(ind, s)
         elif isinstance(s, T.For):
             # P4-16 1.2.4: init; while cond: body; update.  The body runs in a one-pass inner loop so that
@@ -1193,20 +1182,11 @@ class Gen:
             self.emit(ind, f"if {r} is None: {r} = TBL{t.index}.fill({k})")
 
     def bind_params(self, b: ir.BlockIR, role: str) -> None:
-        ps = b.params
-        if role == "parser":
-            self.bind(ps[1], self.H)
-            self.bind(ps[2], self.M)
-            self.bind(ps[3], self.SM)
-        elif role == "deparser":
-            self.bind(ps[1], self.H)
-        else:
-            self.bind(ps[0], self.H)
-            self.bind(ps[1], self.M)
-            if len(ps) > 2:
-                self.bind(ps[2], self.SM)
+        base = {"H": self.H, "M": self.M, "SM": self.SM}
+        for sym, root in storage_roots(role, b.params).items():
+            self.bind(sym, base[root])
         for loc in b.locals:
-            loc.slot = self.alloc(loc.type)
+            loc.slot = self.alloc(loc.type, loc)
 
     def gen_control(self, role: str, b: ir.BlockIR) -> None:
         for a in b.actions:
@@ -1700,17 +1680,18 @@ class Gen:
 
     def generate(self) -> str:
         p = self.prog
-        for role in ("parser", "verify", "ingress", "egress", "compute", "deparser"):
+        for role in ROLES:
             self.bind_params(p.blocks[role], role)
         if self.fused:
-            # a first pass finds the slots nothing reads; the second does not compute them
-            probe = Gen(p, self.fast, True)
-            for role in ("parser", "verify", "ingress", "egress", "compute", "deparser"):
-                probe.bind_params(p.blocks[role], role)
-            probe.generate_fused()
-            self.dead = set(range(probe.nslots)) - probe.read_anywhere
-            # the probe bound the same slots as this generator did above (same order, same sizes)
-            return self.generate_fused()
+            # what nothing reads is found on the IR first (switch.analysis), so one run does not compute it
+            self.facts = storage_facts(p)
+            src = self.generate_fused()
+            missed = sorted({self.owners[a] for a in self.read_anywhere if self.dead(a)}, key=repr)
+            if missed:
+                # the analysis must see every read this generator makes; where it did not, the list shape
+                # (which computes everything) stays correct -- tests/switch/test_tir.py requires none
+                raise NotFusable(f"dead-storage analysis missed reads of {missed}")
+            return src
         # top-level actions (e.g. NoAction) are generated once
         block_actions = {a.index for b in p.blocks.values() for a in b.actions}
         for a in p.actions:
