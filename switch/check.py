@@ -968,8 +968,8 @@ class Checker:
             sym = Sym("aparam", p.name, t, p.loc, p, direction=p.direction)
             (in_params if p.direction else params).append(sym)
             inner.declare(sym, p.name, p.loc)
-        a = ir.ActionIR(d.name, self.qualify(prefix, d.name, d.annots), params, d, d.annots, len(self.actions),
-                        in_params)
+        a = ir.ActionIR(d.name, self.qualify(prefix, d.name, d.annots), params, d, lower.annotations(d.annots),
+                        len(self.actions), in_params)
         self.actions.append(a)
         self.stmt(d.body, inner, Ctx(block, "control", a))
         a.body = lower.block(d.body)
@@ -995,7 +995,7 @@ class Checker:
             if prm.name == "size" and isinstance(v, int) and not 0 < v <= MAX_EXTERN_SIZE:
                 raise P4Error(a.loc, f"{t.decl.name} size {v} out of range (1..{MAX_EXTERN_SIZE} on this target)")
         inst = ir.InstanceIR(d.name, self.qualify(prefix, d.name, d.annots), t.decl.name, t.args, vals,
-                             d.annots, d.loc, len(self.instances))
+                             lower.annotations(d.annots), d.loc, len(self.instances))
         self.instances.append(inst)
         return inst
 
@@ -1051,7 +1051,7 @@ class Checker:
             na = A.annot(k.annots, "name")
             name = na.args[0].value if na and na.args and isinstance(na.args[0], A.StrLit) else self.expr_text(k.expr)
             # an error key matches the error's number (declaration order, core.p4's first) as a 32-bit field
-            kir = ir.KeyIR(lower.expr(k.expr), k.match_kind, name, ir.bit_width(kt), k.annots)
+            kir = ir.KeyIR(lower.expr(k.expr), k.match_kind, name, ir.bit_width(kt), lower.annotations(k.annots))
             (sel_keys if k.match_kind == "selector" else keys).append(kir)
         acts = []
         scopes = {}
@@ -1128,7 +1128,8 @@ class Checker:
         if sel_keys and (impl is None or impl.extern != "action_selector"):
             raise P4Error(d.loc, f"table {d.name} has selector keys but no action_selector implementation")
         t = ir.TableIR(d.name, self.qualify(prefix, d.name, d.annots), keys, sel_keys, acts, scopes, da, dargs,
-                       d.const_default, size, None, d.const_entries, impl, dc, dm, d.annots, d.loc, len(self.tables))
+                       d.const_default, size, None, d.const_entries, impl, dc, dm, lower.annotations(d.annots), d.loc,
+                       len(self.tables))
         for inst in (impl, dc, dm):
             if inst is not None:
                 inst.tables[inst.tables.index(None)] = t
@@ -1212,7 +1213,7 @@ class Checker:
                 if not 0 < size <= MAX_TABLE_SIZE:
                     raise P4Error(loc.size.loc, f"value_set size {size} out of range (1..{MAX_TABLE_SIZE})")
                 vs = ir.ValueSetIR(loc.name, self.qualify(d.name, loc.name, loc.annots), t.width, size,
-                                   loc.annots, loc.loc, len(self.value_sets))
+                                   lower.annotations(loc.annots), loc.loc, len(self.value_sets))
                 self.value_sets.append(vs)
                 scope.declare(Sym("value_set", loc.name, t, loc.loc, vs), loc.name, loc.loc)
             elif isinstance(loc, A.Instance):
@@ -1337,7 +1338,7 @@ class Checker:
                 if a and a.args and isinstance(a.args[0], A.StrLit):
                     if self.header_types[d.name].varbit is not None:
                         raise unsupported("a varbit field in a @controller_header header", d.loc)
-                    ctrl.append((a.args[0].value, self.header_types[d.name], d.annots))
+                    ctrl.append((a.args[0].value, self.header_types[d.name], lower.annotations(d.annots)))
         return ir.ProgramIR(self.path, H, M, SM, blocks, self.actions, self.tables, self.instances,
                             list(self.digests.values()), self.errors, self.header_types, ctrl,
                             value_sets=self.value_sets, field_lists=self.field_lists(M))

@@ -254,7 +254,7 @@ class ActionIR:
     fqname: str
     params: list[Sym]
     decl: Any
-    annots: list
+    annots: tuple                # switch.tir.Annotation
     index: int = 0               # position in ProgramIR.actions
     in_params: list[Sym] = field(default_factory=list)   # directional ('in') parameters, given by direct calls
     body: Any = None             # switch.tir.Block, set once the checker has checked the body
@@ -266,7 +266,7 @@ class KeyIR:
     match_kind: str
     name: str
     width: int
-    annots: list
+    annots: tuple                # switch.tir.Annotation
 
 
 @dataclass(eq=False)
@@ -295,7 +295,7 @@ class TableIR:
     implementation: "InstanceIR | None"
     direct_counter: "InstanceIR | None"
     direct_meter: "InstanceIR | None"
-    annots: list
+    annots: tuple                # switch.tir.Annotation
     loc: Loc
     index: int = 0
 
@@ -309,7 +309,7 @@ class InstanceIR:
     extern: str
     type_args: list[Type]
     args: list[Any]
-    annots: list
+    annots: tuple                # switch.tir.Annotation
     loc: Loc
     index: int = 0
     tables: list[TableIR] = field(default_factory=list)
@@ -340,7 +340,7 @@ class ValueSetIR:
     fqname: str
     width: int
     size: int
-    annots: list
+    annots: tuple                # switch.tir.Annotation
     loc: Loc
     index: int = 0
 
@@ -367,7 +367,7 @@ class ProgramIR:
     digests: list[DigestIR]
     errors: ErrorT
     header_types: dict[str, Type]
-    controller_headers: list[tuple[str, HeaderT, list]]    # (name, type, annots)
+    controller_headers: list[tuple[str, HeaderT, tuple]]   # (name, type, switch.tir.Annotation)
     type_syms: dict[str, Sym] = field(default_factory=dict)
     value_sets: list[ValueSetIR] = field(default_factory=list)
     field_lists: dict[int, list[str]] = field(default_factory=dict)    # v1model @field_list -> meta fields

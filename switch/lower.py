@@ -120,3 +120,14 @@ def state(st: A.State) -> T.State:
     cases = tuple(T.SelectCase(loc=c.loc, values=tuple(c.values), state=c.state) for c in tr.cases)
     t = T.Transition(loc=tr.loc, state=tr.state, select=tuple(expr(x) for x in tr.select or ()), cases=cases)
     return T.State(loc=st.loc, name=st.name, stmts=stmts(st.stmts), transition=t)
+
+
+def annotations(annots: list[A.Annotation]) -> tuple[T.Annotation, ...]:
+    """Annotations for the typed IR: literal arguments kept as values, anything else as None."""
+    def arg(x):
+        if isinstance(x, A.StrLit):
+            return x.value
+        if isinstance(x, A.Lit):
+            return x.value
+        return None
+    return tuple(T.Annotation(loc=a.loc, name=a.name, args=tuple(arg(x) for x in a.args)) for a in annots)

@@ -11,7 +11,7 @@ from finsy.proto import p4i as p4info_pb2
 from google.protobuf import text_format
 
 from . import ir
-from . import p4ast as A
+from .tir import annotation
 
 PREFIX = {"actions": 0x01, "tables": 0x02, "value_sets": 0x03, "controller_packet_metadata": 0x04,
           "action_profiles": 0x11, "counters": 0x12, "direct_counters": 0x13, "meters": 0x14,
@@ -67,9 +67,9 @@ def aliases(names: list[str]) -> dict[str, str]:
 
 
 def _annot_id(annots) -> int | None:
-    a = A.annot(annots, "id")
-    if a and a.args and isinstance(a.args[0], A.Lit):
-        return a.args[0].value
+    a = annotation(annots, "id")
+    if a and a.args and isinstance(a.args[0], int) and not isinstance(a.args[0], bool):
+        return a.args[0]
     return None
 
 
@@ -78,8 +78,8 @@ def _annot_strings(annots) -> list[str]:
     for a in annots:
         if a.name in ("name", "id", "defaultonly", "tableonly", "noWarn"):
             continue
-        if a.args and all(isinstance(x, A.StrLit) for x in a.args):
-            out.append("@" + a.name + "(" + ", ".join(f'"{x.value}"' for x in a.args) + ")")
+        if a.args and all(isinstance(x, str) for x in a.args):
+            out.append("@" + a.name + "(" + ", ".join(f'"{x}"' for x in a.args) + ")")
         elif not a.args:
             out.append("@" + a.name)
     return out

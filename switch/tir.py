@@ -251,3 +251,21 @@ class State:
     name: str
     stmts: tuple[Stmt, ...]
     transition: Transition
+
+
+# ---- annotations ---------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Annotation:
+    """``@name(args)`` on a declaration the back end describes (P4Info): each argument an ``int`` (an integer
+    literal), a ``str`` (a string literal) or None (any other expression or unstructured token text)."""
+    loc: Loc | None
+    name: str
+    args: tuple[int | str | None, ...]
+
+
+def annotation(annots, name: str) -> Annotation | None:
+    """The first annotation called ``name`` in ``annots``."""
+    for a in annots:
+        if a.name == name:
+            return a
+    return None
