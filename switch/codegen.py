@@ -71,6 +71,7 @@ class Gen:
         self.off_slot: dict[int, int] = {}
         self.facts: StorageFacts | None = None
         self.owners: list[tuple] = []         # per slot: its storage key (StorageFacts), e.g. ("H", 3)
+        self.slot_of: dict[Sym, int] = {}     # first slot of each variable and parameter (the IR is not written)
         self.pnames: dict[int, str] = {}      # id(action parameter Sym) -> local name of an inlined copy
         self.cur_ind: int | None = None       # where a table apply in an expression can be placed
         self.no_hoist = 0                     # > 0: inside an operand evaluated conditionally
@@ -143,7 +144,7 @@ class Gen:
             self.init.append(0)
 
     def bind(self, sym: Sym, base: int) -> None:
-        sym.slot = base
+        self.slot_of[sym] = base
 
     # ---- helpers ----------------------------------------------------------------------------------
     def struct(self, fmt: str) -> str:
@@ -190,9 +191,10 @@ class Gen:
         """Slot index (int, or Python expression string) of an addressable expression."""
         if isinstance(e, T.Var):
             s = e.sym
-            if not isinstance(s, Sym) or s.slot is None:
+            a = self.slot_of.get(s) if isinstance(s, Sym) else None
+            if a is None:
                 raise P4Error(e.loc, f"'{getattr(s, 'name', '?')}' has no storage here")
-            return s.slot
+            return a
         if isinstance(e, T.Member):
             bt = e.expr.type
             if isinstance(bt, (ir.HeaderT, ir.StructT)):
@@ -1013,7 +1015,7 @@ class Gen:
             n0 = len(self.lines)
             for j, x in enumerate(s.stmts):
                 if self.fused and isinstance(x, T.VarDecl) and x.init is None and set_before_use(s.stmts[j + 1:], x.sym):
-                    x.sym.slot = self.alloc(x.sym.type, x.sym)       # no initial value: it is set before any use
+                    self.slot_of[x.sym] = self.alloc(x.sym.type, x.sym)   # no initial value: set before any use
                     continue
                 self.stmt(ind, x, ctx)
             if len(self.lines) == n0:
@@ -1060,7 +1062,7 @@ class Gen:
                     self.stmt(ind + 1, default_body, ctx)
         elif isinstance(s, T.VarDecl):
             sym = s.sym
-            sym.slot = self.alloc(sym.type, sym)
+            self.slot_of[sym] = self.alloc(sym.type, sym)
             self.init_local(ind, s)
         elif isinstance(s, T.For):
             # P4-16 1.2.4: init; while cond: body; update.  The body runs in a one-pass inner loop so that
@@ -1104,7 +1106,7 @@ class Gen:
         if d.init is not None:
             self.assign(ind, T.Var(loc=d.loc, type=d.sym.type, sym=d.sym), d.init)
         else:
-            self._reset(ind, d.sym.slot, d.sym.type)
+            self._reset(ind, self.slot_of[d.sym], d.sym.type)
 
     def _reset(self, ind: int, base: int, t: ir.Type) -> None:
         vals = self.init[base:base + t.slots]
@@ -1186,7 +1188,7 @@ class Gen:
         for sym, root in storage_roots(role, b.params).items():
             self.bind(sym, base[root])
         for loc in b.locals:
-            loc.slot = self.alloc(loc.type, loc)
+            self.slot_of[loc] = self.alloc(loc.type, loc)
 
     def gen_control(self, role: str, b: ir.BlockIR) -> None:
         for a in b.actions:

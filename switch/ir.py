@@ -245,7 +245,6 @@ class Sym:
     decl: Any = None
     value: Any = None            # constants
     direction: str = ""          # params
-    slot: int | None = None      # assigned by the code generator
 
 
 @dataclass(eq=False)
