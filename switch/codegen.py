@@ -1,5 +1,8 @@
 """Code generator: typed IR -> Python source, compiled once with ``compile``/``exec``.
 
+It reads only the typed IR -- declarations in :mod:`switch.ir`, bodies in :mod:`switch.tir` -- and the facts
+:mod:`switch.analysis` finds on it (the pipeline is described in :mod:`switch.tir`), in one run per program.
+
 Each parser/control becomes one Python function over ``s``, the per-packet slot list (see
 :mod:`switch.ir` for the layout); every action becomes a function ``A<i>(s, args)`` whose action
 data come as one tuple.  Exact P4 bit semantics are spelled out in the generated expressions (masks
