@@ -58,7 +58,7 @@ def index_dtype(block_len: int) -> torch.dtype:
 
 def index_width(block_len: int) -> int:
     """Bytes per index for a block of ``block_len`` elements (1, 2 or 4)."""
-    return torch.empty(0, dtype=index_dtype(block_len)).element_size()
+    return index_dtype(block_len).itemsize
 
 
 def _pad8(n: int) -> int:
@@ -96,11 +96,12 @@ _NP_INDEX = {torch.uint8: np.uint8, torch.uint16: np.uint16, torch.uint32: np.ui
 
 
 def encode(specs: Sequence[SegmentSpec], segments: Sequence[Segment], value_dtype: torch.dtype) -> torch.Tensor:
-    """One ``uint8`` message holding ``segments`` (in ``specs`` order, one each)."""
+    """One ``uint8`` message holding ``segments`` (in ``specs`` order, one each). Messages are host memory: the
+    segments' tensors must be host tensors (``host.spardl.program.encode_message`` stages device ones)."""
     if len(specs) != len(segments):
         raise ValueError(f"{len(segments)} segments for {len(specs)} segment specs")
-    vsize = torch.empty(0, dtype=value_dtype).element_size()
-    buf = torch.zeros(message_bytes(specs, vsize), dtype=torch.uint8)
+    vsize = value_dtype.itemsize
+    buf = torch.zeros(message_bytes(specs, vsize), dtype=torch.uint8, device="cpu")
     bn = buf.numpy()
     off = 0
     for i, (spec, seg) in enumerate(zip(specs, segments)):
@@ -109,6 +110,9 @@ def encode(specs: Sequence[SegmentSpec], segments: Sequence[Segment], value_dtyp
             raise ValueError(f"segment {i}: {n} indices but {seg.values.numel()} values")
         if n > spec.capacity:
             raise ValueError(f"segment {i} (tag {spec.tag}): {n} entries exceed its capacity {spec.capacity}")
+        if seg.indices.device.type != "cpu" or seg.values.device.type != "cpu":
+            raise ValueError(f"segment {i} (tag {spec.tag}): tensors on {seg.indices.device}/{seg.values.device}; "
+                             f"messages are encoded from host tensors")
         if seg.tag != spec.tag:
             raise ValueError(f"segment {i}: tag {seg.tag}, expected {spec.tag}")
         idx = seg.indices.detach().reshape(-1).numpy()
@@ -130,12 +134,13 @@ def encode(specs: Sequence[SegmentSpec], segments: Sequence[Segment], value_dtyp
 
 
 def decode(buf: torch.Tensor, specs: Sequence[SegmentSpec], value_dtype: torch.dtype) -> list[Segment]:
-    """The segments of ``buf``; raises :class:`SparseWireError` if it does not match ``specs`` exactly."""
-    vsize = torch.empty(0, dtype=value_dtype).element_size()
+    """The segments of ``buf`` (host tensors); raises :class:`SparseWireError` if it does not match ``specs``
+    exactly."""
+    vsize = value_dtype.itemsize
     want = message_bytes(specs, vsize)
-    if buf.dtype != torch.uint8 or buf.dim() != 1:
-        raise SparseWireError(f"a sparse message is a flat uint8 tensor, got {buf.dtype} of shape "
-                              f"{tuple(buf.shape)}")
+    if buf.dtype != torch.uint8 or buf.dim() != 1 or buf.device.type != "cpu":
+        raise SparseWireError(f"a sparse message is a flat uint8 host tensor, got {buf.dtype} of shape "
+                              f"{tuple(buf.shape)} on {buf.device}")
     if buf.numel() != want:
         raise SparseWireError(f"sparse message has {buf.numel()} bytes, expected {want} for {len(specs)} "
                               f"segment(s) of {value_dtype} values")

@@ -113,7 +113,8 @@ class Staged:
         for t in [*reads, *writes]:
             if id(t) in self._host:
                 continue
-            h = torch.empty(t.shape, dtype=t.dtype, pin_memory=self._cuda)
+            # host memory even where the user made another device the default (torch.set_default_device)
+            h = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=self._cuda)
             self._host[id(t)], self._device[id(h)] = h, t
             self._keep.append(t)
             if self._cuda:

@@ -11,6 +11,8 @@
   error feedback), shared by SparDL and the baselines.
 * :mod:`host.spardl.sparse_ops` - gather/put/fill/add at a few thousand positions of a dense buffer.
 * :mod:`host.spardl.clock` - optional per-phase wall/CPU timing (profiling).
+* :mod:`host.spardl.device` - CUDA tensors: everything stays on the device but each message's selected entries,
+  which cross to the host wire through ``host.staging``; stream order of the background jobs.
 
 Wire format of the sparse payloads: :mod:`host.sparse_wire`. Design and numbers: ``docs/spardl.md``.
 """

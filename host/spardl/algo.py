@@ -142,16 +142,22 @@ def merge_pieces(pieces: list[tuple[torch.Tensor, torch.Tensor]], block_len: int
                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Sum sparse pieces ``(indices, values)`` of one block, in list order (so every rank merging the same list
     gets the same bits: each sum is ``0 + v_1 + v_2 + ...`` over the pieces holding the index). Returns the union
-    of the indices (ascending) and the sums there. Sparse throughout: the work follows the pieces' sizes, not
-    ``block_len`` (which only bounds the indices)."""
+    of the indices (ascending) and the sums there, on the pieces' device. Sparse throughout: the work follows the
+    pieces' sizes, not ``block_len`` (which only bounds the indices). One ``index_add_`` per piece: within a piece
+    positions are unique, so the order of the adds is the list order on every device (a single ``index_add_`` of
+    all pieces would leave it to CUDA's atomics)."""
     if not pieces:
-        return torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=dtype)
+        return torch.empty(0, dtype=torch.int64, device="cpu"), torch.empty(0, dtype=dtype, device="cpu")
     idx = torch.cat([p[0] for p in pieces])
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= block_len):
         raise ValueError(f"piece index outside a block of {block_len} elements")
     union, where = torch.unique(idx, return_inverse=True)
-    acc = torch.zeros(union.numel(), dtype=dtype)
-    acc.index_add_(0, where, torch.cat([p[1] for p in pieces]).to(dtype))
+    acc = torch.zeros(union.numel(), dtype=dtype, device=union.device)
+    off = 0
+    for p_idx, p_vals in pieces:
+        n = p_idx.numel()
+        acc.index_add_(0, where[off:off + n], p_vals.to(dtype))
+        off += n
     return union, acc
 
 

@@ -12,6 +12,15 @@ parameters are cut into per-parameter pieces and reassembled in the new layout, 
 added to the wrong parameter, and the sum of applied updates plus residuals stays the sum of the gradients. The
 same per-parameter pieces are what ``state_dict()`` saves.
 
+Devices: the tensors may be host or CUDA tensors. Everything gradient-sized (the input, the residuals, the live
+buffer, the result) and every selection (``torch.topk`` on CUDA) stays on the tensor's device; only each
+message's selected indices and values cross to the host, where the wire is (:mod:`host.spardl.device`). The
+private group must therefore take host tensors (gloo, dlcp; with NCCL as the default backend give a CPU-capable
+one, e.g. ``init_process_group("cpu:gloo,cuda:nccl")``). On CUDA the background jobs run on SparDL's own stream
+of the device, after the work the submitting thread had queued, and their results are consumed after them: the
+hook's future is CUDA-aware (completed on that stream), the compressor's handles make the caller's current
+stream wait.
+
 Asynchrony: the hook and the compressor run the multi-step send/recv schedule on one background thread each,
 over a **private process group** over the same ranks (``dist.new_group``, created in their constructors, which
 therefore must run on every rank of the default group in the same order). Jobs run in submission order, which is
@@ -32,6 +41,7 @@ import torch.distributed as dist
 
 from host.spardl import algo
 from host.spardl.clock import PhaseClock, phase
+from host.spardl.device import DeviceJob, device_of
 from host.spardl.exchange import run_on_group
 from host.spardl.program import Plan, RSState, SparDLOutput, spar_all_gather, spar_reduce_scatter, spardl
 
@@ -58,7 +68,8 @@ class SparDLState:
         """``flat`` plus the key's residual, built **in the residual's buffer** (no new gradient-sized tensor:
         the program then uses it as its live buffer and leaves the new residual in it). So a residual returned by
         an earlier call for ``key`` changes with this one. Without a residual (first call, no error feedback, or
-        one of another shape/dtype: the key now names something else) a copy of ``flat``."""
+        one of another shape/dtype: the key now names something else) a copy of ``flat``. Residuals live on
+        ``flat``'s device (one kept elsewhere, e.g. before the model moved, moves there)."""
         buf, addend = self.buffers_for(key, flat, layout)
         return buf if addend is None else buf.add_(addend)
 
@@ -73,6 +84,8 @@ class SparDLState:
         r = self.residuals.pop(key, None)
         if not self.error_feedback or r is None or r.shape != flat.shape or r.dtype != flat.dtype:
             return flat.detach().clone(), None
+        if r.device != flat.device:
+            r = r.to(flat.device)
         return r, flat.detach()
 
     def _regroup(self, key: Hashable, layout: Layout, flat: torch.Tensor) -> None:
@@ -89,7 +102,7 @@ class SparDLState:
         pieces = [(off, n, self._loose.pop(pk)) for pk, off, n in layout
                   if pk in self._loose and self._loose[pk].numel() == n]
         if pieces:
-            buf = torch.zeros(flat.shape, dtype=flat.dtype)
+            buf = torch.zeros(flat.shape, dtype=flat.dtype, device=flat.device)
             flat_buf = buf.reshape(-1)
             for off, n, piece in pieces:
                 flat_buf[off:off + n].copy_(piece)
@@ -165,15 +178,16 @@ def _group_info(group) -> tuple[int, int]:
 def sparse_allreduce(tensor: torch.Tensor, density: float, teams: int = 1, group: dist.ProcessGroup | None = None,
                      *, state: SparDLState | None = None, key: Hashable = "default", average: bool = False,
                      timeout: float = 60.0, clock: PhaseClock | None = None) -> SparseAllreduceResult:
-    """SparDL sparse all-reduce of ``tensor`` (CPU, floating point) in place, over ``group``'s send/recv.
+    """SparDL sparse all-reduce of ``tensor`` (floating point, on the host or a CUDA device) in place, over
+    ``group``'s send/recv. On CUDA the work is queued on the caller's current stream (selection, arithmetic) and
+    the result is ready for the kernels the caller queues next, as after any torch operation.
 
     Every rank ends with the same tensor: the sum (``average``: mean) over ranks of at most ``density`` of each
     block's elements. With ``state`` the residual of ``key`` is added first and the new one kept (error
     feedback; the residual is updated in place, see :meth:`SparDLState.input_for`); without, the residual is
     only returned. ``teams`` must divide the group size. ``clock`` collects per-phase times (profiling).
     """
-    if tensor.device.type != "cpu":
-        raise ValueError(f"sparse_allreduce handles CPU tensors, got one on {tensor.device}")
+    device_of(tensor, "sparse_allreduce")  # host or CUDA: anything else is refused by name
     rank, world = _group_info(group)
     flat = tensor.reshape(-1)
     plan = Plan.make(flat.numel(), world, teams, density, tensor.dtype)
@@ -319,16 +333,19 @@ def spardl_hook(state: SparDLHookState, bucket: dist.GradBucket) -> torch.future
         work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, group=state.process_group, async_op=True)
         world = state.world
         return work.get_future().then(lambda f: f.value()[0].div_(world))
-    fut: torch.futures.Future = torch.futures.Future()
     buf, key, layout = bucket.buffer(), bucket.index(), state.layout_of(bucket)
+    job = DeviceJob(device_of(buf, "spardl_hook"))  # after the kernels that produced the bucket
+    fut = job.future()  # CUDA-aware for a CUDA bucket: its value (the bucket's buffer) is on the bucket's device
 
-    def done(cf: Future) -> None:
-        e = cf.exception()
-        if e is not None:
-            fut.set_exception(e)
-        else:
-            fut.set_result(cf.result())
-    state._worker.submit(lambda: state._run(key, buf, layout)).add_done_callback(done)
+    def run() -> None:
+        with job.running():
+            try:
+                value = state._run(key, buf, layout)
+            except BaseException as e:  # noqa: BLE001 - DDP raises it from backward
+                fut.set_exception(e)
+                return
+            fut.set_result(value)  # on SparDL's stream: DDP's use of the value is ordered after the job's kernels
+    state._worker.submit(run)
     return fut
 
 
@@ -350,13 +367,14 @@ class SparDLRSResult:
 
 class _Handle:
     """A compressor job; ``wait()`` returns its value or raises its error. It cannot hang: every round of messages
-    inside the job has the compressor's timeout."""
+    inside the job has the compressor's timeout. On CUDA, ``wait()`` also makes the caller's current stream wait
+    for the job's kernels (:meth:`host.spardl.device.DeviceJob.wait_on_current`)."""
 
-    def __init__(self, fut: Future):
-        self._fut = fut
+    def __init__(self, fut: Future, job: DeviceJob):
+        self._fut, self._job = fut, job
 
     def wait(self, timeout: float | None = None) -> object:
-        return self._fut.result(timeout)
+        return self._job.wait_on_current(self._fut.result(timeout))
 
 
 class SparDLCompressor:
@@ -411,15 +429,17 @@ class SparDLCompressor:
         self._check(process_group)
         if flat_grad.dim() != 1:
             raise ValueError(f"group {group_index}: flat_grad must be 1-D, got shape {tuple(flat_grad.shape)}")
+        order = DeviceJob(device_of(flat_grad, f"SparDLCompressor group {group_index}"))
 
         def job() -> SparDLRSResult:
-            plan = Plan.make(flat_grad.numel(), self.world, self.teams, self.density, flat_grad.dtype)
-            original, addend = self.state.buffers_for(group_index, flat_grad, self._layouts.get(group_index))
-            h = self.state.h_for(group_index, plan, self.rank)
-            rs = run_on_group(spar_reduce_scatter(plan, self.rank, original, h.h, own_input=True, addend=addend),
-                              self.group, self.timeout)
-            return SparDLRSResult(group_index, flat_grad.shape, rs)
-        return _Handle(self._worker.submit(job))
+            with order.running():
+                plan = Plan.make(flat_grad.numel(), self.world, self.teams, self.density, flat_grad.dtype)
+                original, addend = self.state.buffers_for(group_index, flat_grad, self._layouts.get(group_index))
+                h = self.state.h_for(group_index, plan, self.rank)
+                rs = run_on_group(spar_reduce_scatter(plan, self.rank, original, h.h, own_input=True,
+                                                      addend=addend), self.group, self.timeout)
+                return SparDLRSResult(group_index, flat_grad.shape, rs)
+        return _Handle(self._worker.submit(job), order)
 
     def start_all_gather(self, group_index: int, rs_result: object, process_group) -> _Handle:
         self._check(process_group)
@@ -427,14 +447,17 @@ class SparDLCompressor:
             raise TypeError(f"group {group_index}: start_all_gather needs this compressor's reduce-scatter result "
                             f"for the same group, got {type(rs_result).__name__}")
 
+        order = DeviceJob(rs_result.rs.live.device)
+
         def job() -> torch.Tensor:
-            rs = rs_result.rs
-            out = run_on_group(spar_all_gather(rs, divisor=self.world if self.average else 1), self.group,
-                               self.timeout)
-            self.state.finish(group_index, rs.plan, self.rank, out)
-            self.bytes_sent += out.bytes_sent
-            return out.result.view(rs_result.shape)
-        return _Handle(self._worker.submit(job))
+            with order.running():
+                rs = rs_result.rs
+                out = run_on_group(spar_all_gather(rs, divisor=self.world if self.average else 1), self.group,
+                                   self.timeout)
+                self.state.finish(group_index, rs.plan, self.rank, out)
+                self.bytes_sent += out.bytes_sent
+                return out.result.view(rs_result.shape)
+        return _Handle(self._worker.submit(job), order)
 
     def close(self) -> None:
         self._worker.close()

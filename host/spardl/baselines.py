@@ -19,7 +19,8 @@ import torch
 from host import sparse_wire as sw
 from host.spardl import algo, select, sparse_ops
 from host.spardl.clock import PhaseClock, phase
-from host.spardl.program import HopRecord, Program, Recv, Round, Send, SparDLOutput, _bruck, same_memory
+from host.spardl.program import (HopRecord, Program, Recv, Round, Send, SparDLOutput, _bruck, decode_message,
+                                 encode_message, same_memory)
 
 __all__ = ["gtopk", "topk_allgather", "TAG_GTOPK_UP", "TAG_GTOPK_DOWN", "TAG_TOPK_AG"]
 
@@ -37,8 +38,9 @@ def _check(original: torch.Tensor, density: float, own_input: bool) -> tuple[tor
 def _addend(addend: torch.Tensor | None, live: torch.Tensor) -> torch.Tensor | None:
     if addend is None:
         return None
-    if addend.numel() != live.numel() or addend.dtype != live.dtype:
-        raise ValueError(f"addend of {addend.numel()} {addend.dtype} elements for {live.numel()} {live.dtype}")
+    if addend.numel() != live.numel() or addend.dtype != live.dtype or addend.device != live.device:
+        raise ValueError(f"addend of {addend.numel()} {addend.dtype} elements on {addend.device} for "
+                         f"{live.numel()} {live.dtype} on {live.device}")
     return addend.detach().reshape(-1)
 
 
@@ -46,8 +48,10 @@ def _output(out: torch.Tensor | None, clear: bool, n: int, dtype: torch.dtype, i
             vals: torch.Tensor) -> torch.Tensor:
     if out is not None and (out.numel() != n or out.dtype != dtype or not out.is_contiguous()):
         raise ValueError(f"out must be a contiguous tensor of {n} {dtype} elements")
+    if out is not None and out.device != idx.device:
+        raise ValueError(f"out on {out.device}, the reduced tensor on {idx.device}")
     if out is None:
-        result = torch.zeros(n, dtype=dtype)
+        result = torch.zeros(n, dtype=dtype, device=idx.device)
     else:
         result = out.view(-1) if clear else out.view(-1).zero_()
     sparse_ops.put(result, idx, vals)
@@ -90,7 +94,7 @@ def gtopk(rank: int, world: int, original: torch.Tensor, density: float, *, own_
         gaps.append(gap)
         if rank % (2 * gap) == gap:
             with phase(clock, "pack"):
-                msg = sw.encode([spec], [sw.Segment(0, idx, vals)], live.dtype)
+                msg = encode_message([spec], [sw.Segment(0, idx, vals)], live.dtype)
             sent += msg.numel()
             trace.append(HopRecord("up", step, "send", rank - gap, ((0, idx.numel()),)))
             yield Round((Send(rank - gap, msg, TAG_GTOPK_UP * 32 + step),), ())
@@ -98,13 +102,13 @@ def gtopk(rank: int, world: int, original: torch.Tensor, density: float, *, own_
         if rank % (2 * gap) == 0 and rank + gap < world:
             (buf,) = yield Round((), (Recv(rank + gap, sw.message_bytes([spec], vsize), TAG_GTOPK_UP * 32 + step),))
             with phase(clock, "merge"):
-                (seg,) = sw.decode(buf, [spec], live.dtype)
+                (seg,) = decode_message(buf, [spec], live.dtype, live.device)
                 trace.append(HopRecord("up", step, "recv", rank + gap, ((0, seg.indices.numel()),)))
                 u_idx, u_vals = algo.merge_pieces([(idx, vals), (seg.indices, seg.values)], n, live.dtype)
             with phase(clock, "select"):
                 keep = select.topk_magnitude(u_vals, k)
             with phase(clock, "merge"):
-                dropped = torch.ones(u_idx.numel(), dtype=torch.bool)
+                dropped = torch.ones(u_idx.numel(), dtype=torch.bool, device=u_idx.device)
                 dropped[keep] = False
                 d_idx = u_idx[dropped]
                 undo.record(live, d_idx)
@@ -119,14 +123,14 @@ def gtopk(rank: int, world: int, original: torch.Tensor, density: float, *, own_
         tag = TAG_GTOPK_DOWN * 32 + s
         if have and rank % (2 * gap) == 0 and rank + gap < world:
             with phase(clock, "pack"):
-                msg = sw.encode([spec], [sw.Segment(0, idx, vals)], live.dtype)
+                msg = encode_message([spec], [sw.Segment(0, idx, vals)], live.dtype)
             sent += msg.numel()
             trace.append(HopRecord("down", s, "send", rank + gap, ((0, idx.numel()),)))
             yield Round((Send(rank + gap, msg, tag),), ())
         elif not have and rank % (2 * gap) == gap:
             (buf,) = yield Round((), (Recv(rank - gap, sw.message_bytes([spec], vsize), tag),))
             with phase(clock, "merge"):
-                (seg,) = sw.decode(buf, [spec], live.dtype)
+                (seg,) = decode_message(buf, [spec], live.dtype, live.device)
             trace.append(HopRecord("down", s, "recv", rank - gap, ((0, seg.indices.numel()),)))
             idx, vals, have = seg.indices, seg.values, True
     with phase(clock, "output"):
@@ -147,8 +151,8 @@ def topk_allgather(rank: int, world: int, original: torch.Tensor, density: float
     idx, vals = _local_topk(live, k, addend, clear, undo, clock)
     trace: list[HopRecord] = []
     pieces, sent = yield from _bruck(list(range(world)), rank, [(idx, vals)],
-                                     lambda origin: sw.SegmentSpec(origin, n, k), live.dtype, TAG_TOPK_AG,
-                                     "allgather", trace, clock)
+                                     lambda origin: sw.SegmentSpec(origin, n, k), live.dtype, live.device,
+                                     TAG_TOPK_AG, "allgather", trace, clock)
     with phase(clock, "merge"):
         u_idx, u_vals = algo.merge_pieces(pieces, n, live.dtype)
     with phase(clock, "output"):

@@ -102,7 +102,7 @@ def run_on_group(program: Program, group: dist.ProcessGroup | None = None, timeo
         rnd = next(program)
         while True:
             with phase(clock, "exchange"):
-                bufs = [torch.empty(v.nbytes, dtype=torch.uint8) for v in rnd.recvs]
+                bufs = [torch.empty(v.nbytes, dtype=torch.uint8, device="cpu") for v in rnd.recvs]  # the wire: host
                 works = [dist.irecv(b, src=glob(v.peer), group=group, tag=v.tag)
                          for b, v in zip(bufs, rnd.recvs)]
                 works += [dist.isend(s.data, dst=glob(s.peer), group=group, tag=s.tag) for s in rnd.sends]
@@ -143,7 +143,7 @@ class LinkExchange:
         try:
             rnd = next(program)
             while True:
-                bufs = [torch.empty(v.nbytes, dtype=torch.uint8) for v in rnd.recvs]
+                bufs = [torch.empty(v.nbytes, dtype=torch.uint8, device="cpu") for v in rnd.recvs]
                 # receives posted before the round's sends: the peers send at the same moment, and what arrives
                 # before its receive is posted is staged and copied again
                 posted = [self.link.irecv(self.ranks[v.peer], b, self._tid(v.peer, "r", v.tag), timeout=self.timeout)

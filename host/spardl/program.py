@@ -17,6 +17,10 @@ Phases (``P`` ranks, ``d`` teams of ``m``; see :mod:`host.spardl.algo` for the l
 3. **Global residual collection** (``algo.collect_residual``) with the final index set.
 
 Message tags: ``phase * 32 + step`` (phase 1 = reduce-scatter, 2 = cross-team, 3 = team all-gather).
+
+Devices: a program runs on the device of the tensor it reduces (host or CUDA). Its buffers, selections, merges
+and result live there; messages are host memory, and :func:`encode_message` / :func:`decode_message` move just the
+entries of each message across (:mod:`host.spardl.device`).
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ import torch
 
 from host import sparse_wire as sw
 from host.spardl import algo, select, sparse_ops
+from host.spardl import device as dv
 from host.spardl.clock import PhaseClock, phase
 
 __all__ = ["Send", "Recv", "Round", "Program", "Plan", "HopRecord", "RSState", "SparDLOutput",
-           "spar_reduce_scatter", "spar_all_gather", "spardl", "TAG_SRS", "TAG_TEAMS", "TAG_AG"]
+           "spar_reduce_scatter", "spar_all_gather", "spardl", "encode_message", "decode_message", "TAG_SRS",
+           "TAG_TEAMS", "TAG_AG"]
 
 T = TypeVar("T")
 
@@ -133,6 +139,23 @@ class SparDLOutput:
     bytes_sent: int
 
 
+def encode_message(specs: list[sw.SegmentSpec], segments: list[sw.Segment], dtype: torch.dtype) -> torch.Tensor:
+    """One wire message (host ``uint8``) of ``segments`` whose indices and values may be on a device: those are
+    staged to the host first, all of the message's in one copy (:func:`host.spardl.device.to_host`)."""
+    flat = dv.to_host([t for seg in segments for t in (seg.indices, seg.values)])
+    return sw.encode(specs, [sw.Segment(seg.tag, flat[2 * i], flat[2 * i + 1]) for i, seg in enumerate(segments)],
+                     dtype)
+
+
+def decode_message(buf: torch.Tensor, specs: list[sw.SegmentSpec], dtype: torch.dtype,
+                   device: torch.device) -> list[sw.Segment]:
+    """The segments of a received message with their indices and values on ``device`` (staged there in one
+    copy for the whole message, :func:`host.spardl.device.to_device`)."""
+    segs = sw.decode(buf, specs, dtype)
+    flat = dv.to_device([t for seg in segs for t in (seg.indices, seg.values)], device)
+    return [sw.Segment(seg.tag, flat[2 * i], flat[2 * i + 1]) for i, seg in enumerate(segs)]
+
+
 def same_memory(out: torch.Tensor | None, addend: torch.Tensor | None) -> bool:
     """``out`` and ``addend`` are the same contiguous memory (so a pass reading ``addend`` may clear it for
     ``out``)."""
@@ -162,6 +185,9 @@ def spar_reduce_scatter(plan: Plan, rank: int, original: torch.Tensor, h: int, *
         if t is not None and (t.numel() != plan.n or t.dtype != plan.dtype):
             raise ValueError(f"rank {rank}: {what} of {t.numel()} {t.dtype} elements, the plan is for "
                              f"{plan.n} {plan.dtype}")
+    device = dv.device_of(original, "SparDL")
+    if addend is not None and addend.device != device:
+        raise ValueError(f"rank {rank}: addend on {addend.device}, tensor on {device}")
     team, pos = plan.team_of(rank)
     base = team * plan.m
     flat = original.detach().reshape(-1)
@@ -195,7 +221,7 @@ def spar_reduce_scatter(plan: Plan, rank: int, original: torch.Tensor, h: int, *
                     sparse_ops.fill(blk, sel, 0)
                 segs.append(sw.Segment(b, sel, vals))
             with phase(clock, "pack"):
-                msg = sw.encode(specs, segs, plan.dtype)
+                msg = encode_message(specs, segs, plan.dtype)
             sent += msg.numel()
             trace.append(HopRecord(hop.phase, step, "send", base + hop.send_to,
                                    tuple((s.tag, s.indices.numel()) for s in segs)))
@@ -206,7 +232,7 @@ def spar_reduce_scatter(plan: Plan, rank: int, original: torch.Tensor, h: int, *
         got = yield Round(sends, recvs)
         with phase(clock, "merge"):
             for buf in got:
-                segs = sw.decode(buf, recv_specs, plan.dtype)
+                segs = decode_message(buf, recv_specs, plan.dtype, device)
                 trace.append(HopRecord(hop.phase, step, "recv", base + hop.recv_from,
                                        tuple((s.tag, s.indices.numel()) for s in segs)))
                 for s in segs:
@@ -227,13 +253,13 @@ def spar_reduce_scatter(plan: Plan, rank: int, original: torch.Tensor, h: int, *
 
 
 def _bruck(participants: list[int], me: int, items: list[tuple[torch.Tensor, torch.Tensor]], spec_of,
-           dtype: torch.dtype, tag_phase: int, name: str, trace: list[HopRecord],
+           dtype: torch.dtype, device: torch.device, tag_phase: int, name: str, trace: list[HopRecord],
            clock: PhaseClock | None = None) -> Program[tuple[list, int]]:
     """Bruck all-gather of sparse items among ``participants`` (ranks); ``me`` is this rank's index there and
-    ``items == [own item]``. ``spec_of(origin)`` is the segment spec of origin's item. Returns the items by
-    origin index and the bytes sent."""
+    ``items == [own item]`` (on ``device``, where the received ones go too). ``spec_of(origin)`` is the segment
+    spec of origin's item. Returns the items by origin index and the bytes sent."""
     n = len(participants)
-    vsize = torch.empty(0, dtype=dtype).element_size()
+    vsize = dtype.itemsize
     sent = 0
     for step, st in enumerate(algo.bruck_schedule(me, n)):
         tag = tag_phase * 32 + step
@@ -241,14 +267,14 @@ def _bruck(participants: list[int], me: int, items: list[tuple[torch.Tensor, tor
         in_specs = [spec_of((me + st.gap + i) % n) for i in range(st.count)]
         segs = [sw.Segment(spec.tag, idx, vals) for spec, (idx, vals) in zip(out_specs, items[:st.count])]
         with phase(clock, "pack"):
-            msg = sw.encode(out_specs, segs, dtype)
+            msg = encode_message(out_specs, segs, dtype)
         sent += msg.numel()
         trace.append(HopRecord(name, step, "send", participants[st.send_to],
                                tuple((s.tag, s.indices.numel()) for s in segs)))
         (buf,) = yield Round((Send(participants[st.send_to], msg, tag),),
                              (Recv(participants[st.recv_from], sw.message_bytes(in_specs, vsize), tag),))
         with phase(clock, "merge"):
-            got = sw.decode(buf, in_specs, dtype)
+            got = decode_message(buf, in_specs, dtype, device)
         trace.append(HopRecord(name, step, "recv", participants[st.recv_from],
                                tuple((s.tag, s.indices.numel()) for s in got)))
         items.extend((s.indices, s.values) for s in got)
@@ -265,6 +291,9 @@ def spar_all_gather(rs: RSState, *, out: torch.Tensor | None = None, out_is_clea
     if out is not None and (out.numel() != plan.n or out.dtype != plan.dtype or not out.is_contiguous()):
         raise ValueError(f"rank {rank}: out must be a contiguous tensor of {plan.n} {plan.dtype} elements")
     team, pos = plan.team_of(rank)
+    device = rs.live.device
+    if out is not None and out.device != device:
+        raise ValueError(f"rank {rank}: out on {out.device}, the reduced tensor on {device}")
     trace = list(rs.trace)
     sent = rs.bytes_sent
     blen, k = plan.block_len(pos), plan.ks[pos]
@@ -272,7 +301,7 @@ def spar_all_gather(rs: RSState, *, out: torch.Tensor | None = None, out_is_clea
         holders = [t * plan.m + pos for t in range(plan.teams)]
         pieces, s = yield from _bruck(holders, team, [rs.piece],
                                       lambda origin: sw.SegmentSpec(origin, blen, rs.h),
-                                      plan.dtype, TAG_TEAMS, "teams", trace, clock)
+                                      plan.dtype, device, TAG_TEAMS, "teams", trace, clock)
         sent += s
         with phase(clock, "merge"):
             union_idx, union_vals = algo.merge_pieces(pieces, blen, plan.dtype)
@@ -285,15 +314,15 @@ def spar_all_gather(rs: RSState, *, out: torch.Tensor | None = None, out_is_clea
     members = [team * plan.m + j for j in range(plan.m)]
     blocks, s = yield from _bruck(members, pos, [final],
                                   lambda b: sw.SegmentSpec(b, plan.block_len(b), plan.ks[b]),
-                                  plan.dtype, TAG_AG, "gather", trace, clock)
+                                  plan.dtype, device, TAG_AG, "gather", trace, clock)
     sent += s
     with phase(clock, "output"):
         if out is None:
-            result = torch.zeros(plan.n, dtype=plan.dtype)
+            result = torch.zeros(plan.n, dtype=plan.dtype, device=device)
         else:
             result = out.view(-1) if out_is_clear else out.view(-1).zero_()
         selected = torch.cat([idx + plan.bounds[b] for b, (idx, _) in enumerate(blocks)]) if blocks else \
-            torch.empty(0, dtype=torch.int64)
+            torch.empty(0, dtype=torch.int64, device=device)
         for b, (idx, vals) in enumerate(blocks):
             sparse_ops.put(_block(result, plan, b), idx, vals if divisor == 1 else vals / divisor)
     with phase(clock, "residual"):

@@ -25,6 +25,15 @@ block then looks only at the candidates and the touched positions (a few ``k``),
 The dense pass runs on numpy views of the tensor's memory (no copy; numpy's ``abs``/``>=``/``flatnonzero`` are
 about three times faster than torch's single-threaded ones on this kind of machine); bfloat16, which numpy
 lacks, and non-contiguous tensors use torch.
+
+**Device tensors** (CUDA): the selection runs on the tensor's device and returns indices there. The threshold
+method is a host optimisation (it trades passes over the tensor for a few host round trips, which on a GPU cost
+more than the one ``torch.topk`` kernel over the block they would save), so device tensors always take the exact
+selection: ``torch.topk`` gives the k-th largest magnitude, and the positions are chosen by the same rule as the
+numpy path (everything above it, then the first ties by position). ``torch.topk`` alone would not do: which of
+tied elements it returns is not specified (PyTorch's documentation: "the indices of tied elements are not
+guaranteed to be stable"), and SparDL's holders of a block must all pick the same ones. So a CUDA selection picks
+exactly the positions the host one does, bit for bit.
 """
 
 from __future__ import annotations
@@ -34,6 +43,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from host.spardl.sparse_ops import numpy_ok
+
 __all__ = ["SAMPLE", "SLACK", "CHUNK", "Scratch", "new_scratch", "sample_threshold", "take_candidates", "Candidates",
            "select_topk", "exact_topk", "topk_magnitude"]
 
@@ -42,12 +53,6 @@ RUNS = 64  # ... in this many evenly spaced runs of contiguous elements
 SLACK = 1.5  # aim for about SLACK * k candidates
 CHUNK = 1 << 16  # elements per chunk of the dense pass (abs and mask stay in L2)
 _MIN_FAST = 1 << 14  # smaller tensors: exact torch.topk directly
-_NUMPY = {torch.float32, torch.float64, torch.float16}
-
-
-def _ascending(idx: torch.Tensor) -> torch.Tensor:
-    """``idx`` (int64) sorted."""
-    return torch.from_numpy(np.sort(idx.numpy()))
 
 
 def _top_mask(a: np.ndarray, k: int) -> np.ndarray:
@@ -64,29 +69,49 @@ def _top_mask(a: np.ndarray, k: int) -> np.ndarray:
     return mask
 
 
+def _top_mask_torch(a: torch.Tensor, k: int) -> torch.Tensor:
+    """:func:`_top_mask` in torch, on ``a``'s device (magnitudes, NaN already counted as infinity): the k-th
+    largest from ``torch.topk``, then the same choice among ties (by position)."""
+    if k >= a.numel():
+        return torch.ones(a.numel(), dtype=torch.bool, device=a.device)
+    kth = torch.topk(a, k, sorted=False).values.min()
+    mask = a > kth
+    need = k - int(torch.count_nonzero(mask))
+    if need > 0:
+        mask[torch.nonzero(a == kth).squeeze(1)[:need]] = True
+    return mask
+
+
+def _magnitudes(x: torch.Tensor) -> torch.Tensor:
+    """``|x|`` with NaN counted as the largest magnitude (infinity), as in the numpy path and in torch.topk."""
+    a = x.detach().abs()
+    return a.masked_fill_(torch.isnan(a), float("inf"))
+
+
 def exact_topk(x: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices (ascending, int64) of ``k`` largest-magnitude elements of the flat tensor ``x``, looking at all of
-    it (numpy's introselect, or ``torch.topk`` for dtypes numpy lacks)."""
+    """Indices (ascending, int64, on ``x``'s device) of ``k`` largest-magnitude elements of the flat tensor ``x``,
+    looking at all of it (numpy's introselect on the host, ``torch.topk`` for dtypes numpy lacks and on devices);
+    ties are chosen by position either way."""
     n = x.numel()
     if k >= n:
-        return torch.arange(n, dtype=torch.int64)
+        return torch.arange(n, dtype=torch.int64, device=x.device)
     if k <= 0:
-        return torch.empty(0, dtype=torch.int64)
-    if x.dtype in _NUMPY:
+        return torch.empty(0, dtype=torch.int64, device=x.device)
+    if numpy_ok(x):
         a = np.abs(x.detach().numpy())
         if np.isnan(a).any():  # NaN counts as the largest magnitude, as in torch.topk
             a = np.where(np.isnan(a), np.inf, a)
         return torch.from_numpy(np.flatnonzero(_top_mask(a, k)).astype(np.int64, copy=False))
-    return _ascending(torch.topk(x.abs(), k, sorted=False).indices)
+    return torch.nonzero(_top_mask_torch(_magnitudes(x), k)).squeeze(1)
 
 
 def sample_threshold(x: torch.Tensor, k: int, *, addend: torch.Tensor | None = None, sample: int = SAMPLE,
                      slack: float = SLACK) -> float | None:
     """A magnitude about ``slack * k`` elements of the flat tensor ``x`` (plus ``addend``, if given) reach,
-    guessed from a sample; None when a guess would not pay (small tensor, ``k`` a large fraction of it, or a zero
-    threshold)."""
+    guessed from a sample; None when a guess would not pay (small tensor, ``k`` a large fraction of it, a zero
+    threshold, or a device tensor: see the module docstring)."""
     n = x.numel()
-    if n < _MIN_FAST or k <= 0 or k * 8 > n:
+    if n < _MIN_FAST or k <= 0 or k * 8 > n or x.device.type != "cpu":
         return None
     # RUNS evenly spaced runs of contiguous elements: a few dozen cache lines and pages to fetch instead of
     # one of each per sampled element (the buffer is usually cold: the sample costs 10x less than a strided one)
@@ -108,7 +133,7 @@ Scratch = tuple[np.ndarray, np.ndarray]
 
 def new_scratch(x: torch.Tensor) -> Scratch | None:
     """Work arrays for :func:`take_candidates` on tensors like ``x`` (None if it takes the torch path)."""
-    if x.dtype not in _NUMPY:
+    if not numpy_ok(x):
         return None
     return np.empty(CHUNK, dtype=x.detach()[:0].numpy().dtype), np.empty(CHUNK, dtype=np.bool_)
 
@@ -131,7 +156,7 @@ def take_candidates(x: torch.Tensor, t: float | None, *, addend: torch.Tensor | 
     if addend is not None and (addend.shape != x.shape or addend.dtype != x.dtype):
         raise ValueError(f"addend of shape {tuple(addend.shape)} {addend.dtype} for a tensor of "
                          f"{tuple(x.shape)} {x.dtype}")
-    if x.dtype not in _NUMPY or not x.is_contiguous() or (addend is not None and not addend.is_contiguous()):
+    if not numpy_ok(x) or not x.is_contiguous() or (addend is not None and not addend.is_contiguous()):
         if addend is not None:
             x.detach().add_(addend.detach())
             if clear_addend:
@@ -162,7 +187,7 @@ def take_candidates(x: torch.Tensor, t: float | None, *, addend: torch.Tensor | 
         if nz.size:
             parts.append(nz + lo if lo else nz)
     if not parts:
-        return torch.empty(0, dtype=torch.int64)
+        return torch.empty(0, dtype=torch.int64, device=x.device)
     return torch.from_numpy(np.concatenate(parts).astype(np.int64, copy=False))
 
 
@@ -184,6 +209,7 @@ class Candidates:
 
     ``indices`` (int64, ascending, unique) had ``|x| >= threshold`` when taken; every other position had less.
     Positions whose value changes afterwards must be :meth:`touch` ed; they join the set at the next selection.
+    Host tensors only (:meth:`take` gives None for a device tensor, whose selection is exact).
     """
 
     threshold: float
@@ -217,24 +243,25 @@ class Candidates:
 
 
 def select_topk(x: torch.Tensor, k: int, cand: Candidates | None = None) -> torch.Tensor:
-    """Exactly the ``k`` largest-magnitude positions of the flat tensor ``x`` (ascending, int64; all of them if
-    ``k >= len(x)``), looking only at ``cand`` when that is enough to be exact, else at all of ``x``."""
+    """Exactly the ``k`` largest-magnitude positions of the flat tensor ``x`` (ascending, int64, on ``x``'s device;
+    all of them if ``k >= len(x)``), looking only at ``cand`` when that is enough to be exact, else at all of
+    ``x``."""
     n = x.numel()
     if k >= n or k <= 0 or cand is None:
         return exact_topk(x, k)
     pos = cand.positions()
     if pos.numel() < k:
         return exact_topk(x, k)
-    if x.dtype in _NUMPY:
+    if numpy_ok(x):
         p = pos.numpy()
         a = np.abs(x.detach().numpy()[p])
         if int(np.count_nonzero(a >= cand.threshold)) < k:
             return exact_topk(x, k)  # values at candidates shrank below the threshold: the set may miss some
         return torch.from_numpy(p[_top_mask(a, k)])
-    a = x[pos].abs()
+    a = _magnitudes(x[pos])
     if int(torch.count_nonzero(a >= cand.threshold)) < k:
         return exact_topk(x, k)
-    return _ascending(pos[torch.topk(a, k, sorted=False).indices])
+    return pos[_top_mask_torch(a, k)]
 
 
 def topk_magnitude(x: torch.Tensor, k: int, *, addend: torch.Tensor | None = None,

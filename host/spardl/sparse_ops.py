@@ -3,10 +3,11 @@
 Every step of a sparse all-reduce does dozens of these on the gradient-sized live buffer (take the selected
 values, zero them, add a received piece, record old values for the residual, write the result). On one
 intra-op thread torch's advanced indexing costs 50-200 us per call for ~10 k positions, numpy's fancy indexing
-on a view of the same memory 15-60 us, so the helpers here use numpy views (no copies) for float16/32/64 and
-torch for other dtypes (bfloat16). Results are the same bits either way: IEEE adds of the same two operands.
+on a view of the same memory 15-60 us, so the helpers here use numpy views (no copies) for float16/32/64 host
+tensors and torch for other dtypes (bfloat16) and for device (CUDA) tensors. Results are the same bits either way:
+IEEE adds of the same two operands.
 
-Positions are int64 tensors of positions within ``x`` (a flat tensor).
+Positions are int64 tensors of positions within ``x`` (a flat tensor), on ``x``'s device, and values are on it too.
 """
 
 from __future__ import annotations
@@ -14,14 +15,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["np_view", "gather", "put", "fill", "add"]
+__all__ = ["numpy_ok", "np_view", "gather", "put", "fill", "add"]
 
 _NUMPY = {torch.float32, torch.float64, torch.float16}
 
 
+def numpy_ok(x: torch.Tensor) -> bool:
+    """Whether numpy can work on ``x``'s memory in place: a host tensor of a dtype numpy has (not bfloat16)."""
+    return x.dtype in _NUMPY and x.device.type == "cpu"
+
+
 def np_view(x: torch.Tensor) -> np.ndarray | None:
-    """A numpy array sharing ``x``'s memory, or None if numpy cannot hold its dtype."""
-    if x.dtype not in _NUMPY:
+    """A numpy array sharing ``x``'s memory, or None if numpy cannot hold it (its dtype, or device memory)."""
+    if not numpy_ok(x):
         return None
     return x.detach().numpy()
 
@@ -53,7 +59,9 @@ def fill(x: torch.Tensor, pos: torch.Tensor, value: float) -> None:
 
 
 def add(x: torch.Tensor, pos: torch.Tensor, vals: torch.Tensor) -> torch.Tensor:
-    """``x.index_add_(0, pos, vals)`` (repeated positions add up, in order); returns ``x[pos]`` from before."""
+    """``x.index_add_(0, pos, vals)``; returns ``x[pos]`` from before. Repeated positions add up, in order on the
+    host; on CUDA ``index_add_`` adds them atomically in no set order (the float sum may round differently), so
+    callers that need the same bits everywhere pass unique positions (SparDL's are a segment's, ascending)."""
     xn = np_view(x)
     if xn is None or vals.dtype != x.dtype:
         old = x[pos]

@@ -1,7 +1,8 @@
 """The dlcp backend on CUDA tensors (``make test-cuda``, marker ``cuda``): every collective, point-to-point and
-futures against host computations and gloo's CUDA path, DDP on GPUs against gloo, DeAR on GPUs against DDP. Not collected by ``make
-test`` (the file name is not ``test_*``): it needs a GPU, and on a machine without one every test here fails with
-that reason."""
+futures against host computations and gloo's CUDA path, DDP on GPUs against gloo, DeAR on GPUs against DDP, and
+SparDL (sparse_allreduce, the DDP comm hook, the DeAR compressor) on GPUs against the same on the host. Not
+collected by ``make test`` (the file name is not ``test_*``): it needs a GPU, and on a machine without one every
+test here fails with that reason."""
 
 from __future__ import annotations
 
@@ -42,4 +43,20 @@ def test_ddp_on_cuda_matches_gloo() -> None:
 
 def test_dear_on_cuda_matches_ddp() -> None:
     out = check(launch(MOD, "dear", 2, timeout=300))
+    assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_spardl_on_cuda_tensors_matches_host(size: int) -> None:
+    out = check(launch(MOD, "spardl", size, timeout=300))
+    assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out
+
+
+def test_spardl_hook_on_cuda_ddp_matches_host() -> None:
+    out = check(launch(MOD, "spardl_ddp", 2, timeout=300))
+    assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out
+
+
+def test_spardl_compressor_on_cuda_dear_matches_host() -> None:
+    out = check(launch(MOD, "spardl_dear", 2, timeout=300))
     assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out

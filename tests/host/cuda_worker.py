@@ -1,5 +1,6 @@
 """Scenarios run by tests/host/cuda_suite.py (``make test-cuda``): the dlcp backend on CUDA tensors, against gloo's
-CUDA path and host computations, in real processes sharing the machine's GPUs (rank r on GPU r % count)."""
+CUDA path and host computations, and SparDL on CUDA tensors against the same on host tensors, in real processes
+sharing the machine's GPUs (rank r on GPU r % count)."""
 
 from __future__ import annotations
 
@@ -189,6 +190,143 @@ def dear() -> None:
     dist.destroy_process_group()
 
 
+def spardl() -> None:
+    """SparDL's sparse_allreduce on CUDA tensors against the same calls on host tensors: with error feedback over
+    a few iterations, 1 and P teams, float32 and bfloat16, small and large (the host takes its threshold method,
+    the GPU the exact torch.topk) - the same selection, result and residuals; results, selection and residuals
+    on the GPU; inputs produced and results consumed on a non-default stream."""
+    from host.spardl import SparDLState, sparse_allreduce
+
+    dist.init_process_group("dlcp")
+    r, P = dist.get_rank(), dist.get_world_size()
+    dev = _device()
+    side = torch.cuda.Stream(dev)
+    for dtype in (torch.float32, torch.bfloat16):
+        for n in (3000, 1_000_000):
+            for teams in (1, P):
+                on_gpu, on_host = SparDLState(), SparDLState()
+                for it in range(3):
+                    xs = _inputs(n + it, dtype, P)[r][:n]
+                    host = xs.clone()
+                    ref = sparse_allreduce(host, 0.01, teams, state=on_host, key="g")
+                    with torch.cuda.stream(side):
+                        x = (xs.to(dev, non_blocking=True) * 2) / 2  # kernels queued right before the call
+                        got = sparse_allreduce(x, 0.01, teams, state=on_gpu, key="g")
+                        y = x * 1  # a kernel after the call: must see the result
+                    side.synchronize()
+                    what = f"sparse_allreduce {dtype} n={n} teams={teams} iteration {it}"
+                    assert got.tensor is x and y.device == dev, what
+                    assert got.selected.device == dev and got.residual.device == dev, what
+                    assert on_gpu.residuals["g"].device == dev, what
+                    assert torch.equal(got.selected.cpu(), ref.selected), what
+                    torch.testing.assert_close(y.cpu(), host, rtol=1e-6, atol=0, msg=what)
+                    torch.testing.assert_close(got.residual.cpu(), ref.residual, rtol=1e-6, atol=0, msg=what)
+                    assert got.bytes_sent == ref.bytes_sent and got.h == ref.h, what
+    avg = _inputs(4096, torch.float32, P)[r].to(dev)
+    want = _inputs(4096, torch.float32, P)[r]
+    sparse_allreduce(avg, 0.05, average=True)
+    sparse_allreduce(want, 0.05, average=True)
+    torch.testing.assert_close(avg.cpu(), want, rtol=1e-6, atol=0)
+    dist.barrier()
+    print("ok", r)
+    dist.destroy_process_group()
+
+
+def _train_ddp(model: torch.nn.Module, dev: torch.device, hook_state, data) -> tuple[torch.Tensor, set]:
+    """A few SGD steps of DDP with the SparDL hook on ``dev``; the weights and the devices of the hook futures'
+    values."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from host.spardl import spardl_hook
+
+    seen: set = set()
+
+    def hook(state, bucket):
+        def record(f):
+            seen.add((f.value().device, bucket.buffer().device))
+            return f.value()
+        return spardl_hook(state, bucket).then(record)
+
+    model.to(dev)
+    ddp_model = DDP(model, device_ids=[dev] if dev.type == "cuda" else None, bucket_cap_mb=0.001)
+    ddp_model.register_comm_hook(hook_state, hook)
+    opt = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
+    for x, y in data:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp_model(x.to(dev)), y.to(dev)).backward()
+        opt.step()
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu(), seen
+
+
+def spardl_ddp() -> None:
+    """DDP on the GPU with the SparDL comm hook against the same on the host, from the same weights and data
+    (float64, so that the GPU's and the host's matmuls, which differ in the last bits, cannot change which
+    entries are selected): the same weights; the hook's futures hold the bucket on the bucket's device;
+    residuals on the GPU."""
+    from host.spardl import SparDLHookState
+
+    dist.init_process_group("dlcp")
+    r, P = dist.get_rank(), dist.get_world_size()
+    dev = _device()
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)).double()
+    g = torch.Generator().manual_seed(100 + r)
+    data = [(torch.randn(16, 20, generator=g, dtype=torch.float64), torch.randint(0, 4, (16,), generator=g))
+            for _ in range(6)]
+    results = []
+    for where in (dev, torch.device("cpu")):
+        model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)).double()
+        model.load_state_dict(base.state_dict())
+        model.to(where)
+        state = SparDLHookState(0.05, teams=P if P % 2 == 0 else 1, dense_iterations=1, model=model)
+        weights, seen = _train_ddp(model, where, state, data)
+        results.append(weights)
+        assert seen == {(where, where)}, f"hook future values on {seen}, buckets on {where}"
+        assert state.state.residuals and all(t.device == where for t in state.state.residuals.values())
+        assert all(t.device == where for t in state.state_dict()["sparse"]["residuals"].values())
+        state.close()
+    torch.testing.assert_close(results[0], results[1], rtol=1e-9, atol=1e-12)
+    print("ok", r)
+    dist.destroy_process_group()
+
+
+def spardl_dear() -> None:
+    """DeAR with SparDLCompressor on the GPU against the same on the host (float64, as spardl_ddp): the same
+    weights after a few steps; the compressor's residuals on the GPU."""
+    from host.dear import DeAR
+    from host.dear.fusion import CommModel
+    from host.spardl import SparDLCompressor
+
+    dist.init_process_group("dlcp")
+    r = dist.get_rank()
+    dev = _device()
+    g = torch.Generator().manual_seed(100 + r)
+    data = [(torch.randn(16, 12, generator=g, dtype=torch.float64), torch.randint(0, 4, (16,), generator=g))
+            for _ in range(5)]
+    out = []
+    for where in (dev, torch.device("cpu")):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(12, 24), torch.nn.ReLU(), torch.nn.Linear(24, 4)).double()
+        model.to(where)
+        comp = SparDLCompressor(0.1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        d = DeAR(model, opt, fusion="layers", comm_model=CommModel(1e-4, 1e-9, 1e-4, 1e-9), compressor=comp)
+        for x, y in data:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(d(x.to(where)), y.to(where)).backward()
+            d.step()
+        d.flush()
+        res = comp.residuals_by_param()
+        assert res and all(t.device == where for t in res.values()), {t.device for t in res.values()}
+        out.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu())
+        d.close()
+        comp.close()
+    torch.testing.assert_close(out[0], out[1], rtol=1e-9, atol=1e-12)
+    print("ok", r)
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
-    {"collectives": collectives, "ddp": ddp, "dear": dear}[sys.argv[1]]()
+    {"collectives": collectives, "ddp": ddp, "dear": dear, "spardl": spardl, "spardl_ddp": spardl_ddp,
+     "spardl_dear": spardl_dear}[sys.argv[1]]()
     exit_process()  # not interpreter finalization: see host/procexit.py
