@@ -164,8 +164,12 @@ class Staged:
         copied.synchronize()
 
     def copy_out(self) -> None:
-        """Queue the copies of the written stand-ins back to their device tensors; ``done`` marks their end."""
+        """Queue the copies of the written stand-ins back to their device tensors; ``done`` marks their end. They
+        follow the caller's kernels queued before the operation was issued even without a :meth:`copy_in` (a
+        receive: nothing to read, but a kernel queued before it may still write or read the tensor)."""
         with self._on_side():
+            if self._cuda:
+                self._stream.wait_event(self._issued)
             for t in self._writes:
                 t.copy_(self._host[id(t)], non_blocking=self._cuda)
             if self._cuda:
