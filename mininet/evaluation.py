@@ -243,10 +243,12 @@ def ablation_load_section(doc: dict[str, Any]) -> list[str]:
     configs, loads, by = _load_cells(doc)
     tcp = next(iter(doc.get("cell_overrides", {}).values()), {}).get("tcp")
     out = ["## Ablation as a function of background load", "", _meta(doc) + f"; host TCP {tcp}.", "",
-           "The demo's network with 0, 2 or 4 background TCP flows (iperf3, b1 -> b2 across the spines, in queue 0); "
-           "every other setting as in the ablation above. Fair Gloo's TCP rides queue 6 like DLCP's data, so at 0 "
-           "flows the two differ only in transport and algorithm. Each entry: the median and interval of the "
-           "cell's runs, and in brackets its ratio of medians to fair Gloo at the same load.", ""]
+           f"The demo's network with {' / '.join(loads)} background TCP flows (iperf3, b1 -> b2 across the "
+           "spines, in queue 0); every other setting as in the ablation above (no DeAR over Gloo or layer-table "
+           "cells here; a cell without DLCP's ECN rate control instead). Fair Gloo's TCP rides queue 6 like DLCP's "
+           "data, so at 0 flows nothing else competes for the links and priorities can only order the job's own "
+           "packets. Each entry: the median and interval of the cell's runs, and in brackets its ratio of medians "
+           "to fair Gloo at the same load.", ""]
     for key, what, scale, unit in (("iter_p50_s", "Iteration time (p50)", 1000.0, "ms"),
                                    ("time_to_target_s", "Time to target accuracy", 1.0, "s"),
                                    ("background_goodput_bps", "Background goodput", 1e-6, "Mb/s"),
