@@ -398,6 +398,7 @@ class SparDLCompressor:
         self.state = SparDLState()
         self.bytes_sent = 0
         self._layouts: dict[int, Layout] = {}
+        self._device = torch.device("cpu")  # of the gradients, from the first reduce-scatter on
         self._worker = _SerialWorker(f"spardl-dear-r{self.rank}")
 
     def replan(self, layouts: Sequence[Any]) -> None:
@@ -409,16 +410,27 @@ class SparDLCompressor:
             self._layouts = new
         self._worker.submit(job).result()
 
+    def _on_worker(self, fn: Callable[[], Any], device: torch.device) -> Any:
+        """``fn()`` on the worker thread, after every job already submitted, and in ``device``'s stream order
+        between the caller's work queued so far and its work queued after this returns."""
+        order = DeviceJob(device)
+
+        def job() -> Any:
+            with order.running():
+                return fn()
+        return order.wait_on_current(self._worker.submit(job).result())
+
     def state_dict(self) -> dict[str, Any]:
         """Residuals per parameter and h per layout (DeAR calls it after flushing: nothing in flight)."""
-        return self._worker.submit(self.state.state_dict).result()
+        return self._on_worker(self.state.state_dict, self._device)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._worker.submit(lambda: self.state.load_state_dict(state)).result()
+        saved = [t for t in state.get("residuals", {}).values() if isinstance(t, torch.Tensor)]
+        self._on_worker(lambda: self.state.load_state_dict(state), saved[0].device if saved else self._device)
 
     def residuals_by_param(self) -> dict[Hashable, torch.Tensor]:
         """This rank's current residual per parameter name (after DeAR flushed)."""
-        return self._worker.submit(self.state.residuals_by_param).result()
+        return self._on_worker(self.state.residuals_by_param, self._device)
 
     def _check(self, process_group) -> None:
         if process_group is not None and dist.get_world_size(process_group) != self.world:
@@ -430,6 +442,7 @@ class SparDLCompressor:
         if flat_grad.dim() != 1:
             raise ValueError(f"group {group_index}: flat_grad must be 1-D, got shape {tuple(flat_grad.shape)}")
         order = DeviceJob(device_of(flat_grad, f"SparDLCompressor group {group_index}"))
+        self._device = order.device  # where the residuals are (state_dict and the like order themselves there)
 
         def job() -> SparDLRSResult:
             with order.running():

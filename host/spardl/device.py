@@ -30,7 +30,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from host.staging import DeviceStreams, Staged, operation_device, tensors_in
+from host.staging import DeviceStreams, Staged, operation_device
 
 __all__ = ["device_of", "streams_for", "to_host", "to_device", "DeviceJob"]
 
@@ -88,6 +88,17 @@ def to_device(tensors: Sequence[torch.Tensor], device: torch.device) -> list[tor
     return outs
 
 
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in a job's result: a tensor, or (nested) lists, tuples and dict values of them."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
 class DeviceJob:
     """One background job's place in ``device``'s stream order. Made on the submitting thread (it records the
     point the job must follow); :meth:`running` wraps the job on the worker; :meth:`wait_on_current` orders a
@@ -123,13 +134,13 @@ class DeviceJob:
 
     def wait_on_current(self, value: Any = None) -> Any:
         """After the job finished (on the host): the caller's current stream waits for the job's device work, and
-        the device tensors in ``value`` (a tensor, or lists/tuples of them) are marked used by that stream, so
+        the device tensors in ``value`` (a tensor, or lists, tuples, dicts of them) are marked used by it, so
         the caching allocator does not hand their memory to SparDL's stream while the caller still reads them.
         Returns ``value``."""
         if self._done is not None:
             current = torch.cuda.current_stream(self.device)
             current.wait_event(self._done)
-            for t in tensors_in(value):
+            for t in _tensors(value):
                 if t.device == self.device:
                     t.record_stream(current)
         return value
