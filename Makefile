@@ -55,7 +55,8 @@ fuzz: setup
 	$(PY) -m testbed.report
 
 # Every table in docs/ and README.md that quotes a measurement, from the committed results/*.json (testbed.report;
-# docs/evaluation.md through testbed.evaluation). tests/test_report.py fails when a committed table is stale.
+# docs/evaluation.md through testbed.evaluation), and the few computed figures from the code that computes them
+# (A²CiD²'s constants). tests/test_report.py fails when a committed table is stale.
 report: setup
 	$(PY) -m testbed.report
 
