@@ -3,8 +3,9 @@
 What: the 48-byte header as its 16 wire words (:data:`HDR`, indices ``W_*``), with which the hot receive path reads
 a header in one ``struct`` call instead of building a ``wire.Header``; how an ACK/NACK/CONTROL header is written
 (:func:`pack_control_header`); the CONTROL opcodes and their payload (:data:`CTL`); the 32-bit microsecond clock
-ACK and NACK carry (:func:`clock_us`). Why a module: the receiver, the sender, the liveness checks and the datagram
-intake all read and write these words, and the tests check them against ``host.wire`` (``test_chunking.py``).
+ACK and NACK carry (:func:`clock_us`); the least reordering window both ends assume (:data:`REORDER_TIME`). Why a
+module: the receiver, the sender, the liveness checks and the datagram intake all read and write these words, and
+the tests check them against ``host.wire`` (``test_chunking.py``).
 
 Promises: :func:`pack_control_header` writes exactly the fields ``wire.Header`` defines (priority 7, dtype 0, tag
 0: the socket layer writes the keyed tag once the payload is there); the word indices are the header's field order.
@@ -21,7 +22,7 @@ from host.wire import DType
 __all__ = ["HDR", "W_VT", "W_FLAGS", "W_PMR", "W_DTYPE", "W_LAYER", "W_RANK", "W_JOB", "W_TID", "W_ELIG", "W_SEQ",
            "W_TOTAL", "W_OFFSET", "W_COUNT", "W_NONCE", "W_TID_HI", "W_TAG", "ITEMSIZE", "NDTYPES", "FLAGS_AT",
            "CTL", "CTL_DONE", "CTL_DEAD", "CTL_PROBE", "CTL_ALIVE", "DONE_UNKNOWN", "decode_words",
-           "pack_control_header", "clock_us"]
+           "pack_control_header", "clock_us", "REORDER_TIME"]
 
 #: The 48-byte header as its 16 wire words. Anything that fails the receive path's cheap checks on these words is
 #: re-parsed by ``wire.parse_datagram`` to name the bad field.
@@ -43,6 +44,11 @@ CTL_DEAD = 2  # the rank in the argument is dead (the sender's own rank: it abor
 CTL_PROBE = 3  # are you alive? (sent to a peer this rank waits on and has not heard from for a while)
 CTL_ALIVE = 4  # the answer to a probe
 DONE_UNKNOWN = 0xFFFFFFFF  # a DONE's packet count when the receiver no longer knows it (a late packet's answer)
+
+#: The least reordering window both ends assume (seconds): the sender judges a packet lost only when one sent this
+#: much later (and a few packets later) was ACKed; the receiver waits at least this long after the LAST packet
+#: before it NACKs the holes (each end adapts it: ``sender.py``, ``receiver.py``).
+REORDER_TIME = 0.001
 
 
 def decode_words(buf) -> tuple[int, ...]:

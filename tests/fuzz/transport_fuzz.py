@@ -47,7 +47,7 @@ from host import wire
 from host.policy import LayerMagnitudePolicy, as_float_view
 from host.transport import Endpoint, Options, TransportError
 from host.transport.chunking import chunk_elems, plan_packets
-from host.transport.endpoint import CTL_ALIVE, CTL_DEAD, CTL_DONE, CTL_PROBE, pack_control_header
+from host.transport.control import CTL_ALIVE, CTL_DEAD, CTL_DONE, CTL_PROBE, pack_control_header
 from host.transport.tensors import view_tensor
 from host.wire import MsgType
 
@@ -74,8 +74,8 @@ _SIZES = (0, 1, 7, 300, 2_000, 20_000, 120_000)
 def _packet_tag(key: bytes, header, payload) -> int:
     """The keyed tag of a datagram: the transport's own (the C send lane's) where it has one, else the reference
     ``wire.packet_tag`` (slow, a microsecond a byte)."""
-    import host.transport.endpoint as ep
-    fn = getattr(ep, "packet_tag", None)
+    import host.transport.packetio as packetio
+    fn = getattr(packetio, "packet_tag", None)
     if fn is not None:
         return fn(key, bytes(header), bytes(payload))
     return wire.packet_tag(key, bytes(header) + bytes(payload))

@@ -17,7 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 from host.collectives import Collectives, LossStats, Outcome, ReduceOp, check_loss, loss_allowances
 from host.transport.chunking import chunk_elems
-from host.transport.endpoint import Options
+from host.transport.api import Options
 from host.transport.faults import LossySocket
 from host.wire import Flag
 

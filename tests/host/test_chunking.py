@@ -10,8 +10,8 @@ from hypothesis import given, settings, strategies as st
 from host import wire
 from host.policy import LayerMagnitudePolicy
 from host.transport.chunking import chunk_elems, payload_capacity, plan_packets, tos_byte
-from host.transport import endpoint as endpoint_mod
-from host.transport.endpoint import HDR, decode_words, pack_control_header
+from host.transport import control
+from host.transport.control import HDR, decode_words, pack_control_header
 from host.transport.tensors import allocate, dtype_code, view_tensor
 from host.wire import DType, Flag
 
@@ -105,7 +105,7 @@ def test_fast_decode_matches_wire_header():
     assert w[0] == (1 << 4) | 0 and w[1] == int(hd.flags) and w[2] == (5 << 5) | (3 << 2)
     assert w[3:] == (int(DType.BFLOAT16), 300, 65000, 0xDEADBEEF, 123456789, 8, 7, 9, 1024, 11, 0xABCD, 0xC0FFEE,
                      0x1122334455667788)
-    assert w[endpoint_mod.W_TAG] == hd.tag and w[endpoint_mod.W_NONCE] == hd.nonce
+    assert w[control.W_TAG] == hd.tag and w[control.W_NONCE] == hd.nonce
     buf = bytearray(wire.HEADER_LEN + 4)
     pack_control_header(buf, wire.MsgType.NACK, flags=int(Flag.ECN_ECHO), rank=2, job_id=3,
                         transfer_id=(5 << 32) | 4, seq=6, total=70, count=8, nonce=9)

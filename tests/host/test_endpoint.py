@@ -16,6 +16,7 @@ from host.transport.chunking import chunk_elems, plan_packets
 from host.wire import DType, Flag
 from tests.host.conftest import loopback_map
 from host.transport import Endpoint
+from host.transport.transmit import Transmitter
 
 FAST = dict(peer_timeout=5.0, recv_timeout=20.0)
 
@@ -71,7 +72,7 @@ def test_p0_identical_under_loss_reorder_dup(make_endpoints, mtu):
     assert torch.equal(r.data, x) and r.report.zero_filled == 0
     s = h.wait(5)
     assert s["retransmissions"] > 0
-    assert a._tx.dropped > 0 and a._tx.duplicated > 0 and a._tx.reordered > 0  # the faults did happen
+    assert a._io.tx.dropped > 0 and a._io.tx.duplicated > 0 and a._io.tx.reordered > 0  # the faults did happen
     assert b.stats()["duplicates"] > 0
 
 
@@ -258,14 +259,14 @@ def test_an_idle_endpoint_sends_the_first_burst_from_the_caller(make_endpoints, 
     the I/O thread does the rest; a transfer larger than one burst still completes."""
     a, b = make_endpoints(2, Options(mtu=9000, **FAST))
     senders: list[str] = []
-    orig = Endpoint._transmit
+    orig = Transmitter.transmit
 
     def spy(self, job):
-        if self is a:
+        if self is a._tx:
             senders.append(threading.current_thread().name)
         return orig(self, job)
 
-    monkeypatch.setattr(Endpoint, "_transmit", spy)
+    monkeypatch.setattr(Transmitter, "transmit", spy)
     for i, n in enumerate((100, 2_000_000)):  # one packet; then ~900 packets, many bursts
         deadline = time.monotonic() + 5
         while not a._sleeping and time.monotonic() < deadline:
@@ -286,16 +287,16 @@ def test_the_io_thread_does_not_race_the_callers_first_burst(make_endpoints, mon
     window; every transfer's packets must leave in seq order, with no retransmission and no duplicate."""
     a, b = make_endpoints(2, Options(mtu=9000, **FAST))
     sent: dict[int, list[int]] = {}
-    orig = Endpoint._transmit
+    orig = Transmitter.transmit
 
     def slow_caller(self, job):
-        if self is a:
+        if self is a._tx:
             sent.setdefault(job[0].tid, []).extend(job[2])
             if threading.current_thread().name == threading.main_thread().name:
                 time.sleep(0.05)
         return orig(self, job)
 
-    monkeypatch.setattr(Endpoint, "_transmit", slow_caller)
+    monkeypatch.setattr(Transmitter, "transmit", slow_caller)
     for i in range(3):
         deadline = time.monotonic() + 5
         while not a._sleeping and time.monotonic() < deadline:
@@ -415,9 +416,10 @@ def test_a_stalled_receiver_makes_a_timeout_that_is_undone(make_endpoints):
 def test_one_way_queue_cancels_the_clock_offset_and_wraps():
     """The sender's estimate of forward queueing from the receiver's 32-bit µs clock in ACKs: any clock offset
     cancels, the 71-minute wrap is harmless, and the least delay seen is the zero."""
-    from host.transport.endpoint import _Peer, clock_us
+    from host.transport.control import clock_us
+    from host.transport.sender import PeerState
     from host.transport.cc import CCParams
-    p = _Peer(1, ("127.0.0.1", 1), CCParams())
+    p = PeerState(1, ("127.0.0.1", 1), CCParams())
     offset = (1 << 32) - 1500  # the receiver's clock is just below the wrap
     got = []
     for sent, delay in ((10.0, 0.002), (10.1, 0.003), (10.2, 0.0015), (10.3, 0.0045)):
@@ -428,21 +430,21 @@ def test_one_way_queue_cancels_the_clock_offset_and_wraps():
 
 @pytest.mark.parametrize("seed", range(12))
 def test_cumulative_ack_fast_path_equals_the_general_path(seed):
-    """``_on_cum_ack`` (a bitmap-free ACK with no hole open) must leave exactly the state ``_on_ack`` leaves.
-    A sender with random reordering, loss, retransmissions and stale ACKs; every ACK the fast path would take is
+    """``sender.on_cum_ack`` (a bitmap-free ACK with no hole open) must leave exactly the state ``sender.on_ack``
+    leaves. A sender with random reordering, loss, retransmissions and stale ACKs; every ACK the fast path would take is
     applied both ways to twin copies, which must agree field by field afterwards."""
     import copy
 
     from host.transport.cc import CCParams
-    from host.transport.endpoint import _Out, _Peer
+    from host.transport.sender import OutTransfer, PeerState, on_ack, on_cum_ack
     from host.transport.tensors import view_tensor
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(40, 200))
     x = np.zeros(n * 300, np.float32)
     plan = plan_packets(nelems=x.size, dtype=DType.FLOAT32, mtu=1500)
-    o = _Out(1, 7, view_tensor(x), plan, 0, 0.0)
-    p = _Peer(1, ("127.0.0.1", 1), CCParams(mss=1436))
+    o = OutTransfer(1, 7, view_tensor(x), plan, 0, 0.0)
+    p = PeerState(1, ("127.0.0.1", 1), CCParams(mss=1436))
     arrived = np.zeros(o.total, bool)
     loss = (0.0, 0.03, 0.1)[seed % 3]
     now, fast_taken = 0.0, 0
@@ -461,7 +463,7 @@ def test_cumulative_ack_fast_path_equals_the_general_path(seed):
 
     while not o.acked.all():
         now += 1e-4
-        # send: retransmissions first, then new packets (as _pick_burst)
+        # send: retransmissions first, then new packets (as Sender.pick_burst)
         burst = [s for s in list(o.retxq) if not o.acked[s]][:8]
         o.retxq.clear()
         o.queued[:] = False
@@ -489,14 +491,14 @@ def test_cumulative_ack_fast_path_equals_the_general_path(seed):
         if not bits.size and o.acked_hi <= o.cum_acked <= base <= o.next_seq:
             fast_taken += 1
             o2, p2 = twin(o, p)
-            Endpoint._on_ack(None, p, o, base, bits, False, now, ts)
-            Endpoint._on_cum_ack(None, p2, o2, base, False, now, ts)
+            on_ack(p, o, base, bits, False, now, ts)
+            on_cum_ack(p2, o2, base, False, now, ts)
             a, b = state(o, p), state(o2, p2)
             for u, v in zip(a[0], b[0]):
                 assert np.array_equal(u, v)
             assert a[1:] == b[1:]
         else:
-            Endpoint._on_ack(None, p, o, base, bits, False, now, ts)
+            on_ack(p, o, base, bits, False, now, ts)
         if not arrived[: o.next_seq].all() and rng.random() < 0.3:  # resend what the receiver lacks
             for s in np.flatnonzero(~arrived[: o.next_seq] & ~o.acked[: o.next_seq])[:4]:
                 if not o.queued[s]:
@@ -511,12 +513,12 @@ def test_cumulative_ack_fast_path_equals_the_general_path(seed):
 
 @pytest.mark.parametrize("seed", range(16))
 def test_pick_burst_takes_exactly_what_window_and_burst_allow(make_endpoints, seed):
-    """``_pick_burst`` against its specification, written out packet by packet: queued retransmissions first
+    """``Sender.pick_burst`` against its specification, written out packet by packet: queued retransmissions first
     (skipping ACKed ones), then new packets in seq order, each while the burst has room and the bytes before it are
     below the window's room; afterwards the chosen packets have consecutive send orders, the send time, are in
     flight, and the peer's in-flight bytes grew by those not in flight before. Random packet sizes (a short last
     packet, MTUs 1500 and 9000), window rooms, burst limits, send progress and retransmission queues."""
-    from host.transport.endpoint import _Out
+    from host.transport.sender import OutTransfer
     from host.transport.tensors import view_tensor
 
     rng = np.random.default_rng(seed)
@@ -524,12 +526,12 @@ def test_pick_burst_takes_exactly_what_window_and_burst_allow(make_endpoints, se
     ep, _ = make_endpoints(2, Options(mtu=(1500, 9000)[seed % 2], burst=burst, **FAST))
     mtu = ep.opts.mtu
     with ep._lock:  # the I/O thread stays out
-        p = ep._peer(1)
+        p = ep._sender.peer(1)
         for rnd in range(6):
             n = int(rng.integers(1, 300_000))
             x = np.zeros(n, np.float32)
             plan = plan_packets(nelems=n, dtype=DType.FLOAT32, mtu=mtu)
-            o = _Out(1, 90 + rnd, view_tensor(x), plan, rnd, 0.0)
+            o = OutTransfer(1, 90 + rnd, view_tensor(x), plan, rnd, 0.0)
             sent = int(rng.integers(0, o.total + 1))  # already sent once: [0, sent)
             if sent:
                 o.sent_order[:sent] = np.arange(sent)
@@ -566,7 +568,7 @@ def test_pick_burst_takes_exactly_what_window_and_burst_allow(make_endpoints, se
                 nbytes += lens[s]
                 s += 1
             before = (o.inflight.copy(), p.inflight, o.order, o.pkts_sent)
-            job, _ = ep._pick_burst(12.5)
+            job, _ = ep._sender.pick_burst(12.5)
             if not want:
                 assert job is None
                 continue
@@ -665,7 +667,7 @@ def test_the_nack_wait_adapts_to_a_reordering_path(make_endpoints, retx_delay):
     rounds = []  # (the receiver's wait in force, NACKs the transfer cost)
     for i in range(12):
         x = torch.randn(20_000)  # 9 packets at MTU 9000
-        wait, before = b._reo.get(0, 0.001), b.stats()["nacks_sent"]
+        wait, before = b._receiver.reo.get(0, 0.001), b.stats()["nacks_sent"]
         h = a.send(1, x, transfer_id=600 + i)
         assert torch.equal(b.recv(0, 600 + i, out=torch.empty_like(x), timeout=10).data, x)
         h.wait(10)
@@ -680,6 +682,7 @@ def test_the_nack_wait_adapts_to_a_reordering_path(make_endpoints, retx_delay):
     for t in wrappers[0]._timers:  # every held-back original has left (a loaded host may run a timer late)
         t.join(5)
     gaps = [wrappers[0].gap[600 + i] for i in range(len(rounds))]
-    assert b.stats()["premature_nacks"] >= 1 and max([w for w, _ in rounds] + [b._reo[0]]) >= 0.002, (rounds, gaps)
+    reo = b._receiver.reo[0]
+    assert b.stats()["premature_nacks"] >= 1 and max([w for w, _ in rounds] + [reo]) >= 0.002, (rounds, gaps)
     assert not any(n for (wait, n), gap in zip(rounds, gaps) if gap < wait - 0.001), (rounds, gaps)
     assert sum(1 for (_, n), gap in zip(rounds, gaps) if n and gap < 0.012) <= 5, (rounds, gaps)

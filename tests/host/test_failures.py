@@ -18,7 +18,7 @@ import torch
 from host import wire
 from host.transport import Endpoint, LossySocket, Options, TransportError
 from host.transport.chunking import chunk_elems
-from host.transport.endpoint import HDR, pack_control_header
+from host.transport.control import HDR, pack_control_header
 from host.wire import DType, MsgType
 from tests.host.conftest import loopback_map
 

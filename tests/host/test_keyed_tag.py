@@ -15,7 +15,7 @@ import pytest
 from host import wire
 from host.transport import Endpoint, Options, TransportError
 from host.transport.chunking import plan_packets
-from host.transport.endpoint import packet_tag
+from host.transport.packetio import packet_tag
 from host.wire import DType
 from tests.host.conftest import loopback_map, wait_for
 

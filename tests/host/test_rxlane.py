@@ -20,8 +20,8 @@ import pytest
 from host import wire
 from host.policy import PacketClasses
 from host.transport import Endpoint, Options
-from host.transport import endpoint as endpoint_mod
-from host.transport.endpoint import src_key
+from host.transport import packetio
+from host.transport.packetio import src_key
 from host.transport.chunking import plan_packets
 from host.wire import DType, Flag
 
@@ -39,7 +39,7 @@ KEY = bytes(range(40, 56))
 def test_the_extension_is_built_and_follows_the_wire_format():
     from host.transport import _rxlane
 
-    assert endpoint_mod._rxlane is _rxlane  # `make setup` builds it: a missing build must fail here, not hide
+    assert packetio._rxlane is _rxlane  # `make setup` builds it: a missing build must fail here, not hide
     names = wire.WIRE_DTYPE.names
     assert _rxlane.LAYOUT == tuple((wire.WIRE_DTYPE.fields[n][1], wire.WIRE_DTYPE[n].itemsize) for n in names)
     assert (_rxlane.VERSION, _rxlane.HEADER_LEN, _rxlane.F_ELIGIBLE, _rxlane.F_RETRANSMIT) == \
@@ -113,7 +113,7 @@ def _datagram(plan, seq: int, x: np.ndarray, key: bytes | None = None) -> bytear
     off, ln = int(plan.offsets[seq]), int(plan.lengths[seq])
     d = bytearray(plan.headers[seq: seq + 1].tobytes() + x.view(np.uint8)[off: off + ln].tobytes())
     if key is not None:
-        d[wire.TAG_AT: wire.HEADER_LEN] = endpoint_mod.packet_tag(key, d[: wire.HEADER_LEN],
+        d[wire.TAG_AT: wire.HEADER_LEN] = packetio.packet_tag(key, d[: wire.HEADER_LEN],
                                                                   d[wire.HEADER_LEN:]).to_bytes(8, "big")
     return d
 
@@ -150,16 +150,16 @@ class _Twin:
         data = b"".join(dgrams)
         src = self.sender.getsockname() if src == SENDER else src
         with ep._lock:  # one record, as _drain describes it
-            ep._rxbuf[:len(data)] = data
-            ep._recs[0] = (0, len(data), tos, seg if len(dgrams) > 1 else 0, src_key(src))
-            ep._handle(1)
+            ep._io.rxbuf[:len(data)] = data
+            ep._io.recs[0] = (0, len(data), tos, seg if len(dgrams) > 1 else 0, src_key(src))
+            ep._intake.handle(1)
 
     def state(self) -> dict:
         """Counters, the transfer's Reassembly and receiver fields, and its buffer, by name."""
         ep = self.ep
         with ep._lock:
             out = {k: ep._c[k] for k in COUNTERS}
-            inc = ep._incoming.get((0, 5)) or ep._ready.get((0, 5))
+            inc = ep._receiver.incoming.get((0, 5)) or ep._receiver.ready.get((0, 5))
             if inc is not None and inc.st is not None:
                 st = inc.st
                 out.update({k: getattr(st, k) for k in ("cum", "npackets", "nelems", "max_count", "max_end",
@@ -247,13 +247,13 @@ def test_fast_lane_equals_the_python_path(seed):
                     d[1] |= int(Flag.RETRANSMIT)
             if key is not None:  # tagged as sent (a corruption below comes after)
                 for d in dgrams:
-                    d[wire.TAG_AT: wire.HEADER_LEN] = endpoint_mod.packet_tag(
+                    d[wire.TAG_AT: wire.HEADER_LEN] = packetio.packet_tag(
                         key, d[: wire.HEADER_LEN], d[wire.HEADER_LEN:]).to_bytes(8, "big")
             if i > len(order) // 8 and not nacked_once:  # a NACK went out for some seqs not yet arrived
                 nacked_once = True
                 for t in twins:
                     with t.ep._lock:
-                        inc = t.ep._incoming.get((0, 5))
+                        inc = t.ep._receiver.incoming.get((0, 5))
                         if inc is not None and inc.st is not None:
                             missing = np.flatnonzero(~inc.st.arrived).tolist()
                             inc.nacked = set(missing[: max(1, len(missing) // 2)]) if missing else None
@@ -317,10 +317,10 @@ def test_an_ecn_change_within_one_receive_pass(first_ce):
             ep = t.ep
             with ep._lock:
                 ra, rb = b"".join(a), b"".join(b)
-                ep._rxbuf[:len(ra) + len(rb)] = ra + rb
-                ep._recs[0] = (0, len(ra), tos_a, len(a[0]), src_key(t.sender.getsockname()))
-                ep._recs[1] = (len(ra), len(rb), tos_b, len(b[0]), src_key(t.sender.getsockname()))
-                ep._handle(2)
+                ep._io.rxbuf[:len(ra) + len(rb)] = ra + rb
+                ep._io.recs[0] = (0, len(ra), tos_a, len(a[0]), src_key(t.sender.getsockname()))
+                ep._io.recs[1] = (len(ra), len(rb), tos_b, len(b[0]), src_key(t.sender.getsockname()))
+                ep._intake.handle(2)
         states = [t.state() for t in twins]
         assert [k for k in states[0] if states[0][k] != states[1][k]] == []
         assert states[0]["ce_marks"] == 2 and states[0]["ce_state"] == (not first_ce)

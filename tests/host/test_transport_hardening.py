@@ -18,7 +18,8 @@ import torch
 from host import wire
 from host.transport import Endpoint, Options, TransportError
 from host.transport.chunking import chunk_elems
-from host.transport.endpoint import HDR, fits_transfer
+from host.transport.control import HDR
+from host.transport.receiver import fits_transfer
 from host.wire import DType, MsgType
 from tests.host.conftest import loopback_map, wait_for
 
@@ -130,7 +131,7 @@ def test_unposted_transfers_expire_with_their_staging(make_endpoints):
     a.send(1, x, transfer_id=1).wait(5)  # completed, staged on b
     assert b._staged_bytes > 0
     assert wait_for(lambda: b.stats()["expired_unposted"] == 1)
-    assert b._staged_bytes == 0 and not b._ready
+    assert b._staged_bytes == 0 and not b._receiver.ready
     with pytest.raises(TransportError, match=r"no receive was posted for it within unposted_expiry \(0.3s\)"):
         b.post_recv(0, 1, torch.empty_like(x))
     # the address still works for new transfers

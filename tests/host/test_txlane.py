@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from host import wire
-from host.transport import endpoint as endpoint_mod
+from host.transport import packetio, transmit
 from host.transport.chunking import plan_packets
 from host.wire import DType
 
@@ -62,8 +62,8 @@ def _plan(n: int, mtu: int):
 def test_the_extension_is_built():
     from host.transport import _txlane
 
-    assert endpoint_mod._txlane is _txlane
-    assert _txlane.HEADER_LEN == wire.HEADER_LEN and _txlane.MAX_RUN == endpoint_mod._GSO_MAX_SEGS
+    assert packetio._txlane is _txlane
+    assert _txlane.HEADER_LEN == wire.HEADER_LEN and _txlane.MAX_RUN == transmit.GSO_MAX_SEGS
 
 
 def test_c_siphash_equals_the_reference_on_every_length():

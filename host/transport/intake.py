@@ -1,0 +1,142 @@
+"""Datagram intake: every record the socket layer received, checked and handed to the stage it is for.
+
+What :class:`Intake` does with a receive batch (``PacketSocket.drain``'s records, under the endpoint's lock):
+the C receive lane (``_rxlane.fast_pass``) takes the data records it can (well-formed, this job's, right tag and
+source, for a transfer already open) and writes them into their buffers itself; the receiver accounts for them
+(``Receiver.fast_progress``). Every other record takes the Python path (:meth:`Intake._handle_records`): a GRO
+buffer is split into its datagrams; each header is checked with one ``struct`` unpack and a few integer tests
+(what fails them is re-parsed by ``wire.parse_datagram`` to name the bad field); a datagram of another job or
+nonce, with a wrong keyed tag, or from an address that is not its rank's is dropped and counted; data packets
+are grouped per transfer for ``Receiver.on_data``; feedback goes to the sender, probes and DEAD notices to the
+liveness checks.
+
+Promises: nothing reaches any transfer's state before its header, job, nonce, tag and source passed; every
+dropped datagram is counted (``malformed`` by field, ``foreign``, ``stray``, ``rejected["tag"]``); a valid
+datagram refreshes when its source was last heard from.
+"""
+
+from __future__ import annotations
+
+import time
+
+from host import wire
+from host.transport.control import (CTL, CTL_DONE, HDR, ITEMSIZE, NDTYPES, W_COUNT, W_DTYPE, W_FLAGS, W_JOB,
+                                    W_NONCE, W_OFFSET, W_PMR, W_RANK, W_SEQ, W_TAG, W_TID, W_TID_HI, W_TOTAL, W_VT)
+from host.transport.liveness import Liveness
+from host.transport.packetio import PacketSocket, _rxlane, packet_tag
+from host.transport.receiver import Receiver
+from host.transport.sender import Sender
+from host.transport.stats import Counters
+from host.wire import MsgType
+
+__all__ = ["Intake"]
+
+
+class Intake:
+    """Checks and dispatches the records of one endpoint's receive batches."""
+
+    def __init__(self, job_id: int, nonce: int, key: bytes | None, rank_of: dict, io: PacketSocket, *,
+                 native_rx: bool, counters: Counters, receiver: Receiver, sender: Sender, liveness: Liveness):
+        self.job_id, self.nonce, self._key, self._rank_of, self._io = job_id, nonce, key, rank_of, io
+        self._native_rx, self._counters, self._c = native_rx, counters, counters.c
+        self._receiver, self._sender, self._liveness, self._heard = receiver, sender, liveness, liveness.heard
+
+    def handle(self, n: int) -> None:
+        """The ``n`` records of ``_recs`` (called with the lock held): the C fast lane takes the data records it
+        can (see ``_rxlane.fast_pass``), the rest go to :meth:`_handle_records`."""
+        now = time.monotonic()
+        io = self._io
+        if self._native_rx:
+            prog, slow, dgrams, gro = _rxlane.fast_pass(io.rxbuf, io.recs, n, self._rank_of, self._receiver.incoming,
+                                                        self.job_id, self.nonce, self._key)
+            if dgrams:
+                c = self._c
+                c["rx_datagrams"] += dgrams
+                c["rx_fast_datagrams"] += dgrams
+                c["rx_gro_buffers"] += gro
+                self._receiver.fast_progress(prog, now)
+        else:
+            rank_of = self._rank_of
+            slow = [(pos, nbytes, tos, seg, rank_of.get(key)) for pos, nbytes, tos, seg, key in io.recs[:n].tolist()]
+        if slow:
+            self._handle_records(slow, now)
+
+    def _handle_records(self, recs: list[tuple], now: float) -> None:
+        """Received records ``(position, bytes, TOS, GRO segment size, source rank or None)`` the Python path
+        takes: split GRO buffers into datagrams, check each header (one ``struct`` unpack and a few integer tests;
+        anything failing them is re-parsed by ``wire.parse_datagram`` to name the bad field), group data packets
+        per transfer for ``Receiver.on_data``, and hand feedback to :meth:`_on_feedback` one message at a time."""
+        c = self._c
+        hl = wire.HEADER_LEN
+        mv, unpack = self._io.rxmv, HDR.unpack_from
+        job, nonce, tag_key = self.job_id, self.nonce, self._key
+        groups: dict[tuple[int, int], list[tuple]] = {}
+        feedback: list[tuple] = []
+        ndgrams = 0
+        for pos, nbytes, tos, seg, src in recs:
+            gro = seg and nbytes > seg
+            if gro:
+                c["rx_gro_buffers"] += 1
+            segs = [(s, min(seg, pos + nbytes - s)) for s in range(pos, pos + nbytes, seg)] if gro else [(pos, nbytes)]
+            for s, ln in segs:
+                ndgrams += 1
+                if ln < hl:
+                    self._slow_parse(s, ln)
+                    continue
+                w = unpack(mv, s)
+                vt = w[W_VT]
+                mt = vt & 0x0F
+                dt = w[W_DTYPE]
+                ok = (vt >> 4) == wire.VERSION and mt <= 3 and not (w[W_FLAGS] & 0xF0) and not (w[W_PMR] & 3) \
+                    and dt < NDTYPES
+                if ok:
+                    plen = ln - hl
+                    if mt == MsgType.DATA:
+                        isz = ITEMSIZE[dt]
+                        ok = 0 <= w[W_SEQ] < w[W_TOTAL] and not w[W_OFFSET] % isz and plen == w[W_COUNT] * isz
+                    elif mt != MsgType.CONTROL:
+                        ok = plen == (w[W_COUNT] + 7) >> 3
+                if not ok:
+                    self._slow_parse(s, ln)
+                elif w[W_JOB] != job or w[W_NONCE] != nonce:
+                    c["foreign"] += 1
+                elif tag_key is not None and packet_tag(tag_key, mv[s: s + hl], mv[s + hl: s + ln]) != w[W_TAG]:
+                    self._bad_tag()
+                elif src != w[W_RANK]:
+                    c["stray"] += 1
+                elif mt == MsgType.DATA:
+                    self._heard[src] = now
+                    key = (w[W_RANK], w[W_TID_HI] << 32 | w[W_TID])
+                    g = groups.get(key)
+                    if g is None:
+                        g = groups[key] = []
+                    g.append((w, s, ln, tos))
+                else:
+                    self._heard[src] = now
+                    feedback.append((w, mt, s, ln))
+        c["rx_datagrams"] += ndgrams
+        for key, items in groups.items():
+            self._receiver.on_data(key, items, now)
+        for w, mt, s, ln in feedback:
+            self._on_feedback(w, mt, mv[s + hl: s + ln], now)
+
+    def _on_feedback(self, w: tuple, mt: int, payload: memoryview, now: float) -> None:
+        """A message that is not data: a probe, its answer or a DEAD notice to the liveness checks, an ACK, NACK
+        or DONE to the sender."""
+        if mt == MsgType.CONTROL and len(payload) >= CTL.size and payload[0] != CTL_DONE:
+            self._liveness.on_control(w, payload)
+        else:
+            self._sender.on_feedback(w, mt, payload, now)
+
+    def _bad_tag(self) -> None:
+        """A well-formed datagram of this job whose keyed tag is wrong: a stranger's (who knows the job id and
+        nonce but not the key), or one changed on the way. Dropped before it touches any state; counted."""
+        self._counters.rejected("tag")
+
+    def _slow_parse(self, start: int, nbytes: int) -> None:
+        try:
+            wire.parse_datagram(self._io.rxmv[start: start + nbytes], nbytes)
+        except wire.WireError as e:
+            self._counters.malformed(e.field)
+        else:
+            self._counters.malformed("transport")

@@ -1,0 +1,202 @@
+"""Liveness: which peers are dead, found out fast, and told to everyone who shares work with them.
+
+What :class:`Liveness` does:
+
+* hears every valid datagram's source (:attr:`Liveness.heard`, written by the datagram intake and the receiver);
+* probes a peer this rank waits on (a posted receive, an unacknowledged send) once it has been silent for a quarter
+  of ``peer_timeout`` (at most :data:`PROBE_EVERY`), and declares it dead once silent for all of it
+  (:meth:`Liveness.check`); reads the socket's error queue, where a port-unreachable from a peer that was heard
+  from means its process ended (:meth:`Liveness.read_errors`);
+* on a death (:meth:`Liveness.peer_died`): fails every pending transfer with that peer, and every pending
+  transfer of a group that shares its fate (``Endpoint.share_fate``), and, when this rank saw the death itself,
+  sends every other peer a DEAD notice (again after :data:`DEAD_NOTICE_AGAIN`, datagrams get lost); answers
+  probes and takes DEAD notices (:meth:`Liveness.on_control`).
+
+Why a stage of its own: a death ends work on both sides (the sender's and the receiver's transfers) and is
+decided from timers, the error queue and control messages together. Runs under the endpoint's lock.
+
+Promises: a rank is declared dead once and stays dead (its stragglers open nothing); a peer that is slow to
+compute but whose endpoint answers probes is never declared dead; one that was never heard from is judged by its
+silence alone (it may not have bound its socket yet); every failure names the dead rank and why.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from host import wire
+from host.transport.api import Options, TransportError
+from host.transport.control import CTL, CTL_ALIVE, CTL_DEAD, CTL_PROBE, W_RANK, pack_control_header
+from host.transport.packetio import PacketSocket, src_key
+from host.transport.receiver import Receiver
+from host.transport.sender import Sender
+from host.transport.stats import Counters
+from host.transport.transmit import Transmitter
+from host.wire import MsgType
+
+__all__ = ["Liveness", "DEAD_NOTICE_AGAIN", "PROBE_EVERY"]
+
+log = logging.getLogger("host.transport")
+
+_DEAD_REASON_MAX = 400  # bytes of reason a DEAD notice carries
+DEAD_NOTICE_AGAIN = (0.05, 0.25)  # a DEAD notice is sent at once and again this long after (datagrams get lost)
+PROBE_EVERY = 1.0  # seconds between probes of a silent peer this rank waits on (peer_timeout / 4 if shorter)
+
+
+class Liveness:
+    """The dead ranks of one endpoint, its probes, its fate groups and the DEAD notices still to repeat."""
+
+    def __init__(self, rank: int, job_id: int, nonce: int, addr_map: dict[int, tuple[str, int]],
+                 rank_of: dict, opts: Options, io: PacketSocket, tx: Transmitter, counters: Counters):
+        self.rank, self.job_id, self.nonce, self.addr_map, self._rank_of = rank, job_id, nonce, addr_map, rank_of
+        self.opts, self._io, self._tx, self._counters, self._c = opts, io, tx, counters, counters.c
+        self.dead: dict[int, str] = {}  # dead ranks and why
+        self.heard: dict[int, float] = {}  # when each rank was last heard from (any valid datagram)
+        self._probe_next: dict[int, float] = {}  # when to probe a silent rank next
+        self.fates: list[tuple[frozenset[int], int, int]] = []  # (ranks, tid mask, tid value): share_fate
+        self._notices: list[tuple[float, bytes]] = []  # DEAD notices still to repeat: (when, message)
+        self._sender: Sender | None = None
+        self._receiver: Receiver | None = None
+
+    def attach(self, sender: Sender, receiver: Receiver) -> None:
+        """The stages whose transfers a death fails (they are built after this one: they share its dicts)."""
+        self._sender, self._receiver = sender, receiver
+
+    def share_fate(self, ranks, tid_mask: int, tid_value: int) -> None:
+        """See ``Endpoint.share_fate`` (under the lock)."""
+        fate = (frozenset(int(r) for r in ranks), int(tid_mask), int(tid_value))
+        self.fates = [f for f in self.fates if f[1:] != fate[1:]] + [fate]
+
+    def dead_error(self, peer: int, tid: int) -> TransportError | None:
+        """Why a transfer ``tid`` with ``peer`` cannot complete (its peer, or a member of a group whose fate it
+        shares, is dead), or None."""
+        if not self.dead:
+            return None
+        if peer in self.dead:
+            return TransportError(f"rank {peer} is dead: {self.dead[peer]}", peer)
+        for ranks, mask, value in self.fates:
+            if tid & mask == value:
+                for r in ranks:
+                    if r in self.dead:
+                        return TransportError(f"transfer {tid} with rank {peer} cannot complete: rank {r} of its "
+                                              f"group is dead: {self.dead[r]}", r)
+        return None
+
+    def peer_died(self, rank: int, reason: str, *, tell: bool) -> None:
+        """``rank`` is dead: fail every pending transfer with it, and every pending transfer of a group that shares
+        its fate (:meth:`share_fate`), with a :class:`TransportError` naming it; new ones fail when started. With
+        ``tell`` (this rank saw the death itself), send every other peer a DEAD notice, so that their work fails
+        now rather than after their own timeouts."""
+        if rank in self.dead or rank == self.rank or rank not in self.addr_map:
+            return
+        self.dead[rank] = reason
+        self._c["peers_dead"] += 1
+        log.warning("dlcp rank %d: rank %d is dead: %s", self.rank, rank, reason)
+        masks = [(m, v) for ranks, m, v in self.fates if rank in ranks]
+        for p in list(self._sender.peers.values()):
+            for o in list(p.active):
+                if p.rank == rank or any(o.tid & m == v for m, v in masks):
+                    self._sender.finish(p, o, self.dead_error(p.rank, o.tid))
+        for inc in list(self._receiver.incoming.values()):
+            if inc.peer == rank and not inc.posted:  # staged data nobody will complete
+                self._receiver.drop_in(inc, TransportError(f"rank {rank} is dead: {reason}", rank))
+            elif inc.posted and not inc.done and (inc.peer == rank or any(inc.tid & m == v for m, v in masks)):
+                self._receiver.drop_in(inc, self.dead_error(inc.peer, inc.tid))
+        if tell:
+            msg = self.dead_notice(rank, reason)
+            self.notify_all(msg, skip=rank)
+            now = time.monotonic()
+            self._notices.extend((now + dt, msg) for dt in DEAD_NOTICE_AGAIN)
+
+    def dead_notice(self, rank: int, reason: str) -> bytes:
+        """A CONTROL datagram saying ``rank`` is dead, and why."""
+        why = reason.encode("utf-8", "replace")[:_DEAD_REASON_MAX]
+        buf = bytearray(wire.HEADER_LEN + CTL.size + len(why))
+        pack_control_header(buf, MsgType.CONTROL, flags=0, rank=self.rank, job_id=self.job_id, transfer_id=0,
+                            seq=0, total=0, count=0, nonce=self.nonce)
+        CTL.pack_into(buf, wire.HEADER_LEN, CTL_DEAD, rank)
+        buf[wire.HEADER_LEN + CTL.size:] = why
+        return bytes(buf)
+
+    def notify_all(self, msg: bytes, skip: int) -> None:
+        """Send ``msg`` to every peer but ``skip`` and the ranks known dead."""
+        for r, addr in self.addr_map.items():
+            if r != self.rank and r != skip and r not in self.dead:
+                self._tx.send_msg(msg, addr)
+                self._c["dead_notices_sent"] += 1
+
+    def _send_probe(self, rank: int, op: int) -> None:
+        buf = self._tx.ctl_buf
+        pack_control_header(buf, MsgType.CONTROL, flags=0, rank=self.rank, job_id=self.job_id, transfer_id=0,
+                            seq=0, total=0, count=0, nonce=self.nonce)
+        CTL.pack_into(buf, wire.HEADER_LEN, op, 0)
+        self._tx.send_ctl(self.addr_map[rank], wire.HEADER_LEN + CTL.size)
+        if op == CTL_PROBE:
+            self._c["probes_sent"] += 1
+
+    def on_control(self, w: tuple, payload: memoryview) -> None:
+        """A CONTROL message that is not about a transfer: a probe, its answer, or a DEAD notice."""
+        op, arg = CTL.unpack_from(payload)
+        src = w[W_RANK]
+        if op == CTL_PROBE:
+            self._c["probes_rx"] += 1
+            self._send_probe(src, CTL_ALIVE)
+        elif op == CTL_ALIVE:
+            pass  # (the datagram itself refreshed when src was last heard from)
+        elif op == CTL_DEAD and arg in self.addr_map:
+            self._c["dead_notices_rx"] += 1
+            reason = bytes(payload[CTL.size:]).decode("utf-8", "replace")
+            if arg == src:
+                self.peer_died(src, f"rank {src} aborted: {reason}", tell=False)
+            elif arg == self.rank:  # src has given up on this rank: its work with this rank ends here too
+                self.peer_died(src, f"rank {src} declared this rank dead ({reason})", tell=False)
+            else:
+                self.peer_died(arg, f"{reason} (reported by rank {src})", tell=False)
+        else:
+            self._counters.malformed("payload")
+
+    def read_errors(self, now: float) -> None:
+        """Read the socket's error queue (IP_RECVERR): a port-unreachable from a peer's address means its socket is
+        closed, its process gone. Such a peer is dead at once if it was heard from before (one not heard from yet
+        may not have bound its socket yet, however long this endpoint has waited: its silence decides, after
+        peer_timeout)."""
+        for addr in self._io.refused():
+            r = self._rank_of.get(src_key(addr))
+            self._c["refused"] += 1
+            if r is not None and r in self.heard:
+                self.peer_died(r, f"peer rank {r} at {addr[0]}:{addr[1]} refused a datagram (port unreachable: "
+                                   "its socket is closed, its process ended)", tell=True)
+
+    def check(self, now: float) -> None:
+        """Probe the peers this rank waits on (posted receives, unacknowledged sends) that have been silent for a
+        quarter of ``peer_timeout`` (at most ``PROBE_EVERY``); declare dead one silent for all of it. (A probe to
+        a peer whose process ended is refused at once: :meth:`_read_errors`.) Silence counts from the later of the
+        last datagram heard from the peer and the start of the wait, so a peer that computes for a long time but
+        whose endpoint answers probes is never declared dead."""
+        waiting: dict[int, float] = {}
+        for inc in self._receiver.incoming.values():
+            if inc.posted and not inc.done:
+                t = waiting.get(inc.peer)
+                waiting[inc.peer] = inc.posted_at if t is None else min(t, inc.posted_at)
+        for p in self._sender.peers.values():
+            if p.active:
+                t = waiting.get(p.rank)
+                waiting[p.rank] = p.last_feedback if t is None else min(t, p.last_feedback)
+        pt = self.opts.peer_timeout
+        for r, since in waiting.items():
+            silent = now - max(since, self.heard.get(r, 0.0))
+            if silent > pt:
+                self._c["peer_timeouts"] += 1
+                a = self.addr_map[r]
+                self.peer_died(r, f"peer rank {r} at {a[0]}:{a[1]} sent nothing for {silent:.3f}s (peer_timeout "
+                                   f"{pt}s) while rank {self.rank} waited on it", tell=True)
+            elif silent > min(pt / 4, PROBE_EVERY) and now >= self._probe_next.get(r, 0.0):
+                self._probe_next[r] = now + min(pt / 4, PROBE_EVERY)
+                self._send_probe(r, CTL_PROBE)
+        if self._notices:
+            due = [m for t, m in self._notices if t <= now]
+            if due:
+                self._notices = [(t, m) for t, m in self._notices if t > now]
+                for m in due:
+                    self.notify_all(m, skip=CTL.unpack_from(m, wire.HEADER_LEN)[1])
