@@ -256,27 +256,54 @@ def _ms(stat: Result) -> str:
     return f"{stat['median'] * 1e3:.0f} ms [{stat['lo'] * 1e3:.0f}, {stat['hi'] * 1e3:.0f}]"
 
 
-def _goal_rows(method_prefix: str, paths: tuple[str, ...], sweeps: tuple[Result, ...]) -> list[str]:
-    """One row per goal of ``testbed.evaluation.GOALS`` whose method starts with ``method_prefix``, per sweep that
-    ran it: both cells' iteration times (median [interval]) and the speed-up against the goal."""
+@dataclass(frozen=True)
+class GoalResult:
+    """One goal of ``testbed.evaluation.GOALS`` as one sweep measured it."""
+
+    what: str
+    method: str
+    base: str
+    goal: float
+    path: str  #: the sweep's results file
+    sweep: Result
+    ratio: float  #: the baseline's median iteration time over the method's
+    worst: float  #: the baseline's lowest over the method's highest
+    verdict: str
+
+
+def goal_results(paths: tuple[str, ...], sweeps: tuple[Result, ...], method_prefix: str = "") -> list[GoalResult]:
+    """Every goal whose method starts with ``method_prefix``, in each sweep that ran both of its cells."""
     from .evaluation import GOALS, goal_verdict
 
-    rows = ["| setting | sweep | baseline, iteration p50 | method, iteration p50 | speed-up: medians "
-            "(interval ends) | goal |", "|---|---|---|---|---|---|"]
+    out = []
     for base, method, goal, what in GOALS:
         if not method.startswith(method_prefix):
             continue
         for path, sweep in zip(paths, sweeps):
             cells = sweep["cells"]
-            if base not in cells or method not in cells:
-                continue
-            b, m = cells[base]["iter_p50_s"], cells[method]["iter_p50_s"]
-            ratio, worst, verdict = goal_verdict(b, m, goal)
-            if ratio is None:
-                continue
-            rows.append(f"| {what} (`{method}` vs `{base}`) | {_sweep_label(path, sweep)} | {_ms(b)} | {_ms(m)} | "
-                        f"{ratio:.2f}x ({worst:.2f}x) | {goal}x: {verdict} |")
+            if base in cells and method in cells:
+                ratio, worst, verdict = goal_verdict(cells[base]["iter_p50_s"], cells[method]["iter_p50_s"], goal)
+                if ratio is not None:
+                    out.append(GoalResult(what, method, base, goal, path, sweep, ratio, worst, verdict))
+    return out
+
+
+def _goal_rows(method_prefix: str, paths: tuple[str, ...], sweeps: tuple[Result, ...]) -> list[str]:
+    """One row per goal whose method starts with ``method_prefix``, per sweep that ran it: both cells' iteration
+    times (median [interval]) and the speed-up against the goal."""
+    rows = ["| setting | sweep | baseline, iteration p50 | method, iteration p50 | speed-up: medians "
+            "(interval ends) | goal |", "|---|---|---|---|---|---|"]
+    for g in goal_results(paths, sweeps, method_prefix):
+        b, m = g.sweep["cells"][g.base]["iter_p50_s"], g.sweep["cells"][g.method]["iter_p50_s"]
+        rows.append(f"| {g.what} (`{g.method}` vs `{g.base}`) | {_sweep_label(g.path, g.sweep)} | {_ms(b)} | "
+                    f"{_ms(m)} | {g.ratio:.2f}x ({g.worst:.2f}x) | {g.goal}x: {g.verdict} |")
     return rows
+
+
+def _intervals_note(method: str) -> str:
+    return ("Each cell: the median iteration time of its runs and, in brackets, the interval from order statistics "
+            "(docs/evaluation.md says how it is made); the speed-up at the interval ends is the baseline's lowest "
+            f"over {method}'s highest.")
 
 
 GOALS_SOURCES = ("results/evaluation/goals-1.json", "results/evaluation/goals-2.json",
@@ -300,32 +327,21 @@ def dear_speedups(*sweeps: Result) -> str:
             rows.append(f"| {name[:-4]} workload, DeAR over DDP on Gloo, 4 workers, 20 Mb/s (`{name[:-4]}-dear` vs "
                         f"`{name}`) | {_sweep_label(wpath, workloads)} | {_ms(cell['iter_p50_s'])} | "
                         f"{_ms(dear['iter_p50_s'])} | {ratio:.2f}x ({worst:.2f}x) | - |")
-    return "\n".join(["Each cell: the median iteration time of its runs and, in brackets, the interval from order "
-                      "statistics (docs/evaluation.md says how it is made); the speed-up at the interval ends is "
-                      "the baseline's lowest over DeAR's highest.", "", *rows])
+    return "\n".join([_intervals_note("DeAR"), "", *rows])
 
 
 def spardl_speedups(*sweeps: Result) -> str:
     """SparDL against top-k all-gather on the testbed (the goals sweeps): iteration times and speed-ups."""
     rows = _goal_rows("spardl", GOALS_SOURCES, sweeps)
-    return "\n".join(["Each cell: the median iteration time of its runs and, in brackets, the interval from order "
-                      "statistics (docs/evaluation.md says how it is made); the speed-up at the interval ends is "
-                      "the baseline's lowest over SparDL's highest.", "", *rows])
+    return "\n".join([_intervals_note("SparDL"), "", *rows])
 
 
 def readme_goals(*sweeps: Result) -> str:
     """The README's verdicts on the DeAR and SparDL speed-up goals, one line per goal and sweep that ran it."""
-    from .evaluation import GOALS, goal_verdict
-
     rows = ["| goal (testbed, compute emulated) | sweep | speed-up: medians (interval ends) | verdict |",
             "|---|---|---|---|"]
-    for base, method, goal, what in GOALS:
-        for path, sweep in zip(GOALS_SOURCES, sweeps):
-            cells = sweep["cells"]
-            if base in cells and method in cells:
-                ratio, worst, verdict = goal_verdict(cells[base]["iter_p50_s"], cells[method]["iter_p50_s"], goal)
-                if ratio is not None:
-                    rows.append(f"| {what}: {goal}x | `{Path(path).stem}` | {ratio:.2f}x ({worst:.2f}x) | {verdict} |")
+    rows += [f"| {g.what}: {g.goal}x | `{Path(g.path).stem}` | {g.ratio:.2f}x ({g.worst:.2f}x) | {g.verdict} |"
+             for g in goal_results(GOALS_SOURCES, sweeps)]
     return "\n".join(rows + ["", "Tables and the sweeps' provenance: [docs/evaluation.md](docs/evaluation.md)."])
 
 
