@@ -374,7 +374,7 @@ def acid_constants_text() -> str:
     ours = acid_constants("exponential", 8, 1.0)
     # the authors' list: +2^k and -2^k for k < log2 n, duplicates kept; W_ij += 1/len(list)
     n = 8
-    lists = [[(i + s * (1 << k)) % n for k in range(3) for s in (1, -1)] for i in range(n)]
+    lists = [[(i + s * (1 << k)) % n for k in range(int(math.log2(n))) for s in (1, -1)] for i in range(n)]
     W = np.zeros((n, n))
     for i, ns in enumerate(lists):
         np.add.at(W[i], ns, 1.0 / len(ns))
