@@ -1,6 +1,10 @@
 """Receiver bookkeeping of one transfer: which packets arrived, when it may complete, what was lost (pure).
 
-The bytes themselves are written by the endpoint; this class tracks arrival per seq and answers three questions.
+The bytes themselves are written by the receiver (``receiver.py``, or the C receive lane); this class tracks arrival
+per seq and answers three questions. Arrivals are recorded one way, whatever their shape: :meth:`Reassembly.add`
+for one packet, :meth:`Reassembly.add_many` for a receive batch (as slices for a run in seq order, as index arrays
+otherwise), :meth:`Reassembly.add_counted` for what the C lane wrote itself; all three end in the one update of the
+totals and the cumulative points.
 Every header of a transfer says how many of its packets are drop-eligible, ``e``: they are seqs ``0..e-1`` and
 leave first, the protected ones are ``e..total-1`` and leave last, the last of them flagged LAST (``chunking.py``).
 
@@ -22,10 +26,12 @@ import math
 
 import numpy as np
 
-__all__ = ["Reassembly", "merge_ranges", "SMALL_TRANSFER"]
+__all__ = ["Reassembly", "merge_ranges", "SMALL_TRANSFER", "SMALL_BATCH"]
 
 #: Packets up to which :meth:`Reassembly.lost_ranges` works on Python lists (same result as the array path).
 SMALL_TRANSFER = 16
+#: Packets from which :meth:`Reassembly.add_many` writes arrays in one numpy call (fewer: one :meth:`add` each).
+SMALL_BATCH = 16
 
 
 class Reassembly:
@@ -51,87 +57,60 @@ class Reassembly:
         self.max_end = 0  # largest offset+bytes seen
         self.max_seq = -1  # highest seq arrived: beyond it packets may simply not have been sent yet
 
+    # --- recording arrivals: add() for one packet, add_many() for a receive batch, add_counted() for the C lane.
+    # Each writes the per-seq arrays its own way and then goes through _account(), the one place that updates the
+    # totals and moves the cumulative points.
+
     def add(self, seq: int, offset: int, count: int, nbytes: int) -> bool:
-        """Record an arrival; False if it is a duplicate (nothing changes). The scalar form of :meth:`add_batch`
-        (numpy per call costs more than Python for a handful of packets)."""
+        """Record the arrival of packet ``seq`` (``count`` elements, ``nbytes`` payload bytes at byte ``offset``);
+        False if it is a duplicate (nothing changes)."""
         if self.arrived[seq]:
             return False
         self.arrived[seq] = True
         self.offsets[seq] = offset
         self.counts[seq] = count
-        self.npackets += 1
-        self.nelems += count
-        if count > self.max_count:
-            self.max_count = count
-        end = offset + nbytes
-        if end > self.max_end:
-            self.max_end = end
-        if seq > self.max_seq:
-            self.max_seq = seq
-        if seq == self.total - 1:
-            self.last_seen = True
-        if seq == self.cum:
-            self._advance_cum()
-        elif seq == self.pcum:
-            self._advance_pcum()
+        self._account(1, count, count, offset + nbytes, seq)
         return True
 
-    def add_batch(self, seqs: np.ndarray, offsets: np.ndarray, counts: np.ndarray, nbytes: np.ndarray) -> None:
-        """Record arrivals of distinct seqs none of which has arrived yet (the caller filters duplicates)."""
-        if len(seqs) == 0:
+    def add_many(self, seqs: list[int], offsets: list[int], counts: list[int], nbytes: list[int]) -> None:
+        """Record the arrivals of distinct seqs none of which has arrived yet (Python lists, one entry a packet;
+        the caller filters duplicates): one at a time for fewer than :data:`SMALL_BATCH` (numpy per call costs more
+        than Python for a handful), as slices for a run of consecutive seqs (the common case: packets in order),
+        else as index arrays. The same state as :meth:`add` one at a time, whichever way."""
+        k = len(seqs)
+        if k < SMALL_BATCH or not k:
+            for seq, offset, count, n in zip(seqs, offsets, counts, nbytes):
+                self.add(seq, offset, count, n)
             return
-        self.arrived[seqs] = True
-        self.offsets[seqs] = offsets
-        self.counts[seqs] = counts
-        self.npackets += len(seqs)
-        self.nelems += int(counts.sum())
-        self.max_count = max(self.max_count, int(counts.max()))
-        self.max_end = max(self.max_end, int((offsets + nbytes).max()))
-        top = int(seqs.max())
-        if top > self.max_seq:
-            self.max_seq = top
-        if top == self.total - 1:
-            self.last_seen = True
-        if self.arrived[self.cum] if self.cum < self.total else False:
-            self._advance_cum()
-        self._advance_pcum()
-
-    def add_range(self, seq0: int, offsets: list[int], counts: list[int], end: int) -> None:
-        """Record arrivals of the consecutive seqs ``seq0, seq0 + 1, ...`` (one per entry of the lists), none of which
-        has arrived yet; ``end`` is the largest offset + bytes among them. :meth:`add_batch` for the common case
-        (a run of packets in order), with slice assignments from the lists instead of index arrays built from them:
-        about a quarter of its cost."""
-        m = len(offsets)
-        s1 = seq0 + m
-        self.arrived[seq0: s1] = True
-        self.offsets[seq0: s1] = offsets
-        self.counts[seq0: s1] = counts
-        self.npackets += m
-        self.nelems += sum(counts)
-        mc = max(counts)
-        if mc > self.max_count:
-            self.max_count = mc
-        if end > self.max_end:
-            self.max_end = end
-        if s1 - 1 > self.max_seq:
-            self.max_seq = s1 - 1
-        if s1 == self.total:
-            self.last_seen = True
-        if seq0 <= self.cum < s1:
-            self.cum = s1
-            if s1 < self.total and self.arrived[s1]:
-                self._advance_cum()
-            elif self.cum > self.pcum:
-                self.pcum = self.cum
-        elif seq0 <= self.pcum < s1:
-            self.pcum = s1
-            self._advance_pcum()
+        s0 = seqs[0]
+        end = max(map(int.__add__, offsets, nbytes))
+        if seqs[-1] - s0 == k - 1 and seqs == list(range(s0, s0 + k)):
+            s1 = s0 + k
+            self.arrived[s0: s1] = True
+            self.offsets[s0: s1] = offsets
+            self.counts[s0: s1] = counts
+            if s0 <= self.cum < s1:  # (the run itself moves cum to its end: no walk over it)
+                self.cum = s1
+            self._account(k, sum(counts), max(counts), end, s1 - 1)
+        else:
+            idx = np.array(seqs, np.int64)
+            cnt = np.array(counts, np.int64)
+            self.arrived[idx] = True
+            self.offsets[idx] = offsets
+            self.counts[idx] = cnt
+            self._account(k, int(cnt.sum()), int(cnt.max()), end, max(seqs))
 
     def add_counted(self, fresh: int, nelems: int, max_count: int, max_end: int, max_seq: int, cum: int) -> None:
         """Record ``fresh`` arrivals whose entries in ``arrived``, ``offsets`` and ``counts`` the receive fast lane
         (``host/transport/_rxlane.c``) has already written; the arguments are its totals over them (``nelems``
         elements, the largest count, the largest offset + bytes, the highest seq) and the new ``cum`` it found
         walking ``arrived``."""
+        self.cum = cum
+        self._account(fresh, nelems, max_count, max_end, max_seq)
+
+    def _account(self, fresh: int, nelems: int, max_count: int, max_end: int, max_seq: int) -> None:
+        """After ``fresh`` new arrivals were written into the per-seq arrays: the totals (``nelems`` elements, the
+        largest count, the largest offset + bytes, the highest seq among them), then the cumulative points."""
         self.npackets += fresh
         self.nelems += nelems
         if max_count > self.max_count:
@@ -142,8 +121,13 @@ class Reassembly:
             self.max_seq = max_seq
             if max_seq == self.total - 1:
                 self.last_seen = True
-        self.cum = cum
-        self._advance_pcum()
+        cum = self.cum
+        if cum < self.total and self.arrived[cum]:
+            self._advance_cum()
+        elif cum > self.pcum:
+            self.pcum = cum
+        if self.pcum < self.total and self.arrived[self.pcum]:
+            self._advance_pcum()
 
     def _advance_cum(self) -> None:
         """Move ``cum`` over the run of arrived seqs that starts at it (a numpy window at a time: filling a hole

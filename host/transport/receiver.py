@@ -36,7 +36,7 @@ from host.transport.api import LossReport, Options, RecvResult, TransportError
 from host.transport.control import (CTL, CTL_DONE, DONE_UNKNOWN, REORDER_TIME, W_COUNT, W_DTYPE, W_ELIG, W_FLAGS,
                                     W_LAYER, W_OFFSET, W_SEQ, W_TOTAL, clock_us, pack_control_header)
 from host.transport.packetio import PacketSocket
-from host.transport.reassembly import Reassembly
+from host.transport.reassembly import SMALL_BATCH, Reassembly
 from host.transport.stats import Counters
 from host.transport.tensors import TensorView
 from host.transport.transmit import Transmitter
@@ -56,7 +56,6 @@ log = logging.getLogger("host.transport")
 _REORDER_MAX = 0.016
 _REORDER_DECAY = 0.98
 _F_RETRANSMIT = int(Flag.RETRANSMIT)
-_BATCH_MIN = 16  # packets of one transfer in one batch from which Reassembly takes arrays
 
 
 def fits_transfer(nelems: int, total: int, count: int) -> bool:
@@ -290,7 +289,7 @@ class Receiver:
                     stage = inc.stage = new
             dst = memoryview(stage)
         cap = len(dst)
-        batch = n >= _BATCH_MIN
+        batch = n >= SMALL_BATCH
         nacked = inc.nacked
         seen: set[int] = set()
         seqs: list[int] = []
@@ -331,7 +330,7 @@ class Receiver:
                 c["ecn_ce_rx"] += 1
             if ce != inc.ce_state:  # DCTCP receiver: ACK the packets before the first with the other CE state
                 if seqs:
-                    Receiver._add_arrivals(st, seqs, offs, cnts, plens)
+                    st.add_many(seqs, offs, cnts, plens)
                     seqs, offs, cnts, plens = [], [], [], []
                 if inc.since_ack:
                     self.send_ack(inc)
@@ -348,7 +347,7 @@ class Receiver:
             got += plen
             fresh += 1
         if seqs:
-            Receiver._add_arrivals(st, seqs, offs, cnts, plens)
+            st.add_many(seqs, offs, cnts, plens)
         if fresh:
             self._arrived(inc, key, fresh, got, now)
 
@@ -399,20 +398,6 @@ class Receiver:
                 inc.st.add_counted(fresh, nelems, max_count, max_end, max_seq, cum)
                 inc.since_ack += fresh
                 self._arrived(inc, key, fresh, got, now)
-
-    @staticmethod
-    def _add_arrivals(st: Reassembly, seqs, offs, cnts, plens) -> None:
-        """Record distinct new arrivals (lists): one at a time for a few, as one range for a run in seq order (the
-        common case), else as arrays."""
-        k = len(seqs)
-        if k < _BATCH_MIN:
-            for a in zip(seqs, offs, cnts, plens):
-                st.add(*a)
-        elif seqs[-1] - seqs[0] == k - 1 and seqs == list(range(seqs[0], seqs[0] + k)):
-            st.add_range(seqs[0], offs, cnts, max(map(int.__add__, offs, plens)))
-        else:
-            st.add_batch(np.array(seqs, np.int64), np.array(offs, np.int64), np.array(cnts, np.int64),
-                         np.array(plens, np.int64))
 
     def _first_header_check(self, inc: InTransfer, w: tuple) -> tuple[str, str] | None:
         """Why the first header ``w`` of a transfer may not open it, as (field, reason), or None when it may: its

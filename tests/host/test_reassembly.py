@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
@@ -118,10 +120,23 @@ def assert_same_state(a: Reassembly, b: Reassembly) -> None:
         assert np.array_equal(getattr(a, f), getattr(b, f)), f
 
 
+@contextlib.contextmanager
+def small_batch(k: int):
+    """``reassembly.SMALL_BATCH`` set to ``k`` (0: add_many() writes arrays or slices for any batch)."""
+    from host.transport import reassembly
+    old = reassembly.SMALL_BATCH
+    reassembly.SMALL_BATCH = k
+    try:
+        yield
+    finally:
+        reassembly.SMALL_BATCH = old
+
+
 @settings(max_examples=60, deadline=None)
 @given(total=st.integers(1, 300), data=st.data())
-def test_add_batch_is_the_same_as_adding_one_at_a_time(total, data):
-    """The receive path records a few packets with add() and many with add_batch(): both must leave the same state."""
+def test_add_many_is_the_same_as_adding_one_at_a_time(total, data):
+    """The receive path records a few packets with add() and many with add_many() (index arrays for seqs out of
+    order): both must leave the same state."""
     order = data.draw(st.permutations(range(total)))
     cut = data.draw(st.integers(0, total))
     e = data.draw(st.integers(0, total - 1))
@@ -130,10 +145,11 @@ def test_add_batch_is_the_same_as_adding_one_at_a_time(total, data):
         one.add(s, s * 40, 10, 40)
     sizes = data.draw(st.lists(st.integers(1, 40), min_size=1, max_size=20))
     i = 0
-    for k in sizes:  # a prefix of order[:cut] in batches, the rest one at a time
-        part = np.array(order[i:min(i + k, cut)], np.int64)
-        many.add_batch(part, part * 40, np.full(len(part), 10), np.full(len(part), 40))
-        i += len(part)
+    with small_batch(data.draw(st.sampled_from([0, 16]))):
+        for k in sizes:  # a prefix of order[:cut] in batches, the rest one at a time
+            part = order[i:min(i + k, cut)]
+            many.add_many(part, [s * 40 for s in part], [10] * len(part), [40] * len(part))
+            i += len(part)
     for s in order[i:cut]:
         many.add(s, s * 40, 10, 40)
     assert_same_state(one, many)
@@ -141,9 +157,10 @@ def test_add_batch_is_the_same_as_adding_one_at_a_time(total, data):
 
 @settings(max_examples=60, deadline=None)
 @given(total=st.integers(1, 300), data=st.data())
-def test_add_range_is_the_same_as_adding_one_at_a_time(total, data):
-    """The receive path records a run of packets that arrived in seq order with add_range(): the same state as
-    add() one at a time, whatever arrived before (the cumulative point may sit before, inside or after the run)."""
+def test_add_many_of_a_run_is_the_same_as_adding_one_at_a_time(total, data):
+    """The receive path records a run of packets that arrived in seq order with add_many() (as slices): the same
+    state as add() one at a time, whatever arrived before (the cumulative point may sit before, inside or after
+    the run)."""
     before = data.draw(st.lists(st.integers(0, total - 1), unique=True, max_size=total))
     lo = data.draw(st.integers(0, total - 1))
     run = [s for s in range(lo, data.draw(st.integers(lo + 1, total))) if s not in set(before)]
@@ -158,7 +175,8 @@ def test_add_range_is_the_same_as_adding_one_at_a_time(total, data):
     for s in run:
         one.add(s, s * size[1], size[0], size[1])
     if run:
-        rng.add_range(run[0], [s * size[1] for s in run], [size[0]] * len(run), (run[-1] + 1) * size[1])
+        with small_batch(0):
+            rng.add_many(run, [s * size[1] for s in run], [size[0]] * len(run), [size[1]] * len(run))
     assert_same_state(one, rng)
 
 
