@@ -1,10 +1,14 @@
 """The DLCP host transport: tensors as tagged DLCP packets over UDP, bounded-loss delivery, selective
 retransmission and ECN/delay-driven rate control. See ``docs/transport.md``.
 
-Modules: ``endpoint`` (the I/O thread, sender, receiver, timers, the public API), ``packetio`` (the bound socket,
-batched receives, error queue, keyed tags), ``chunking`` (packets and headers of a tensor),
-``reassembly`` (receiver arrival state), ``unclaimed`` (the staging budget of data that arrives before its receive
-is posted), ``cc`` (DCTCP-style window), ``tensors`` (zero-copy views),
+Modules, as stages (``docs/transport.md``, Design, has the table): ``endpoint`` (the public ``Endpoint``: builds
+and wires the stages, runs the I/O thread), ``packetio`` (the bound socket, batched receives, error queue, keyed
+tags), ``intake`` (datagram checks and dispatch), ``receiver`` (reassembly into buffers, ACK/NACK, completion
+under the loss bound, zero-fill), ``reassembly`` (arrival state of one transfer), ``unclaimed`` (the staging budget
+of data that arrives before its receive is posted), ``sender`` (bursts, window and pacing, ACK/NACK/DONE,
+retransmission, RTO), ``transmit`` (socket writes, GSO, the full send buffer), ``liveness`` (probes, dead peers,
+fate groups), ``control`` (header words and control messages), ``api`` (public types), ``stats`` (counters),
+``chunking`` (packets and headers of a tensor), ``cc`` (DCTCP-style window), ``tensors`` (zero-copy views),
 ``faults`` (lossy socket wrapper for tests). The priority policy is ``host.policy``.
 """
 

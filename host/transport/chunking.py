@@ -21,7 +21,7 @@ Every header is the transfer's template (one checked :meth:`host.wire.Header.pac
 A transfer without drop-eligible packets has seq = position, so everything but the magnitude classes is known before
 any payload is read: :func:`plan_in_order` lays out such a plan with its headers unwritten and :func:`write_headers`
 writes them a range of seqs at a time, as the sender classifies the tensor slice by slice (``Options.classify_slice``
-in ``endpoint.py``: its first packets leave while the rest is still being classified).
+in ``sender.py``: its first packets leave while the rest is still being classified).
 """
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ class Endpoint:
         per_slice = max(1, -(-self.opts.classify_slice // (chunk * tv.dtype.itemsize)))  # (a 4 MiB tensor: 1 slice)
         ids = dict(layer=layer, rank=self.rank, job_id=self.job_id, transfer_id=transfer_id, nonce=self.nonce)
         if loss_bound == 0 and self.opts.classify_slice > 0 and npk > per_slice and self._slice_to[peer]:
-            # in slices (Options.classify_slice): the first one now, the rest on the I/O thread (_classify_slices)
+            # in slices (Options.classify_slice): the first one now, the rest on the I/O thread (Sender.classify_slices)
             classify = slice_classifier(self.opts.policy, values, counts, chunk, layer)
             first = classify(0, per_slice)
             plan = plan_in_order(nelems=tv.nelems, dtype=tv.dtype, mtu=self.opts.mtu, priority=first.priority, **ids)

@@ -171,7 +171,7 @@ class Liveness:
     def check(self, now: float) -> None:
         """Probe the peers this rank waits on (posted receives, unacknowledged sends) that have been silent for a
         quarter of ``peer_timeout`` (at most ``PROBE_EVERY``); declare dead one silent for all of it. (A probe to
-        a peer whose process ended is refused at once: :meth:`_read_errors`.) Silence counts from the later of the
+        a peer whose process ended is refused at once: :meth:`read_errors`.) Silence counts from the later of the
         last datagram heard from the peer and the start of the wait, so a peer that computes for a long time but
         whose endpoint answers probes is never declared dead."""
         waiting: dict[int, float] = {}

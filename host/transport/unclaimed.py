@@ -1,6 +1,6 @@
 """The receiver's budget for unclaimed transfers: data that arrives before ``recv()``/``post_recv()`` is posted for it.
 
-Such data waits in a per-transfer staging buffer (``_In.stage`` in ``endpoint.py``) until a receive is posted and
+Such data waits in a per-transfer staging buffer (``InTransfer.stage`` in ``receiver.py``) until a receive is posted and
 the bytes move into the caller's buffer. A sender, or a stranger, decides how much arrives, so the receiver bounds
 what it holds: every staged byte, and the Reassembly bookkeeping a transfer's first header makes it keep
 (:data:`BOOK_BYTES` per claimed packet), is charged to one budget (``Options.max_staged_bytes``). What the budget
