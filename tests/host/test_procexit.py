@@ -41,3 +41,11 @@ def test_a_thread_that_never_ends_is_named_and_fails_the_exit() -> None:
                 "exit_process(0, join_timeout=1.0)\n")
     assert done.returncode == 3 and "stuck-sender" in done.stderr, done
     assert time.monotonic() - t0 < 30
+
+
+def test_thread_pools_left_open_are_stopped_as_a_normal_exit_stops_them() -> None:
+    done = _run("from concurrent.futures import ThreadPoolExecutor\n"
+                "pool = ThreadPoolExecutor(1, thread_name_prefix='never-shut')\n"
+                "print(pool.submit(lambda: 'ran').result(), flush=True)\n"
+                "exit_process(0, join_timeout=20)\n")
+    assert done.returncode == 0 and done.stdout == "ran\n" and not done.stderr, done
