@@ -58,8 +58,8 @@ class Reassembly:
         self.max_seq = -1  # highest seq arrived: beyond it packets may simply not have been sent yet
 
     # --- recording arrivals: add() for one packet, add_many() for a receive batch, add_counted() for the C lane.
-    # Each writes the per-seq arrays its own way and then goes through _account(), the one place that updates the
-    # totals and moves the cumulative points.
+    # Each writes the per-seq arrays its own way and then goes through _account() (the totals) and _advance() (the
+    # cumulative points), the one place each is updated.
 
     def add(self, seq: int, offset: int, count: int, nbytes: int) -> bool:
         """Record the arrival of packet ``seq`` (``count`` elements, ``nbytes`` payload bytes at byte ``offset``);
@@ -70,6 +70,8 @@ class Reassembly:
         self.offsets[seq] = offset
         self.counts[seq] = count
         self._account(1, count, count, offset + nbytes, seq)
+        if seq == self.cum or seq == self.pcum:  # (elsewhere it joins no run that starts at either)
+            self._advance()
         return True
 
     def add_many(self, seqs: list[int], offsets: list[int], counts: list[int], nbytes: list[int]) -> None:
@@ -92,6 +94,7 @@ class Reassembly:
             if s0 <= self.cum < s1:  # (the run itself moves cum to its end: no walk over it)
                 self.cum = s1
             self._account(k, sum(counts), max(counts), end, s1 - 1)
+            self._advance()
         else:
             idx = np.array(seqs, np.int64)
             cnt = np.array(counts, np.int64)
@@ -99,6 +102,7 @@ class Reassembly:
             self.offsets[idx] = offsets
             self.counts[idx] = cnt
             self._account(k, int(cnt.sum()), int(cnt.max()), end, max(seqs))
+            self._advance()
 
     def add_counted(self, fresh: int, nelems: int, max_count: int, max_end: int, max_seq: int, cum: int) -> None:
         """Record ``fresh`` arrivals whose entries in ``arrived``, ``offsets`` and ``counts`` the receive fast lane
@@ -107,10 +111,11 @@ class Reassembly:
         walking ``arrived``."""
         self.cum = cum
         self._account(fresh, nelems, max_count, max_end, max_seq)
+        self._advance()
 
     def _account(self, fresh: int, nelems: int, max_count: int, max_end: int, max_seq: int) -> None:
         """After ``fresh`` new arrivals were written into the per-seq arrays: the totals (``nelems`` elements, the
-        largest count, the largest offset + bytes, the highest seq among them), then the cumulative points."""
+        largest count, the largest offset + bytes, the highest seq among them)."""
         self.npackets += fresh
         self.nelems += nelems
         if max_count > self.max_count:
@@ -121,24 +126,22 @@ class Reassembly:
             self.max_seq = max_seq
             if max_seq == self.total - 1:
                 self.last_seen = True
-        cum = self.cum
-        if cum < self.total and self.arrived[cum]:
-            self._advance_cum()
-        elif cum > self.pcum:
-            self.pcum = cum
+
+    def _advance(self) -> None:
+        """After arrivals: move ``cum`` and ``pcum`` over the runs of arrived seqs that start at them."""
+        self._advance_cum()
         if self.pcum < self.total and self.arrived[self.pcum]:
             self._advance_pcum()
 
     def _advance_cum(self) -> None:
         """Move ``cum`` over the run of arrived seqs that starts at it (a numpy window at a time: filling a hole
-        can join a long run)."""
+        can join a long run), and ``pcum`` with it where it was behind."""
         arrived, cum, total = self.arrived, self.cum, self.total
         if cum + 1 < total and arrived[cum] and not arrived[cum + 1]:  # in-order arrival: one step, no numpy call
-            self.cum = cum + 1
-            if cum + 1 > self.pcum:
-                self.pcum = cum + 1
-            return
-        self.cum = cum = _run_end(arrived, cum)
+            cum += 1
+        else:
+            cum = _run_end(arrived, cum)
+        self.cum = cum
         if cum > self.pcum:
             self.pcum = cum
 
