@@ -269,7 +269,8 @@ def allreduce_by_doubling(nbytes: int, size: int, *, latency: float, link_bps: f
     each one whole-tensor transfer (``latency + S/B``), and a whole-tensor reduction after every round but the
     fold-out (``S/R``, not overlapped). Ring: ``2(P-1)`` transfers of ``S/P`` (``latency`` each, ``2(P-1)/P * S/B``
     in all); its reductions overlap the transfers. With the DLCP transport's milliseconds of fixed time per
-    transfer, doubling wins up to a few MiB (2.25 MiB at 4 ranks, 4.5 MiB at 2 with the defaults)."""
+    transfer, doubling wins up to a few MiB on 2 and 4 ranks; where the line falls follows from the parameters
+    ``Collectives`` passes (``ALLREDUCE_LATENCY_S``, ``ALLREDUCE_LINK_BPS``, ``ALLREDUCE_REDUCE_BYTES_PER_S``)."""
     pof2 = 1 << (size.bit_length() - 1)
     log2 = pof2.bit_length() - 1
     folded = size != pof2
