@@ -392,6 +392,64 @@ def acid_constants_text() -> str:
         f"{theirs[2]:.3f} | {theirs[3]:.3f} |"])
 
 
+def _kpps(rate: float) -> str:
+    """A packet rate in thousands: three figures above 10k, one decimal below (the scapy baselines)."""
+    return f"{rate / 1e3:.0f}k" if rate >= 1e4 else f"{rate / 1e3:.1f}k"
+
+
+def switch_tables_table(result: Result) -> str:
+    """``bench/switch_tables.py``: the cost of an insert and the lookup rate, a large table against a small one."""
+    rows = ["| case | large table | small table | large / small |", "|---|---|---|---|"]
+    for case in result["cases"]:
+        med, metric = case["median"], case["metric"]
+        if metric == "us_per_insert":
+            cells = [f"{med[role]:.1f} us per insert" for role in ("candidate", "baseline")]
+        elif metric == "cpu_pps":
+            cells = [f"{_kpps(med[role])} lookups per CPU second" for role in ("candidate", "baseline")]
+        else:
+            raise ValueError(f"results/switch_tables.json: case {case['case']!r} has metric {metric!r}, "
+                             f"not us_per_insert or cpu_pps")
+        rows.append(f"| {case['case']} | {cells[0]} | {cells[1]} | {case['ratio']:.2f}x |")
+    return "\n".join([provenance(result), "", *rows])
+
+
+def switch_pps_target_table(result: Result) -> str:
+    """``bench/switch_pps.py``, in process: the target's packets per CPU second against the scapy baseline."""
+    params = result.get("params", {})
+    rows = [f"| case | dlcp target, packets per CPU second | {params.get('baseline', 'baseline')} | ratio |",
+            "|---|---|---|---|"]
+    for case in result["cases"]:
+        if case["metric"] == "cpu_pps":
+            rows.append(f"| {case['case']} | {_kpps(case['median']['candidate'])} | "
+                        f"{_kpps(case['median']['baseline'])} | {case['ratio']:.0f}x |")
+    return "\n".join([provenance(result), "", *rows])
+
+
+def switch_pps_daemon_table(result: Result) -> str:
+    """``bench/switch_pps.py --daemon``: packets per wall-clock second through the daemon against each baseline,
+    the daemon's CPU per forwarded packet, and the rate that CPU bounds it to on a core of its own."""
+    rows = ["| case: candidate vs baseline | packets per second | daemon CPU per packet | candidate / baseline |",
+            "|---|---|---|---|"]
+    cpu_us, floods = [], set()
+    for case in result["cases"]:
+        if case["metric"] != "pps":
+            continue
+        params, med = case["params"], case["median"]
+        floods |= {len(runs) for runs in case["repetitions"].values()}
+        us = [params.get(f"daemon_cpu_us_per_packet_{role}") for role in ("candidate", "baseline")]
+        cpu_us += [u for u in us if u]
+        cpu = " / ".join(f"{u:.1f} us" if u else "-" for u in us)
+        rows.append(f"| {case['case']}: {case['candidate_name']} vs {case['baseline_name']} | "
+                    f"{_kpps(med['candidate'])} / {_kpps(med['baseline'])} | {cpu} | {case['ratio']:.2f}x |")
+    if not cpu_us:
+        raise ValueError("results/switch_pps.json: no daemon case records daemon_cpu_us_per_packet_*")
+    return "\n".join([
+        f"The daemon's cases of the same run, medians of {'/'.join(map(str, sorted(floods)))} floods each (rates "
+        f"are wall-clock, CPU per packet is the daemon's own):", "", *rows, "",
+        f"On a core of its own, the daemon's lowest CPU per packet here ({min(cpu_us):.2f} us) bounds its rate to "
+        f"about {_kpps(1e6 / min(cpu_us))} packets per second."])
+
+
 REGIONS: dict[str, Region] = {r.name: r for r in (
     Region("transport", "docs/transport.md", ("results/transport.json",), transport_table),
     Region("collectives", "docs/backend.md", ("results/collectives.json",), collectives_tables),
@@ -406,6 +464,9 @@ REGIONS: dict[str, Region] = {r.name: r for r in (
     Region("spardl-speedups", "docs/spardl.md", GOALS_SOURCES, spardl_speedups),
     Region("readme-goals", "README.md", GOALS_SOURCES, readme_goals),
     Region("acid-constants", "docs/acid.md", (), acid_constants_text, computed_by="host.acid.constants"),
+    Region("switch-tables", "docs/switch-target.md", ("results/switch_tables.json",), switch_tables_table),
+    Region("switch-pps", "docs/switch-target.md", ("results/switch_pps.json",), switch_pps_target_table),
+    Region("switch-pps-daemon", "docs/switch-target.md", ("results/switch_pps.json",), switch_pps_daemon_table),
 )}
 
 #: Documents generated whole by another module, which names its sources in its first lines.
