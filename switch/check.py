@@ -25,11 +25,9 @@ MAX_STACK = 1024
 MAX_EXTERN_SIZE = 1 << 22
 MAX_TABLE_SIZE = 1 << 24
 MAX_CONST_BITS = 8192
-ARITH = {"+", "-", "*", "/", "%", "|+|", "|-|", "&", "|", "^"}
 COMPARE = {"==", "!=", "<", ">", "<=", ">="}
 SUPPORTED_EXTERNS = {"packet_in", "packet_out", "counter", "direct_counter", "meter", "direct_meter",
                      "register", "action_profile", "action_selector"}
-UNSUPPORTED_FUNCS: set[str] = set()
 
 
 def wrap(v: int, t: ir.Type) -> int:
@@ -677,8 +675,6 @@ class Checker:
                 if not cands:
                     raise P4Error(e.loc, f"{f.name} expects {len(s[0].decl.params)} argument(s), got {len(e.args)}")
                 proto = cands[0].decl
-                if f.name in UNSUPPORTED_FUNCS:
-                    raise unsupported(f"{f.name}()", e.loc)
                 if f.name in ("resubmit", "recirculate", "clone3"):      # v1model's deprecated data forms
                     x = e.args[-1]
                     if not (isinstance(x, A.ListExpr) and not x.items):
@@ -1183,7 +1179,7 @@ class Checker:
             return f"{self.expr_text(e.func)}()"
         return "key"
 
-    def block(self, d, role_params: list[Sym] | None = None) -> ir.BlockIR:
+    def block(self, d) -> ir.BlockIR:
         kind = "parser" if isinstance(d, A.ParserDecl) else "control"
         self.block_kind = kind
         scope = Scope(self.globals)

@@ -34,11 +34,6 @@ from . import tir as T
 from .errors import Loc, P4Error, unsupported
 from .ir import Bits, Sym
 
-SM_FIELDS = ("ingress_port", "egress_spec", "egress_port", "instance_type", "packet_length", "enq_timestamp",
-             "enq_qdepth", "deq_timedelta", "deq_qdepth", "ingress_global_timestamp", "egress_global_timestamp",
-             "mcast_grp", "egress_rid", "checksum_error", "parser_error", "priority")
-
-
 QDEPTH_MAX = (1 << 19) - 1     # enq_qdepth / deq_qdepth are bit<19> in v1model
 
 
@@ -56,6 +51,10 @@ class NotFusable(Exception):
 
 
 class Gen:
+    """The code generator of one program: ``Gen(prog, fast, fuse).generate()`` returns the Python source.
+    Expressions become code strings (:meth:`expr`), statements lines (:meth:`stmt`, :meth:`emit`); storage is
+    addressed by slot (:meth:`addr`, :meth:`slot_plus`) and read or written through :meth:`slot_ref`."""
+
     def __init__(self, prog: ir.ProgramIR, fast: bool = True, fuse: bool = True):
         self.prog = prog
         # fast=False generates the plain reference code (big-integer header parse/emit, checksum and
@@ -82,17 +81,17 @@ class Gen:
         self.nslots = 0
         self.init: list[Any] = []
         self.lines: list[str] = []
-        self.tmp = 0
+        self.fresh_count = 0
         # crc16_custom / crc32_custom call sites, in the order first generated: (location, width); HC<i> in
         # the generated code is the i-th (see hash_fn)
         self.custom_crcs: list[tuple[Loc, int]] = []
         self._custom_index: dict[tuple[str, int, int], int] = {}
         self.structs: dict[str, str] = {}     # struct format -> name of its Struct in the generated code
         self.loops: list[str] = []            # break flags of the enclosing for loops
-        self.H = self.alloc(prog.headers_type, "H")
-        self.M = self.alloc(prog.meta_type, "M")
-        self.SM = self.alloc(prog.sm_type, "SM")
-        self.sm = {n: self.SM + prog.sm_type.offset(n) for n, _ in prog.sm_type.fields}
+        self.headers_base = self.alloc(prog.headers_type, "H")
+        self.meta_base = self.alloc(prog.meta_type, "M")
+        self.sm_base = self.alloc(prog.sm_type, "SM")
+        self.sm = {n: self.sm_base + prog.sm_type.offset(n) for n, _ in prog.sm_type.fields}
         # v1model requests the target acts on after ingress/egress (0: none): clone session + 1 and field
         # list + 1 for each direction, resubmit/recirculate field list + 1, truncate length
         self.v1 = {n: self.alloc(Bits(32), "v1." + n) for n in V1_SLOTS}
@@ -102,13 +101,13 @@ class Gen:
         for idx, names in prog.field_lists.items():
             slots = []
             for n in names:
-                base = self.M + mt.offset(n)
+                base = self.meta_base + mt.offset(n)
                 slots += range(base, base + mt.ftype(n).slots)
             self.field_lists[idx] = slots
         for f in ("egress_spec", "packet_length", "mcast_grp", "priority", "checksum_error", "parser_error"):
             if f not in self.sm:
                 raise P4Error(None, f"standard_metadata_t lacks field {f}")
-        self.err = prog.errors.members
+        self.error_codes = prog.errors.members
 
     # ---- storage --------------------------------------------------------------------------------
     def alloc(self, t: ir.Type, owner: Any) -> int:
@@ -158,7 +157,7 @@ class Gen:
             n = self.structs[fmt] = f"S{len(self.structs)}"
         return n
 
-    def sl(self, a, write: bool = False) -> str:
+    def slot_ref(self, a, write: bool = False) -> str:
         """The storage of slot ``a``: ``s[a]`` in the slot list, or the local ``v_a`` in fused mode
         (which needs every address to be known when generating); ``write``: the code assigns it."""
         if self.fused:
@@ -172,14 +171,14 @@ class Gen:
         return f"s[{a}]"
 
     def fresh(self, p: str = "t") -> str:
-        self.tmp += 1
-        return f"{p}{self.tmp}"
+        self.fresh_count += 1
+        return f"{p}{self.fresh_count}"
 
     def emit(self, ind: int, line: str) -> None:
         self.lines.append("    " * ind + line)
 
     @staticmethod
-    def add(a, off: int):
+    def slot_plus(a, off: int):
         if isinstance(a, int):
             return a + off
         return f"({a} + {off})" if off else a
@@ -201,14 +200,14 @@ class Gen:
         if isinstance(e, T.Member):
             bt = e.expr.type
             if isinstance(bt, (ir.HeaderT, ir.StructT)):
-                return self.add(self.addr(e.expr), bt.offset(e.name))
+                return self.slot_plus(self.addr(e.expr), bt.offset(e.name))
             if isinstance(bt, ir.StackT):
                 sb = self.addr(e.expr)
                 if self.fused:
                     raise NotFusable("header stack next/last")
                 # P4-16 8.18: next with nextIndex >= size, or last with nextIndex == 0, is the parser
                 # error StackOutOfBounds (never a write into the neighbouring header)
-                oob = self.err["StackOutOfBounds"]
+                oob = self.error_codes["StackOutOfBounds"]
                 if e.name == "next":
                     return f"({sb} + 1 + _stk_next(s[{sb}], {bt.size}, {oob}) * {bt.elem.slots})"
                 if e.name == "last":
@@ -218,12 +217,12 @@ class Gen:
             bt = e.expr.type
             sb = self.addr(e.expr)
             if isinstance(e.index, T.Const):
-                return self.add(sb, 1 + int(e.index.value) * bt.elem.slots)
-            return f"({sb} + 1 + min({self.ex(e.index)}, {bt.size - 1}) * {bt.elem.slots})"
+                return self.slot_plus(sb, 1 + int(e.index.value) * bt.elem.slots)
+            return f"({sb} + 1 + min({self.expr(e.index)}, {bt.size - 1}) * {bt.elem.slots})"
         raise P4Error(e.loc, "expression is not addressable")
 
     # ---- expressions ------------------------------------------------------------------------------
-    def wrapx(self, code: str, t: ir.Type) -> str:
+    def wrapped(self, code: str, t: ir.Type) -> str:
         if isinstance(t, Bits):
             if t.signed:
                 h = 1 << (t.width - 1)
@@ -231,7 +230,7 @@ class Gen:
             return f"(({code}) & {t.mask})"
         return code
 
-    def uns(self, code: str, t: ir.Type) -> str:
+    def as_unsigned(self, code: str, t: ir.Type) -> str:
         """Unsigned view of a value (two's complement bits)."""
         if isinstance(t, Bits) and t.signed:
             return f"(({code}) & {t.mask})"
@@ -239,18 +238,18 @@ class Gen:
             return f"int({code})"
         return code
 
-    def ex(self, e: T.Expr) -> str:
+    def expr(self, e: T.Expr) -> str:
         t = e.type
         if isinstance(e, T.Const):
             v = e.value
             if isinstance(v, bool) or isinstance(t, ir.BoolT):
                 return "True" if v else "False"
-            return self.const(self._wrapv(v, t) if isinstance(v, int) else v, t)
+            return self.const(self._wrap_value(v, t) if isinstance(v, int) else v, t)
         if isinstance(e, T.Var):
             s = e.sym
             if s.kind == "aparam":
                 return self.pnames.get(id(s), f"p_{s.name}")
-            return self.sl(self.addr(e))
+            return self.slot_ref(self.addr(e))
         if isinstance(e, T.Member):
             bt = e.expr.type
             if isinstance(bt, ir.HeaderT) and is_lookahead(e.expr):       # lookahead<H>().field
@@ -260,36 +259,36 @@ class Gen:
                 if e.name == "size":
                     return repr(bt.size)
                 if e.name == "lastIndex":
-                    return f"(({self.sl(sb)} - 1) & 0xFFFFFFFF)"
+                    return f"(({self.slot_ref(sb)} - 1) & 0xFFFFFFFF)"
             if isinstance(bt, ir.ApplyResultT):
-                inner = self.ex(e.expr)
+                inner = self.expr(e.expr)
                 if e.name == "hit":
                     return f"{inner}[0]"
                 if e.name == "miss":
                     return f"(not {inner}[0])"
                 return f"{inner}[1]"
-            return self.sl(self.addr(e))
+            return self.slot_ref(self.addr(e))
         if isinstance(e, T.Index):
-            return self.sl(self.addr(e))
+            return self.slot_ref(self.addr(e))
         if isinstance(e, T.Slice):
             m = (1 << (e.hi - e.lo + 1)) - 1
-            return f"(({self.uns(self.ex(e.expr), e.expr.type)} >> {e.lo}) & {m})"
+            return f"(({self.as_unsigned(self.expr(e.expr), e.expr.type)} >> {e.lo}) & {m})"
         if isinstance(e, T.Unary):
-            x = self.ex(e.expr)
+            x = self.expr(e.expr)
             if e.op == "!":
                 return f"(not {x})"
             if isinstance(t, ir.IntLit):
                 return f"({e.op}{x})"
             if e.op == "-":
-                return self.wrapx(f"-{x}", t)
+                return self.wrapped(f"-{x}", t)
             return f"({x} ^ {t.mask})" if not t.signed else f"(~{x})"
         if isinstance(e, T.Binary):
             return self.binary(e)
         if isinstance(e, T.Ternary):
-            c = self.ex(e.cond)
+            c = self.expr(e.cond)
             self.no_hoist += 1
             try:
-                return f"({self.ex(e.then)} if {c} else {self.ex(e.other)})"
+                return f"({self.expr(e.then)} if {c} else {self.expr(e.other)})"
             finally:
                 self.no_hoist -= 1
         if isinstance(e, T.Cast):
@@ -300,44 +299,45 @@ class Gen:
             raise unsupported("list expression in this position", e.loc)
         raise unsupported(type(e).__name__, e.loc)
 
-    def _wrapv(self, v: int, t) -> int:
+    def _wrap_value(self, v: int, t) -> int:
         if isinstance(t, Bits):
             v &= t.mask
             if t.signed and v >> (t.width - 1):
                 v -= 1 << t.width
         return v
 
-    def eq_at(self, la, ra, t: ir.Type) -> str:
-        """Equality of the values of type ``t`` at slots ``la`` and ``ra`` (P4-16: two headers are equal when
-        both are invalid, or both valid with equal fields; structs and stacks compare member by member)."""
+    def eq_at(self, left, right, t: ir.Type) -> str:
+        """Equality of the values of type ``t`` at slots ``left`` and ``right`` (P4-16: two headers are equal
+        when both are invalid, or both valid with equal fields; structs and stacks compare member by member)."""
+        ref, plus = self.slot_ref, self.slot_plus
         if isinstance(t, ir.HeaderT):
-            v = self.sl(la)
-            fs = " and ".join(f"{self.sl(self.add(la, 1 + i))} == {self.sl(self.add(ra, 1 + i))}"
-                              for i in range(len(t.fields))) or "True"
-            return f"({v} == {self.sl(ra)} and (not {v} or ({fs})))"
+            valid = ref(left)
+            fields = " and ".join(f"{ref(plus(left, 1 + i))} == {ref(plus(right, 1 + i))}"
+                                  for i in range(len(t.fields))) or "True"
+            return f"({valid} == {ref(right)} and (not {valid} or ({fields})))"
         if isinstance(t, ir.StructT):
-            parts = [self.eq_at(self.add(la, t.offset(n)), self.add(ra, t.offset(n)), ft) for n, ft in t.fields]
+            parts = [self.eq_at(plus(left, t.offset(n)), plus(right, t.offset(n)), ft) for n, ft in t.fields]
             return "(" + (" and ".join(parts) or "True") + ")"
         if isinstance(t, ir.StackT):
-            parts = [self.eq_at(self.add(la, 1 + i * t.elem.slots), self.add(ra, 1 + i * t.elem.slots), t.elem)
-                     for i in range(t.size)]
+            step = t.elem.slots
+            parts = [self.eq_at(plus(left, 1 + i * step), plus(right, 1 + i * step), t.elem) for i in range(t.size)]
             return "(" + " and ".join(parts) + ")"
-        return f"({self.sl(la)} == {self.sl(ra)})"
+        return f"({ref(left)} == {ref(right)})"
 
     def binary(self, e: T.Binary) -> str:
         op, t = e.op, e.type
         if op in ("==", "!=") and isinstance(e.left.type, (ir.HeaderT, ir.StructT, ir.StackT)):
             eq = self.eq_at(self.addr(e.left), self.addr(e.right), e.left.type)
             return eq if op == "==" else f"(not {eq})"
-        a = self.ex(e.left)
+        a = self.expr(e.left)
         if op in ("&&", "||"):
             self.no_hoist += 1
             try:
-                b = self.ex(e.right)
+                b = self.expr(e.right)
             finally:
                 self.no_hoist -= 1
         else:
-            b = self.ex(e.right)
+            b = self.expr(e.right)
         if op in ("&&", "||"):
             return f"({a} {'and' if op == '&&' else 'or'} {b})"
         if op in ("==", "!=", "<", ">", "<=", ">="):
@@ -347,10 +347,10 @@ class Gen:
             return f"({a} {py} {b})"
         if op == "++":
             rt = e.right.type
-            return self.wrapx(f"({self.uns(a, e.left.type)} << {rt.width}) | {self.uns(b, rt)}", t) if t.signed \
-                else f"(({self.uns(a, e.left.type)} << {rt.width}) | {self.uns(b, rt)})"
+            joined = f"({self.as_unsigned(a, e.left.type)} << {rt.width}) | {self.as_unsigned(b, rt)}"
+            return self.wrapped(joined, t) if t.signed else f"({joined})"
         if op in ("+", "-", "*"):
-            return self.wrapx(f"{a} {op} {b}", t)
+            return self.wrapped(f"{a} {op} {b}", t)
         if op in ("&", "|", "^"):
             return f"({a} {op} {b})"
         if op in ("/", "%"):
@@ -361,7 +361,7 @@ class Gen:
         if op == "<<":
             if isinstance(e.right, T.Const):
                 k = int(e.right.value)
-                return "0" if k >= t.width else self.wrapx(f"{a} << {k}", t)
+                return "0" if k >= t.width else self.wrapped(f"{a} << {k}", t)
             return f"_shl({a}, {b}, {t.width}, {int(t.signed)})"
         if op == ">>":
             if isinstance(e.right, T.Const) and int(e.right.value) >= t.width:
@@ -371,7 +371,7 @@ class Gen:
 
     def cast(self, e: T.Cast) -> str:
         to, src = e.type, e.expr.type
-        x = self.ex(e.expr)
+        x = self.expr(e.expr)
         if isinstance(to, ir.BoolT):
             return x if isinstance(src, ir.BoolT) else f"({x} != 0)"
         if isinstance(src, ir.BoolT):
@@ -381,13 +381,13 @@ class Gen:
         if isinstance(src, ir.EnumT):
             src = src.underlying
         if isinstance(src, ir.IntLit):
-            return self.wrapx(x, to) if isinstance(to, Bits) else x
+            return self.wrapped(x, to) if isinstance(to, Bits) else x
         if isinstance(to, Bits) and isinstance(src, Bits):
             if to == src:
                 return x
             if not src.signed and not to.signed and to.width >= src.width:
                 return x
-            return self.wrapx(x, to)   # sign-extends a signed source, truncates, re-wraps
+            return self.wrapped(x, to)   # sign-extends a signed source, truncates, re-wraps
         return x
 
     # ---- data serialisation (lists for hash/checksum/digest/emit) ----------------------------------
@@ -403,25 +403,25 @@ class Gen:
             base = self.addr(e)
             return self._fields_at(base, t)
         if isinstance(t, ir.VarbitT):
-            c = self.ex(e)
+            c = self.expr(e)
             return [(f"{c}[1]", f"{c}[0]")]
         w = t.width if isinstance(t, (Bits, ir.BoolT, ir.EnumT)) else 32
-        return [(self.uns(self.ex(e), t), w)]
+        return [(self.as_unsigned(self.expr(e), t), w)]
 
     def _fields_at(self, base, t) -> list[tuple[str, int]]:
         out = []
         for n, ft in t.fields:
-            a = self.add(base, t.offset(n))
+            a = self.slot_plus(base, t.offset(n))
             if isinstance(ft, (ir.HeaderT, ir.StructT)):
                 out += self._fields_at(a, ft)
             elif isinstance(ft, ir.StackT):
                 for i in range(ft.size):
-                    out += self._fields_at(self.add(a, 1 + i * ft.elem.slots), ft.elem)
+                    out += self._fields_at(self.slot_plus(a, 1 + i * ft.elem.slots), ft.elem)
             elif isinstance(ft, ir.VarbitT):
-                out.append((f"{self.sl(a)}[1]", f"{self.sl(a)}[0]"))      # dynamic width
+                out.append((f"{self.slot_ref(a)}[1]", f"{self.slot_ref(a)}[0]"))      # dynamic width
             else:
                 w = ft.width if isinstance(ft, (Bits, ir.BoolT, ir.EnumT)) else 32
-                out.append((self.uns(self.sl(a), ft), w))
+                out.append((self.as_unsigned(self.slot_ref(a), ft), w))
         return out
 
     @staticmethod
@@ -447,10 +447,10 @@ class Gen:
     def call_expr(self, e: T.Call) -> str:
         k = e.kind
         if k == "hdr" and e.target == "isValid":
-            return self.sl(self.addr(e.recv))
+            return self.slot_ref(self.addr(e.recv))
         if k == "union":
             ut = e.recv.type
-            return "(" + " or ".join(self.sl(v) for _, v in ut.members_valid(self.addr(e.recv))) + ")"
+            return "(" + " or ".join(self.slot_ref(v) for _, v in ut.members_valid(self.addr(e.recv))) + ")"
         if k == "table":
             if self.fused:
                 # applied by statements placed before the statement being generated; only valid
@@ -467,7 +467,7 @@ class Gen:
                     raise unsupported("lookahead of a header other than assigned to a header or read "
                                       "by a field", e.loc)
                 code = f"_look(pkt, off, {lt.width})"
-                return self.wrapx(code, lt) if lt.signed else code
+                return self.wrapped(code, lt) if lt.signed else code
             if ext == "packet_in" and m == "length":
                 return "len(pkt)"
         raise unsupported("this call in an expression", e.loc)
@@ -476,16 +476,16 @@ class Gen:
         if isinstance(target, T.DontCare):
             self.emit(ind, code)
             return
-        self.assign_scalar(ind, target, self.wrapx(code, target.type) if isinstance(target.type, Bits) else code)
+        self.assign_scalar(ind, target, self.wrapped(code, target.type) if isinstance(target.type, Bits) else code)
 
     def call_stmt(self, ind: int, e: T.Call, ctx: dict) -> None:
         k = e.kind
         if k == "action":
             a: ir.ActionIR = e.target
             if self.fused:
-                self.inline_action(ind, a, [self.ex(x) for x in e.args])
+                self.inline_action(ind, a, [self.expr(x) for x in e.args])
                 return
-            args = "".join(self.ex(x) + ", " for x in e.args)
+            args = "".join(self.expr(x) + ", " for x in e.args)
             self.emit(ind, f"A{a.index}(s, ({args}))")
             return
         if k == "table":
@@ -499,108 +499,113 @@ class Gen:
         if k == "hdr":
             a = self.addr(e.recv)
             if e.target == "setValid":
-                self.emit(ind, f"{self.sl(a, True)} = True")
+                self.emit(ind, f"{self.slot_ref(a, True)} = True")
                 self.union_others_invalid(ind, e.recv)
             elif e.target == "setInvalid":
-                self.emit(ind, f"{self.sl(a, True)} = False")
+                self.emit(ind, f"{self.slot_ref(a, True)} = False")
             return
         if k == "stack":
             self.stack_shift(ind, e.recv, *e.target)
             return
         if k == "efunc":
-            self.efunc(ind, e, ctx)
+            self.extern_function(ind, e, ctx)
             return
         if k == "method":
             self.method(ind, e, ctx)
             return
         raise unsupported("call", e.loc)
 
-    def v1_request(self, ind: int, e: T.Call, n: str, a: tuple) -> None:
+    def v1_request(self, ind: int, e: T.Call, name: str, args: tuple) -> None:
         """clone/resubmit/recirculate/truncate record a request in the packet's hidden v1model slots; the
         target acts on it at the end of ingress or egress, as BMv2 simple_switch does."""
         if self.fused:
-            raise NotFusable(f"{n}()")
+            raise NotFusable(f"{name}()")
         self.uses_v1 = True
-        v = self.v1
+        slots = self.v1
 
         def field_list(x) -> str:
             if isinstance(x, T.List) and not x.items:
                 return str(NO_FIELD_LIST)
             if isinstance(x, T.List) or isinstance(x.type, (ir.StructT, ir.TupleT)):
-                raise unsupported(f"{n} with a data argument (use the _preserving_field_list form)", x.loc)
-            return f"({self.ex(x)} + 1)"
+                raise unsupported(f"{name} with a data argument (use the _preserving_field_list form)", x.loc)
+            return f"({self.expr(x)} + 1)"
 
-        if n == "truncate":
-            self.emit(ind, f"{self.sl(v['truncate'], True)} = {self.ex(a[0])}")
-        elif n in ("resubmit", "resubmit_preserving_field_list"):
-            self.emit(ind, f"{self.sl(v['resubmit'], True)} = {field_list(a[0])}")
-        elif n in ("recirculate", "recirculate_preserving_field_list"):
-            self.emit(ind, f"{self.sl(v['recirculate'], True)} = {field_list(a[0])}")
+        if name == "truncate":
+            self.emit(ind, f"{self.slot_ref(slots['truncate'], True)} = {self.expr(args[0])}")
+        elif name in ("resubmit", "resubmit_preserving_field_list"):
+            self.emit(ind, f"{self.slot_ref(slots['resubmit'], True)} = {field_list(args[0])}")
+        elif name in ("recirculate", "recirculate_preserving_field_list"):
+            self.emit(ind, f"{self.slot_ref(slots['recirculate'], True)} = {field_list(args[0])}")
         else:    # clone, clone3, clone_preserving_field_list: CloneType I2E = 0, E2E = 1
-            fl = str(NO_FIELD_LIST) if n == "clone" else field_list(a[2])
+            fl = str(NO_FIELD_LIST) if name == "clone" else field_list(args[2])
             t = self.fresh("ct")
-            self.emit(ind, f"{t} = {self.ex(a[0])}")
+            self.emit(ind, f"{t} = {self.expr(args[0])}")
             self.emit(ind, f"if {t} == 0:")
-            self.emit(ind + 1, f"{self.sl(v['clone_i2e'], True)} = {self.ex(a[1])} + 1")
-            self.emit(ind + 1, f"{self.sl(v['clone_i2e_fl'], True)} = {fl}")
+            self.emit(ind + 1, f"{self.slot_ref(slots['clone_i2e'], True)} = {self.expr(args[1])} + 1")
+            self.emit(ind + 1, f"{self.slot_ref(slots['clone_i2e_fl'], True)} = {fl}")
             self.emit(ind, "else:")
-            self.emit(ind + 1, f"{self.sl(v['clone_e2e'], True)} = {self.ex(a[1])} + 1")
-            self.emit(ind + 1, f"{self.sl(v['clone_e2e_fl'], True)} = {fl}")
+            self.emit(ind + 1, f"{self.slot_ref(slots['clone_e2e'], True)} = {self.expr(args[1])} + 1")
+            self.emit(ind + 1, f"{self.slot_ref(slots['clone_e2e_fl'], True)} = {fl}")
 
-    def stack_shift(self, ind: int, target: T.Expr, m: str, k: int) -> None:
+    def stack_shift(self, ind: int, target: T.Expr, op: str, k: int) -> None:
         """P4-16 8.18 ``push_front(k)``: element i takes element i - k, the first k become invalid, nextIndex
         grows by k (at most size); ``pop_front(k)``: element i takes element i + k, the last k become invalid,
         nextIndex shrinks by k (at least 0)."""
         if self.fused:
-            raise NotFusable(f"header stack {m}")
-        st: ir.StackT = target.type
-        sb = self.addr(target)
-        es = st.elem.slots
+            raise NotFusable(f"header stack {op}")
+        stack_t: ir.StackT = target.type
+        stack_base = self.addr(target)
+        elem_slots = stack_t.elem.slots
 
-        def el(i: int):
-            return self.add(sb, 1 + i * es)
+        def element_at(i: int):
+            return self.slot_plus(stack_base, 1 + i * elem_slots)
 
-        n = st.size
+        def copy_element(dst: int, src: int) -> None:
+            dst_at, src_at = element_at(dst), element_at(src)
+            self.emit(ind, f"s[{dst_at}:{self.slot_plus(dst_at, elem_slots)}] = "
+                           f"s[{src_at}:{self.slot_plus(src_at, elem_slots)}]")
+
+        size = stack_t.size
         if k == 0:
             return
-        if m == "push_front":
-            for i in range(n - 1, k - 1, -1):
-                self.emit(ind, f"s[{el(i)}:{self.add(el(i), es)}] = s[{el(i - k)}:{self.add(el(i - k), es)}]")
-            for i in range(min(k, n)):
-                self.emit(ind, f"{self.sl(el(i), True)} = False")
-            self.emit(ind, f"{self.sl(sb, True)} = min({self.sl(sb)} + {k}, {n})")
+        if op == "push_front":
+            for i in range(size - 1, k - 1, -1):
+                copy_element(i, i - k)
+            for i in range(min(k, size)):
+                self.emit(ind, f"{self.slot_ref(element_at(i), True)} = False")
+            self.emit(ind, f"{self.slot_ref(stack_base, True)} = min({self.slot_ref(stack_base)} + {k}, {size})")
         else:
-            for i in range(0, n - k):
-                self.emit(ind, f"s[{el(i)}:{self.add(el(i), es)}] = s[{el(i + k)}:{self.add(el(i + k), es)}]")
-            for i in range(max(n - k, 0), n):
-                self.emit(ind, f"{self.sl(el(i), True)} = False")
-            self.emit(ind, f"{self.sl(sb, True)} = max({self.sl(sb)} - {k}, 0)")
+            for i in range(0, size - k):
+                copy_element(i, i + k)
+            for i in range(max(size - k, 0), size):
+                self.emit(ind, f"{self.slot_ref(element_at(i), True)} = False")
+            self.emit(ind, f"{self.slot_ref(stack_base, True)} = max({self.slot_ref(stack_base)} - {k}, 0)")
 
-    def hash_call(self, al: str, e: T.Expr, site: Loc) -> str:
+    def hash_call(self, algorithm: str, e: T.Expr, site: Loc) -> str:
         """Hash of a field list; csum16 works on the concatenated integer directly."""
-        if al == "csum16":
+        if algorithm == "csum16":
             code, w = self.concat(self.fields_of(e))
             return f"H_csum16_bits({code}, {w})"
-        return f"{self.hash_fn(al, site)}({self.data_bytes(e)})"
+        return f"{self.hash_fn(algorithm, site)}({self.data_bytes(e)})"
 
-    def hash_fn(self, al: str, site: Loc) -> str:
-        """The name the generated code calls for algorithm ``al`` at the call ``site``: ``H_<al>``, or for
+    def hash_fn(self, algorithm: str, site: Loc) -> str:
+        """The name the generated code calls for hash ``algorithm`` at the call ``site``: ``H_<algorithm>``, or for
         crc16_custom / crc32_custom the site's own calculation ``HC<i>`` (each call site has its own parameters,
         as each calculation in BMv2's JSON has; :attr:`custom_crcs` lists them and the switch binds them)."""
-        if not al.endswith("_custom"):
-            return f"H_{al}"
+        if not algorithm.endswith("_custom"):
+            return f"H_{algorithm}"
         key = (site.file, site.line, site.col)
         i = self._custom_index.get(key)
         if i is None:
             i = self._custom_index[key] = len(self.custom_crcs)
-            self.custom_crcs.append((site, 16 if al == "crc16_custom" else 32))
+            self.custom_crcs.append((site, 16 if algorithm == "crc16_custom" else 32))
         return f"HC{i}"
 
     def data_bytes(self, e: T.Expr) -> str:
         code, w = self.concat(self.fields_of(e))
         return f"_ser({code}, {w})"
 
-    def algo(self, e: T.Expr) -> str:
+    def hash_algorithm(self, e: T.Expr) -> str:
         if not (isinstance(e, T.Const) and e.member and isinstance(e.type, ir.EnumT)
                 and e.type.name == "HashAlgorithm"):
             raise P4Error(e.loc, "hash algorithm must be a HashAlgorithm constant")
@@ -610,38 +615,39 @@ class Gen:
             raise unsupported(f"HashAlgorithm.{e.member}", e.loc)
         return e.member
 
-    def efunc(self, ind: int, e: T.Call, ctx: dict) -> None:
-        n = e.target
-        a = e.args
-        if n == "mark_to_drop":
-            self.emit(ind, f"{self.sl(self.sm['egress_spec'], True)} = 511")
-            self.emit(ind, f"{self.sl(self.sm['mcast_grp'], True)} = 0")
-        elif n == "verify":
+    def extern_function(self, ind: int, e: T.Call, ctx: dict) -> None:
+        name = e.target
+        args = e.args
+        if name == "mark_to_drop":
+            self.emit(ind, f"{self.slot_ref(self.sm['egress_spec'], True)} = 511")
+            self.emit(ind, f"{self.slot_ref(self.sm['mcast_grp'], True)} = 0")
+        elif name == "verify":
             if ctx.get("kind") != "parser":
                 raise P4Error(e.loc, "verify() can only be called in a parser")
-            self.emit(ind, f"if not {self.ex(a[0])}: raise _PErr({self.ex(a[1])})")
-        elif n == "hash":
-            al = self.algo(a[1])
-            if al == "random":
+            self.emit(ind, f"if not {self.expr(args[0])}: raise _PErr({self.expr(args[1])})")
+        elif name == "hash":
+            algorithm = self.hash_algorithm(args[1])
+            if algorithm == "random":
                 h = "RNG.getrandbits(32)"
             else:
-                h = self.hash_call(al, a[3], e.loc)
-            base, mx = self.ex(a[2]), self.ex(a[4])
+                h = self.hash_call(algorithm, args[3], e.loc)
+            base, mx = self.expr(args[2]), self.expr(args[4])
             v = self.fresh("h")
             self.emit(ind, f"{v} = {h}")
-            self.out_assign(ind, a[0], f"({base} + ({v} % {mx} if {mx} else {v}))")
-        elif n == "random":
-            self.out_assign(ind, a[0], f"RNG.randint({self.ex(a[1])}, {self.ex(a[2])})")
-        elif n == "digest":
-            items = self.fields_of(a[1])
+            self.out_assign(ind, args[0], f"({base} + ({v} % {mx} if {mx} else {v}))")
+        elif name == "random":
+            self.out_assign(ind, args[0], f"RNG.randint({self.expr(args[1])}, {self.expr(args[2])})")
+        elif name == "digest":
+            items = self.fields_of(args[1])
             vals = ", ".join(c for c, _ in items)
             self.emit(ind, f"DIGESTS.append(({e.digest.index}, ({vals},)))")
-        elif n in ("verify_checksum", "update_checksum", "verify_checksum_with_payload", "update_checksum_with_payload"):
-            al = self.algo(a[3])
-            cond = self.ex(a[0])
-            raw = self.raw_csum16(a[1]) if al == "csum16" and not n.endswith("with_payload") else None
-            items = self.fields_of(a[1]) if raw is None else []
-            if raw is not None or self.fast and al == "csum16" and not n.endswith("with_payload") and \
+        elif name in ("verify_checksum", "update_checksum", "verify_checksum_with_payload",
+                      "update_checksum_with_payload"):
+            algorithm = self.hash_algorithm(args[3])
+            cond = self.expr(args[0])
+            raw = self.raw_csum16(args[1]) if algorithm == "csum16" and not name.endswith("with_payload") else None
+            items = self.fields_of(args[1]) if raw is None else []
+            if raw is not None or self.fast and algorithm == "csum16" and not name.endswith("with_payload") and \
                     all(isinstance(w, int) for _, w in items):
                 # RFC 1071 checksum folded over small integers (layout.csum16_terms), no call
                 self.emit(ind, f"if {cond}:")
@@ -649,71 +655,71 @@ class Gen:
                 self.emit(ind + 1, f"{t} = {raw or ' + '.join(layout.csum16_terms(items)) or '0'}")
                 self.emit(ind + 1, f"{r} = {t} % 65535")
                 h = f"((65535 - {r}) if {r} else (0 if {t} else 65535))"
-                if n.startswith("verify"):
-                    self.emit(ind + 1, f"if {h} != {self.uns(self.ex(a[2]), a[2].type)}:")
-                    self.emit(ind + 2, f"{self.sl(self.sm['checksum_error'], True)} = 1")
+                if name.startswith("verify"):
+                    self.emit(ind + 1, f"if {h} != {self.as_unsigned(self.expr(args[2]), args[2].type)}:")
+                    self.emit(ind + 2, f"{self.slot_ref(self.sm['checksum_error'], True)} = 1")
                 else:
-                    self.out_assign(ind + 1, a[2], h)
+                    self.out_assign(ind + 1, args[2], h)
                 return
-            if n.endswith("with_payload"):
-                h = f"{self.hash_fn(al, e.loc)}({self.data_bytes(a[1])} + ENV.payload)"
+            if name.endswith("with_payload"):
+                h = f"{self.hash_fn(algorithm, e.loc)}({self.data_bytes(args[1])} + ENV.payload)"
             else:
-                h = self.hash_call(al, a[1], e.loc)
-            if n.startswith("verify"):
-                self.emit(ind, f"if {cond} and {h} != {self.uns(self.ex(a[2]), a[2].type)}:")
-                self.emit(ind + 1, f"{self.sl(self.sm['checksum_error'], True)} = 1")
+                h = self.hash_call(algorithm, args[1], e.loc)
+            if name.startswith("verify"):
+                self.emit(ind, f"if {cond} and {h} != {self.as_unsigned(self.expr(args[2]), args[2].type)}:")
+                self.emit(ind + 1, f"{self.slot_ref(self.sm['checksum_error'], True)} = 1")
             else:
                 self.emit(ind, f"if {cond}:")
-                self.out_assign(ind + 1, a[2], h)
-        elif n in V1_EXTERNS:
-            self.v1_request(ind, e, n, a)
-        elif n == "log_msg":
+                self.out_assign(ind + 1, args[2], h)
+        elif name in V1_EXTERNS:
+            self.v1_request(ind, e, name, args)
+        elif name == "log_msg":
             # BMv2 writes log_msg to its log; here the "switch.p4" logger at INFO, "{}" replaced in order
             vals = []
-            if not (isinstance(a[0], T.Const) and isinstance(a[0].value, str)):
-                raise unsupported("log_msg with a format other than a string literal", a[0].loc)
-            if len(a) > 1:
-                items = a[1].items if isinstance(a[1], T.List) else [a[1]]
+            if not (isinstance(args[0], T.Const) and isinstance(args[0].value, str)):
+                raise unsupported("log_msg with a format other than a string literal", args[0].loc)
+            if len(args) > 1:
+                items = args[1].items if isinstance(args[1], T.List) else [args[1]]
                 for it in items:
                     if not ir.is_scalar(it.type):
                         raise unsupported(f"log_msg of a {it.type} value", it.loc)
-                    vals.append(self.uns(self.ex(it), it.type))
-            self.emit(ind, f"_log_msg({a[0].value!r}, ({''.join(v + ', ' for v in vals)}))")
-        elif n in ("assert", "assume"):
+                    vals.append(self.as_unsigned(self.expr(it), it.type))
+            self.emit(ind, f"_log_msg({args[0].value!r}, ({''.join(v + ', ' for v in vals)}))")
+        elif name in ("assert", "assume"):
             pass
         else:
-            raise unsupported(f"{n}()", e.loc)
+            raise unsupported(f"{name}()", e.loc)
 
     def method(self, ind: int, e: T.Call, ctx: dict) -> None:
         ext, m = e.target
-        a = e.args
+        args = e.args
         if ext == "packet_in":
             if ctx.get("kind") != "parser":
                 raise P4Error(e.loc, f"{m}() can only be called in a parser")
             if m == "extract":
-                self.extract(ind, a[0], a[1] if len(a) > 1 else None)
-                self.union_others_invalid(ind, a[0])
+                self.extract(ind, args[0], args[1] if len(args) > 1 else None)
+                self.union_others_invalid(ind, args[0])
             elif m == "advance":
-                self.emit(ind, f"off = _adv(pkt, off, {self.ex(a[0])})")
+                self.emit(ind, f"off = _adv(pkt, off, {self.expr(args[0])})")
             elif m == "lookahead":
                 self.emit(ind, self.call_expr(e))
             return
         if ext == "packet_out":
             if m == "emit":
-                self.emit_data(ind, a[0])
+                self.emit_data(ind, args[0])
             return
         inst: ir.InstanceIR = e.instance
-        o = f"X{inst.index}"
-        plen = self.sl(self.sm['packet_length'])
+        obj = f"X{inst.index}"
+        plen = self.slot_ref(self.sm['packet_length'])
         if ext == "counter" and m == "count" and not self.fast:
-            self.emit(ind, f"{o}.count({self.ex(a[0])}, {plen})")
+            self.emit(ind, f"{obj}.count({self.expr(args[0])}, {plen})")
         elif ext == "register" and m == "read" and not self.fast:
-            self.out_assign(ind, a[0], f"{o}.read({self.ex(a[1])})")
+            self.out_assign(ind, args[0], f"{obj}.read({self.expr(args[1])})")
         elif ext == "register" and m == "write" and not self.fast:
-            self.emit(ind, f"{o}.write({self.ex(a[0])}, {self.ex(a[1])})")
+            self.emit(ind, f"{obj}.write({self.expr(args[0])}, {self.expr(args[1])})")
         elif ext == "counter" and m == "count":
             # inline runtime.Counter.count: XP/XB are the counter's packet and byte lists
-            i, ok = self.index_check(ind, a[0], inst.args[0])
+            i, ok = self.index_check(ind, args[0], inst.args[0])
             if ok != "False":
                 if ok is not None:
                     self.emit(ind, f"if {ok}:")
@@ -723,19 +729,19 @@ class Gen:
         elif ext == "direct_counter":
             pass   # counted by the table on every hit, as BMv2 does
         elif ext == "meter" and m == "execute_meter":
-            self.out_assign(ind, a[1], f"{o}.execute({self.ex(a[0])}, {plen}, ENV.now_ns)")
+            self.out_assign(ind, args[1], f"{obj}.execute({self.expr(args[0])}, {plen}, ENV.now_ns)")
         elif ext == "direct_meter" and m == "read":
-            self.out_assign(ind, a[0], f"{o}.read({plen}, ENV.now_ns)")
+            self.out_assign(ind, args[0], f"{obj}.read({plen}, ENV.now_ns)")
         elif ext == "register" and m == "read":
             # inline runtime.Register.read/write: XV is the register's value list
-            i, ok = self.index_check(ind, a[1], inst.args[0])
+            i, ok = self.index_check(ind, args[1], inst.args[0])
             val = "0" if ok == "False" else f"XV{inst.index}[{i}]" if ok is None else \
                 f"(XV{inst.index}[{i}] if {ok} else 0)"
-            self.out_assign(ind, a[0], val)
+            self.out_assign(ind, args[0], val)
         elif ext == "register" and m == "write":
-            i, ok = self.index_check(ind, a[0], inst.args[0])
+            i, ok = self.index_check(ind, args[0], inst.args[0])
             v = self.fresh("v")
-            self.emit(ind, f"{v} = {self.ex(a[1])}")
+            self.emit(ind, f"{v} = {self.expr(args[1])}")
             if ok != "False":
                 self.emit(ind, f"{'' if ok is None else f'if {ok}: '}XV{inst.index}[{i}] = {v}")
         else:
@@ -758,10 +764,10 @@ class Gen:
         if base not in self.off_slot:
             return None
         omitted = [(i, ht.fields[i][1]) for i in omitted_idx]
-        code = f"(sum(U{self.struct(f'!{ht.fixed_width // 16}H')}(pkt, {self.sl(self.off_slot[base])})) " \
-               f"if {self.sl(base)} else 0)"
+        code = f"(sum(U{self.struct(f'!{ht.fixed_width // 16}H')}(pkt, {self.slot_ref(self.off_slot[base])})) " \
+               f"if {self.slot_ref(base)} else 0)"
         for i, ft in omitted:
-            v = self.uns(self.sl(base + 1 + i), ft)
+            v = self.as_unsigned(self.slot_ref(base + 1 + i), ft)
             for k in range(ft.width // 16):
                 code += f" - {v}" if ft.width == 16 else f" - (({v} >> {16 * k}) & 65535)"
         return code
@@ -769,7 +775,7 @@ class Gen:
     def index_check(self, ind: int, e: T.Expr, size: int) -> tuple[str, str | None]:
         """An extern index for the fast path: (code, bounds test), the test None for a literal in
         range, "False" for a literal out of range, and without ``0 <=`` for an unsigned type."""
-        code = self.ex(e)
+        code = self.expr(e)
         if _INT_LITERAL.fullmatch(code):
             return code, (None if 0 <= int(code) < size else "False")
         if self.fused and code.isidentifier():
@@ -794,7 +800,7 @@ class Gen:
             sb = self.addr(target.expr)
             if self.fused:
                 raise NotFusable("extract into a header stack")
-            self.emit(ind, f"if s[{sb}] >= {st.size}: raise _PErr({self.err['StackOutOfBounds']})")
+            self.emit(ind, f"if s[{sb}] >= {st.size}: raise _PErr({self.error_codes['StackOutOfBounds']})")
             b = self.fresh("b")
             self.emit(ind, f"{b} = {sb} + 1 + s[{sb}] * {st.elem.slots}")
             push = sb
@@ -806,16 +812,16 @@ class Gen:
             if not (plan is not None and self.fused):
                 # (fused: unpack_from itself raises struct.error, the parser's PacketTooShort)
                 self.emit(ind, f"e = off + {nbytes}")
-                self.emit(ind, f"if e > n: raise _PErr({self.err['PacketTooShort']})")
+                self.emit(ind, f"if e > n: raise _PErr({self.error_codes['PacketTooShort']})")
         else:
             # BMv2 extract_VL order: size not a multiple of 8 -> ParserInvalidArgument; not enough
             # bytes -> PacketTooShort; more than the header's maximum -> HeaderTooShort
             sz = self.fresh("vb")
-            self.emit(ind, f"{sz} = {self.ex(size)}")
-            self.emit(ind, f"if {sz} & 7: raise _PErr({self.err['ParserInvalidArgument']})")
+            self.emit(ind, f"{sz} = {self.expr(size)}")
+            self.emit(ind, f"if {sz} & 7: raise _PErr({self.error_codes['ParserInvalidArgument']})")
             self.emit(ind, f"e = off + {nbytes} + ({sz} >> 3)")
-            self.emit(ind, f"if e > n: raise _PErr({self.err['PacketTooShort']})")
-            self.emit(ind, f"if {sz} > {t.fields[vb][1].max_width}: raise _PErr({self.err['HeaderTooShort']})")
+            self.emit(ind, f"if e > n: raise _PErr({self.error_codes['PacketTooShort']})")
+            self.emit(ind, f"if {sz} > {t.fields[vb][1].max_width}: raise _PErr({self.error_codes['HeaderTooShort']})")
         if plan is not None:
             # one struct.unpack_from for the whole header; fields from small integers (in fused mode a
             # field that is exactly one unpacked part, unsigned, is unpacked straight into its local)
@@ -828,14 +834,14 @@ class Gen:
                     self.owners.append(("off",) + self.owners[b])
                     self.nslots += 1
                 if not self.dead(self.off_slot[b]):
-                    self.emit(ind, f"{self.sl(self.off_slot[b], True)} = off")
+                    self.emit(ind, f"{self.slot_ref(self.off_slot[b], True)} = off")
                 used_parts = set()
                 for i, (fname, ft) in enumerate(t.fields):
-                    if self.dead(self.add(b, 1 + i)):
+                    if self.dead(self.slot_plus(b, 1 + i)):
                         skip.add(i)
                     elif isinstance(ft, Bits) and not ft.signed and plan.fields[i] in plan.parts:
                         j = plan.parts.index(plan.fields[i])
-                        names[j] = self.sl(self.add(b, 1 + i), True)
+                        names[j] = self.slot_ref(self.slot_plus(b, 1 + i), True)
                         skip.add(i)
                         used_parts.add(j)
                 for i in set(range(len(t.fields))) - skip:
@@ -844,7 +850,7 @@ class Gen:
                 names = [x if j in used_parts else "_" for j, x in enumerate(names)]
             self.emit(ind, f"{', '.join(names)}{',' if len(names) == 1 else ''} = U{self.struct(plan.fmt)}(pkt, off)")
             if not self.dead(b):
-                self.emit(ind, f"{self.sl(b, True)} = True")
+                self.emit(ind, f"{self.slot_ref(b, True)} = True")
             if push is not None:
                 self.emit(ind, f"s[{push}] += 1")
             for i, (fname, ft) in enumerate(t.fields):
@@ -854,12 +860,12 @@ class Gen:
                 if isinstance(ft, ir.BoolT):
                     code = f"({code} != 0)"
                 elif isinstance(ft, Bits) and ft.signed:
-                    code = self.wrapx(code, ft)
-                self.emit(ind, f"{self.sl(self.add(b, 1 + i), True)} = {code}")
+                    code = self.wrapped(code, ft)
+                self.emit(ind, f"{self.slot_ref(self.slot_plus(b, 1 + i), True)} = {code}")
             self.emit(ind, f"off += {nbytes}" if self.fused else "off = e")
             return
         self.emit(ind, "v = int.from_bytes(pkt[off:e], 'big')")
-        self.emit(ind, f"{self.sl(b, True)} = True")
+        self.emit(ind, f"{self.slot_ref(b, True)} = True")
         if push is not None:
             self.emit(ind, f"s[{push}] += 1")
         after = sum(ft.width for ft in (x[1] for x in t.fields[vb + 1:])) if vb is not None else 0
@@ -867,7 +873,7 @@ class Gen:
         for i, (fname, ft) in enumerate(t.fields):
             if isinstance(ft, ir.VarbitT):
                 code = f"(v >> {after})" if after else "v"
-                self.emit(ind, f"{self.sl(self.add(b, 1 + i), True)} = ({sz}, {code} & ((1 << {sz}) - 1))")
+                self.emit(ind, f"{self.slot_ref(self.slot_plus(b, 1 + i), True)} = ({sz}, {code} & ((1 << {sz}) - 1))")
                 continue
             w = ft.width
             shift -= w
@@ -880,8 +886,8 @@ class Gen:
             if isinstance(ft, ir.BoolT):
                 code = f"({code} != 0)"
             elif isinstance(ft, Bits) and ft.signed:
-                code = self.wrapx(code, ft)
-            self.emit(ind, f"{self.sl(self.add(b, 1 + i), True)} = {code}")
+                code = self.wrapped(code, ft)
+            self.emit(ind, f"{self.slot_ref(self.slot_plus(b, 1 + i), True)} = {code}")
         self.emit(ind, "off = e")
 
     def emit_data(self, ind: int, e: T.Expr) -> None:
@@ -894,25 +900,25 @@ class Gen:
             if self.fused and base in self.off_slot and self.owners[base] in self.facts.pristine:
                 # only ever set by extract: emit the bytes it was extracted from (fused mode emits
                 # last, after every write is known)
-                o = self.sl(self.off_slot[base])
-                self.emit(ind, f"if {self.sl(base)}: out.append(pkt[{o}:{o} + {t.fixed_width // 8}])")
+                offset = self.slot_ref(self.off_slot[base])
+                self.emit(ind, f"if {self.slot_ref(base)}: out.append(pkt[{offset}:{offset} + {t.fixed_width // 8}])")
                 return
             items = self._fields_at(base, t)
             plan = layout.struct_plan([ft.width for _, ft in t.fields]) if t.varbit is None and self.fast else None
             if plan is not None:
                 codes = [c for c, _ in items]
                 args = ", ".join(layout.pack_part(plan, j, codes) for j in range(len(plan.parts)))
-                self.emit(ind, f"if {self.sl(base)}: out.append(K{self.struct(plan.fmt)}({args}))")
+                self.emit(ind, f"if {self.slot_ref(base)}: out.append(K{self.struct(plan.fmt)}({args}))")
                 return
             code, w = self.concat(items)
             nb = w // 8 if isinstance(w, int) else f"{w} >> 3"
-            self.emit(ind, f"if {self.sl(base)}: out.append({code}.to_bytes({nb}, 'big'))")
+            self.emit(ind, f"if {self.slot_ref(base)}: out.append({code}.to_bytes({nb}, 'big'))")
         elif isinstance(t, ir.StructT):
             for n, ft in t.fields:
-                self._emit_at(ind, self.add(base, t.offset(n)), ft)
+                self._emit_at(ind, self.slot_plus(base, t.offset(n)), ft)
         elif isinstance(t, ir.StackT):
             for i in range(t.size):
-                self._emit_at(ind, self.add(base, 1 + i * t.elem.slots), t.elem)
+                self._emit_at(ind, self.slot_plus(base, 1 + i * t.elem.slots), t.elem)
         else:
             raise P4Error(None, f"cannot emit {t}")
 
@@ -923,11 +929,11 @@ class Gen:
             bt = lhs.expr.type
             m = (1 << (lhs.hi - lhs.lo + 1)) - 1
             keep = bt.mask ^ (m << lhs.lo)
-            new = f"({self.sl(a)} & {keep}) | ((({code}) & {m}) << {lhs.lo})" if not bt.signed else \
-                f"(({self.sl(a)} & {bt.mask}) & {keep}) | ((({code}) & {m}) << {lhs.lo})"
-            self.emit(ind, f"{self.sl(a, True)} = {self.wrapx(new, bt) if bt.signed else new}")
+            new = f"({self.slot_ref(a)} & {keep}) | ((({code}) & {m}) << {lhs.lo})" if not bt.signed else \
+                f"(({self.slot_ref(a)} & {bt.mask}) & {keep}) | ((({code}) & {m}) << {lhs.lo})"
+            self.emit(ind, f"{self.slot_ref(a, True)} = {self.wrapped(new, bt) if bt.signed else new}")
             return
-        self.emit(ind, f"{self.sl(self.addr(lhs), True)} = {code}")
+        self.emit(ind, f"{self.slot_ref(self.addr(lhs), True)} = {code}")
 
     def assign(self, ind: int, lhs: T.Expr, rhs: T.Expr) -> None:
         t = lhs.type
@@ -936,7 +942,7 @@ class Gen:
             if isinstance(t, ir.HeaderT):
                 self.union_others_invalid(ind, lhs, only_if_valid=True)
             return
-        self.assign_scalar(ind, lhs, self.ex(rhs))
+        self.assign_scalar(ind, lhs, self.expr(rhs))
 
     def union_others_invalid(self, ind: int, target: T.Expr, only_if_valid: bool = False) -> None:
         """After header ``target`` became valid: if it is a member of a header_union, the union's other members
@@ -951,10 +957,10 @@ class Gen:
         if not others:
             return
         if only_if_valid:
-            self.emit(ind, f"if {self.sl(self.addr(target))}:")
+            self.emit(ind, f"if {self.slot_ref(self.addr(target))}:")
             ind += 1
         for v in others:
-            self.emit(ind, f"{self.sl(v, True)} = False")
+            self.emit(ind, f"{self.slot_ref(v, True)} = False")
 
     def look_field(self, v: str, t: ir.HeaderT, fname: str) -> str:
         """Field ``fname`` of header type ``t`` out of ``v``, the header's bits as one integer."""
@@ -965,7 +971,7 @@ class Gen:
                 code = f"(({v} >> {pos}) & {(1 << ft.width) - 1})"
                 if isinstance(ft, ir.BoolT):
                     return f"bool{code}"
-                return self.wrapx(code, ft) if isinstance(ft, Bits) and ft.signed else code
+                return self.wrapped(code, ft) if isinstance(ft, Bits) and ft.signed else code
         raise KeyError(fname)
 
     def assign_at(self, ind: int, la, t: ir.Type, rhs: T.Expr) -> None:
@@ -973,36 +979,36 @@ class Gen:
         expression (nested ones included) member by member, any other value slot by slot."""
         if isinstance(rhs, T.List):
             if isinstance(t, ir.HeaderT):
-                self.emit(ind, f"{self.sl(la, True)} = True")
+                self.emit(ind, f"{self.slot_ref(la, True)} = True")
             if not isinstance(t, (ir.HeaderT, ir.StructT)):
                 raise unsupported(f"a list expression assigned to {t}", rhs.loc)
             for (n, ft), item in zip(t.fields, rhs.items):
-                fa = self.add(la, t.offset(n))
+                fa = self.slot_plus(la, t.offset(n))
                 if isinstance(ft, (ir.HeaderT, ir.StructT, ir.StackT)):
                     self.assign_at(ind, fa, ft, item)
                 else:
-                    self.emit(ind, f"{self.sl(fa, True)} = {self.ex(item)}")
+                    self.emit(ind, f"{self.slot_ref(fa, True)} = {self.expr(item)}")
             return
         if not isinstance(t, (ir.HeaderT, ir.StructT, ir.StackT)):
-            self.emit(ind, f"{self.sl(la, True)} = {self.ex(rhs)}")
+            self.emit(ind, f"{self.slot_ref(la, True)} = {self.expr(rhs)}")
             return
         if isinstance(t, ir.HeaderT) and is_lookahead(rhs):
             # P4-16 12.8.3: lookahead<H>() gives a valid H made of the next bits, without advancing
             v = self.fresh("la")
             self.emit(ind, f"{v} = _look(pkt, off, {t.width})")
-            self.emit(ind, f"{self.sl(la, True)} = True")
+            self.emit(ind, f"{self.slot_ref(la, True)} = True")
             for i, (n, ft) in enumerate(t.fields):
-                self.emit(ind, f"{self.sl(self.add(la, 1 + i), True)} = {self.look_field(v, t, n)}")
+                self.emit(ind, f"{self.slot_ref(self.slot_plus(la, 1 + i), True)} = {self.look_field(v, t, n)}")
             return
         ra = self.addr(rhs)
         if self.fused:
             if not (isinstance(la, int) and isinstance(ra, int)):
                 raise NotFusable("a slot address computed per packet (header stack)")
-            lhs_s = ", ".join(self.sl(la + i, True) for i in range(t.slots))
-            rhs_s = ", ".join(self.sl(ra + i) for i in range(t.slots))
+            lhs_s = ", ".join(self.slot_ref(la + i, True) for i in range(t.slots))
+            rhs_s = ", ".join(self.slot_ref(ra + i) for i in range(t.slots))
             self.emit(ind, f"{lhs_s}, = {rhs_s},")
             return
-        self.emit(ind, f"s[{la}:{self.add(la, t.slots)}] = s[{ra}:{self.add(ra, t.slots)}]")
+        self.emit(ind, f"s[{la}:{self.slot_plus(la, t.slots)}] = s[{ra}:{self.slot_plus(ra, t.slots)}]")
 
     def hoisting(self, ind: int, fn):
         """Evaluate ``fn()`` (which generates an expression) allowing table applies in it to be
@@ -1031,7 +1037,7 @@ class Gen:
         elif isinstance(s, T.CallStmt):
             self.call_stmt(ind, s.call, ctx)
         elif isinstance(s, T.If):
-            cond = self.hoisting(ind, lambda: self.ex(s.cond))
+            cond = self.hoisting(ind, lambda: self.expr(s.cond))
             self.emit(ind, f"if {cond}:")
             self.stmt(ind + 1, s.then, ctx)
             if s.other is not None:
@@ -1039,7 +1045,7 @@ class Gen:
                 self.stmt(ind + 1, s.other, ctx)
         elif isinstance(s, T.Switch):
             r = self.fresh("r")
-            res = self.hoisting(ind, lambda: self.ex(s.expr))
+            res = self.hoisting(ind, lambda: self.expr(s.expr))
             # on a value: the value itself; on action_run: the table apply's result, whose [1] is the action
             self.emit(ind, f"{r} = {res}" if s.on_value else f"{r} = {res}[1]")
             first = True
@@ -1078,7 +1084,7 @@ class Gen:
             self.emit(ind, f"{brk} = False")
             self.emit(ind, "while True:")
             if s.cond is not None:
-                cond = self.hoisting(ind + 1, lambda: self.ex(s.cond))
+                cond = self.hoisting(ind + 1, lambda: self.expr(s.cond))
                 self.emit(ind + 1, f"if not {cond}: break")
             self.emit(ind + 1, "for _once in (0,):")
             self.loops.append(brk)
@@ -1115,7 +1121,7 @@ class Gen:
         vals = self.init[base:base + t.slots]
         if self.fused:
             for i, v in enumerate(vals):
-                self.emit(ind, f"{self.sl(base + i, True)} = {v!r}")
+                self.emit(ind, f"{self.slot_ref(base + i, True)} = {v!r}")
             return
         if len(vals) == 1:
             self.emit(ind, f"s[{base}] = {vals[0]!r}")
@@ -1135,23 +1141,27 @@ class Gen:
 
     def gen_table(self, t: ir.TableIR) -> None:
         self.emit(0, f"def T{t.index}(s):")
-        keys = [self.uns(self.ex(k.expr), k.expr.type) for k in t.keys]
-        key = "(" + "".join(k + ", " for k in keys) + ")"
-        sel = "None"
-        if t.selector_keys:
-            code, w = self.concat([(self.uns(self.ex(k.expr), k.expr.type), k.width) for k in t.selector_keys])
-            sel = f"_ser({code}, {w})"
-        plen = f"s[{self.sm['packet_length']}]"
         if self.simple_table(t) or self.counted_table(t):
             self.simple_apply(1, t, "k", "r")
             self.emit(1, "return r")
             self.emit(0, "")
             return
-        else:
-            self.emit(1, f"r = TBL{t.index}.lookup({key}, {plen}, {sel})")
+        keys = [self.as_unsigned(self.expr(k.expr), k.expr.type) for k in t.keys]
+        key, sel = self.lookup_args(keys, t)
+        self.emit(1, f"r = TBL{t.index}.lookup({key}, s[{self.sm['packet_length']}], {sel})")
         self.emit(1, "ACTIONS[r[1]](s, r[2])")
         self.emit(1, "return r")
         self.emit(0, "")
+
+    def lookup_args(self, keys: list[str], t: ir.TableIR) -> tuple[str, str]:
+        """The key tuple (from the key fields' unsigned ``keys``) and the selector bytes (``None`` without an
+        action selector) that ``Table.lookup`` takes for table ``t``."""
+        sel = "None"
+        if t.selector_keys:
+            code, w = self.concat([(self.as_unsigned(self.expr(k.expr), k.expr.type), k.width)
+                                   for k in t.selector_keys])
+            sel = f"_ser({code}, {w})"
+        return "(" + "".join(k + ", " for k in keys) + ")", sel
 
     def simple_table(self, t: ir.TableIR) -> bool:
         """No action profile, direct counter or direct meter: a hit only selects an action."""
@@ -1165,9 +1175,9 @@ class Gen:
         """Apply a simple (or counted) table: TCACHE{i} (the table's cache dict) maps a key to the
         result tuple (hit, action index, args, action function) -- for a counted table to (entry or
         None, result) -- and a one-field key is cached bare (Table.fill, Table.fill_counted)."""
-        keys = [self.uns(self.ex(x.expr), x.expr.type) for x in t.keys]
+        keys = [self.as_unsigned(self.expr(x.expr), x.expr.type) for x in t.keys]
         self.emit(ind, f"{k} = {keys[0] if len(keys) == 1 else '(' + ''.join(x + ', ' for x in keys) + ')'}")
-        self.cached_lookup(ind, t, k, r, self.sl(self.sm['packet_length']))
+        self.cached_lookup(ind, t, k, r, self.slot_ref(self.sm['packet_length']))
         self.emit(ind, f"{r}[3](s, {r}[2])")
 
     def cached_lookup(self, ind: int, t: ir.TableIR, k: str, r: str, plen: str) -> None:
@@ -1187,7 +1197,7 @@ class Gen:
             self.emit(ind, f"if {r} is None: {r} = TBL{t.index}.fill({k})")
 
     def bind_params(self, b: ir.BlockIR, role: str) -> None:
-        base = {"H": self.H, "M": self.M, "SM": self.SM}
+        base = {"H": self.headers_base, "M": self.meta_base, "SM": self.sm_base}
         for sym, root in storage_roots(role, b.params).items():
             self.bind(sym, base[root])
         for loc in b.locals:
@@ -1232,7 +1242,7 @@ class Gen:
         self._parser_locals(2, b)
         self.emit(2, "while True:")
         self.emit(3, "steps += 1")
-        self.emit(3, f"if steps > 10000: raise _PErr({self.err['ParserTimeout']})")
+        self.emit(3, f"if steps > 10000: raise _PErr({self.error_codes['ParserTimeout']})")
         ctx = {"kind": "parser"}
         for i, st in enumerate(b.states):
             self.emit(3, f"{'if' if i == 0 else 'elif'} st == {i}:")
@@ -1326,7 +1336,7 @@ class Gen:
             return
         ks = []
         for kx in tr.select:
-            code = self.uns(self.ex(kx), kx.type)
+            code = self.as_unsigned(self.expr(kx), kx.type)
             if self.fused and code.isidentifier():
                 ks.append(code)       # a local: nothing runs between here and the tests
             else:
@@ -1360,10 +1370,10 @@ class Gen:
             first = False
         if not matched_default:
             if first:
-                self.emit(ind, f"raise _PErr({self.err['NoMatch']})")
+                self.emit(ind, f"raise _PErr({self.error_codes['NoMatch']})")
             else:
                 self.emit(ind, "else:")
-                self.emit(ind + 1, f"raise _PErr({self.err['NoMatch']})")
+                self.emit(ind + 1, f"raise _PErr({self.error_codes['NoMatch']})")
 
     # ---- fused mode: the whole pipeline as two functions over local variables ----------------------
     def capture(self, fn) -> list[str]:
@@ -1415,8 +1425,8 @@ class Gen:
         every action the result can name: the table's actions and default for a plain table, any
         action of the program for one with an action profile (members may name any action)."""
         r = self.fresh("r")
-        plen = self.sl(self.sm["packet_length"])
-        keys = [self.uns(self.ex(x.expr), x.expr.type) for x in t.keys]
+        plen = self.slot_ref(self.sm["packet_length"])
+        keys = [self.as_unsigned(self.expr(x.expr), x.expr.type) for x in t.keys]
         if self.simple_table(t) or self.counted_table(t):
             if len(keys) == 1 and keys[0].isidentifier():
                 k = keys[0]
@@ -1425,11 +1435,7 @@ class Gen:
                 self.emit(ind, f"{k} = {keys[0] if len(keys) == 1 else '(' + ''.join(x + ', ' for x in keys) + ')'}")
             self.cached_lookup(ind, t, k, r, plen)
         else:
-            key = "(" + "".join(k + ", " for k in keys) + ")"
-            sel = "None"
-            if t.selector_keys:
-                code, w = self.concat([(self.uns(self.ex(k.expr), k.expr.type), k.width) for k in t.selector_keys])
-                sel = f"_ser({code}, {w})"
+            key, sel = self.lookup_args(keys, t)
             self.emit(ind, f"{r} = TBL{t.index}.lookup({key}, {plen}, {sel})")
         if t.implementation is not None:
             acts = list(self.prog.actions)
@@ -1519,7 +1525,7 @@ class Gen:
             self.emit(ind + 1, "steps = 0")
             self.emit(ind + 1, "while True:")
             self.emit(ind + 2, "steps += 1")
-            self.emit(ind + 2, f"if steps > 10000: raise _PErr({self.err['ParserTimeout']})")
+            self.emit(ind + 2, f"if steps > 10000: raise _PErr({self.error_codes['ParserTimeout']})")
             for i, st in enumerate(b.states):
                 self.emit(ind + 2, f"{'if' if i == 0 else 'elif'} st == {i}:")
                 for x in st.stmts:
@@ -1529,7 +1535,7 @@ class Gen:
         self.emit(ind, "except _PErr as x:")
         self.emit(ind + 1, "g_perr = x.code")
         self.emit(ind, "except _StructError:")
-        self.emit(ind + 1, f"g_perr = {self.err['PacketTooShort']}")
+        self.emit(ind + 1, f"g_perr = {self.error_codes['PacketTooShort']}")
         if not flat:
             self.emit(ind, "except _Exit:")
             self.emit(ind + 1, "pass")
@@ -1557,7 +1563,7 @@ class Gen:
         # (headers only ever set by extract are emitted as the bytes they came from)
         ing = self.capture(lambda: (self.fused_parser(1, p.blocks["parser"]),
                                     self.emit(1, "if g_perr:"),
-                                    self.emit(2, f"{self.sl(PERR, True)} = g_perr"),
+                                    self.emit(2, f"{self.slot_ref(PERR, True)} = g_perr"),
                                     self.emit(2, "SW.parser_errors += 1"),
                                     self.fused_control(1, "verify", p.blocks["verify"]),
                                     self.fused_control(1, "ingress", p.blocks["ingress"])))
@@ -1571,14 +1577,14 @@ class Gen:
         carried = sorted((reads_e & (writes_i | {I_PORT, PLEN, IGT, PERR, RID, ITYPE})) - egress_set)
         self.carried = carried
         init = self.init
-        v = self.sl
+        ref = self.slot_ref
 
         def unpack_init(slots) -> list[str]:
             slots = sorted(slots)
             if not slots:
                 return []
             vals = "".join(f"{init[a]!r}, " for a in slots)
-            return [f"    {''.join(v(a) + ', ' for a in slots)}= ({vals})"]
+            return [f"    {''.join(ref(a) + ', ' for a in slots)}= ({vals})"]
 
         def chunks(items: list[str]) -> str:
             # tuple displays of at most 30 items compile to one BUILD_TUPLE (longer ones to a list
@@ -1591,7 +1597,7 @@ class Gen:
         def state(rid: str | None = None) -> str:
             items = []
             for a in carried:
-                items.append(rid if a == RID and rid else "5" if a == ITYPE and rid else v(a))
+                items.append(rid if a == RID and rid else "5" if a == ITYPE and rid else ref(a))
             return f"(pkt, off, {chunks(items)})"
 
         uses_payload = any("ENV.payload" in x for x in ing + eg + cd)
@@ -1601,22 +1607,22 @@ class Gen:
                "    g_now = SW.now_ns"]
         out += unpack_init(local_i - {I_PORT, PLEN, IGT})      # these three are set just below
         if I_PORT in local_i:
-            out.append(f"    {v(I_PORT)} = g_port")
+            out.append(f"    {ref(I_PORT)} = g_port")
         out.append("    n = len(pkt)")
         if PLEN in local_i:
-            out.append(f"    {v(PLEN)} = n")
+            out.append(f"    {ref(PLEN)} = n")
         if IGT in local_i:
-            out.append(f"    {v(IGT)} = (g_now // 1000) & 0xFFFFFFFFFFFF")
+            out.append(f"    {ref(IGT)} = (g_now // 1000) & 0xFFFFFFFFFFFF")
         if uses_now:
             out.append("    ENV.now_ns = g_now")
         out += ing
-        out += [f"    g_prio = {v(PRIO)}",
-                f"    g_grp = {v(MGRP)}",
+        out += [f"    g_prio = {ref(PRIO)}",
+                f"    g_grp = {ref(MGRP)}",
                 "    if g_grp:",
                 "        for g_eport, g_rid in SW.mcast.get(g_grp, ()):",
                 f"            ENQUEUE(g_eport, g_prio, {state('g_rid')}, n, g_now)",
                 "        return",
-                f"    g_eport = {v(ESPEC)}",
+                f"    g_eport = {ref(ESPEC)}",
                 "    if g_eport == 511:",
                 "        TM_DROP(g_port, g_prio, 'pipeline_drop')",
                 "        return",
@@ -1642,25 +1648,25 @@ class Gen:
 
         out += ["def F_egress(g_port, g_prio, g_e, g_depth, g_now):",
                 "    SW.now_ns = g_now",
-                f"    (pkt, off, {chunks([v(a) for a in carried])}), g_enq, g_eqd, _ = g_e"]
+                f"    (pkt, off, {chunks([ref(a) for a in carried])}), g_enq, g_eqd, _ = g_e"]
         out += unpack_init(reads_e - set(carried) - egress_set)
         if EPORT in reads_e:
-            out.append(f"    {v(EPORT)} = g_port")
-        out.append(f"    {v(ESPEC)} = 0")
+            out.append(f"    {ref(EPORT)} = g_port")
+        out.append(f"    {ref(ESPEC)} = 0")
         if ENQ_TS in reads_e:
-            out.append(f"    {v(ENQ_TS)} = (g_enq // 1000) & 0xFFFFFFFF")
+            out.append(f"    {ref(ENQ_TS)} = (g_enq // 1000) & 0xFFFFFFFF")
         if ENQ_QD in reads_e:
-            out.append(f"    {v(ENQ_QD)} = g_eqd if g_eqd < {QDEPTH_MAX} else {QDEPTH_MAX}")
+            out.append(f"    {ref(ENQ_QD)} = g_eqd if g_eqd < {QDEPTH_MAX} else {QDEPTH_MAX}")
         if DEQ_TD in reads_e:
-            out.append(f"    {v(DEQ_TD)} = ((g_now - g_enq) // 1000) & 0xFFFFFFFF")
+            out.append(f"    {ref(DEQ_TD)} = ((g_now - g_enq) // 1000) & 0xFFFFFFFF")
         if DEQ_QD in reads_e:
-            out.append(f"    {v(DEQ_QD)} = g_depth if g_depth < {QDEPTH_MAX} else {QDEPTH_MAX}")
+            out.append(f"    {ref(DEQ_QD)} = g_depth if g_depth < {QDEPTH_MAX} else {QDEPTH_MAX}")
         if EGT in reads_e:
-            out.append(f"    {v(EGT)} = (g_now // 1000) & 0xFFFFFFFFFFFF")
+            out.append(f"    {ref(EGT)} = (g_now // 1000) & 0xFFFFFFFFFFFF")
         if uses_now:
             out.append("    ENV.now_ns = g_now")
         out += eg
-        out += [f"    if {v(ESPEC)} == 511:",
+        out += [f"    if {ref(ESPEC)} == 511:",
                 "        TM_DROP(g_port, g_prio, 'pipeline_drop')",
                 "        return",
                 "    g_payload = pkt[off:]"]

@@ -296,7 +296,7 @@ class Switch:
         V = self.gen.v1
         CI, CIF, CE, CEF = V["clone_i2e"], V["clone_i2e_fl"], V["clone_e2e"], V["clone_e2e_fl"]
         RESUB, RECIRC, TRUNC, PASSES = V["resubmit"], V["recirculate"], V["truncate"], V["passes"]
-        H0, H1 = self.gen.H, self.gen.H + self.ir.headers_type.slots
+        H0, H1 = self.gen.headers_base, self.gen.headers_base + self.ir.headers_type.slots
         field_lists = self.gen.field_lists
 
         def preserved(s: list, fl: int) -> list[tuple[int, Any]]:
