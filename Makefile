@@ -33,7 +33,8 @@ test: setup
 test-fast: setup
 	$(PYTEST) -m "not slow" tests
 
-# PyTorch's DistributedTest suite against gloo and dlcp; the pass lists side by side in build/torch-suite/summary.md.
+# PyTorch's DistributedTest suite against gloo and dlcp; both outcomes to results/torch_suite.json (make report renders
+# them into docs/torch-suite.md) and build/torch-suite/summary.md.
 test-torch-suite: setup
 	$(PYTEST) -m torch_suite tests/host/torch_suite_full.py
 

@@ -19,6 +19,8 @@ graph): their region says ``computed by MODULE`` instead and is rendered by call
 To refresh a figure: re-run the command recorded in its JSON, take the new result into ``results/``
 (``python -m testbed.report --take bench/results/NAME.json``: the benchmark harness's JSON with each repetition
 cut to its metric, rounded to 4 significant digits, so that the committed file stays small), ``make report``.
+Runs that are not benchmarks write their results file themselves (``make fuzz``: ``results/fuzz.json``;
+``make test-torch-suite``: ``results/torch_suite.json``, through ``tests/host/torch_suite.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["REGIONS", "Region", "render_all", "stale", "main"]
+__all__ = ["REGIONS", "Region", "dumps", "render_all", "stale", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -450,6 +452,33 @@ def switch_pps_daemon_table(result: Result) -> str:
         f"about {_kpps(1e6 / min(cpu_us))} packets per second."])
 
 
+def torch_suite_table(result: Result) -> str:
+    """``tests/host/torch_suite.py`` (``results/torch_suite.json``): PyTorch's ``DistributedTest`` suite on gloo and
+    dlcp side by side -- every test that passed or failed on either backend, with the reason recorded for each
+    that passed on gloo only; then how many the suite skipped on both, by its reason on dlcp."""
+    tests: dict[str, Result] = result["tests"]
+    backends = ("gloo", "dlcp")
+    count = {(b, o): sum(t.get(b) == o for t in tests.values()) for b in backends for o in ("passed", "failed")}
+    runs = result["runs"]
+    lines = [f"Made by `{result['command']}` (world size {result['world_size']}, torch {result['torch']}, "
+             f"{result['date']}): {len(tests)} tests, passed on gloo {count['gloo', 'passed']}, on dlcp "
+             f"{count['dlcp', 'passed']}; failed on gloo {count['gloo', 'failed']}, on dlcp "
+             f"{count['dlcp', 'failed']}. " + " ".join(
+                 f"The {b} run started {runs[b]['started']} on {runs[b]['hostname']} and took "
+                 f"{runs[b]['seconds'] / 60:.0f} min." for b in backends if b in runs) + " " + result["produced"],
+             "", "| test | gloo | dlcp | why not passed on dlcp |", "|---|---|---|---|"]
+    both: dict[str, int] = {}
+    for name, t in sorted(tests.items()):
+        if all(t.get(b, "skipped") == "skipped" for b in backends):
+            reason = t.get("skip") or t.get("gloo_skip") or "no reason given"
+            both[reason] = both.get(reason, 0) + 1
+        else:
+            lines.append(f"| {name} | {t.get('gloo', '-')} | {t.get('dlcp', '-')} | {t.get('exception', '')} |")
+    lines += ["", f"Skipped on both ({sum(both.values())}), with the suite's reasons on dlcp:", ""]
+    lines += [f"- {reason} ({n})" for reason, n in sorted(both.items(), key=lambda kv: -kv[1])]
+    return "\n".join(lines)
+
+
 REGIONS: dict[str, Region] = {r.name: r for r in (
     Region("transport", "docs/transport.md", ("results/transport.json",), transport_table),
     Region("collectives", "docs/backend.md", ("results/collectives.json",), collectives_tables),
@@ -467,6 +496,7 @@ REGIONS: dict[str, Region] = {r.name: r for r in (
     Region("switch-tables", "docs/switch-target.md", ("results/switch_tables.json",), switch_tables_table),
     Region("switch-pps", "docs/switch-target.md", ("results/switch_pps.json",), switch_pps_target_table),
     Region("switch-pps-daemon", "docs/switch-target.md", ("results/switch_pps.json",), switch_pps_daemon_table),
+    Region("torch-suite", "docs/torch-suite.md", ("results/torch_suite.json",), torch_suite_table),
 )}
 
 #: Documents generated whole by another module, which names its sources in its first lines.
@@ -508,12 +538,24 @@ def take(path: Path, root: Path = ROOT) -> Path:
         if key not in result:
             raise ValueError(f"{path}: not a benchmark result (no {key!r}; made by bench/harness.py?)")
     dst = root / "results" / f"{result['name']}.json"
-    small = compact(result)
-    cases = small.pop("cases")
-    head = json.dumps(small, indent=1)
-    # one line per case: readable in a diff, a fraction of the size of one line per repetition
-    dst.write_text(head[:-2] + ',\n "cases": [\n' + ",\n".join("  " + json.dumps(case) for case in cases) + "\n ]\n}\n")
+    dst.write_text(dumps(compact(result), "cases"))
     return dst
+
+
+def dumps(result: Result, key: str) -> str:
+    """``result`` as committed under ``results/``: indented JSON, except that each item of ``result[key]`` (a list
+    or a dict, the last key) is one line -- readable in a diff, a fraction of the size of one line per value."""
+    head = {k: v for k, v in result.items() if k != key}
+    items = result[key]
+    if isinstance(items, dict):
+        body = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in items.items())
+        opening, closing = "{", "}"
+    else:
+        body = ",\n".join("  " + json.dumps(item) for item in items)
+        opening, closing = "[", "]"
+    text = json.dumps(head, indent=1)
+    text = (text[:-2] + ",\n" if head else "{\n")
+    return text + f' {json.dumps(key)}: {opening}\n' + body + f"\n {closing}\n}}\n"
 
 
 # --- applying them --------------------------------------------------------------------------------------------------

@@ -1,27 +1,33 @@
 """Runs PyTorch's distributed test suite (``tests/host/distributed_suite.py``) for one backend in a subprocess and
-reads its outcome; compares gloo's and dlcp's outcomes; writes the side-by-side pass list.
+reads its outcome; compares gloo's and dlcp's outcomes; writes them side by side as a results file.
 
-Used by ``tests/host/test_torch_suite.py`` (the full run behind ``make test-torch-suite``, a subset in
-``make test``) and on the command line::
+Used by ``tests/host/test_torch_suite.py`` (a subset in ``make test``), ``tests/host/torch_suite_full.py`` (the
+full run behind ``make test-torch-suite``, which writes ``results/torch_suite.json``) and on the command line::
 
     python -m tests.host.torch_suite --backend gloo --backend dlcp --out build/torch-suite [-k EXPR] \
-        [--from-junit gloo=build/torch-suite/gloo.xml] [--doc docs/torch-suite.md]
+        [--from-junit gloo=build/torch-suite/gloo.xml] [--results results/torch_suite.json] [--note TEXT]
 
-``--from-junit B=PATH`` takes backend ``B``'s outcomes from an earlier run's JUnit file instead of running it
-again (gloo's do not change with dlcp's code); ``--doc`` also writes the pass list as a whole markdown document
-(``docs/torch-suite.md`` is made this way; its first line says by which command).
+The results file (:func:`summarise`; ``--results``, by default ``OUT/torch_suite.json``) holds each test's outcome
+on both backends, the suite's skip reasons, the reason recorded in :data:`GLOO_SPECIFIC` for each test that
+passes on gloo only, the torch version, the command, and each run's start, length and host as its JUnit file
+gives them; ``make report`` renders ``docs/torch-suite.md``'s tables from the committed one (``testbed.report``),
+and ``OUT/summary.md`` is the same rendering. ``--from-junit B=PATH`` takes backend ``B``'s outcomes from an
+earlier run's JUnit file instead of running it again (gloo's do not change with dlcp's code); the results file
+says so in its ``produced`` field, with ``--note`` added.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import subprocess
 import sys
 import tempfile
-import time
 import xml.etree.ElementTree as ET
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from .dist_run import free_udp_port
 
@@ -84,19 +90,70 @@ def run_suite(backend: str, junit: Path, *, select: str | None = None, timeout: 
     return read_junit(junit)
 
 
+def _junit_root(path: Path) -> ET.Element:
+    try:
+        return ET.parse(path).getroot()
+    except ET.ParseError as e:
+        raise ValueError(f"{path}: not a JUnit XML file ({e})") from None
+
+
 def read_junit(path: Path) -> dict[str, str]:
+    """``{test: outcome}`` from a JUnit file: ``passed``, ``failed`` (a failure or an error), or ``skipped`` /
+    ``skipped: reason`` (the first line of pytest's message, at most 160 characters)."""
     out: dict[str, str] = {}
-    for case in ET.parse(path).getroot().iter("testcase"):
+    for case in _junit_root(path).iter("testcase"):
         name = case.get("name", "")
         skipped = case.find("skipped")
         if case.find("failure") is not None or case.find("error") is not None:
             out[name] = "failed"
         elif skipped is not None:
-            out[name] = "skipped: " + (skipped.get("message") or "").splitlines()[0][:160] if skipped.get(
-                "message") else "skipped"
+            message = (skipped.get("message") or "").strip()
+            out[name] = "skipped: " + message.splitlines()[0][:160] if message else "skipped"
         else:
             out[name] = "passed"
     return out
+
+
+def junit_run(path: Path) -> dict[str, Any]:
+    """When a JUnit file's run started, how long it took (seconds) and on which host, as pytest records them."""
+    root = _junit_root(path)
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    try:
+        started = datetime.fromisoformat(suite.get("timestamp", "") if suite is not None else "")
+        seconds = float(suite.get("time", ""))  # type: ignore[union-attr]
+    except ValueError:
+        raise ValueError(f"{path}: no <testsuite timestamp=... time=...> (not a JUnit file written by pytest?)") \
+            from None
+    return {"started": started.isoformat(timespec="seconds"), "seconds": round(seconds, 1),
+            "hostname": suite.get("hostname", "?")}  # type: ignore[union-attr]
+
+
+def summarise(junit: dict[str, Path], *, command: str, produced: str) -> dict[str, Any]:
+    """The results file (``results/torch_suite.json``) from each backend's JUnit file: every test's outcome on
+    each backend (``gloo``, ``dlcp``: ``passed``, ``failed``, ``skipped``; absent: not in that run), the suite's
+    skip reason on dlcp (``skip``) and gloo's where it differs (``gloo_skip``; most are the same, so they are kept
+    once), and for a test that passed on gloo and not on dlcp its reason from :data:`GLOO_SPECIFIC` (``exception``;
+    none: a regression). ``date``: the day the last run started."""
+    missing = {"gloo", "dlcp"} - set(junit)
+    if missing:
+        raise ValueError(f"summarise: no JUnit file for {sorted(missing)}")
+    outcomes = {b: read_junit(p) for b, p in junit.items()}
+    runs = {b: junit_run(p) for b, p in junit.items()}
+    tests: dict[str, dict[str, Any]] = {}
+    for name in sorted(set().union(*outcomes.values())):
+        split = {b: outcomes[b][name].partition(": ") for b in ("gloo", "dlcp") if name in outcomes[b]}
+        entry: dict[str, Any] = {b: outcome for b, (outcome, _, _) in split.items()}
+        dlcp_reason, gloo_reason = split.get("dlcp", ("",) * 3)[2], split.get("gloo", ("",) * 3)[2]
+        if dlcp_reason:
+            entry["skip"] = dlcp_reason
+        if gloo_reason and gloo_reason != dlcp_reason:
+            entry["gloo_skip"] = gloo_reason
+        if entry.get("gloo") == "passed" and entry.get("dlcp") != "passed" and name in GLOO_SPECIFIC:
+            entry["exception"] = GLOO_SPECIFIC[name]
+        tests[name] = entry
+    return {"name": "torch_suite", "command": command, "produced": produced,
+            "torch": importlib.metadata.version("torch"), "world_size": WORLD_SIZE,
+            "date": max(r["started"] for r in runs.values())[:10], "runs": runs, "tests": tests}
 
 
 def regressions(gloo: dict[str, str], dlcp: dict[str, str]) -> list[str]:
@@ -105,42 +162,24 @@ def regressions(gloo: dict[str, str], dlcp: dict[str, str]) -> list[str]:
                   if o == "passed" and dlcp.get(t) != "passed" and t not in GLOO_SPECIFIC)
 
 
-def table(gloo: dict[str, str], dlcp: dict[str, str], command: str) -> str:
-    """The pass list side by side (markdown): every test that passed or failed on either backend, then how many the
-    suite skipped on both and why."""
-    names = sorted(set(gloo) | set(dlcp))
-    count = {b: sum(o == "passed" for o in r.values()) for b, r in (("gloo", gloo), ("dlcp", dlcp))}
+def write_results(summary: dict[str, Any], path: Path, out: Path) -> None:
+    """Write :func:`summarise`'s dict to ``path`` (one line per test) and its tables to ``out/summary.md``."""
+    from testbed.report import dumps, torch_suite_table
 
-    def short(o: str) -> str:
-        return "skipped" if o.startswith("skipped") else o
-
-    ran = [n for n in names if not (gloo.get(n, "skipped").startswith("skipped")
-                                    and dlcp.get(n, "skipped").startswith("skipped"))]
-    lines = [f"Made by `{command}` (world size {WORLD_SIZE}, {time.strftime('%Y-%m-%d')}): {len(names)} tests, "
-             f"passed on gloo {count['gloo']}, on dlcp {count['dlcp']}; failed on gloo "
-             f"{sum(o == 'failed' for o in gloo.values())}, on dlcp {sum(o == 'failed' for o in dlcp.values())}.",
-             "", "| test | gloo | dlcp | why not passed on dlcp |", "|---|---|---|---|"]
-    for n in ran:
-        g, d = gloo.get(n, "-"), dlcp.get(n, "-")
-        note = GLOO_SPECIFIC.get(n, "") if g == "passed" and d != "passed" else ""
-        lines.append(f"| {n} | {short(g)} | {short(d)} | {note} |")
-    both = [n for n in names if n not in ran]
-    why: dict[str, int] = {}
-    for n in both:
-        r = dlcp.get(n, gloo.get(n, "skipped"))[9:] or "no reason given"
-        why[r] = why.get(r, 0) + 1
-    lines += ["", f"Skipped on both ({len(both)}), with the suite's reasons on dlcp:", ""]
-    lines += [f"- {k} ({v})" for k, v in sorted(why.items(), key=lambda kv: -kv[1])]
-    return "\n".join(lines) + "\n"
+    for d in (path.parent, out):
+        d.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps(summary, "tests"))
+    (out / "summary.md").write_text(torch_suite_table(summary) + "\n")
 
 
-def document(summary: str) -> str:
-    """The pass list as a whole markdown document (``docs/torch-suite.md``)."""
-    return ("# PyTorch's distributed test suite on gloo and dlcp\n\n"
-            "<!-- generated whole by tests/host/torch_suite.py (--doc): re-run its command, do not edit -->\n\n"
-            "Every test of PyTorch's `DistributedTest` suite that passed or failed on either backend, side by side; "
-            "how the suite is run and what the exceptions mean: [backend.md](backend.md), PyTorch's distributed "
-            "test suite.\n\n" + summary)
+def produced(ran: list[str], earlier: dict[str, Path], note: str = "") -> str:
+    """How a results file was made, for its ``produced`` field: which backends ran now, at which commit, and which
+    outcomes were read from earlier runs' JUnit files."""
+    from bench.harness import machine_info
+
+    return " ".join(filter(None, [
+        f"Run by this command at commit {machine_info()['commit'] or '?'}: {' and '.join(ran)}." if ran else "",
+        *(f"{b}'s outcomes read from {p} (an earlier run's JUnit file)." for b, p in earlier.items()), note]))
 
 
 def _from_junit(spec: str) -> tuple[str, Path]:
@@ -158,19 +197,23 @@ def main() -> None:
     ap.add_argument("-k", dest="select")
     ap.add_argument("--from-junit", action="append", type=_from_junit, default=[],
                     help="BACKEND=PATH: that backend's outcomes from an earlier run's JUnit file, not a new run")
-    ap.add_argument("--doc", type=Path, help="also write the pass list as a markdown document here")
+    ap.add_argument("--results", type=Path, help="where to write the results file (default: OUT/torch_suite.json)")
+    ap.add_argument("--note", default="", help="added to the results file's account of how it was produced")
     a = ap.parse_args()
     earlier = dict(a.from_junit)
+    junit: dict[str, Path] = {}
     res = {}
     for b in a.backend:
-        res[b] = read_junit(earlier[b]) if b in earlier else run_suite(b, a.out / f"{b}.xml", select=a.select)
+        junit[b] = earlier.get(b) or a.out / f"{b}.xml"
+        res[b] = read_junit(junit[b]) if b in earlier else run_suite(b, junit[b], select=a.select)
         print(b, sum(o == "passed" for o in res[b].values()), "passed of", len(res[b]), flush=True)
     if {"gloo", "dlcp"} <= set(res):
-        summary = table(res["gloo"], res["dlcp"], " ".join(["python -m tests.host.torch_suite", *sys.argv[1:]]))
-        a.out.mkdir(parents=True, exist_ok=True)
-        (a.out / "summary.md").write_text(summary)
-        if a.doc is not None:
-            a.doc.write_text(document(summary))
+        argv = sys.argv[1:]
+        if "--note" in argv:  # the note is said in `produced`, not repeated in the command
+            del argv[argv.index("--note"):argv.index("--note") + 2]
+        summary = summarise(junit, command=" ".join(["python -m tests.host.torch_suite", *argv]),
+                            produced=produced([b for b in junit if b not in earlier], earlier, a.note))
+        write_results(summary, a.results or a.out / "torch_suite.json", a.out)
         bad = regressions(res["gloo"], res["dlcp"])
         print("regressions:", bad or "none")
         sys.exit(1 if bad else 0)
