@@ -43,24 +43,21 @@ import threading
 import time
 from typing import Any, Mapping
 
-import numpy as np
-
 from host import wire
-from host.policy import CONTROL_PRIORITY, as_float_view
+from host.policy import CONTROL_PRIORITY
 from host.transport.api import LossReport, Options, RecvHandle, RecvResult, SendHandle, TransportError
 from host.transport.cc import CCParams
-from host.transport.chunking import chunk_elems, payload_capacity, plan_in_order, plan_packets, tos_byte, write_headers
+from host.transport.chunking import payload_capacity, tos_byte
 from host.transport.intake import Intake
 from host.transport.liveness import DEAD_NOTICE_AGAIN, Liveness
 from host.transport.packetio import ICMP_ERRNOS as _ICMP_ERRNOS
 from host.transport.packetio import _txlane  # the C send lane (None in a broken install: the Python path)
 from host.transport.packetio import AddressInUse, PacketSocket, norm_addr, path_mtu, src_key
 from host.transport.receiver import Receiver
-from host.transport.sender import Sender, slice_classifier
+from host.transport.sender import Sender, plan_send
 from host.transport.stats import Counters
 from host.transport.tensors import allocate, view_tensor
 from host.transport.transmit import Transmitter
-from host.wire import DType
 
 __all__ = ["Endpoint", "Options", "SendHandle", "RecvHandle", "RecvResult", "LossReport", "TransportError", "path_mtu"]
 
@@ -146,23 +143,8 @@ class Endpoint:
         tv = view_tensor(tensor)
         if tv.nbytes >= 1 << 32:
             raise ValueError("a transfer is < 4 GiB (the offset field is 32 bits); split the tensor")
-        values = as_float_view(tv.array, bf16=tv.dtype == DType.BFLOAT16)
-        chunk = chunk_elems(self.opts.mtu, tv.dtype.itemsize)
-        npk = max(1, -(-tv.nelems // chunk))
-        counts = np.minimum(chunk, tv.nelems - np.arange(npk, dtype=np.int64) * chunk).clip(min=0)
-        per_slice = max(1, -(-self.opts.classify_slice // (chunk * tv.dtype.itemsize)))  # (a 4 MiB tensor: 1 slice)
         ids = dict(layer=layer, rank=self.rank, job_id=self.job_id, transfer_id=transfer_id, nonce=self.nonce)
-        if loss_bound == 0 and self.opts.classify_slice > 0 and npk > per_slice and self._slice_to[peer]:
-            # in slices (Options.classify_slice): the first one now, the rest on the I/O thread (Sender.classify_slices)
-            classify = slice_classifier(self.opts.policy, values, counts, chunk, layer)
-            first = classify(0, per_slice)
-            plan = plan_in_order(nelems=tv.nelems, dtype=tv.dtype, mtu=self.opts.mtu, priority=first.priority, **ids)
-            write_headers(plan, 0, per_slice, first.mag_class)
-            ready = per_slice
-        else:
-            classes = self.opts.policy.classify(values, counts, layer=layer, loss_bound=loss_bound)
-            plan = plan_packets(nelems=tv.nelems, dtype=tv.dtype, mtu=self.opts.mtu, classes=classes, **ids)
-            ready = npk
+        plan, ready, slicer = plan_send(tv, self.opts, loss_bound, ids, in_slices=self._slice_to[peer])
         with self._lock:
             if self._closed:
                 raise TransportError("endpoint is closed", peer)
@@ -171,7 +153,7 @@ class Endpoint:
                 raise dead
             now = time.monotonic()
             o = self._sender.start(peer, transfer_id, tv, plan, ready, now, layer=layer, loss_bound=loss_bound,
-                                   slicer=(classify, per_slice) if ready < npk else None)
+                                   slicer=slicer)
             p = self._sender.peers[peer]
             # An idle I/O thread would first have to wake up, be scheduled and run its timers before the first
             # packet left: on a loaded host that is the larger part of a small transfer's latency. The caller sends

@@ -12,7 +12,8 @@ What it does, per peer (:class:`PeerState`) and per transfer (:class:`OutTransfe
   lost and zero-fills it), unless the receiver names it in a NACK (its own loss bound is tighter);
 * runs the sender's timers (:meth:`Sender.timers`): a peer silent past ``peer_timeout`` fails its sends; a
   retransmission timeout restarts the window and sends one tail probe per transfer, not a mass retransmission;
-* classifies a large reliable send in slices on the I/O thread (:meth:`Sender.classify_slices`).
+* plans a send's packets (:func:`plan_send`: the policy's classes, the headers), a large reliable send in slices,
+  the next slice classified on the I/O thread (:meth:`Sender.classify_slices`).
 
 Bursts leave through ``transmit.Transmitter``; a burst the full send buffer refused comes back by
 :meth:`Sender.unsend`. Everything here runs under the endpoint's lock, which the sender shares.
@@ -37,18 +38,18 @@ from typing import Callable
 import numpy as np
 
 from host import wire
-from host.policy import Policy
+from host.policy import Policy, as_float_view
 from host.transport.api import Options, SendHandle, TransportError
 from host.transport.cc import CCParams, DctcpWindow
-from host.transport.chunking import tos_byte, write_headers
+from host.transport.chunking import chunk_elems, plan_in_order, plan_packets, tos_byte, write_headers
 from host.transport.control import (CTL, CTL_DONE, DONE_UNKNOWN, FLAGS_AT, W_COUNT, W_FLAGS, W_OFFSET, W_RANK, W_SEQ,
                                     W_TID, W_TID_HI, W_TOTAL, REORDER_TIME, clock_us)
 from host.transport.packetio import PacketSocket
 from host.transport.stats import Counters
 from host.transport.tensors import TensorView
-from host.wire import Flag, MsgType
+from host.wire import DType, Flag, MsgType
 
-__all__ = ["OutTransfer", "PeerState", "Sender", "on_ack", "on_cum_ack", "on_nack", "pace", "slice_classifier"]
+__all__ = ["OutTransfer", "PeerState", "Sender", "on_ack", "on_cum_ack", "on_nack", "pace", "plan_send", "slice_classifier"]
 
 log = logging.getLogger("host.transport")
 
@@ -275,6 +276,29 @@ def slice_classifier(policy: Policy, values: np.ndarray | None, counts: np.ndarr
         part = None if values is None else values[lo * chunk: lo * chunk + int(counts[lo:hi].sum())]
         return policy.classify(part, counts[lo:hi], layer=layer, loss_bound=0.0)
     return classify
+
+
+def plan_send(tv: TensorView, opts: Options, loss_bound: float, ids: dict, *, in_slices: bool):
+    """The packet plan of a send of ``tv`` (``ids``: the header's layer, rank, job id, transfer id and nonce):
+    ``(plan, ready, slicer)``, where the packets below ``ready`` have their headers and ``slicer`` (or None) is
+    ``(classify(lo, hi), packets per slice)`` for the rest. The policy classifies the whole tensor at once, except a
+    reliable send larger than ``opts.classify_slice`` to a peer ``in_slices`` allows (not on this host): its first
+    slice is classified now, the rest on the I/O thread (:meth:`Sender.classify_slices`), so the link is not idle
+    while a large tensor is classified."""
+    layer = ids["layer"]
+    values = as_float_view(tv.array, bf16=tv.dtype == DType.BFLOAT16)
+    chunk = chunk_elems(opts.mtu, tv.dtype.itemsize)
+    npk = max(1, -(-tv.nelems // chunk))
+    counts = np.minimum(chunk, tv.nelems - np.arange(npk, dtype=np.int64) * chunk).clip(min=0)
+    per_slice = max(1, -(-opts.classify_slice // (chunk * tv.dtype.itemsize)))  # (a 4 MiB tensor: 1 slice)
+    if loss_bound == 0 and opts.classify_slice > 0 and npk > per_slice and in_slices:
+        classify = slice_classifier(opts.policy, values, counts, chunk, layer)
+        first = classify(0, per_slice)
+        plan = plan_in_order(nelems=tv.nelems, dtype=tv.dtype, mtu=opts.mtu, priority=first.priority, **ids)
+        write_headers(plan, 0, per_slice, first.mag_class)
+        return plan, per_slice, (classify, per_slice)
+    classes = opts.policy.classify(values, counts, layer=layer, loss_bound=loss_bound)
+    return plan_packets(nelems=tv.nelems, dtype=tv.dtype, mtu=opts.mtu, classes=classes, **ids), npk, None
 
 
 class Sender:
