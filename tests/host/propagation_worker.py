@@ -27,6 +27,10 @@ def main() -> None:
     scenario, rank, amap = sys.argv[1], int(sys.argv[2]), {int(k): v for k, v in json.loads(sys.argv[3]).items()}
     ep = Endpoint(rank, amap, 41, 0x4242, Options(peer_timeout=float(sys.argv[4]), recv_timeout=60.0))
     ep.share_fate(amap, *GROUP)
+    # every rank's endpoint is bound (and answers probes) before any rank waits on another: a rank still starting
+    # its interpreter when a peer posts a receive from it would otherwise be silent past a short peer_timeout
+    print("bound", flush=True)
+    sys.stdin.readline()
     if scenario == "killed" and rank == 2:  # rank 2 and rank 1 have talked before (as ranks of a job have)
         ep.send(1, np.ones(10, np.float32), transfer_id=1).wait(30)
     elif scenario == "killed" and rank == 1:

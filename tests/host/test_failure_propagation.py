@@ -23,8 +23,13 @@ def _start(scenario: str, n: int = 3, peer_timeout: float = 1.0) -> tuple[dict[i
     procs = {r: subprocess.Popen([sys.executable, "-m", "tests.host.propagation_worker", scenario, str(r),
                                   json.dumps(amap), str(peer_timeout)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  text=True) for r in range(n)}
-    for p in procs.values():
-        assert p.stdout.readline().strip() == "ready"
+    for line in ("bound", "ready"):  # every endpoint exists before any rank waits on another; then each is set up
+        for p in procs.values():
+            assert p.stdout.readline().strip() == line
+        if line == "bound":
+            for p in procs.values():
+                p.stdin.write("start\n")
+                p.stdin.flush()
     return procs, amap
 
 
