@@ -217,47 +217,47 @@ class Network:
         except (ValueError, KeyError) as e:
             raise ProgramError(f"{program.path}: cannot encode the desired state of {switch}: {e}") from None
 
-    async def read_managed(self, c: SwitchClient) -> list[p4r.Entity]:
+    async def read_managed(self, client: SwitchClient) -> list[p4r.Entity]:
         """Everything ``apply`` manages, as the switch has it."""
-        schema = c.schema
+        schema = client.schema
         filters = [p4r.Entity(table_entry=p4r.TableEntry(table_id=schema.tables[t].id)) for t in state.MANAGED_TABLES]
         filters += [p4r.Entity(table_entry=p4r.TableEntry(table_id=schema.tables[t].id, is_default_action=True))
                     for t in state.PRIORITY_TABLES]
         filters += [p4r.Entity(register_entry=p4r.RegisterEntry(register_id=schema.registers[r].id))
                     for r in state.MANAGED_REGISTERS]
-        return await c.read(filters)
+        return await client.read(filters)
 
-    async def reconcile(self, c: SwitchClient, *, dry_run: bool = False, tm: bool = True) -> SwitchApplyResult:
+    async def reconcile(self, client: SwitchClient, *, dry_run: bool = False, tm: bool = True) -> SwitchApplyResult:
         """Make one switch, on an open session ``c``, match the file: pipeline, tables and registers (written in
         dependency order, one Write per phase of :class:`state.Plan`), traffic manager. With ``dry_run`` nothing
         is written and the result lists the drift."""
-        switch = c.spec.name
+        switch = client.spec.name
         program = self.program(switch)
-        res = SwitchApplyResult(switch, dry_run=dry_run)
+        result = SwitchApplyResult(switch, dry_run=dry_run)
         if dry_run:
-            res.pipeline_pushed = await c.pipeline_cookie() != program.cookie
+            result.pipeline_pushed = await client.pipeline_cookie() != program.cookie
         else:
-            res.pipeline_pushed = await c.ensure_pipeline(program)
-        actual = [] if res.pipeline_pushed and dry_run else await self.read_managed(c)
+            result.pipeline_pushed = await client.ensure_pipeline(program)
+        actual = [] if result.pipeline_pushed and dry_run else await self.read_managed(client)
         desired = self.desired(switch, actual)
         schema = program.schema
         plan = state.diff(desired, actual, managed_tables=[schema.tables[t].id for t in state.MANAGED_TABLES],
                           managed_registers=[schema.registers[r].id for r in state.MANAGED_REGISTERS],
                           ecmp_table=schema.tables["ecmp_nhop"].id)
-        res.inserts, res.modifies, res.deletes = plan.inserts, plan.modifies, plan.deletes
+        result.inserts, result.modifies, result.deletes = plan.inserts, plan.modifies, plan.deletes
         kinds = {p4r.Update.INSERT: "+", p4r.Update.MODIFY: "~", p4r.Update.DELETE: "-"}
-        res.updates = [f"{kinds[u.type]} {state.describe_entity(u.entity, schema)}" for u in plan.updates]
+        result.updates = [f"{kinds[u.type]} {state.describe_entity(u.entity, schema)}" for u in plan.updates]
         if not dry_run:
             for phase in plan.phases:  # separate Writes: a server may reorder the updates of one
-                await c.write(phase)
+                await client.write(phase)
         if tm:
-            res.tm_changes = await asyncio.to_thread(self._tm_sync, switch, dry_run)
-            res.tm_readable = self.spec.switches[switch].target == "embedded"
-        return res
+            result.tm_changes = await asyncio.to_thread(self._tm_sync, switch, dry_run)
+            result.tm_readable = self.spec.switches[switch].target == "embedded"
+        return result
 
     async def _apply_switch(self, switch: str, dry_run: bool, tm: bool) -> SwitchApplyResult:
-        async with self.client(switch, writer=True, p4info=self.program(switch).p4info) as c:
-            return await self.reconcile(c, dry_run=dry_run, tm=tm)
+        async with self.client(switch, writer=True, p4info=self.program(switch).p4info) as client:
+            return await self.reconcile(client, dry_run=dry_run, tm=tm)
 
     def _tm_sync(self, switch: str, dry_run: bool) -> list[str]:
         """Traffic-manager reconciliation of one switch (blocking: run in a thread)."""
@@ -267,15 +267,15 @@ class Network:
             return []  # nothing asked and no CLI to reset BMv2 with: leave its traffic manager alone
         if dry_run and spec.target == "bmv2":
             return [ch.line() for ch in tmmod.tm_changes(plan_tm, None)]
-        t = tmmod.open_tm(spec, self.spec.connect_timeout)
+        manager = tmmod.open_tm(spec, self.spec.connect_timeout)
         try:
             if dry_run:
-                return [ch.line() for ch in tmmod.tm_changes(plan_tm, tmmod.read_tm(t))]
-            return tmmod.apply_tm(plan_tm, t)
+                return [ch.line() for ch in tmmod.tm_changes(plan_tm, tmmod.read_tm(manager))]
+            return tmmod.apply_tm(plan_tm, manager)
         finally:
-            if isinstance(t, tmmod.Bmv2TM):
-                t.commands.clear()  # apply_tm flushed what it wrote; an error leaves nothing half-sent
-            t.close()
+            if isinstance(manager, tmmod.Bmv2TM):
+                manager.commands.clear()  # apply_tm flushed what it wrote; an error leaves nothing half-sent
+            manager.close()
 
     async def apply_async(self, switches: Iterable[str] | None = None, *, dry_run: bool = False, tm: bool = True,
                           check: bool = True) -> ApplyResult:
@@ -284,10 +284,10 @@ class Network:
 
         With ``check`` (default) the first error is raised after every switch has been tried; otherwise errors
         are returned in ``ApplyResult.errors``."""
-        sel = self.select(switches)
-        for s in sel:  # compile once, before any session: a program error is not a per-switch error
+        selected = self.select(switches)
+        for s in selected:  # compile once, before any session: a program error is not a per-switch error
             self.check_program(self.program(s))
-        ok, errors = await self._each(sel, lambda s: self._apply_switch(s, dry_run, tm))
+        ok, errors = await self._each(selected, lambda s: self._apply_switch(s, dry_run, tm))
         result = ApplyResult(ok, errors)
         if check:
             result.raise_for_errors()
@@ -306,23 +306,23 @@ class Network:
         return sorted(ports)
 
     async def _stats_switch(self, switch: str, tm: bool) -> SwitchStats:
-        async with self.client(switch, writer=False) as c:
-            st = await self.stats_on(c)
+        async with self.client(switch, writer=False) as client:
+            stats = await self.stats_on(client)
         if tm and self.spec.switches[switch].target == "embedded":
-            st.tm = await asyncio.to_thread(self._tm_stats_sync, switch)
-        return st
+            stats.tm = await asyncio.to_thread(self._tm_stats_sync, switch)
+        return stats
 
-    async def stats_on(self, c: SwitchClient) -> SwitchStats:
+    async def stats_on(self, client: SwitchClient) -> SwitchStats:
         """The P4 counters of one switch over an open session."""
-        switch = c.spec.name
+        switch = client.spec.name
         ports = self._slots(switch)
-        st = SwitchStats(switch, time.time())
-        schema = c.schema
-        ents: list[p4r.Entity] = []
+        stats = SwitchStats(switch, time.time())
+        schema = client.schema
+        entities: list[p4r.Entity] = []
 
         def counter(name: str, idx: int) -> None:
             if schema.counters.get(name) is not None:
-                ents.append(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=schema.counters[name].id,
+                entities.append(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=schema.counters[name].id,
                                                                       index=p4r.Index(index=idx))))
         for p in ports:
             for q in range(state.NUM_PRIOS):
@@ -330,28 +330,28 @@ class Network:
                     counter(name, state.slot(p, q))
             counter("nhop_packets", p)
         if schema.counters.get("ingress_drops") is not None:
-            ents.append(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=schema.counters["ingress_drops"].id)))
-        for e in await c.read(ents):
-            ce = e.counter_entry
-            known = schema.counters.get(ce.counter_id)
+            entities.append(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=schema.counters["ingress_drops"].id)))
+        for e in await client.read(entities):
+            entry = e.counter_entry
+            known = schema.counters.get(entry.counter_id)
             name = known.alias if known is not None else "?"
-            idx, pk, by = ce.index.index, ce.data.packet_count, ce.data.byte_count
+            idx, packets, octets = entry.index.index, entry.data.packet_count, entry.data.byte_count
             if name == "ingress_drops":
                 reason = INGRESS_DROP_REASONS[idx] if idx < len(INGRESS_DROP_REASONS) else str(idx)
-                if idx < len(INGRESS_DROP_REASONS) or pk:
-                    st.ingress_drops[reason] = pk
+                if idx < len(INGRESS_DROP_REASONS) or packets:
+                    stats.ingress_drops[reason] = packets
             elif name == "nhop_packets":
-                st.nhop_packets[idx] = (pk, by)
+                stats.nhop_packets[idx] = (packets, octets)
             else:
-                pc = st.ports.setdefault(idx // state.NUM_PRIOS, {}).setdefault(idx % state.NUM_PRIOS,
+                counters = stats.ports.setdefault(idx // state.NUM_PRIOS, {}).setdefault(idx % state.NUM_PRIOS,
                                                                                 PrioCounters())
                 if name == "port_forwarded":
-                    pc.forwarded_packets, pc.forwarded_bytes = pk, by
+                    counters.forwarded_packets, counters.forwarded_bytes = packets, octets
                 elif name == "eligible_drops":
-                    pc.eligible_drops = pk
+                    counters.eligible_drops = packets
                 elif name == "ecn_marks":
-                    pc.ecn_marks = pk
-        return st
+                    counters.ecn_marks = packets
+        return stats
 
     def stats_sessions(self, switches: Iterable[str] | None = None, *, tm: bool = True) -> "StatsSessions":
         """Sessions kept open for repeated :meth:`StatsSessions.read` calls (``watch``): one P4Runtime session and
@@ -359,11 +359,11 @@ class Network:
         return StatsSessions(self, self.select(switches), tm)
 
     def _tm_stats_sync(self, switch: str):
-        t = tmmod.open_tm(self.spec.switches[switch], self.spec.connect_timeout)
+        manager = tmmod.open_tm(self.spec.switches[switch], self.spec.connect_timeout)
         try:
-            return t.stats()
+            return manager.stats()
         finally:
-            t.close()
+            manager.close()
 
     async def stats_async(self, switches: Iterable[str] | None = None, *, tm: bool = True) -> dict[str, SwitchStats]:
         ok, errors = await self._each(self.select(switches), lambda s: self._stats_switch(s, tm))
@@ -376,20 +376,20 @@ class Network:
         return self._run(self.stats_async(switches, tm=tm))
 
     async def _tables_switch(self, switch: str) -> dict:
-        async with self.client(switch, writer=False) as c:
-            schema = c.schema
+        async with self.client(switch, writer=False) as client:
+            schema = client.schema
             tables = sorted(schema.tables, key=lambda t: t.id)
             filters = [p4r.Entity(table_entry=p4r.TableEntry(table_id=t.id)) for t in tables]
             filters += [p4r.Entity(register_entry=p4r.RegisterEntry(register_id=schema.registers[r].id))
                         for r in state.MANAGED_REGISTERS if schema.registers.get(r) is not None]
-            ents = await c.read(filters)
+            entities = await client.read(filters)
             out: dict[str, Any] = {"tables": {t.alias: [] for t in tables}, "registers": {}}
-            for e in ents:
-                d = state.entity_to_dict(state.canonical(e), schema)
-                if "table" in d:
-                    out["tables"].setdefault(d.pop("table"), []).append(d)
-                elif "register" in d and d["value"]:
-                    out["registers"].setdefault(d["register"], {})[str(d["index"])] = d["value"]
+            for e in entities:
+                row = state.entity_to_dict(state.canonical(e), schema)
+                if "table" in row:
+                    out["tables"].setdefault(row.pop("table"), []).append(row)
+                elif "register" in row and row["value"]:
+                    out["registers"].setdefault(row["register"], {})[str(row["index"])] = row["value"]
             for rows in out["tables"].values():
                 rows.sort(key=_row_key)
             return out
@@ -407,11 +407,11 @@ class Network:
     # -- imperative changes (until the next apply, which restores the file's state) ------------------------------
     async def _write_switch(self, switch: str,
                             build: Callable[[SwitchClient], Awaitable[list[p4r.Update]]]) -> list[str]:
-        async with self.client(switch, writer=True) as c:
-            updates = await build(c)
-            await c.write(updates)
+        async with self.client(switch, writer=True) as client:
+            updates = await build(client)
+            await client.write(updates)
             kinds = {p4r.Update.INSERT: "+", p4r.Update.MODIFY: "~", p4r.Update.DELETE: "-"}
-            return [f"{kinds[u.type]} {state.describe_entity(u.entity, c.schema)}" for u in updates]
+            return [f"{kinds[u.type]} {state.describe_entity(u.entity, client.schema)}" for u in updates]
 
     async def _write_many(self, switches: list[str], build) -> dict[str, list[str]]:
         ok, errors = await self._each(switches, lambda s: self._write_switch(s, build(s)))
@@ -430,13 +430,13 @@ class Network:
             if v is not None and not 0 <= v <= netfile.THRESHOLD_MAX:
                 raise UsageError(f"threshold {v} out of range 0..{netfile.THRESHOLD_MAX}")
         prios = list(priorities) if priorities is not None else list(range(state.NUM_PRIOS))
-        ports_l = list(ports) if ports is not None else None
+        port_list = list(ports) if ports is not None else None
 
         def build(switch: str):
-            async def b(c: SwitchClient) -> list[p4r.Update]:
-                schema = c.schema
+            async def updates_for(client: SwitchClient) -> list[p4r.Update]:
+                schema = client.schema
                 want: dict[tuple[int, int], int] = {}
-                for p in (ports_l if ports_l is not None else list(self.spec.ports_of(switch))):
+                for p in (port_list if port_list is not None else list(self.spec.ports_of(switch))):
                     for q in prios:
                         for reg, v in (("drop_threshold", drop), ("mark_threshold", mark)):
                             if v is not None:
@@ -444,18 +444,18 @@ class Network:
                 have = {}
                 filters = [p4r.Entity(register_entry=p4r.RegisterEntry(register_id=rid, index=p4r.Index(index=i)))
                            for rid, i in want]
-                for e in await c.read(filters):
-                    r = e.register_entry
-                    have[(r.register_id, r.index.index)] = int.from_bytes(r.data.bitstring, "big")
-                ups = []
+                for e in await client.read(filters):
+                    entry = e.register_entry
+                    have[(entry.register_id, entry.index.index)] = int.from_bytes(entry.data.bitstring, "big")
+                updates = []
                 for (rid, i), v in sorted(want.items()):
                     if have.get((rid, i)) != v:
-                        ent = p4r.Entity(register_entry=p4r.RegisterEntry(
+                        entity = p4r.Entity(register_entry=p4r.RegisterEntry(
                             register_id=rid, index=p4r.Index(index=i),
                             data=p4d.P4Data(bitstring=v.to_bytes(3, "big").lstrip(b"\0") or b"\0")))
-                        ups.append(p4r.Update(type=p4r.Update.MODIFY, entity=ent))
-                return ups
-            return b
+                        updates.append(p4r.Update(type=p4r.Update.MODIFY, entity=entity))
+                return updates
+            return updates_for
 
         return await self._write_many(self.select(switches), build)
 
@@ -492,23 +492,23 @@ class Network:
                                                                                            prio=queue)
 
         def build(switch: str):
-            async def b(c: SwitchClient) -> list[p4r.Update]:
-                tid = c.schema.tables[table].id
-                existing = await c.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=tid))])
-                p = prio
-                if kind == "dlcp" and not p:
-                    p = max((e.table_entry.priority for e in existing), default=0) + 1
-                ent = fy.P4TableEntry(table, match=match, priority=p, action=None if delete else action)
-                enc = state.canonical(ent.encode(c.schema))
-                key = state.entity_key(enc)
+            async def updates_for(client: SwitchClient) -> list[p4r.Update]:
+                table_id = client.schema.tables[table].id
+                existing = await client.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=table_id))])
+                entry_prio = prio
+                if kind == "dlcp" and not entry_prio:
+                    entry_prio = max((e.table_entry.priority for e in existing), default=0) + 1
+                entry = fy.P4TableEntry(table, match=match, priority=entry_prio, action=None if delete else action)
+                encoded = state.canonical(entry.encode(client.schema))
+                key = state.entity_key(encoded)
                 found = any(state.entity_key(state.canonical(e)) == key for e in existing)
                 if delete:
                     if not found:
                         # still send it: the switch's NOT_FOUND names the entry
                         pass
-                    return [p4r.Update(type=p4r.Update.DELETE, entity=enc)]
-                return [p4r.Update(type=p4r.Update.MODIFY if found else p4r.Update.INSERT, entity=enc)]
-            return b
+                    return [p4r.Update(type=p4r.Update.DELETE, entity=encoded)]
+                return [p4r.Update(type=p4r.Update.MODIFY if found else p4r.Update.INSERT, entity=encoded)]
+            return updates_for
 
         return await self._write_many(self.select(switches), build)
 
@@ -522,11 +522,11 @@ class Network:
             raise UsageError("set queue needs --depth and/or --rate-pps")
         out = []
         for s in self.select(switches):
-            t = tmmod.open_tm(self.spec.switches[s], self.spec.connect_timeout)
+            manager = tmmod.open_tm(self.spec.switches[s], self.spec.connect_timeout)
             try:
-                t.set_queue(port, priority, depth=depth, rate_pps=rate_pps)
+                manager.set_queue(port, priority, depth=depth, rate_pps=rate_pps)
             finally:
-                t.close()
+                manager.close()
             out.append(f"{s}: queue {port}/{'all' if priority is None else priority}"
                        + (f" depth={depth}" if depth is not None else "")
                        + (f" rate_pps={rate_pps:g}" if rate_pps is not None else ""))
@@ -539,11 +539,11 @@ class Network:
             raise UsageError("set link needs --rate, --delay and/or --loss")
         out = []
         for s in self.select(switches):
-            t = tmmod.open_tm(self.spec.switches[s], self.spec.connect_timeout)
+            manager = tmmod.open_tm(self.spec.switches[s], self.spec.connect_timeout)
             try:
-                t.set_link(port, rate_bps=rate_bps, delay_us=delay_us, loss=loss)
+                manager.set_link(port, rate_bps=rate_bps, delay_us=delay_us, loss=loss)
             finally:
-                t.close()
+                manager.close()
             out.append(f"{s}: link {port}" + (f" rate={rate_bps:g}bps" if rate_bps is not None else "")
                        + (f" delay={delay_us}us" if delay_us is not None else "")
                        + (f" loss={loss:g}" if loss is not None else ""))
@@ -555,7 +555,7 @@ class Network:
         net = self._prefix(prefix)
         self.select([switch])
         connected = self.spec.ports_of(switch)
-        nhs = []
+        hops = []
         for port, mac in via:
             if mac is None:
                 if port not in connected:
@@ -563,23 +563,24 @@ class Network:
                                           f"give the next-hop MAC as PORT@MAC")
                 from .topology import peer_mac
                 mac = peer_mac(self.spec, connected[port])
-            nhs.append(NextHop(port, mac))
-        nhs = sorted(set(nhs))
-        if not nhs:
+            hops.append(NextHop(port, mac))
+        hops = sorted(set(hops))
+        if not hops:
             raise UsageError("route add needs at least one --via PORT[@MAC]")
 
-        async def b(c: SwitchClient) -> list[p4r.Update]:
+        async def updates_for(client: SwitchClient) -> list[p4r.Update]:
+            schema = client.schema
             groups: dict[tuple[NextHop, ...], int] = {}
-            if len(nhs) > 1:
-                ecmp = c.schema.tables["ecmp_nhop"].id
-                members = await c.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=ecmp))])
-                _, used = state.groups_on_switch(self.spec, switch, members, c.schema)
+            if len(hops) > 1:
+                ecmp = schema.tables["ecmp_nhop"].id
+                members = await client.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=ecmp))])
+                _, used = state.groups_on_switch(self.spec, switch, members, schema)
                 # a new group, never one a live route uses: the content-derived id, or the next free one
-                groups = ecmp_groups([Route(net, tuple(nhs), "cli")], None, used, state.group_id_limit(c.schema))
-            ents = state.route_entities(self.spec, switch, [Route(net, tuple(nhs), "cli")], groups)
-            return [p4r.Update(type=p4r.Update.INSERT, entity=state.canonical(e.encode(c.schema))) for e in ents]
+                groups = ecmp_groups([Route(net, tuple(hops), "cli")], None, used, state.group_id_limit(schema))
+            entities = state.route_entities(self.spec, switch, [Route(net, tuple(hops), "cli")], groups)
+            return [p4r.Update(type=p4r.Update.INSERT, entity=state.canonical(e.encode(schema))) for e in entities]
 
-        return await self._write_switch(switch, b)
+        return await self._write_switch(switch, updates_for)
 
     def route_add(self, switch: str, prefix: str, via: list[tuple[int, int | None]]) -> list[str]:
         return self._run(self.route_add_async(switch, prefix, via))
@@ -589,31 +590,32 @@ class Network:
         net = self._prefix(prefix)
         self.select([switch])
 
-        async def b(c: SwitchClient) -> list[p4r.Update]:
-            lpm, ecmp = c.schema.tables["ipv4_lpm"].id, c.schema.tables["ecmp_nhop"].id
+        async def updates_for(client: SwitchClient) -> list[p4r.Update]:
+            lpm, ecmp = client.schema.tables["ipv4_lpm"].id, client.schema.tables["ecmp_nhop"].id
             key_ent = state.canonical(fy.P4TableEntry("ipv4_lpm", match=fy.P4TableMatch(
-                dst_addr=f"{net.network_address}/{net.prefixlen}")).encode(c.schema))
+                dst_addr=f"{net.network_address}/{net.prefixlen}")).encode(client.schema))
             key = state.entity_key(key_ent)
-            routes = await c.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=lpm))])
+            routes = await client.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=lpm))])
             target = next((state.canonical(e) for e in routes if state.entity_key(state.canonical(e)) == key), None)
-            ups = [p4r.Update(type=p4r.Update.DELETE, entity=key_ent)]
-            if target is not None and c.schema.actions[target.table_entry.action.action.action_id].alias == "set_ecmp":
-                group = target.table_entry.action.action.params[0].value
+            updates = [p4r.Update(type=p4r.Update.DELETE, entity=key_ent)]
+            target_action = target.table_entry.action.action if target is not None else None
+            if target_action is not None and client.schema.actions[target_action.action_id].alias == "set_ecmp":
+                group = target_action.params[0].value
                 others = [e for e in routes if state.entity_key(state.canonical(e)) != key
-                          and e.table_entry.action.action.action_id == target.table_entry.action.action.action_id
+                          and e.table_entry.action.action.action_id == target_action.action_id
                           and state.canonical(e).table_entry.action.action.params[0].value == group]
                 if not others:
-                    members = await c.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=ecmp))])
+                    members = await client.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=ecmp))])
                     for m in members:
                         m = state.canonical(m)
                         if m.table_entry.match[0].exact.value == group:
-                            d = p4r.Entity()
-                            d.table_entry.table_id = ecmp
-                            d.table_entry.match.extend(m.table_entry.match)
-                            ups.append(p4r.Update(type=p4r.Update.DELETE, entity=d))
-            return ups
+                            member_key = p4r.Entity()
+                            member_key.table_entry.table_id = ecmp
+                            member_key.table_entry.match.extend(m.table_entry.match)
+                            updates.append(p4r.Update(type=p4r.Update.DELETE, entity=member_key))
+            return updates
 
-        return await self._write_switch(switch, b)
+        return await self._write_switch(switch, updates_for)
 
     def route_del(self, switch: str, prefix: str) -> list[str]:
         return self._run(self.route_del_async(switch, prefix))
@@ -647,12 +649,12 @@ class Network:
 
         self.select([switch])
         got: list[fy.P4PacketIn] = []
-        async with self.client(switch, writer=True) as c:
-            c.require_primary("PacketIn")
+        async with self.client(switch, writer=True) as client:
+            client.require_primary("PacketIn")
 
             async def collect() -> None:
-                it = c.packet_in()
-                first = asyncio.ensure_future(it.__anext__())
+                packets = client.packet_in()
+                first = asyncio.ensure_future(packets.__anext__())
                 await asyncio.sleep(0)  # the iterator has registered its queue once it waits
                 if ready is not None:
                     ready()
@@ -663,7 +665,7 @@ class Network:
                         on_packet(pkt)
                     if count and len(got) >= count:
                         return
-                    pkt = await it.__anext__()
+                    pkt = await packets.__anext__()
 
             try:
                 await asyncio.wait_for(collect(), timeout)
@@ -695,16 +697,16 @@ class StatsSessions:
             clients = [self.net.client(s, writer=False) for s in self.switches]
             opened = await asyncio.gather(*(self._stack.enter_async_context(c) for c in clients),
                                           return_exceptions=True)
-            for r in opened:
-                if isinstance(r, BaseException):
-                    raise r
+            for outcome in opened:
+                if isinstance(outcome, BaseException):
+                    raise outcome
             self._clients = dict(zip(self.switches, clients))
             for s in self.switches:
                 spec = self.net.spec.switches[s]
                 if self.tm and spec.target == "embedded":
-                    t = tmmod.EmbeddedTM(spec, self.net.spec.connect_timeout)
-                    self._stack.callback(t.close)
-                    self._tms[s] = t
+                    manager = tmmod.EmbeddedTM(spec, self.net.spec.connect_timeout)
+                    self._stack.callback(manager.close)
+                    self._tms[s] = manager
         except BaseException:
             await self._stack.aclose()
             raise
@@ -718,6 +720,6 @@ class StatsSessions:
         """Counters of every switch now (P4 counters and traffic-manager statistics)."""
         stats = await asyncio.gather(*(self.net.stats_on(self._clients[s]) for s in self.switches))
         out = dict(zip(self.switches, stats))
-        for s, t in self._tms.items():
-            out[s].tm = await asyncio.to_thread(t.stats)
+        for s, manager in self._tms.items():
+            out[s].tm = await asyncio.to_thread(manager.stats)
         return out
