@@ -45,21 +45,22 @@ class RunOptions:
     tm: bool = True               # reconcile traffic-manager settings too
 
 
-def drift_lines(r: SwitchApplyResult) -> list[str]:
+def drift_lines(result: SwitchApplyResult) -> list[str]:
     """How one switch differs from the file, one line per difference: ``pipeline`` when it runs another program,
     ``+``/``~``/``-`` entries (missing, different, not in the file), ``tm`` settings to restore. A traffic
     manager that cannot be read back (BMv2) shows no drift: ``apply`` re-sends its settings every time."""
-    out = ["pipeline: the switch runs another program (or none)"] if r.pipeline_pushed else []
-    return out + list(r.updates) + ([f"tm {c}" for c in r.tm_changes] if r.tm_readable else [])
+    out = ["pipeline: the switch runs another program (or none)"] if result.pipeline_pushed else []
+    tm_lines = [f"tm {change}" for change in result.tm_changes] if result.tm_readable else []
+    return out + list(result.updates) + tm_lines
 
 
-def _summary(r: SwitchApplyResult) -> str:
-    if not r.writes and not r.tm_changes and not r.pipeline_pushed:
+def _summary(result: SwitchApplyResult) -> str:
+    if not result.writes and not result.tm_changes and not result.pipeline_pushed:
         return "in sync"
-    parts = ["pipeline pushed"] if r.pipeline_pushed else []
-    parts.append(f"{r.inserts} inserts, {r.modifies} modifies, {r.deletes} deletes")
-    if r.tm_changes:
-        parts.append(f"{len(r.tm_changes)} traffic-manager changes")
+    parts = ["pipeline pushed"] if result.pipeline_pushed else []
+    parts.append(f"{result.inserts} inserts, {result.modifies} modifies, {result.deletes} deletes")
+    if result.tm_changes:
+        parts.append(f"{len(result.tm_changes)} traffic-manager changes")
     return "applied: " + ", ".join(parts)
 
 
@@ -134,36 +135,36 @@ class Runner:
         self._wake[switch] = asyncio.Event()
         self._supervisors[switch] = asyncio.create_task(self._supervise(switch), name=f"dlcpctl-run-{switch}")
 
-    async def _reconcile(self, c: SwitchClient, net: Network, why: str) -> bool:
+    async def _reconcile(self, client: SwitchClient, net: Network, why: str) -> bool:
         """Apply; report. False when the session is gone (reconnect), True otherwise (errors are reported and
         retried at the next trigger, not in a loop)."""
         try:
-            r = await net.reconcile(c, tm=self.options.tm)
+            result = await net.reconcile(client, tm=self.options.tm)
         except SwitchUnreachable as e:
-            self.report(f"{c.spec.name}: {e}")
+            self.report(f"{client.spec.name}: {e}")
             return False
         except ControllerError as e:
-            self.report(f"{c.spec.name}: apply ({why}) failed: {e}")
+            self.report(f"{client.spec.name}: apply ({why}) failed: {e}")
             return True
-        self.report(f"{c.spec.name}: {_summary(r)} ({why})")
+        self.report(f"{client.spec.name}: {_summary(result)} ({why})")
         return True
 
-    async def _check_drift(self, c: SwitchClient, net: Network) -> bool:
+    async def _check_drift(self, client: SwitchClient, net: Network) -> bool:
         try:
-            r = await net.reconcile(c, dry_run=True, tm=self.options.tm)
+            result = await net.reconcile(client, dry_run=True, tm=self.options.tm)
         except SwitchUnreachable as e:
-            self.report(f"{c.spec.name}: {e}")
+            self.report(f"{client.spec.name}: {e}")
             return False
         except ControllerError as e:
-            self.report(f"{c.spec.name}: drift check failed: {e}")
+            self.report(f"{client.spec.name}: drift check failed: {e}")
             return True
-        lines = drift_lines(r)
+        lines = drift_lines(result)
         if not lines:
             return True
-        self.report(f"{c.spec.name}: drift from the network file ({len(lines)} differences):")
-        for ln in lines:
-            self._report(f"  {c.spec.name}: {ln}")
-        return await self._reconcile(c, net, "drift")
+        self.report(f"{client.spec.name}: drift from the network file ({len(lines)} differences):")
+        for line in lines:
+            self._report(f"  {client.spec.name}: {line}")
+        return await self._reconcile(client, net, "drift")
 
     async def _supervise(self, switch: str) -> None:
         last_error = None
@@ -181,12 +182,12 @@ class Runner:
 
             try:
                 async with SwitchClient(spec, p4info=net.program(switch).p4info, election_id=writer_election_id(),
-                                        timeout=net.spec.connect_timeout, ready_handler=on_ready) as c:
-                    c.sw.ee.on(fy.SwitchEvent.CHANNEL_DOWN, lambda *_: down.set())
+                                        timeout=net.spec.connect_timeout, ready_handler=on_ready) as client:
+                    client.sw.ee.on(fy.SwitchEvent.CHANNEL_DOWN, lambda *_: down.set())
                     last_error = None
                     self.report(f"{switch}: connected to {spec.address}")
                     wake.clear()
-                    ok = await self._reconcile(c, net, "connected")
+                    ok = await self._reconcile(client, net, "connected")
                     ready.clear()
                     next_check = time.monotonic() + self.options.drift_interval
                     while ok and not down.is_set():
@@ -197,13 +198,13 @@ class Runner:
                         if wake.is_set():
                             wake.clear()
                             net = self.net
-                            ok = await self._reconcile(c, net, "file changed")
+                            ok = await self._reconcile(client, net, "file changed")
                         if ready.is_set():
                             ready.clear()
-                            ok = ok and await self._reconcile(c, net, "session ready again")
+                            ok = ok and await self._reconcile(client, net, "session ready again")
                         if self.options.drift_interval > 0 and time.monotonic() >= next_check:
-                            if c.is_primary:  # a backup leaves the switch to the primary controller
-                                ok = ok and await self._check_drift(c, net)
+                            if client.is_primary:  # a backup leaves the switch to the primary controller
+                                ok = ok and await self._check_drift(client, net)
                             next_check = time.monotonic() + self.options.drift_interval
                     self.report(f"{switch}: session to {spec.address} lost; reconnecting")
             except ControllerError as e:
