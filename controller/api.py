@@ -606,13 +606,9 @@ class Network:
                           and state.canonical(e).table_entry.action.action.params[0].value == group]
                 if not others:
                     members = await client.read([p4r.Entity(table_entry=p4r.TableEntry(table_id=ecmp))])
-                    for m in members:
-                        m = state.canonical(m)
-                        if m.table_entry.match[0].exact.value == group:
-                            member_key = p4r.Entity()
-                            member_key.table_entry.table_id = ecmp
-                            member_key.table_entry.match.extend(m.table_entry.match)
-                            updates.append(p4r.Update(type=p4r.Update.DELETE, entity=member_key))
+                    for member in map(state.canonical, members):
+                        if member.table_entry.match[0].exact.value == group:
+                            updates.append(p4r.Update(type=p4r.Update.DELETE, entity=state.entry_address(member)))
             return updates
 
         return await self._write_switch(switch, updates_for)

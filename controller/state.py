@@ -55,8 +55,8 @@ def target_queue(spec: SwitchSpec, queue: int) -> int | None:
     that does not exist there."""
     if spec.priority_order == "high-first":
         return queue
-    q = spec.priority_queues - 1 - queue
-    return q if q >= 0 else None
+    reversed_queue = spec.priority_queues - 1 - queue
+    return reversed_queue if reversed_queue >= 0 else None
 
 
 # ---- desired state ----------------------------------------------------------------------------------------------
@@ -113,12 +113,12 @@ def threshold_values(net: Network, switch: str) -> dict[tuple[str, int], int]:
     return values
 
 
-def _selects(sel: tuple | None, v: object) -> bool:
-    return sel is None or v in sel
+def _selects(selected: tuple | None, value: object) -> bool:
+    return selected is None or value in selected
 
 
-def _rule_matches(r: ThresholdRule, switch: str, port: int, prio: int) -> bool:
-    return _selects(r.switches, switch) and _selects(r.ports, port) and _selects(r.priorities, prio)
+def _rule_matches(rule: ThresholdRule, switch: str, port: int, prio: int) -> bool:
+    return _selects(rule.switches, switch) and _selects(rule.ports, port) and _selects(rule.priorities, prio)
 
 
 def desired_entities(net: Network, switch: str,
@@ -135,28 +135,29 @@ def desired_entities(net: Network, switch: str,
     lowest = target_queue(spec, 0) or 0
 
     def set_prio(q: int) -> fy.P4TableAction:
-        tq = target_queue(spec, q)
-        return fy.P4TableAction("set_priority", prio=lowest if tq is None else tq)
+        switch_queue = target_queue(spec, q)
+        return fy.P4TableAction("set_priority", prio=lowest if switch_queue is None else switch_queue)
 
     nranks = max((r.rank for r in net.dlcp_rules), default=-1) + 1
     for r in net.dlcp_rules:
-        m = fy.P4TableMatch()
+        match = fy.P4TableMatch()
         if r.msg_type is not None:
-            m["msg_type"] = r.msg_type
+            match["msg_type"] = r.msg_type
         if r.mag_class is not None:
-            m["mag_class"] = r.mag_class
+            match["mag_class"] = r.mag_class
         if r.layer is not None and r.layer != (0, 0xFFFF):  # the full range is "don't care" (omitted on read)
-            m["layer"] = f"{r.layer[0]}...{r.layer[1]}"
+            match["layer"] = f"{r.layer[0]}...{r.layer[1]}"
         if r.queue is None and spec.priority_order != "high-first":
             # trust on a low-first target: the sender's priority p means queue N-1-p there, one entry per p
             for p in ([r.priority] if r.priority is not None else range(spec.priority_queues)):
-                mp = fy.P4TableMatch(m, priority=p)
-                out.append(fy.P4TableEntry("dlcp_priority", match=mp, action=set_prio(p), priority=nranks - r.rank))
+                with_prio = fy.P4TableMatch(match, priority=p)
+                out.append(fy.P4TableEntry("dlcp_priority", match=with_prio, action=set_prio(p),
+                                           priority=nranks - r.rank))
             continue
         if r.priority is not None:
-            m["priority"] = r.priority
+            match["priority"] = r.priority
         action = fy.P4TableAction("trust_dlcp_priority") if r.queue is None else set_prio(r.queue)
-        out.append(fy.P4TableEntry("dlcp_priority", match=m, action=action, priority=nranks - r.rank))
+        out.append(fy.P4TableEntry("dlcp_priority", match=match, action=action, priority=nranks - r.rank))
     for dscp, q in sorted(net.dscp_map.items()):
         out.append(fy.P4TableEntry("dscp_priority", match=fy.P4TableMatch(dscp=dscp), action=set_prio(q)))
     for table in PRIORITY_TABLES:  # what matches no row: the lowest queue, whichever number that is there
@@ -164,9 +165,9 @@ def desired_entities(net: Network, switch: str,
                                    is_default_action=True))
     for (reg, idx), v in sorted(threshold_values(net, switch).items()):
         out.append(fy.P4RegisterEntry(reg, index=idx, data=v))
-    lb = LB_MODES[net.switches[switch].lb_mode]
-    if lb:
-        out.append(fy.P4RegisterEntry("lb_mode", index=0, data=lb))
+    lb_mode = LB_MODES[net.switches[switch].lb_mode]
+    if lb_mode:
+        out.append(fy.P4RegisterEntry("lb_mode", index=0, data=lb_mode))
     return out
 
 
@@ -185,15 +186,15 @@ def groups_on_switch(net: Network, switch: str, actual: Iterable[p4r.Entity],
         if e.WhichOneof("entity") != "table_entry" or e.table_entry.table_id != table \
                 or e.table_entry.is_default_action:
             continue
-        c = canonical(e)
-        m = {f.field_id: int.from_bytes(f.exact.value, "big") for f in c.table_entry.match}
-        members.setdefault(m.get(fields["ecmp_group"], 0), {})[m.get(fields["ecmp_index"], 0)] = c
+        entry = canonical(e)
+        match = {f.field_id: int.from_bytes(f.exact.value, "big") for f in entry.table_entry.match}
+        members.setdefault(match.get(fields["ecmp_group"], 0), {})[match.get(fields["ecmp_index"], 0)] = entry
     existing: dict[tuple[NextHop, ...], int] = {}
     for gid in sorted(members):
         by_index = members[gid]
         if set(by_index) != set(range(len(by_index))) or len(by_index) < 2:
             continue
-        nhs = []
+        hops = []
         for i in range(len(by_index)):
             act = by_index[i].table_entry.action.action
             action = schema.actions.get(act.action_id)
@@ -201,9 +202,9 @@ def groups_on_switch(net: Network, switch: str, actual: Iterable[p4r.Entity],
                 break
             vals = {action.params[p.param_id].name: int.from_bytes(p.value, "big") for p in act.params
                     if action.params.get(p.param_id) is not None}
-            nhs.append(NextHop(vals.get("port", -1), vals.get("dmac", -1)))
+            hops.append(NextHop(vals.get("port", -1), vals.get("dmac", -1)))
         else:
-            key = tuple(nhs)
+            key = tuple(hops)
             if key == tuple(sorted(set(key))) and key not in existing:
                 want = [canonical(m.encode(schema)) for m in route_entities(net, switch, [], {key: gid})]
                 if all(w.SerializeToString(deterministic=True) == by_index[i].SerializeToString(deterministic=True)
@@ -235,63 +236,73 @@ def assign_groups(net: Network, switch: str, actual: Iterable[p4r.Entity], schem
 # ---- canonical forms and diffing ---------------------------------------------------------------------------------
 
 
-def _strip(b: bytes) -> bytes:
+def _strip(data: bytes) -> bytes:
     """P4Runtime's canonical byte string: no leading zero bytes, at least one byte."""
-    s = b.lstrip(b"\0")
-    return s if s else b"\0"
+    stripped = data.lstrip(b"\0")
+    return stripped if stripped else b"\0"
 
 
 def canonical(e: p4r.Entity) -> p4r.Entity:
     """A copy of ``e`` with byte strings in canonical form and match fields ordered by field id."""
-    c = p4r.Entity()
-    c.CopyFrom(e)
-    kind = c.WhichOneof("entity")
+    copy = p4r.Entity()
+    copy.CopyFrom(e)
+    kind = copy.WhichOneof("entity")
     if kind == "table_entry":
-        te = c.table_entry
-        fields = sorted(te.match, key=lambda f: f.field_id)
+        entry = copy.table_entry
+        fields = sorted(entry.match, key=lambda f: f.field_id)
         for f in fields:
-            ft = f.WhichOneof("field_match_type")
-            if ft == "exact":
+            match_type = f.WhichOneof("field_match_type")
+            if match_type == "exact":
                 f.exact.value = _strip(f.exact.value)
-            elif ft == "lpm":
+            elif match_type == "lpm":
                 f.lpm.value = _strip(f.lpm.value)
-            elif ft == "ternary":
+            elif match_type == "ternary":
                 f.ternary.value = _strip(f.ternary.value)
                 f.ternary.mask = _strip(f.ternary.mask)
-            elif ft == "range":
+            elif match_type == "range":
                 f.range.low = _strip(f.range.low)
                 f.range.high = _strip(f.range.high)
-            elif ft == "optional":
+            elif match_type == "optional":
                 f.optional.value = _strip(f.optional.value)
-        del te.match[:]
-        te.match.extend(fields)
-        if te.action.HasField("action"):
-            for p in te.action.action.params:
+        del entry.match[:]
+        entry.match.extend(fields)
+        if entry.action.HasField("action"):
+            for p in entry.action.action.params:
                 p.value = _strip(p.value)
-            params = sorted(te.action.action.params, key=lambda p: p.param_id)
-            del te.action.action.params[:]
-            te.action.action.params.extend(params)
-        te.ClearField("counter_data")
-        te.ClearField("meter_counter_data")
-        te.ClearField("time_since_last_hit")
+            params = sorted(entry.action.action.params, key=lambda p: p.param_id)
+            del entry.action.action.params[:]
+            entry.action.action.params.extend(params)
+        entry.ClearField("counter_data")
+        entry.ClearField("meter_counter_data")
+        entry.ClearField("time_since_last_hit")
     elif kind == "register_entry":
-        d = c.register_entry.data
-        if d.WhichOneof("data") == "bitstring":
-            d.bitstring = _strip(d.bitstring)
-    return c
+        data = copy.register_entry.data
+        if data.WhichOneof("data") == "bitstring":
+            data.bitstring = _strip(data.bitstring)
+    return copy
 
 
 def entity_key(e: p4r.Entity) -> tuple:
     """Identity of an entity (what INSERT/DELETE address): table + match + priority, or register + index."""
     kind = e.WhichOneof("entity")
     if kind == "table_entry":
-        te = e.table_entry
-        if te.is_default_action:
-            return ("default", te.table_id)
-        return ("table", te.table_id, tuple(f.SerializeToString(deterministic=True) for f in te.match), te.priority)
+        entry = e.table_entry
+        if entry.is_default_action:
+            return ("default", entry.table_id)
+        match = tuple(f.SerializeToString(deterministic=True) for f in entry.match)
+        return ("table", entry.table_id, match, entry.priority)
     if kind == "register_entry":
         return ("register", e.register_entry.register_id, e.register_entry.index.index)
     raise ValueError(f"unmanaged entity kind {kind!r}")
+
+
+def entry_address(e: p4r.Entity) -> p4r.Entity:
+    """Table entry ``e`` reduced to what addresses it (table, match, priority): what a DELETE carries."""
+    address = p4r.Entity()
+    address.table_entry.table_id = e.table_entry.table_id
+    address.table_entry.match.extend(e.table_entry.match)
+    address.table_entry.priority = e.table_entry.priority
+    return address
 
 
 def _value(e: p4r.Entity) -> bytes:
@@ -345,78 +356,74 @@ def diff(desired: Iterable[p4r.Entity], actual: Iterable[p4r.Entity], *, managed
     managed_registers = set(managed_registers)
     want = {}
     for e in desired:
-        c = canonical(e)
-        k = entity_key(c)
-        if k in want:
-            raise ValueError(f"desired state holds the same entity twice: {k}")
-        want[k] = c
+        canon = canonical(e)
+        key = entity_key(canon)
+        if key in want:
+            raise ValueError(f"desired state holds the same entity twice: {key}")
+        want[key] = canon
     have: dict[tuple, p4r.Entity] = {}
     for e in actual:
         kind = e.WhichOneof("entity")
         if kind == "register_entry":
             # fast path (thousands per switch): compare a zero value without building a canonical copy
-            r = e.register_entry
-            if r.register_id not in managed_registers:
+            register = e.register_entry
+            if register.register_id not in managed_registers:
                 continue
-            k = ("register", r.register_id, r.index.index)
-            if k not in want and not r.data.bitstring.strip(b"\0"):
+            key = ("register", register.register_id, register.index.index)
+            if key not in want and not register.data.bitstring.strip(b"\0"):
                 continue  # not wanted and already 0: nothing to do, nothing to keep
-            have[k] = canonical(e)
+            have[key] = canonical(e)
         elif kind == "table_entry":
             if e.table_entry.table_id not in managed_tables:
                 continue
-            c = canonical(e)
-            k = entity_key(c)
-            if k[0] == "default" and k not in want:
+            canon = canonical(e)
+            key = entity_key(canon)
+            if key[0] == "default" and key not in want:
                 continue  # a default action the file does not manage
-            have[k] = c
+            have[key] = canon
 
-    ins: list[p4r.Update] = []
-    mod: list[p4r.Update] = []
-    dele: list[p4r.Update] = []
-    for k, w in want.items():
-        h = have.get(k)
-        if h is None:
-            if k[0] in ("register", "default"):
-                mod.append(p4r.Update(type=p4r.Update.MODIFY, entity=w))
+    inserts: list[p4r.Update] = []
+    modifies: list[p4r.Update] = []
+    deletes: list[p4r.Update] = []
+    for key, wanted in want.items():
+        held = have.get(key)
+        if held is None:
+            if key[0] in ("register", "default"):
+                modifies.append(p4r.Update(type=p4r.Update.MODIFY, entity=wanted))
             else:
-                ins.append(p4r.Update(type=p4r.Update.INSERT, entity=w))
-        elif _value(h) != _value(w):
-            mod.append(p4r.Update(type=p4r.Update.MODIFY, entity=w))
-    for k, h in have.items():
-        if k in want:
+                inserts.append(p4r.Update(type=p4r.Update.INSERT, entity=wanted))
+        elif _value(held) != _value(wanted):
+            modifies.append(p4r.Update(type=p4r.Update.MODIFY, entity=wanted))
+    for key, held in have.items():
+        if key in want:
             continue
-        if k[0] == "register":
-            if h.register_entry.data.bitstring.strip(b"\0"):
-                z = p4r.Entity()
-                z.register_entry.register_id = h.register_entry.register_id
-                z.register_entry.index.index = h.register_entry.index.index
-                z.register_entry.data.bitstring = b"\0"
-                mod.append(p4r.Update(type=p4r.Update.MODIFY, entity=z))
+        if key[0] == "register":
+            if held.register_entry.data.bitstring.strip(b"\0"):
+                zeroed = p4r.Entity()
+                zeroed.register_entry.register_id = held.register_entry.register_id
+                zeroed.register_entry.index.index = held.register_entry.index.index
+                zeroed.register_entry.data.bitstring = b"\0"
+                modifies.append(p4r.Update(type=p4r.Update.MODIFY, entity=zeroed))
         else:
-            d = p4r.Entity()
-            d.table_entry.table_id = h.table_entry.table_id
-            d.table_entry.match.extend(h.table_entry.match)
-            d.table_entry.priority = h.table_entry.priority
-            dele.append(p4r.Update(type=p4r.Update.DELETE, entity=d))
+            deletes.append(p4r.Update(type=p4r.Update.DELETE, entity=entry_address(held)))
 
     def is_ecmp(u: p4r.Update) -> bool:
         return ecmp_table is not None and u.entity.WhichOneof("entity") == "table_entry" \
             and u.entity.table_entry.table_id == ecmp_table
 
-    phases = [[u for u in ins + mod if is_ecmp(u)], [u for u in ins + mod if not is_ecmp(u)],
-              [u for u in dele if not is_ecmp(u)], [u for u in dele if is_ecmp(u)]]
+    phases = [[u for u in inserts + modifies if is_ecmp(u)], [u for u in inserts + modifies if not is_ecmp(u)],
+              [u for u in deletes if not is_ecmp(u)], [u for u in deletes if is_ecmp(u)]]
     return Plan([ph for ph in phases if ph])
 
 
 def format_value(name: str, width: int, data: bytes) -> str | int:
     """A field or parameter value for people: MACs for 48-bit values, dotted quads for 32-bit ``*addr``."""
-    v = int.from_bytes(data, "big")
+    value = int.from_bytes(data, "big")
     if width == 48:
-        return ":".join(f"{b:02x}" for b in v.to_bytes(6, "big"))
+        return ":".join(f"{b:02x}" for b in value.to_bytes(6, "big"))
     if width == 32 and name.lower().endswith("addr"):
-        return ".".join(str(b) for b in v.to_bytes(4, "big"))
-    return v
+        return ".".join(str(b) for b in value.to_bytes(4, "big"))
+    return value
 
 
 def entity_to_dict(e: p4r.Entity, schema: fy.P4Schema) -> dict:
@@ -424,66 +431,67 @@ def entity_to_dict(e: p4r.Entity, schema: fy.P4Schema) -> dict:
     (ids it does not know are shown as numbers)."""
     kind = e.WhichOneof("entity")
     if kind == "table_entry":
-        te = e.table_entry
-        table = schema.tables.get(te.table_id)
-        tname = table.alias if table is not None else str(te.table_id)
+        entry = e.table_entry
+        table = schema.tables.get(entry.table_id)
+        tname = table.alias if table is not None else str(entry.table_id)
         match: dict[str, object] = {}
-        for f in sorted(te.match, key=lambda f: f.field_id):
+        for f in sorted(entry.match, key=lambda f: f.field_id):
             field = table.match_fields.get(f.field_id) if table is not None else None
             fname, width = (field.alias, field.bitwidth) if field is not None else (str(f.field_id), 0)
-            ft = f.WhichOneof("field_match_type")
-            if ft == "exact":
+            match_type = f.WhichOneof("field_match_type")
+            if match_type == "exact":
                 match[fname] = format_value(fname, width, f.exact.value)
-            elif ft == "lpm":
+            elif match_type == "lpm":
                 match[fname] = f"{format_value(fname, width, f.lpm.value)}/{f.lpm.prefix_len}"
-            elif ft == "ternary":
+            elif match_type == "ternary":
                 val, mask = format_value(fname, width, f.ternary.value), int.from_bytes(f.ternary.mask, "big")
                 match[fname] = val if mask == (1 << width) - 1 else f"{val}&&&{mask:#x}"
-            elif ft == "range":
+            elif match_type == "range":
                 match[fname] = f"{int.from_bytes(f.range.low, 'big')}..{int.from_bytes(f.range.high, 'big')}"
-            elif ft == "optional":
+            elif match_type == "optional":
                 match[fname] = format_value(fname, width, f.optional.value)
         out: dict[str, object] = {"table": tname, "match": match}
-        if te.priority:
-            out["priority"] = te.priority
-        if te.is_default_action:
+        if entry.priority:
+            out["priority"] = entry.priority
+        if entry.is_default_action:
             out["default"] = True
-        if te.action.HasField("action"):
-            act = schema.actions.get(te.action.action.action_id)
-            out["action"] = act.alias if act is not None else str(te.action.action.action_id)
+        if entry.action.HasField("action"):
+            act = schema.actions.get(entry.action.action.action_id)
+            out["action"] = act.alias if act is not None else str(entry.action.action.action_id)
             params = {}
-            for p in te.action.action.params:
+            for p in entry.action.action.params:
                 param = act.params.get(p.param_id) if act is not None else None
                 pname, width = (param.name, param.bitwidth) if param is not None else (str(p.param_id), 0)
                 params[pname] = format_value(pname, width, p.value)
             out["params"] = params
         return out
     if kind == "register_entry":
-        r = e.register_entry
-        reg = schema.registers.get(r.register_id)
-        rname = reg.alias if reg is not None else str(r.register_id)
-        return {"register": rname, "index": r.index.index, "value": int.from_bytes(r.data.bitstring, "big")}
+        entry = e.register_entry
+        reg = schema.registers.get(entry.register_id)
+        rname = reg.alias if reg is not None else str(entry.register_id)
+        return {"register": rname, "index": entry.index.index, "value": int.from_bytes(entry.data.bitstring, "big")}
     if kind == "counter_entry":
-        c = e.counter_entry
-        ctr = schema.counters.get(c.counter_id)
-        cname = ctr.alias if ctr is not None else str(c.counter_id)
-        return {"counter": cname, "index": c.index.index, "packets": c.data.packet_count, "bytes": c.data.byte_count}
+        entry = e.counter_entry
+        ctr = schema.counters.get(entry.counter_id)
+        cname = ctr.alias if ctr is not None else str(entry.counter_id)
+        return {"counter": cname, "index": entry.index.index, "packets": entry.data.packet_count,
+                "bytes": entry.data.byte_count}
     return {"entity": kind}
 
 
 def describe_entity(e: p4r.Entity, schema: fy.P4Schema) -> str:
     """One line naming an entity the way an operator reads it, e.g. ``ipv4_lpm dst_addr=10.0.0.1/32 ->
     set_nhop(dmac=..., port=1, ...)`` or ``drop_threshold[17] = 32``."""
-    d = entity_to_dict(e, schema)
-    if "table" in d:
-        s = d["table"] + " " + (" ".join(f"{k}={v}" for k, v in d["match"].items()) or "(any)")
-        if d.get("priority"):
-            s += f" entry_priority={d['priority']}"
-        if "action" in d:
-            s += f" -> {d['action']}(" + ", ".join(f"{k}={v}" for k, v in d["params"].items()) + ")"
-        return s
-    if "register" in d:
-        return f"{d['register']}[{d['index']}] = {d['value']}"
-    if "counter" in d:
-        return f"{d['counter']}[{d['index']}]"
-    return str(d)
+    fields = entity_to_dict(e, schema)
+    if "table" in fields:
+        line = fields["table"] + " " + (" ".join(f"{k}={v}" for k, v in fields["match"].items()) or "(any)")
+        if fields.get("priority"):
+            line += f" entry_priority={fields['priority']}"
+        if "action" in fields:
+            line += f" -> {fields['action']}(" + ", ".join(f"{k}={v}" for k, v in fields["params"].items()) + ")"
+        return line
+    if "register" in fields:
+        return f"{fields['register']}[{fields['index']}] = {fields['value']}"
+    if "counter" in fields:
+        return f"{fields['counter']}[{fields['index']}]"
+    return str(fields)
