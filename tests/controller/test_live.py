@@ -156,6 +156,12 @@ def test_imperative_changes_and_apply_restores(daemons, netpath) -> None:
     assert Network.from_file(netpath).apply().writes == 0
     r = dlcpctl(*n, "route", "del", "10.0.0.3", "-s", "s1")
     assert r.returncode == 0 and "- ipv4_lpm dst_addr=10.0.0.3/32" in r.stdout  # group still used by 10.0.0.2
+    r = dlcpctl(*n, "route", "add", "10.9.0.0/16", "--via", "2", "--via", "3", "-s", "s1")
+    assert r.returncode == 0, r.stderr
+    r = dlcpctl(*n, "route", "del", "10.9.0.0/16", "-s", "s1")  # its group is its own: the members go too
+    assert r.returncode == 0 and "- ipv4_lpm dst_addr=10.9.0.0/16" in r.stdout, r.stderr
+    assert sum(": - ecmp_nhop " in line for line in r.stdout.splitlines()) == 2, r.stdout
+    assert Network.from_file(netpath).apply().switches["s1"].deletes == 0  # nothing of the group was left
 
 
 def test_show_json_matches_switch_state(daemons, netpath) -> None:
