@@ -87,16 +87,16 @@ def inline_includes(path: Path, include_dirs: Iterable[Path] = (), _stack: tuple
     if path in _stack:
         raise ProgramError(f"{path}: recursive #include")
     out = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        m = _INCLUDE.match(line)
-        if not m:
+    for line_no, line in enumerate(path.read_text().splitlines(), 1):
+        include = _INCLUDE.match(line)
+        if not include:
             out.append(line)
             continue
-        name = m.group(1)
+        name = include.group(1)
         cands = [path.parent / name] + [Path(d) / name for d in include_dirs]
         found = next((c for c in cands if c.is_file()), None)
         if found is None:
-            raise ProgramError(f"{path}:{n}: cannot find include file {name!r}")
+            raise ProgramError(f"{path}:{line_no}: cannot find include file {name!r}")
         out.append(f"/* ---- {name} (inlined by dlcpctl) ---- */")
         out.append(inline_includes(found.resolve(), include_dirs, _stack + (path,)))
         out.append(f"/* ---- end of {name} ---- */")
@@ -170,11 +170,11 @@ async def wait_listening(address: str, deadline: float) -> bool:
         if not port.isdigit():
             return True  # not HOST:PORT (e.g. unix:PATH): let gRPC try again
         try:
-            _, w = await asyncio.wait_for(asyncio.open_connection(host, int(port)),
-                                          max(deadline - time.monotonic(), 0.001))
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)),
+                                               max(deadline - time.monotonic(), 0.001))
         except (OSError, asyncio.TimeoutError):
             continue
-        w.close()
+        writer.close()
         return True
 
 
@@ -328,9 +328,9 @@ class SwitchClient:
                 if not ex.details:
                     raise self._fail(ex, "Write") from None
                 for j, err in sorted(ex.details.items()):
-                    u = batch[j]
-                    rejected.append(RejectedUpdate(_UPDATE_NAMES.get(u.type, str(u.type)),
-                                                   describe_entity(u.entity, self.schema),
+                    update = batch[j]
+                    rejected.append(RejectedUpdate(_UPDATE_NAMES.get(update.type, str(update.type)),
+                                                   describe_entity(update.entity, self.schema),
                                                    err.canonical_code.name, err.message))
                 applied += len(batch) - len(ex.details)
         if rejected:
@@ -389,7 +389,7 @@ async def send_packets(spec: SwitchSpec, payloads: list[bytes], metadata: dict[s
         if first.status.code != 0:
             raise SwitchRequestFailed(spec.name, spec.address, "PacketOut", "PERMISSION_DENIED",
                                       f"not primary: {first.status.message}")
-        md: list[p4r.PacketMetadata] = []
+        encoded: list[p4r.PacketMetadata] = []
         if metadata:
             reply = await client.request(p4r.GetForwardingPipelineConfigRequest(
                 device_id=spec.device_id,
@@ -399,9 +399,9 @@ async def send_packets(spec: SwitchSpec, payloads: list[bytes], metadata: dict[s
             if cpm is None:
                 raise ProgramError("the program has no @controller_header(\"packet_out\"): PacketOut takes no "
                                    "metadata")
-            md = list(cpm.encode(metadata))
+            encoded = list(cpm.encode(metadata))
         for payload in payloads:
-            await client.send(p4r.StreamMessageRequest(packet=p4r.PacketOut(payload=payload, metadata=md)))
+            await client.send(p4r.StreamMessageRequest(packet=p4r.PacketOut(payload=payload, metadata=encoded)))
         await client.send(arb)
         try:
             await asyncio.wait_for(answer(), timeout)

@@ -18,15 +18,15 @@ __all__ = ["apply_table", "tables_view", "counters_view", "queues_view", "drops_
 
 
 def apply_table(result: ApplyResult, verbose: bool = False) -> Group:
-    t = Table(title="apply" + (" (dry run)" if any(r.dry_run for r in result.switches.values()) else ""))
+    table = Table(title="apply" + (" (dry run)" if any(r.dry_run for r in result.switches.values()) else ""))
     for c in ("switch", "pipeline", "insert", "modify", "delete", "traffic manager", "status"):
-        t.add_column(c, justify="right" if c in ("insert", "modify", "delete") else "left")
+        table.add_column(c, justify="right" if c in ("insert", "modify", "delete") else "left")
     for name, r in result.switches.items():
-        t.add_row(name, "pushed" if r.pipeline_pushed else "unchanged", str(r.inserts), str(r.modifies),
-                  str(r.deletes), f"{len(r.tm_changes)} settings" if r.tm_changes else "-", "ok")
+        table.add_row(name, "pushed" if r.pipeline_pushed else "unchanged", str(r.inserts), str(r.modifies),
+                      str(r.deletes), f"{len(r.tm_changes)} settings" if r.tm_changes else "-", "ok")
     for name, e in result.errors.items():
-        t.add_row(name, "", "", "", "", "", Text(type(e).__name__, style="red"))
-    parts: list[Any] = [t]
+        table.add_row(name, "", "", "", "", "", Text(type(e).__name__, style="red"))
+    parts: list[Any] = [table]
     if verbose:
         for name, r in result.switches.items():
             for u in r.updates:
@@ -41,24 +41,24 @@ def tables_view(data: dict[str, dict]) -> Group:
     parts: list[Any] = []
     for sw, d in data.items():
         for tname, rows in d["tables"].items():
-            t = Table(title=f"{sw}: {tname} ({len(rows)} entries)", title_justify="left")
-            t.add_column("match")
-            t.add_column("entry priority", justify="right")
-            t.add_column("action")
+            table = Table(title=f"{sw}: {tname} ({len(rows)} entries)", title_justify="left")
+            table.add_column("match")
+            table.add_column("entry priority", justify="right")
+            table.add_column("action")
             for r in rows:
                 match = " ".join(f"{k}={v}" for k, v in r["match"].items()) or "*"
                 action = f"{r.get('action', '')}(" + ", ".join(f"{k}={v}" for k, v in r.get("params", {}).items()) + ")"
-                t.add_row(match, str(r.get("priority", "")), action)
-            parts.append(t)
+                table.add_row(match, str(r.get("priority", "")), action)
+            parts.append(table)
         for reg, vals in d["registers"].items():
-            t = Table(title=f"{sw}: register {reg} (non-zero)", title_justify="left")
-            t.add_column("index", justify="right")
-            t.add_column("port/prio" if reg != "lb_mode" else "", justify="right")
-            t.add_column("value", justify="right")
+            table = Table(title=f"{sw}: register {reg} (non-zero)", title_justify="left")
+            table.add_column("index", justify="right")
+            table.add_column("port/prio" if reg != "lb_mode" else "", justify="right")
+            table.add_column("value", justify="right")
             for idx, v in sorted(vals.items(), key=lambda kv: int(kv[0])):
-                i = int(idx)
-                t.add_row(idx, f"{i // 8}/{i % 8}" if reg != "lb_mode" else "", str(v))
-            parts.append(t)
+                slot = int(idx)
+                table.add_row(idx, f"{slot // 8}/{slot % 8}" if reg != "lb_mode" else "", str(v))
+            parts.append(table)
     return Group(*parts)
 
 
@@ -66,43 +66,43 @@ def counters_view(stats: dict[str, SwitchStats]) -> Group:
     """``show counters``: per (port, priority) P4 counters, next-hop packets, ingress drops by reason."""
     parts: list[Any] = []
     for sw, st in stats.items():
-        t = Table(title=f"{sw}: per port and priority", title_justify="left")
+        table = Table(title=f"{sw}: per port and priority", title_justify="left")
         for c in ("port", "prio", "forwarded pkts", "forwarded bytes", "eligible drops", "ECN marks"):
-            t.add_column(c, justify="right")
+            table.add_column(c, justify="right")
         for port, prios in sorted(st.ports.items()):
             for prio, c in sorted(prios.items()):
                 if c.forwarded_packets or c.eligible_drops or c.ecn_marks:
-                    t.add_row(str(port), str(prio), str(c.forwarded_packets), str(c.forwarded_bytes),
-                              str(c.eligible_drops), str(c.ecn_marks))
-        if not t.rows:
-            t.add_row("-", "-", "0", "0", "0", "0")
-        parts.append(t)
-        t = Table(title=f"{sw}: next hops and ingress drops", title_justify="left")
-        t.add_column("what")
-        t.add_column("packets", justify="right")
-        t.add_column("bytes", justify="right")
+                    table.add_row(str(port), str(prio), str(c.forwarded_packets), str(c.forwarded_bytes),
+                                  str(c.eligible_drops), str(c.ecn_marks))
+        if not table.rows:
+            table.add_row("-", "-", "0", "0", "0", "0")
+        parts.append(table)
+        table = Table(title=f"{sw}: next hops and ingress drops", title_justify="left")
+        table.add_column("what")
+        table.add_column("packets", justify="right")
+        table.add_column("bytes", justify="right")
         for port, (p, b) in sorted(st.nhop_packets.items()):
-            t.add_row(f"next hop port {port}", str(p), str(b))
+            table.add_row(f"next hop port {port}", str(p), str(b))
         for reason, n in st.ingress_drops.items():
-            t.add_row(f"ingress drop: {reason}", str(n), "")
-        parts.append(t)
+            table.add_row(f"ingress drop: {reason}", str(n), "")
+        parts.append(table)
     return Group(*parts)
 
 
 def queues_view(stats: dict[str, SwitchStats]) -> Group:
     parts: list[Any] = []
     for sw, st in stats.items():
-        t = Table(title=f"{sw}: queues", title_justify="left")
+        table = Table(title=f"{sw}: queues", title_justify="left")
         for c in ("port", "prio", "depth", "peak", "capacity", "rate pps", "enqueued", "dequeued"):
-            t.add_column(c, justify="right")
+            table.add_column(c, justify="right")
         if st.tm is None:
             parts.append(Text(f"{sw}: no queue statistics (only the embedded switch reports them; BMv2 does not)"))
             continue
         for port, ps in sorted(st.tm.ports.items()):
             for prio, q in sorted(ps.queues.items()):
-                t.add_row(str(port), str(prio), str(q.depth), str(q.peak_depth), str(q.capacity),
-                          f"{q.rate_pps:g}" if q.rate_pps else "unlimited", str(q.enq_packets), str(q.deq_packets))
-        parts.append(t)
+                table.add_row(str(port), str(prio), str(q.depth), str(q.peak_depth), str(q.capacity),
+                              f"{q.rate_pps:g}" if q.rate_pps else "unlimited", str(q.enq_packets), str(q.deq_packets))
+        parts.append(table)
     return Group(*parts)
 
 
@@ -110,39 +110,39 @@ def drops_view(stats: dict[str, SwitchStats]) -> Group:
     """``show drops``: every drop with its reason: P4 eligible drops, ingress drops, traffic-manager drops."""
     parts: list[Any] = []
     for sw, st in stats.items():
-        t = Table(title=f"{sw}: drops", title_justify="left")
+        table = Table(title=f"{sw}: drops", title_justify="left")
         for c in ("where", "port", "prio", "reason", "packets"):
-            t.add_column(c, justify="right" if c in ("port", "prio", "packets") else "left")
+            table.add_column(c, justify="right" if c in ("port", "prio", "packets") else "left")
         for port, prios in sorted(st.ports.items()):
             for prio, c in sorted(prios.items()):
                 if c.eligible_drops:
-                    t.add_row("P4 (bounded loss)", str(port), str(prio), "eligible", str(c.eligible_drops))
+                    table.add_row("P4 (bounded loss)", str(port), str(prio), "eligible", str(c.eligible_drops))
         for reason, n in st.ingress_drops.items():
             if n:
-                t.add_row("P4 ingress", "", "", reason, str(n))
+                table.add_row("P4 ingress", "", "", reason, str(n))
         if st.tm is not None:
             for (port, prio, reason), n in sorted(st.tm.drops.items()):
-                t.add_row("traffic manager", str(port), str(prio), reason, str(n))
-        if not t.rows:
-            t.add_row("-", "", "", "none", "0")
-        parts.append(t)
+                table.add_row("traffic manager", str(port), str(prio), reason, str(n))
+        if not table.rows:
+            table.add_row("-", "", "", "none", "0")
+        parts.append(table)
     return Group(*parts)
 
 
 def rates(prev: SwitchStats, cur: SwitchStats) -> dict[tuple[int, int], dict[str, float]]:
     """Per (port, priority) rates between two samples: packets/s and bits/s forwarded, drops/s, marks/s."""
-    dt = max(cur.time - prev.time, 1e-9)
+    interval = max(cur.time - prev.time, 1e-9)
     out: dict[tuple[int, int], dict[str, float]] = {}
     for port, prios in cur.ports.items():
         for prio, c in prios.items():
-            p = prev.ports.get(port, {}).get(prio)
-            if p is None:
+            before = prev.ports.get(port, {}).get(prio)
+            if before is None:
                 continue
             out[(port, prio)] = {
-                "pps": (c.forwarded_packets - p.forwarded_packets) / dt,
-                "bps": 8 * (c.forwarded_bytes - p.forwarded_bytes) / dt,
-                "drops_ps": (c.eligible_drops - p.eligible_drops) / dt,
-                "marks_ps": (c.ecn_marks - p.ecn_marks) / dt,
+                "pps": (c.forwarded_packets - before.forwarded_packets) / interval,
+                "bps": 8 * (c.forwarded_bytes - before.forwarded_bytes) / interval,
+                "drops_ps": (c.eligible_drops - before.eligible_drops) / interval,
+                "marks_ps": (c.ecn_marks - before.ecn_marks) / interval,
             }
     return out
 
@@ -151,23 +151,23 @@ def watch_frame(prev: dict[str, SwitchStats], cur: dict[str, SwitchStats], frame
     """One ``watch`` frame: live per-port, per-priority rates, drops and marks (and queue depth when known)."""
     parts: list[Any] = []
     for sw, st in cur.items():
-        r = rates(prev[sw], st) if sw in prev else {}
-        dt = st.time - prev[sw].time if sw in prev else 0.0
-        t = Table(title=f"{sw}  (frame {frame}, over {dt:.2f} s)", title_justify="left")
+        switch_rates = rates(prev[sw], st) if sw in prev else {}
+        interval = st.time - prev[sw].time if sw in prev else 0.0
+        table = Table(title=f"{sw}  (frame {frame}, over {interval:.2f} s)", title_justify="left")
         for c in ("port", "prio", "pkts/s", "Mbit/s", "drops/s", "marks/s", "total drops", "total marks", "queue"):
-            t.add_column(c, justify="right")
+            table.add_column(c, justify="right")
         for port, prios in sorted(st.ports.items()):
             for prio, c in sorted(prios.items()):
-                rr = r.get((port, prio), {"pps": 0.0, "bps": 0.0, "drops_ps": 0.0, "marks_ps": 0.0})
-                q = ""
+                slot = switch_rates.get((port, prio), {"pps": 0.0, "bps": 0.0, "drops_ps": 0.0, "marks_ps": 0.0})
+                queue = ""
                 if st.tm is not None and port in st.tm.ports and prio in st.tm.ports[port].queues:
-                    qs = st.tm.ports[port].queues[prio]
-                    q = f"{qs.depth}/{qs.capacity}"
-                if c.forwarded_packets or c.eligible_drops or c.ecn_marks or any(rr.values()):
-                    t.add_row(str(port), str(prio), f"{rr['pps']:.0f}", f"{rr['bps'] / 1e6:.2f}",
-                              f"{rr['drops_ps']:.0f}", f"{rr['marks_ps']:.0f}", str(c.eligible_drops),
-                              str(c.ecn_marks), q)
-        if not t.rows:
-            t.add_row("-", "-", "0", "0.00", "0", "0", "0", "0", "")
-        parts.append(t)
+                    queue_stats = st.tm.ports[port].queues[prio]
+                    queue = f"{queue_stats.depth}/{queue_stats.capacity}"
+                if c.forwarded_packets or c.eligible_drops or c.ecn_marks or any(slot.values()):
+                    table.add_row(str(port), str(prio), f"{slot['pps']:.0f}", f"{slot['bps'] / 1e6:.2f}",
+                                  f"{slot['drops_ps']:.0f}", f"{slot['marks_ps']:.0f}", str(c.eligible_drops),
+                                  str(c.ecn_marks), queue)
+        if not table.rows:
+            table.add_row("-", "-", "0", "0.00", "0", "0", "0", "0", "")
+        parts.append(table)
     return Group(*parts)

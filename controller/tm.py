@@ -107,8 +107,8 @@ def desired_tm(net: Network, switch: str) -> TmPlan:
                 queues[(port, prio)] = QueueSetting(r.depth if r.depth is not None else old.depth,
                                                     r.rate_pps if r.rate_pps is not None else old.rate_pps)
     if spec.priority_order != "high-first":  # the file's queue q is the target's N-1-q (see state.target_queue)
-        n = spec.priority_queues
-        queues = {(p, n - 1 - q): v for (p, q), v in queues.items() if q < n}
+        count = spec.priority_queues
+        queues = {(p, count - 1 - q): v for (p, q), v in queues.items() if q < count}
     return TmPlan(links={p: v for p, v in sorted(links.items())}, queues=dict(sorted(queues.items())),
                   ports=tuple(sorted(ports)), priority_queues=spec.priority_queues)
 
@@ -169,17 +169,17 @@ class EmbeddedTM:
     def current(self) -> TmState:
         """The queue and link settings the switch has now, and its queue defaults."""
         try:
-            st, d = self.client.stats_and_defaults()
+            stats, defaults = self.client.stats_and_defaults()
         except Exception as e:  # noqa: BLE001
             raise self._err("stats", e) from None
-        if d is None:
+        if defaults is None:
             raise TrafficManagerError(f"switch {self.spec.name} management service at {self.address} does not "
                                       f"report its queue defaults (an older dlcp-switch): cannot restore settings "
                                       f"the file no longer names; update the switch")
-        queues = {(port, prio): (q.capacity, q.rate_pps) for port, ps in st.ports.items()
+        queues = {(port, prio): (q.capacity, q.rate_pps) for port, ps in stats.ports.items()
                   for prio, q in ps.queues.items()}
-        links = {port: (ps.rate_bps or 0.0, ps.delay_us or 0, ps.loss or 0.0) for port, ps in st.ports.items()}
-        return TmState(queues, links, QueueSetting(d.depth, d.rate_pps))
+        links = {port: (ps.rate_bps or 0.0, ps.delay_us or 0, ps.loss or 0.0) for port, ps in stats.ports.items()}
+        return TmState(queues, links, QueueSetting(defaults.depth, defaults.rate_pps))
 
     def close(self) -> None:
         self.client.close()
@@ -222,15 +222,16 @@ class Bmv2TM:
             return
         script = "\n".join(self.commands) + "\n"
         try:
-            r = subprocess.run([self.cli, "--thrift-port", str(self.spec.thrift_port)], input=script,
-                               capture_output=True, text=True, timeout=self.timeout)
+            done = subprocess.run([self.cli, "--thrift-port", str(self.spec.thrift_port)], input=script,
+                                  capture_output=True, text=True, timeout=self.timeout)
         except subprocess.TimeoutExpired:
             raise TrafficManagerError(f"switch {self.spec.name}: {BMV2_CLI} --thrift-port {self.spec.thrift_port} "
                                       f"did not finish within {self.timeout:g} s") from None
-        bad = [ln for ln in (r.stdout + r.stderr).splitlines() if "error" in ln.lower() or "invalid" in ln.lower()]
-        if r.returncode != 0 or bad:
+        bad = [line for line in (done.stdout + done.stderr).splitlines()
+               if "error" in line.lower() or "invalid" in line.lower()]
+        if done.returncode != 0 or bad:
             raise TrafficManagerError(f"switch {self.spec.name}: {BMV2_CLI} --thrift-port {self.spec.thrift_port} "
-                                      f"failed (exit {r.returncode}): {'; '.join(bad) or r.stderr.strip()}")
+                                      f"failed (exit {done.returncode}): {'; '.join(bad) or done.stderr.strip()}")
         self.commands.clear()
 
     def close(self) -> None:
@@ -246,10 +247,10 @@ def _queue_line(port: int, prio: int, depth: int | None, rate: float | None) -> 
             + (f" rate_pps={rate:g}" if rate is not None else ""))
 
 
-def _link_line(port: int, lp: LinkProps) -> str:
-    return (f"link {port}:" + (f" rate={lp.rate_bps:g}bps" if lp.rate_bps is not None else "")
-            + (f" delay={lp.delay_us}us" if lp.delay_us is not None else "")
-            + (f" loss={lp.loss:g}" if lp.loss is not None else ""))
+def _link_line(port: int, props: LinkProps) -> str:
+    return (f"link {port}:" + (f" rate={props.rate_bps:g}bps" if props.rate_bps is not None else "")
+            + (f" delay={props.delay_us}us" if props.delay_us is not None else "")
+            + (f" loss={props.loss:g}" if props.loss is not None else ""))
 
 
 def describe_plan(plan: TmPlan) -> list[str]:
@@ -275,19 +276,20 @@ def tm_changes(plan: TmPlan, current: TmState | None) -> list[TmChange]:
         out += [TmChange(p, link=lp) for p, lp in plan.links.items()
                 if lp.rate_bps is not None or lp.delay_us is not None or lp.loss is not None]
         return out
-    d = current.default
+    default = current.default
     for key in sorted(set(current.queues) | set(plan.queues)):
         want = plan.queues.get(key, QueueSetting())
-        wd = want.depth if want.depth is not None else d.depth
-        wr = want.rate_pps if want.rate_pps is not None else d.rate_pps
-        cd, cr = current.queues.get(key, (d.depth, d.rate_pps))
-        if cd != wd or cr != wr:
-            out.append(TmChange(key[0], key[1], wd if cd != wd else None, wr if cr != wr else None))
+        want_depth = want.depth if want.depth is not None else default.depth
+        want_rate = want.rate_pps if want.rate_pps is not None else default.rate_pps
+        depth, rate = current.queues.get(key, (default.depth, default.rate_pps))
+        if depth != want_depth or rate != want_rate:
+            out.append(TmChange(key[0], key[1], want_depth if depth != want_depth else None,
+                                want_rate if rate != want_rate else None))
     for port in sorted(set(current.links) | set(plan.links)):
-        lp = plan.links.get(port, LinkProps())
-        want_l = (lp.rate_bps if lp.rate_bps is not None else DEFAULT_LINK[0],
-                  lp.delay_us if lp.delay_us is not None else DEFAULT_LINK[1],
-                  lp.loss if lp.loss is not None else DEFAULT_LINK[2])
+        props = plan.links.get(port, LinkProps())
+        want_l = (props.rate_bps if props.rate_bps is not None else DEFAULT_LINK[0],
+                  props.delay_us if props.delay_us is not None else DEFAULT_LINK[1],
+                  props.loss if props.loss is not None else DEFAULT_LINK[2])
         cur_l = current.links.get(port, DEFAULT_LINK)
         if want_l != cur_l:
             diff = [w if w != c else None for w, c in zip(want_l, cur_l)]

@@ -67,14 +67,14 @@ def distances_to(adj: dict[str, list[_Edge]], target: str) -> dict[str, int]:
     dist = {target: 0}
     heap = [(0, target)]
     while heap:
-        d, u = heapq.heappop(heap)
-        if d > dist.get(u, d):
+        cost, switch = heapq.heappop(heap)
+        if cost > dist.get(switch, cost):
             continue
-        for e in adj[u]:
-            nd = d + e.cost
-            if nd < dist.get(e.peer, nd + 1):
-                dist[e.peer] = nd
-                heapq.heappush(heap, (nd, e.peer))
+        for e in adj[switch]:
+            via = cost + e.cost
+            if via < dist.get(e.peer, via + 1):
+                dist[e.peer] = via
+                heapq.heappush(heap, (via, e.peer))
     return dist
 
 
