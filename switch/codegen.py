@@ -152,10 +152,10 @@ class Gen:
     def struct(self, fmt: str) -> str:
         """Name of a module-level ``Struct(fmt)`` in the generated code (``U<name>`` unpacks from a
         buffer at an offset, ``K<name>`` packs)."""
-        n = self.structs.get(fmt)
-        if n is None:
-            n = self.structs[fmt] = f"S{len(self.structs)}"
-        return n
+        name = self.structs.get(fmt)
+        if name is None:
+            name = self.structs[fmt] = f"S{len(self.structs)}"
+        return name
 
     def slot_ref(self, a, write: bool = False) -> str:
         """The storage of slot ``a``: ``s[a]`` in the slot list, or the local ``v_a`` in fused mode
@@ -192,41 +192,42 @@ class Gen:
     def addr(self, e: T.Expr):
         """Slot index (int, or Python expression string) of an addressable expression."""
         if isinstance(e, T.Var):
-            s = e.sym
-            a = self.slot_of.get(s) if isinstance(s, Sym) else None
-            if a is None:
-                raise P4Error(e.loc, f"'{getattr(s, 'name', '?')}' has no storage here")
-            return a
+            sym = e.sym
+            slot = self.slot_of.get(sym) if isinstance(sym, Sym) else None
+            if slot is None:
+                raise P4Error(e.loc, f"'{getattr(sym, 'name', '?')}' has no storage here")
+            return slot
         if isinstance(e, T.Member):
-            bt = e.expr.type
-            if isinstance(bt, (ir.HeaderT, ir.StructT)):
-                return self.slot_plus(self.addr(e.expr), bt.offset(e.name))
-            if isinstance(bt, ir.StackT):
-                sb = self.addr(e.expr)
+            base_t = e.expr.type
+            if isinstance(base_t, (ir.HeaderT, ir.StructT)):
+                return self.slot_plus(self.addr(e.expr), base_t.offset(e.name))
+            if isinstance(base_t, ir.StackT):
+                stack_base = self.addr(e.expr)
                 if self.fused:
                     raise NotFusable("header stack next/last")
                 # P4-16 8.18: next with nextIndex >= size, or last with nextIndex == 0, is the parser
                 # error StackOutOfBounds (never a write into the neighbouring header)
                 oob = self.error_codes["StackOutOfBounds"]
+                step = base_t.elem.slots
                 if e.name == "next":
-                    return f"({sb} + 1 + _stk_next(s[{sb}], {bt.size}, {oob}) * {bt.elem.slots})"
+                    return f"({stack_base} + 1 + _stk_next(s[{stack_base}], {base_t.size}, {oob}) * {step})"
                 if e.name == "last":
-                    return f"({sb} + 1 + _stk_last(s[{sb}], {oob}) * {bt.elem.slots})"
+                    return f"({stack_base} + 1 + _stk_last(s[{stack_base}], {oob}) * {step})"
             raise P4Error(e.loc, "expression is not addressable")
         if isinstance(e, T.Index):
-            bt = e.expr.type
-            sb = self.addr(e.expr)
+            base_t = e.expr.type
+            stack_base = self.addr(e.expr)
             if isinstance(e.index, T.Const):
-                return self.slot_plus(sb, 1 + int(e.index.value) * bt.elem.slots)
-            return f"({sb} + 1 + min({self.expr(e.index)}, {bt.size - 1}) * {bt.elem.slots})"
+                return self.slot_plus(stack_base, 1 + int(e.index.value) * base_t.elem.slots)
+            return f"({stack_base} + 1 + min({self.expr(e.index)}, {base_t.size - 1}) * {base_t.elem.slots})"
         raise P4Error(e.loc, "expression is not addressable")
 
     # ---- expressions ------------------------------------------------------------------------------
     def wrapped(self, code: str, t: ir.Type) -> str:
         if isinstance(t, Bits):
             if t.signed:
-                h = 1 << (t.width - 1)
-                return f"((({code}) + {h}) & {t.mask}) - {h}"
+                half = 1 << (t.width - 1)
+                return f"((({code}) + {half}) & {t.mask}) - {half}"
             return f"(({code}) & {t.mask})"
         return code
 
@@ -241,26 +242,26 @@ class Gen:
     def expr(self, e: T.Expr) -> str:
         t = e.type
         if isinstance(e, T.Const):
-            v = e.value
-            if isinstance(v, bool) or isinstance(t, ir.BoolT):
-                return "True" if v else "False"
-            return self.const(self._wrap_value(v, t) if isinstance(v, int) else v, t)
+            value = e.value
+            if isinstance(value, bool) or isinstance(t, ir.BoolT):
+                return "True" if value else "False"
+            return self.const(self._wrap_value(value, t) if isinstance(value, int) else value, t)
         if isinstance(e, T.Var):
-            s = e.sym
-            if s.kind == "aparam":
-                return self.pnames.get(id(s), f"p_{s.name}")
+            sym = e.sym
+            if sym.kind == "aparam":
+                return self.pnames.get(id(sym), f"p_{sym.name}")
             return self.slot_ref(self.addr(e))
         if isinstance(e, T.Member):
-            bt = e.expr.type
-            if isinstance(bt, ir.HeaderT) and is_lookahead(e.expr):       # lookahead<H>().field
-                return self.look_field(f"_look(pkt, off, {bt.width})", bt, e.name)
-            if isinstance(bt, ir.StackT):
-                sb = self.addr(e.expr)
+            base_t = e.expr.type
+            if isinstance(base_t, ir.HeaderT) and is_lookahead(e.expr):       # lookahead<H>().field
+                return self.look_field(f"_look(pkt, off, {base_t.width})", base_t, e.name)
+            if isinstance(base_t, ir.StackT):
+                stack_base = self.addr(e.expr)
                 if e.name == "size":
-                    return repr(bt.size)
+                    return repr(base_t.size)
                 if e.name == "lastIndex":
-                    return f"(({self.slot_ref(sb)} - 1) & 0xFFFFFFFF)"
-            if isinstance(bt, ir.ApplyResultT):
+                    return f"(({self.slot_ref(stack_base)} - 1) & 0xFFFFFFFF)"
+            if isinstance(base_t, ir.ApplyResultT):
                 inner = self.expr(e.expr)
                 if e.name == "hit":
                     return f"{inner}[0]"
@@ -271,24 +272,24 @@ class Gen:
         if isinstance(e, T.Index):
             return self.slot_ref(self.addr(e))
         if isinstance(e, T.Slice):
-            m = (1 << (e.hi - e.lo + 1)) - 1
-            return f"(({self.as_unsigned(self.expr(e.expr), e.expr.type)} >> {e.lo}) & {m})"
+            mask = (1 << (e.hi - e.lo + 1)) - 1
+            return f"(({self.as_unsigned(self.expr(e.expr), e.expr.type)} >> {e.lo}) & {mask})"
         if isinstance(e, T.Unary):
-            x = self.expr(e.expr)
+            operand = self.expr(e.expr)
             if e.op == "!":
-                return f"(not {x})"
+                return f"(not {operand})"
             if isinstance(t, ir.IntLit):
-                return f"({e.op}{x})"
+                return f"({e.op}{operand})"
             if e.op == "-":
-                return self.wrapped(f"-{x}", t)
-            return f"({x} ^ {t.mask})" if not t.signed else f"(~{x})"
+                return self.wrapped(f"-{operand}", t)
+            return f"({operand} ^ {t.mask})" if not t.signed else f"(~{operand})"
         if isinstance(e, T.Binary):
             return self.binary(e)
         if isinstance(e, T.Ternary):
-            c = self.expr(e.cond)
+            cond = self.expr(e.cond)
             self.no_hoist += 1
             try:
-                return f"({self.expr(e.then)} if {c} else {self.expr(e.other)})"
+                return f"({self.expr(e.then)} if {cond} else {self.expr(e.other)})"
             finally:
                 self.no_hoist -= 1
         if isinstance(e, T.Cast):
@@ -329,66 +330,66 @@ class Gen:
         if op in ("==", "!=") and isinstance(e.left.type, (ir.HeaderT, ir.StructT, ir.StackT)):
             eq = self.eq_at(self.addr(e.left), self.addr(e.right), e.left.type)
             return eq if op == "==" else f"(not {eq})"
-        a = self.expr(e.left)
+        left = self.expr(e.left)
         if op in ("&&", "||"):
             self.no_hoist += 1
             try:
-                b = self.expr(e.right)
+                right = self.expr(e.right)
             finally:
                 self.no_hoist -= 1
         else:
-            b = self.expr(e.right)
+            right = self.expr(e.right)
         if op in ("&&", "||"):
-            return f"({a} {'and' if op == '&&' else 'or'} {b})"
+            return f"({left} {'and' if op == '&&' else 'or'} {right})"
         if op in ("==", "!=", "<", ">", "<=", ">="):
-            return f"({a} {op} {b})"
+            return f"({left} {op} {right})"
         if isinstance(t, ir.IntLit):
             py = {"/": "//", "|+|": "+", "|-|": "-"}.get(op, op)
-            return f"({a} {py} {b})"
+            return f"({left} {py} {right})"
         if op == "++":
-            rt = e.right.type
-            joined = f"({self.as_unsigned(a, e.left.type)} << {rt.width}) | {self.as_unsigned(b, rt)}"
+            right_t = e.right.type
+            joined = f"({self.as_unsigned(left, e.left.type)} << {right_t.width}) | {self.as_unsigned(right, right_t)}"
             return self.wrapped(joined, t) if t.signed else f"({joined})"
         if op in ("+", "-", "*"):
-            return self.wrapped(f"{a} {op} {b}", t)
+            return self.wrapped(f"{left} {op} {right}", t)
         if op in ("&", "|", "^"):
-            return f"({a} {op} {b})"
+            return f"({left} {op} {right})"
         if op in ("/", "%"):
-            return f"_div({a}, {b})" if op == "/" else f"_mod({a}, {b})"
+            return f"_div({left}, {right})" if op == "/" else f"_mod({left}, {right})"
         if op in ("|+|", "|-|"):
             lo, hi = ((-(1 << (t.width - 1)), (1 << (t.width - 1)) - 1) if t.signed else (0, t.mask))
-            return f"min(max({a} {op[1]} {b}, {lo}), {hi})"
+            return f"min(max({left} {op[1]} {right}, {lo}), {hi})"
         if op == "<<":
             if isinstance(e.right, T.Const):
-                k = int(e.right.value)
-                return "0" if k >= t.width else self.wrapped(f"{a} << {k}", t)
-            return f"_shl({a}, {b}, {t.width}, {int(t.signed)})"
+                shift = int(e.right.value)
+                return "0" if shift >= t.width else self.wrapped(f"{left} << {shift}", t)
+            return f"_shl({left}, {right}, {t.width}, {int(t.signed)})"
         if op == ">>":
             if isinstance(e.right, T.Const) and int(e.right.value) >= t.width:
-                return f"(-1 if {a} < 0 else 0)" if t.signed else "0"
-            return f"({a} >> {b})"
+                return f"(-1 if {left} < 0 else 0)" if t.signed else "0"
+            return f"({left} >> {right})"
         raise unsupported(f"operator {op}", e.loc)
 
     def cast(self, e: T.Cast) -> str:
         to, src = e.type, e.expr.type
-        x = self.expr(e.expr)
+        operand = self.expr(e.expr)
         if isinstance(to, ir.BoolT):
-            return x if isinstance(src, ir.BoolT) else f"({x} != 0)"
+            return operand if isinstance(src, ir.BoolT) else f"({operand} != 0)"
         if isinstance(src, ir.BoolT):
-            return f"int({x})"
+            return f"int({operand})"
         if isinstance(to, ir.EnumT):
             to = to.underlying
         if isinstance(src, ir.EnumT):
             src = src.underlying
         if isinstance(src, ir.IntLit):
-            return self.wrapped(x, to) if isinstance(to, Bits) else x
+            return self.wrapped(operand, to) if isinstance(to, Bits) else operand
         if isinstance(to, Bits) and isinstance(src, Bits):
             if to == src:
-                return x
+                return operand
             if not src.signed and not to.signed and to.width >= src.width:
-                return x
-            return self.wrapped(x, to)   # sign-extends a signed source, truncates, re-wraps
-        return x
+                return operand
+            return self.wrapped(operand, to)   # sign-extends a signed source, truncates, re-wraps
+        return operand
 
     # ---- data serialisation (lists for hash/checksum/digest/emit) ----------------------------------
     def fields_of(self, e: T.Expr) -> list[tuple[str, int]]:
@@ -403,25 +404,25 @@ class Gen:
             base = self.addr(e)
             return self._fields_at(base, t)
         if isinstance(t, ir.VarbitT):
-            c = self.expr(e)
-            return [(f"{c}[1]", f"{c}[0]")]
-        w = t.width if isinstance(t, (Bits, ir.BoolT, ir.EnumT)) else 32
-        return [(self.as_unsigned(self.expr(e), t), w)]
+            code = self.expr(e)
+            return [(f"{code}[1]", f"{code}[0]")]
+        width = t.width if isinstance(t, (Bits, ir.BoolT, ir.EnumT)) else 32
+        return [(self.as_unsigned(self.expr(e), t), width)]
 
     def _fields_at(self, base, t) -> list[tuple[str, int]]:
         out = []
         for n, ft in t.fields:
-            a = self.slot_plus(base, t.offset(n))
+            slot = self.slot_plus(base, t.offset(n))
             if isinstance(ft, (ir.HeaderT, ir.StructT)):
-                out += self._fields_at(a, ft)
+                out += self._fields_at(slot, ft)
             elif isinstance(ft, ir.StackT):
                 for i in range(ft.size):
-                    out += self._fields_at(self.slot_plus(a, 1 + i * ft.elem.slots), ft.elem)
+                    out += self._fields_at(self.slot_plus(slot, 1 + i * ft.elem.slots), ft.elem)
             elif isinstance(ft, ir.VarbitT):
-                out.append((f"{self.slot_ref(a)}[1]", f"{self.slot_ref(a)}[0]"))      # dynamic width
+                out.append((f"{self.slot_ref(slot)}[1]", f"{self.slot_ref(slot)}[0]"))      # dynamic width
             else:
-                w = ft.width if isinstance(ft, (Bits, ir.BoolT, ir.EnumT)) else 32
-                out.append((self.as_unsigned(self.slot_ref(a), ft), w))
+                width = ft.width if isinstance(ft, (Bits, ir.BoolT, ir.EnumT)) else 32
+                out.append((self.as_unsigned(self.slot_ref(slot), ft), width))
         return out
 
     @staticmethod
@@ -445,13 +446,13 @@ class Gen:
 
     # ---- calls ------------------------------------------------------------------------------------
     def call_expr(self, e: T.Call) -> str:
-        k = e.kind
-        if k == "hdr" and e.target == "isValid":
+        kind = e.kind
+        if kind == "hdr" and e.target == "isValid":
             return self.slot_ref(self.addr(e.recv))
-        if k == "union":
-            ut = e.recv.type
-            return "(" + " or ".join(self.slot_ref(v) for _, v in ut.members_valid(self.addr(e.recv))) + ")"
-        if k == "table":
+        if kind == "union":
+            union_t = e.recv.type
+            return "(" + " or ".join(self.slot_ref(v) for _, v in union_t.members_valid(self.addr(e.recv))) + ")"
+        if kind == "table":
             if self.fused:
                 # applied by statements placed before the statement being generated; only valid
                 # when the apply is evaluated unconditionally (not in a short-circuit operand)
@@ -459,15 +460,15 @@ class Gen:
                     raise NotFusable("table apply inside a conditionally evaluated operand")
                 return self.fused_apply(self.cur_ind, e.target)
             return f"T{e.target.index}(s)"
-        if k == "method":
+        if kind == "method":
             ext, m = e.target
             if ext == "packet_in" and m == "lookahead":
-                lt = list(e.tvars.values())[0]
-                if isinstance(lt, ir.HeaderT):
+                look_t = list(e.tvars.values())[0]
+                if isinstance(look_t, ir.HeaderT):
                     raise unsupported("lookahead of a header other than assigned to a header or read "
                                       "by a field", e.loc)
-                code = f"_look(pkt, off, {lt.width})"
-                return self.wrapped(code, lt) if lt.signed else code
+                code = f"_look(pkt, off, {look_t.width})"
+                return self.wrapped(code, look_t) if look_t.signed else code
             if ext == "packet_in" and m == "length":
                 return "len(pkt)"
         raise unsupported("this call in an expression", e.loc)
@@ -479,16 +480,16 @@ class Gen:
         self.assign_scalar(ind, target, self.wrapped(code, target.type) if isinstance(target.type, Bits) else code)
 
     def call_stmt(self, ind: int, e: T.Call, ctx: dict) -> None:
-        k = e.kind
-        if k == "action":
-            a: ir.ActionIR = e.target
+        kind = e.kind
+        if kind == "action":
+            action: ir.ActionIR = e.target
             if self.fused:
-                self.inline_action(ind, a, [self.expr(x) for x in e.args])
+                self.inline_action(ind, action, [self.expr(x) for x in e.args])
                 return
             args = "".join(self.expr(x) + ", " for x in e.args)
-            self.emit(ind, f"A{a.index}(s, ({args}))")
+            self.emit(ind, f"A{action.index}(s, ({args}))")
             return
-        if k == "table":
+        if kind == "table":
             if self.fused:
                 self.fused_apply(ind, e.target)
             elif self.simple_table(e.target) or self.counted_table(e.target):   # inline, no call
@@ -496,21 +497,21 @@ class Gen:
             else:
                 self.emit(ind, f"T{e.target.index}(s)")
             return
-        if k == "hdr":
-            a = self.addr(e.recv)
+        if kind == "hdr":
+            action = self.addr(e.recv)
             if e.target == "setValid":
-                self.emit(ind, f"{self.slot_ref(a, True)} = True")
+                self.emit(ind, f"{self.slot_ref(action, True)} = True")
                 self.union_others_invalid(ind, e.recv)
             elif e.target == "setInvalid":
-                self.emit(ind, f"{self.slot_ref(a, True)} = False")
+                self.emit(ind, f"{self.slot_ref(action, True)} = False")
             return
-        if k == "stack":
+        if kind == "stack":
             self.stack_shift(ind, e.recv, *e.target)
             return
-        if k == "efunc":
+        if kind == "efunc":
             self.extern_function(ind, e, ctx)
             return
-        if k == "method":
+        if kind == "method":
             self.method(ind, e, ctx)
             return
         raise unsupported("call", e.loc)
@@ -595,11 +596,11 @@ class Gen:
         if not algorithm.endswith("_custom"):
             return f"H_{algorithm}"
         key = (site.file, site.line, site.col)
-        i = self._custom_index.get(key)
-        if i is None:
-            i = self._custom_index[key] = len(self.custom_crcs)
+        index = self._custom_index.get(key)
+        if index is None:
+            index = self._custom_index[key] = len(self.custom_crcs)
             self.custom_crcs.append((site, 16 if algorithm == "crc16_custom" else 32))
-        return f"HC{i}"
+        return f"HC{index}"
 
     def data_bytes(self, e: T.Expr) -> str:
         code, w = self.concat(self.fields_of(e))
@@ -628,13 +629,13 @@ class Gen:
         elif name == "hash":
             algorithm = self.hash_algorithm(args[1])
             if algorithm == "random":
-                h = "RNG.getrandbits(32)"
+                hash_code = "RNG.getrandbits(32)"
             else:
-                h = self.hash_call(algorithm, args[3], e.loc)
-            base, mx = self.expr(args[2]), self.expr(args[4])
-            v = self.fresh("h")
-            self.emit(ind, f"{v} = {h}")
-            self.out_assign(ind, args[0], f"({base} + ({v} % {mx} if {mx} else {v}))")
+                hash_code = self.hash_call(algorithm, args[3], e.loc)
+            base, limit = self.expr(args[2]), self.expr(args[4])
+            hashed = self.fresh("h")
+            self.emit(ind, f"{hashed} = {hash_code}")
+            self.out_assign(ind, args[0], f"({base} + ({hashed} % {limit} if {limit} else {hashed}))")
         elif name == "random":
             self.out_assign(ind, args[0], f"RNG.randint({self.expr(args[1])}, {self.expr(args[2])})")
         elif name == "digest":
@@ -651,26 +652,26 @@ class Gen:
                     all(isinstance(w, int) for _, w in items):
                 # RFC 1071 checksum folded over small integers (layout.csum16_terms), no call
                 self.emit(ind, f"if {cond}:")
-                t, r = self.fresh("ct"), self.fresh("cr")
-                self.emit(ind + 1, f"{t} = {raw or ' + '.join(layout.csum16_terms(items)) or '0'}")
-                self.emit(ind + 1, f"{r} = {t} % 65535")
-                h = f"((65535 - {r}) if {r} else (0 if {t} else 65535))"
+                total, rem = self.fresh("ct"), self.fresh("cr")
+                self.emit(ind + 1, f"{total} = {raw or ' + '.join(layout.csum16_terms(items)) or '0'}")
+                self.emit(ind + 1, f"{rem} = {total} % 65535")
+                checksum = f"((65535 - {rem}) if {rem} else (0 if {total} else 65535))"
                 if name.startswith("verify"):
-                    self.emit(ind + 1, f"if {h} != {self.as_unsigned(self.expr(args[2]), args[2].type)}:")
+                    self.emit(ind + 1, f"if {checksum} != {self.as_unsigned(self.expr(args[2]), args[2].type)}:")
                     self.emit(ind + 2, f"{self.slot_ref(self.sm['checksum_error'], True)} = 1")
                 else:
-                    self.out_assign(ind + 1, args[2], h)
+                    self.out_assign(ind + 1, args[2], checksum)
                 return
             if name.endswith("with_payload"):
-                h = f"{self.hash_fn(algorithm, e.loc)}({self.data_bytes(args[1])} + ENV.payload)"
+                checksum = f"{self.hash_fn(algorithm, e.loc)}({self.data_bytes(args[1])} + ENV.payload)"
             else:
-                h = self.hash_call(algorithm, args[1], e.loc)
+                checksum = self.hash_call(algorithm, args[1], e.loc)
             if name.startswith("verify"):
-                self.emit(ind, f"if {cond} and {h} != {self.as_unsigned(self.expr(args[2]), args[2].type)}:")
+                self.emit(ind, f"if {cond} and {checksum} != {self.as_unsigned(self.expr(args[2]), args[2].type)}:")
                 self.emit(ind + 1, f"{self.slot_ref(self.sm['checksum_error'], True)} = 1")
             else:
                 self.emit(ind, f"if {cond}:")
-                self.out_assign(ind + 1, args[2], h)
+                self.out_assign(ind + 1, args[2], checksum)
         elif name in V1_EXTERNS:
             self.v1_request(ind, e, name, args)
         elif name == "log_msg":
@@ -719,13 +720,13 @@ class Gen:
             self.emit(ind, f"{obj}.write({self.expr(args[0])}, {self.expr(args[1])})")
         elif ext == "counter" and m == "count":
             # inline runtime.Counter.count: XP/XB are the counter's packet and byte lists
-            i, ok = self.index_check(ind, args[0], inst.args[0])
-            if ok != "False":
-                if ok is not None:
-                    self.emit(ind, f"if {ok}:")
-                j = ind + (ok is not None)
-                self.emit(j, f"XP{inst.index}[{i}] += 1")
-                self.emit(j, f"XB{inst.index}[{i}] += {plen}")
+            index, in_range = self.index_check(ind, args[0], inst.args[0])
+            if in_range != "False":
+                if in_range is not None:
+                    self.emit(ind, f"if {in_range}:")
+                inner = ind + (in_range is not None)
+                self.emit(inner, f"XP{inst.index}[{index}] += 1")
+                self.emit(inner, f"XB{inst.index}[{index}] += {plen}")
         elif ext == "direct_counter":
             pass   # counted by the table on every hit, as BMv2 does
         elif ext == "meter" and m == "execute_meter":
@@ -734,16 +735,16 @@ class Gen:
             self.out_assign(ind, args[0], f"{obj}.read({plen}, ENV.now_ns)")
         elif ext == "register" and m == "read":
             # inline runtime.Register.read/write: XV is the register's value list
-            i, ok = self.index_check(ind, args[1], inst.args[0])
-            val = "0" if ok == "False" else f"XV{inst.index}[{i}]" if ok is None else \
-                f"(XV{inst.index}[{i}] if {ok} else 0)"
+            index, in_range = self.index_check(ind, args[1], inst.args[0])
+            val = "0" if in_range == "False" else f"XV{inst.index}[{index}]" if in_range is None else \
+                f"(XV{inst.index}[{index}] if {in_range} else 0)"
             self.out_assign(ind, args[0], val)
         elif ext == "register" and m == "write":
-            i, ok = self.index_check(ind, args[0], inst.args[0])
+            index, in_range = self.index_check(ind, args[0], inst.args[0])
             v = self.fresh("v")
             self.emit(ind, f"{v} = {self.expr(args[1])}")
-            if ok != "False":
-                self.emit(ind, f"{'' if ok is None else f'if {ok}: '}XV{inst.index}[{i}] = {v}")
+            if in_range != "False":
+                self.emit(ind, f"{'' if in_range is None else f'if {in_range}: '}XV{inst.index}[{index}] = {v}")
         else:
             raise unsupported(f"{ext}.{m}", e.loc)
 
@@ -759,17 +760,17 @@ class Gen:
         omitted_idx = self.facts.raw_csum.get(e) if self.fused and self.facts is not None else None
         if omitted_idx is None:
             return None
-        ht = e.items[0].expr.type
+        header_t = e.items[0].expr.type
         base = self.addr(e.items[0].expr)
         if base not in self.off_slot:
             return None
-        omitted = [(i, ht.fields[i][1]) for i in omitted_idx]
-        code = f"(sum(U{self.struct(f'!{ht.fixed_width // 16}H')}(pkt, {self.slot_ref(self.off_slot[base])})) " \
+        omitted = [(i, header_t.fields[i][1]) for i in omitted_idx]
+        code = f"(sum(U{self.struct(f'!{header_t.fixed_width // 16}H')}(pkt, {self.slot_ref(self.off_slot[base])})) " \
                f"if {self.slot_ref(base)} else 0)"
         for i, ft in omitted:
-            v = self.as_unsigned(self.slot_ref(base + 1 + i), ft)
+            field = self.as_unsigned(self.slot_ref(base + 1 + i), ft)
             for k in range(ft.width // 16):
-                code += f" - {v}" if ft.width == 16 else f" - (({v} >> {16 * k}) & 65535)"
+                code += f" - {field}" if ft.width == 16 else f" - (({field} >> {16 * k}) & 65535)"
         return code
 
     def index_check(self, ind: int, e: T.Expr, size: int) -> tuple[str, str | None]:
@@ -779,16 +780,16 @@ class Gen:
         if _INT_LITERAL.fullmatch(code):
             return code, (None if 0 <= int(code) < size else "False")
         if self.fused and code.isidentifier():
-            i = code                      # a local: read as it is
+            index = code                      # a local: read as it is
         else:
-            i = self.fresh("i")
-            self.emit(ind, f"{i} = {code}")
-        t = e.type
-        if isinstance(t, ir.EnumT):
-            t = t.underlying
-        if isinstance(t, Bits) and not t.signed:
-            return i, f"{i} < {size}"
-        return i, f"0 <= {i} < {size}"
+            index = self.fresh("i")
+            self.emit(ind, f"{index} = {code}")
+        index_t = e.type
+        if isinstance(index_t, ir.EnumT):
+            index_t = index_t.underlying
+        if isinstance(index_t, Bits) and not index_t.signed:
+            return index, f"{index} < {size}"
+        return index, f"0 <= {index} < {size}"
 
     # ---- parser and deparser primitives --------------------------------------------------------------
     def extract(self, ind: int, target: T.Expr, size: T.Expr | None = None) -> None:
@@ -796,19 +797,19 @@ class Gen:
         nbytes = t.fixed_width // 8
         push = None
         if isinstance(target, T.Member) and target.name == "next" and isinstance(target.expr.type, ir.StackT):
-            st = target.expr.type
-            sb = self.addr(target.expr)
+            stack_t = target.expr.type
+            stack_base = self.addr(target.expr)
             if self.fused:
                 raise NotFusable("extract into a header stack")
-            self.emit(ind, f"if s[{sb}] >= {st.size}: raise _PErr({self.error_codes['StackOutOfBounds']})")
-            b = self.fresh("b")
-            self.emit(ind, f"{b} = {sb} + 1 + s[{sb}] * {st.elem.slots}")
-            push = sb
+            self.emit(ind, f"if s[{stack_base}] >= {stack_t.size}: raise _PErr({self.error_codes['StackOutOfBounds']})")
+            base = self.fresh("b")
+            self.emit(ind, f"{base} = {stack_base} + 1 + s[{stack_base}] * {stack_t.elem.slots}")
+            push = stack_base
         else:
-            b = self.addr(target)
-        vb = t.varbit
-        plan = layout.struct_plan([ft.width for _, ft in t.fields]) if vb is None and self.fast else None
-        if vb is None:
+            base = self.addr(target)
+        varbit_i = t.varbit
+        plan = layout.struct_plan([ft.width for _, ft in t.fields]) if varbit_i is None and self.fast else None
+        if varbit_i is None:
             if not (plan is not None and self.fused):
                 # (fused: unpack_from itself raises struct.error, the parser's PacketTooShort)
                 self.emit(ind, f"e = off + {nbytes}")
@@ -816,32 +817,33 @@ class Gen:
         else:
             # BMv2 extract_VL order: size not a multiple of 8 -> ParserInvalidArgument; not enough
             # bytes -> PacketTooShort; more than the header's maximum -> HeaderTooShort
-            sz = self.fresh("vb")
-            self.emit(ind, f"{sz} = {self.expr(size)}")
-            self.emit(ind, f"if {sz} & 7: raise _PErr({self.error_codes['ParserInvalidArgument']})")
-            self.emit(ind, f"e = off + {nbytes} + ({sz} >> 3)")
+            size_bits = self.fresh("vb")
+            self.emit(ind, f"{size_bits} = {self.expr(size)}")
+            self.emit(ind, f"if {size_bits} & 7: raise _PErr({self.error_codes['ParserInvalidArgument']})")
+            self.emit(ind, f"e = off + {nbytes} + ({size_bits} >> 3)")
             self.emit(ind, f"if e > n: raise _PErr({self.error_codes['PacketTooShort']})")
-            self.emit(ind, f"if {sz} > {t.fields[vb][1].max_width}: raise _PErr({self.error_codes['HeaderTooShort']})")
+            too_long = self.error_codes['HeaderTooShort']
+            self.emit(ind, f"if {size_bits} > {t.fields[varbit_i][1].max_width}: raise _PErr({too_long})")
         if plan is not None:
             # one struct.unpack_from for the whole header; fields from small integers (in fused mode a
             # field that is exactly one unpacked part, unsigned, is unpacked straight into its local)
             names = [f"_c{j}" for j in range(len(plan.parts))]
             skip = set()
             if self.fused:
-                if b not in self.off_slot:       # where the header was extracted, for the deparser
-                    self.off_slot[b] = self.nslots
+                if base not in self.off_slot:       # where the header was extracted, for the deparser
+                    self.off_slot[base] = self.nslots
                     self.init.append(0)
-                    self.owners.append(("off",) + self.owners[b])
+                    self.owners.append(("off",) + self.owners[base])
                     self.nslots += 1
-                if not self.dead(self.off_slot[b]):
-                    self.emit(ind, f"{self.slot_ref(self.off_slot[b], True)} = off")
+                if not self.dead(self.off_slot[base]):
+                    self.emit(ind, f"{self.slot_ref(self.off_slot[base], True)} = off")
                 used_parts = set()
                 for i, (fname, ft) in enumerate(t.fields):
-                    if self.dead(self.slot_plus(b, 1 + i)):
+                    if self.dead(self.slot_plus(base, 1 + i)):
                         skip.add(i)
                     elif isinstance(ft, Bits) and not ft.signed and plan.fields[i] in plan.parts:
                         j = plan.parts.index(plan.fields[i])
-                        names[j] = self.slot_ref(self.slot_plus(b, 1 + i), True)
+                        names[j] = self.slot_ref(self.slot_plus(base, 1 + i), True)
                         skip.add(i)
                         used_parts.add(j)
                 for i in set(range(len(t.fields))) - skip:
@@ -849,8 +851,8 @@ class Gen:
                     used_parts.update(j for j, (ps, pe) in enumerate(plan.parts) if ps < fe and fs < pe)
                 names = [x if j in used_parts else "_" for j, x in enumerate(names)]
             self.emit(ind, f"{', '.join(names)}{',' if len(names) == 1 else ''} = U{self.struct(plan.fmt)}(pkt, off)")
-            if not self.dead(b):
-                self.emit(ind, f"{self.slot_ref(b, True)} = True")
+            if not self.dead(base):
+                self.emit(ind, f"{self.slot_ref(base, True)} = True")
             if push is not None:
                 self.emit(ind, f"s[{push}] += 1")
             for i, (fname, ft) in enumerate(t.fields):
@@ -861,39 +863,39 @@ class Gen:
                     code = f"({code} != 0)"
                 elif isinstance(ft, Bits) and ft.signed:
                     code = self.wrapped(code, ft)
-                self.emit(ind, f"{self.slot_ref(self.slot_plus(b, 1 + i), True)} = {code}")
+                self.emit(ind, f"{self.slot_ref(self.slot_plus(base, 1 + i), True)} = {code}")
             self.emit(ind, f"off += {nbytes}" if self.fused else "off = e")
             return
         self.emit(ind, "v = int.from_bytes(pkt[off:e], 'big')")
-        self.emit(ind, f"{self.slot_ref(b, True)} = True")
+        self.emit(ind, f"{self.slot_ref(base, True)} = True")
         if push is not None:
             self.emit(ind, f"s[{push}] += 1")
-        after = sum(ft.width for ft in (x[1] for x in t.fields[vb + 1:])) if vb is not None else 0
+        after = sum(ft.width for ft in (x[1] for x in t.fields[varbit_i + 1:])) if varbit_i is not None else 0
         shift = t.fixed_width
         for i, (fname, ft) in enumerate(t.fields):
             if isinstance(ft, ir.VarbitT):
                 code = f"(v >> {after})" if after else "v"
-                self.emit(ind, f"{self.slot_ref(self.slot_plus(b, 1 + i), True)} = ({sz}, {code} & ((1 << {sz}) - 1))")
+                field = self.slot_ref(self.slot_plus(base, 1 + i), True)
+                self.emit(ind, f"{field} = ({size_bits}, {code} & ((1 << {size_bits}) - 1))")
                 continue
             w = ft.width
             shift -= w
-            if vb is not None and i < vb:
-                code = f"(v >> ({shift} + {sz}))"
+            if varbit_i is not None and i < varbit_i:
+                code = f"(v >> ({shift} + {size_bits}))"
                 code = f"({code} & {(1 << w) - 1})" if i > 0 else code
             else:
                 code = f"(v >> {shift})" if shift else "v"
-                code = f"({code} & {(1 << w) - 1})" if shift + w < t.fixed_width or vb is not None else code
+                code = f"({code} & {(1 << w) - 1})" if shift + w < t.fixed_width or varbit_i is not None else code
             if isinstance(ft, ir.BoolT):
                 code = f"({code} != 0)"
             elif isinstance(ft, Bits) and ft.signed:
                 code = self.wrapped(code, ft)
-            self.emit(ind, f"{self.slot_ref(self.slot_plus(b, 1 + i), True)} = {code}")
+            self.emit(ind, f"{self.slot_ref(self.slot_plus(base, 1 + i), True)} = {code}")
         self.emit(ind, "off = e")
 
     def emit_data(self, ind: int, e: T.Expr) -> None:
-        t = e.type
-        base = self.addr(e)
-        self._emit_at(ind, base, t)
+        """``packet_out.emit(e)``: the headers of ``e`` (a header, or a struct or stack of them) that are valid."""
+        self._emit_at(ind, self.addr(e), e.type)
 
     def _emit_at(self, ind: int, base, t) -> None:
         if isinstance(t, ir.HeaderT):
@@ -911,8 +913,8 @@ class Gen:
                 self.emit(ind, f"if {self.slot_ref(base)}: out.append(K{self.struct(plan.fmt)}({args}))")
                 return
             code, w = self.concat(items)
-            nb = w // 8 if isinstance(w, int) else f"{w} >> 3"
-            self.emit(ind, f"if {self.slot_ref(base)}: out.append({code}.to_bytes({nb}, 'big'))")
+            nbytes = w // 8 if isinstance(w, int) else f"{w} >> 3"
+            self.emit(ind, f"if {self.slot_ref(base)}: out.append({code}.to_bytes({nbytes}, 'big'))")
         elif isinstance(t, ir.StructT):
             for n, ft in t.fields:
                 self._emit_at(ind, self.slot_plus(base, t.offset(n)), ft)
@@ -925,13 +927,13 @@ class Gen:
     # ---- statements ---------------------------------------------------------------------------------
     def assign_scalar(self, ind: int, lhs: T.Expr, code: str) -> None:
         if isinstance(lhs, T.Slice):
-            a = self.addr(lhs.expr)
-            bt = lhs.expr.type
-            m = (1 << (lhs.hi - lhs.lo + 1)) - 1
-            keep = bt.mask ^ (m << lhs.lo)
-            new = f"({self.slot_ref(a)} & {keep}) | ((({code}) & {m}) << {lhs.lo})" if not bt.signed else \
-                f"(({self.slot_ref(a)} & {bt.mask}) & {keep}) | ((({code}) & {m}) << {lhs.lo})"
-            self.emit(ind, f"{self.slot_ref(a, True)} = {self.wrapped(new, bt) if bt.signed else new}")
+            slot = self.addr(lhs.expr)
+            base_t = lhs.expr.type
+            mask = (1 << (lhs.hi - lhs.lo + 1)) - 1
+            keep = base_t.mask ^ (mask << lhs.lo)
+            new = f"({self.slot_ref(slot)} & {keep}) | ((({code}) & {mask}) << {lhs.lo})" if not base_t.signed else \
+                f"(({self.slot_ref(slot)} & {base_t.mask}) & {keep}) | ((({code}) & {mask}) << {lhs.lo})"
+            self.emit(ind, f"{self.slot_ref(slot, True)} = {self.wrapped(new, base_t) if base_t.signed else new}")
             return
         self.emit(ind, f"{self.slot_ref(self.addr(lhs), True)} = {code}")
 
@@ -950,10 +952,10 @@ class Gen:
         from an invalid header), so test it first."""
         if not (isinstance(target, T.Member) and isinstance(target.expr.type, ir.HeaderUnionT)):
             return
-        ut = target.expr.type
+        union_t = target.expr.type
         if self.fused:
             raise NotFusable("header union")
-        others = [v for n, v in ut.members_valid(self.addr(target.expr)) if n != target.name]
+        others = [v for n, v in union_t.members_valid(self.addr(target.expr)) if n != target.name]
         if not others:
             return
         if only_if_valid:
@@ -974,41 +976,41 @@ class Gen:
                 return self.wrapped(code, ft) if isinstance(ft, Bits) and ft.signed else code
         raise KeyError(fname)
 
-    def assign_at(self, ind: int, la, t: ir.Type, rhs: T.Expr) -> None:
-        """Assign ``rhs`` to the header, struct or stack of type ``t`` at slot ``la``: a list/structure
+    def assign_at(self, ind: int, left, t: ir.Type, rhs: T.Expr) -> None:
+        """Assign ``rhs`` to the header, struct or stack of type ``t`` at slot ``left``: a list/structure
         expression (nested ones included) member by member, any other value slot by slot."""
         if isinstance(rhs, T.List):
             if isinstance(t, ir.HeaderT):
-                self.emit(ind, f"{self.slot_ref(la, True)} = True")
+                self.emit(ind, f"{self.slot_ref(left, True)} = True")
             if not isinstance(t, (ir.HeaderT, ir.StructT)):
                 raise unsupported(f"a list expression assigned to {t}", rhs.loc)
             for (n, ft), item in zip(t.fields, rhs.items):
-                fa = self.slot_plus(la, t.offset(n))
+                field_at = self.slot_plus(left, t.offset(n))
                 if isinstance(ft, (ir.HeaderT, ir.StructT, ir.StackT)):
-                    self.assign_at(ind, fa, ft, item)
+                    self.assign_at(ind, field_at, ft, item)
                 else:
-                    self.emit(ind, f"{self.slot_ref(fa, True)} = {self.expr(item)}")
+                    self.emit(ind, f"{self.slot_ref(field_at, True)} = {self.expr(item)}")
             return
         if not isinstance(t, (ir.HeaderT, ir.StructT, ir.StackT)):
-            self.emit(ind, f"{self.slot_ref(la, True)} = {self.expr(rhs)}")
+            self.emit(ind, f"{self.slot_ref(left, True)} = {self.expr(rhs)}")
             return
         if isinstance(t, ir.HeaderT) and is_lookahead(rhs):
             # P4-16 12.8.3: lookahead<H>() gives a valid H made of the next bits, without advancing
-            v = self.fresh("la")
-            self.emit(ind, f"{v} = _look(pkt, off, {t.width})")
-            self.emit(ind, f"{self.slot_ref(la, True)} = True")
+            look = self.fresh("la")
+            self.emit(ind, f"{look} = _look(pkt, off, {t.width})")
+            self.emit(ind, f"{self.slot_ref(left, True)} = True")
             for i, (n, ft) in enumerate(t.fields):
-                self.emit(ind, f"{self.slot_ref(self.slot_plus(la, 1 + i), True)} = {self.look_field(v, t, n)}")
+                self.emit(ind, f"{self.slot_ref(self.slot_plus(left, 1 + i), True)} = {self.look_field(look, t, n)}")
             return
-        ra = self.addr(rhs)
+        right = self.addr(rhs)
         if self.fused:
-            if not (isinstance(la, int) and isinstance(ra, int)):
+            if not (isinstance(left, int) and isinstance(right, int)):
                 raise NotFusable("a slot address computed per packet (header stack)")
-            lhs_s = ", ".join(self.slot_ref(la + i, True) for i in range(t.slots))
-            rhs_s = ", ".join(self.slot_ref(ra + i) for i in range(t.slots))
+            lhs_s = ", ".join(self.slot_ref(left + i, True) for i in range(t.slots))
+            rhs_s = ", ".join(self.slot_ref(right + i) for i in range(t.slots))
             self.emit(ind, f"{lhs_s}, = {rhs_s},")
             return
-        self.emit(ind, f"s[{la}:{self.slot_plus(la, t.slots)}] = s[{ra}:{self.slot_plus(ra, t.slots)}]")
+        self.emit(ind, f"s[{left}:{self.slot_plus(left, t.slots)}] = s[{right}:{self.slot_plus(right, t.slots)}]")
 
     def hoisting(self, ind: int, fn):
         """Evaluate ``fn()`` (which generates an expression) allowing table applies in it to be
