@@ -39,6 +39,15 @@ def _switch_option(parser: argparse.ArgumentParser, many: bool = True) -> None:
         parser.add_argument("-s", "--switch", metavar="S", help="switch name (default: the only switch)")
 
 
+def _file_command(sub: argparse._SubParsersAction, name: str, summary: str) -> argparse.ArgumentParser:
+    """A command on the whole network file (apply, diff, run): the file as a positional argument too."""
+    cmd = sub.add_parser(name, help=summary)
+    cmd.add_argument("file", nargs="?", metavar="NET", help="network file")
+    _net_option(cmd)
+    _switch_option(cmd)
+    return cmd
+
+
 def _typed(fn, what: str):
     def parse(text: str):
         try:
@@ -86,25 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
     _net_option(parser, top=True)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    cmd = sub.add_parser("apply", help="make the switches match the network file")
-    cmd.add_argument("file", nargs="?", metavar="NET", help="network file")
-    _net_option(cmd)
-    _switch_option(cmd)
+    cmd = _file_command(sub, "apply", "make the switches match the network file")
     cmd.add_argument("--dry-run", action="store_true", help="show what would change, write nothing")
     cmd.add_argument("--no-tm", action="store_true", help="leave traffic-manager settings alone")
     cmd.add_argument("--json", action="store_true", help="print the result as JSON")
 
-    cmd = sub.add_parser("diff", help="print how the switches differ from the network file (writes nothing)")
-    cmd.add_argument("file", nargs="?", metavar="NET", help="network file")
-    _net_option(cmd)
-    _switch_option(cmd)
+    cmd = _file_command(sub, "diff", "print how the switches differ from the network file (writes nothing)")
     cmd.add_argument("--no-tm", action="store_true", help="leave traffic-manager settings out")
     cmd.add_argument("--json", action="store_true", help="print the drift as JSON")
 
-    cmd = sub.add_parser("run", help="keep the switches matching the network file (long-running controller)")
-    cmd.add_argument("file", nargs="?", metavar="NET", help="network file")
-    _net_option(cmd)
-    _switch_option(cmd)
+    cmd = _file_command(sub, "run", "keep the switches matching the network file (long-running controller)")
     cmd.add_argument("--drift-interval", type=float, default=10.0,
                      help="seconds between drift checks of each switch (0: never; default 10)")
     cmd.add_argument("--poll", type=float, default=0.5, help="seconds between checks of the file (default 0.5)")
