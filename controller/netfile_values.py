@@ -18,21 +18,25 @@ MAX_PORT = 510  # 9-bit ports; 511 is the v1model drop port
 THRESHOLD_MAX = (1 << 19) - 1  # registers are bit<19>
 LAYER_MAX = 0xFFFF
 
+def _scaled(value: Any, what: str, pattern: str, units: dict[str, float], examples: str) -> float:
+    """A number as it is, or a string ``pattern`` matches as (number, unit), scaled by ``units[unit]``."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a {what}, got a boolean")
+    if isinstance(value, (int, float)):
+        return float(value)
+    match = re.fullmatch(pattern, str(value))
+    if not match:
+        raise ValueError(f"invalid {what} {value!r} (examples: {examples})")
+    return float(match.group(1)) * units[match.group(2).lower()]
+
+
 _RATE_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
 
 def parse_rate(value: Any) -> float:
     """Bits per second from a number or a string like ``100Mbit``, ``1Gbps``, ``10M``, ``2.5g``."""
-    if isinstance(value, bool):
-        raise ValueError("expected a rate, got a boolean")
-    if isinstance(value, (int, float)):
-        rate = float(value)
-    else:
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([kKmMgGtT]?)(?:bit|bps|b/s)?\s*",
-                             str(value))
-        if not match:
-            raise ValueError(f"invalid rate {value!r} (examples: 100Mbit, 1Gbps, 5e8)")
-        rate = float(match.group(1)) * _RATE_UNITS[match.group(2).lower()]
+    rate = _scaled(value, "rate", r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([kKmMgGtT]?)(?:bit|bps|b/s)?\s*",
+                   _RATE_UNITS, "100Mbit, 1Gbps, 5e8")
     if rate <= 0:
         raise ValueError(f"rate must be positive, got {value!r}")
     return rate
@@ -43,15 +47,7 @@ _DELAY_UNITS = {"us": 1, "µs": 1, "ms": 1000, "s": 1_000_000}
 
 def parse_delay(value: Any) -> int:
     """Microseconds from a number (microseconds) or a string like ``250us``, ``1.5ms``, ``0.1s``."""
-    if isinstance(value, bool):
-        raise ValueError("expected a delay, got a boolean")
-    if isinstance(value, (int, float)):
-        delay = float(value)
-    else:
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(us|µs|ms|s)\s*", str(value))
-        if not match:
-            raise ValueError(f"invalid delay {value!r} (examples: 250us, 1.5ms, 0)")
-        delay = float(match.group(1)) * _DELAY_UNITS[match.group(2)]
+    delay = _scaled(value, "delay", r"\s*([0-9]*\.?[0-9]+)\s*(us|µs|ms|s)\s*", _DELAY_UNITS, "250us, 1.5ms, 0")
     if delay < 0:
         raise ValueError(f"delay must not be negative, got {value!r}")
     return int(round(delay))
