@@ -41,8 +41,14 @@ def _switch_option(parser: argparse.ArgumentParser, many: bool = True) -> None:
 
 def _file_command(sub: argparse._SubParsersAction, name: str, summary: str) -> argparse.ArgumentParser:
     """A command on the whole network file (apply, diff, run): the file as a positional argument too."""
-    cmd = sub.add_parser(name, help=summary)
+    cmd = _switch_command(sub, name, summary)
     cmd.add_argument("file", nargs="?", metavar="NET", help="network file")
+    return cmd
+
+
+def _switch_command(parent: argparse._SubParsersAction, name: str, summary: str) -> argparse.ArgumentParser:
+    """A command on some switches of the network file: ``-n`` and ``-s`` (repeatable)."""
+    cmd = parent.add_parser(name, help=summary)
     _net_option(cmd)
     _switch_option(cmd)
     return cmd
@@ -118,9 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     _switch_option(cmd)
     cmd.add_argument("--json", action="store_true", help="machine-readable output")
 
-    cmd = sub.add_parser("watch", help="live per-port, per-priority rates, drops and marks")
-    _net_option(cmd)
-    _switch_option(cmd)
+    cmd = _switch_command(sub, "watch", "live per-port, per-priority rates, drops and marks")
     cmd.add_argument("--interval", type=float, default=1.0, help="seconds between frames (default 1)")
     group = cmd.add_mutually_exclusive_group()
     group.add_argument("--once", action="store_true", help="render one frame and exit")
@@ -128,9 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cmd = sub.add_parser("set", help="change one setting on the switches now (the next apply restores the file)")
     set_what = cmd.add_subparsers(dest="what", required=True, metavar="WHAT")
-    sub_cmd = set_what.add_parser("threshold", help="drop/mark thresholds (packets, 0 = off) per port and priority")
-    _net_option(sub_cmd)
-    _switch_option(sub_cmd)
+    sub_cmd = _switch_command(set_what, "threshold", "drop/mark thresholds (packets, 0 = off) per port and priority")
     sub_cmd.add_argument("--port", type=int, action="append", help="port (repeatable; default: every connected port)")
     sub_cmd.add_argument("--priority", type=_typed(_prio, "priority"), action="append",
                          help="priority 0..7 (repeatable; default: all)")
@@ -152,17 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub_cmd.add_argument("--layer", type=_typed(_layer, "layer range"), help="layer range LO-HI")
     sub_cmd.add_argument("--entry-priority", type=int, help="dlcp: P4Runtime entry priority (default: above all rows)")
 
-    sub_cmd = set_what.add_parser("queue", help="queue capacity and rate (traffic manager)")
-    _net_option(sub_cmd)
-    _switch_option(sub_cmd)
+    sub_cmd = _switch_command(set_what, "queue", "queue capacity and rate (traffic manager)")
     sub_cmd.add_argument("--port", type=int, required=True)
     sub_cmd.add_argument("--priority", type=_typed(_prio, "priority"), help="default: every priority of the port")
     sub_cmd.add_argument("--depth", type=int, help="capacity in packets")
     sub_cmd.add_argument("--rate-pps", type=float, help="packets per second (0 = unlimited)")
 
-    sub_cmd = set_what.add_parser("link", help="link rate, delay, loss of a port (embedded target)")
-    _net_option(sub_cmd)
-    _switch_option(sub_cmd)
+    sub_cmd = _switch_command(set_what, "link", "link rate, delay, loss of a port (embedded target)")
     sub_cmd.add_argument("--port", type=int, required=True)
     sub_cmd.add_argument("--rate", type=_typed(parse_rate, "rate"), help="e.g. 100Mbit")
     sub_cmd.add_argument("--delay", type=_typed(parse_delay, "delay"), help="e.g. 200us, 1ms")
