@@ -391,12 +391,7 @@ class _Reads:
         self.read.add(self.sm("packet_length"))
         for k in t.keys + t.selector_keys:
             self.expr(k.expr)
-        if t.implementation is not None:
-            acts = list(self.prog.actions)
-        else:
-            acts = list(t.actions)
-            if t.default_action is not None and t.default_action not in acts:
-                acts.append(t.default_action)
+        acts = t.runnable_actions(self.prog.actions)
         for a in acts:
             self.stmt(a.body)
 

@@ -1439,12 +1439,7 @@ class Gen:
         else:
             key, sel = self.lookup_args(keys, t)
             self.emit(ind, f"{r} = TBL{t.index}.lookup({key}, {plen}, {sel})")
-        if t.implementation is not None:
-            acts = list(self.prog.actions)
-        else:
-            acts = list(t.actions)
-            if t.default_action is not None and t.default_action not in acts:
-                acts.append(t.default_action)
+        acts = t.runnable_actions(self.prog.actions)
         a = self.fresh("a")
         self.emit(ind, f"{a} = {r}[1]")
         for j, act in enumerate(acts):

@@ -14,7 +14,7 @@ a validity slot followed by its fields; a struct concatenates its fields; a head
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from .errors import Loc
 
@@ -297,6 +297,17 @@ class TableIR:
     annots: tuple                # switch.tir.Annotation
     loc: Loc
     index: int = 0
+
+    def runnable_actions(self, program_actions: Iterable["ActionIR"]) -> list["ActionIR"]:
+        """The actions a lookup of this table can hand back, in a fixed order: its action list and its default
+        action; with an action profile or selector (``implementation``), any action of the program, since the
+        profile's members are written by the controller. Analysis and code generation both walk this list."""
+        if self.implementation is not None:
+            return list(program_actions)
+        acts = list(self.actions)
+        if self.default_action is not None and self.default_action not in acts:
+            acts.append(self.default_action)
+        return acts
 
 
 @dataclass(eq=False)
