@@ -214,6 +214,12 @@ def workloads_section(doc: dict[str, Any]) -> list[str]:
             line += (f" after {steps} steps" if steps else "") + \
                 f"; on {n_test:,} test samples one run's accuracy has a standard error of " \
                 f"{100 * math.sqrt(acc * (1 - acc) / n_test):.2f} points (sqrt(p (1 - p) / n))"
+            se = math.sqrt(acc * (1 - acc) / n_test)
+            spread = max((c["final_accuracy"]["hi"] or 0) - (c["final_accuracy"]["lo"] or 0)
+                         for c in (cells[name], dear) if c and c["final_accuracy"].get("median") is not None)
+            if spread > 4 * se:
+                line += (f"; the runs' spread over seeds ({100 * spread:.1f} points) is far larger, so telling "
+                         "methods apart by accuracy here needs more seeds, not a bigger test set")
         if acc is not None and acc >= 0.98:
             line += " (accuracy saturates: this workload cannot tell methods apart by accuracy)"
         out.append(line + ".")
