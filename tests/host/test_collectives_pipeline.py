@@ -626,7 +626,7 @@ def test_a_failed_ring_over_dlcp_endpoints_leaves_no_receive_posted(make_endpoin
     time.sleep(0.1)
     assert not [t for t in threading.enumerate() if t.name.startswith("dlcp-ring-post")]
     for r in (0, 2):
-        posted = [key for key, inc in eps[r]._incoming.items() if inc.posted]
+        posted = [key for key, inc in eps[r]._receiver.incoming.items() if inc.posted]
         assert posted == [], f"rank {r}: receives {posted} still posted after the call failed"
 
 
