@@ -30,33 +30,33 @@ def _built_extension() -> None:
     load()
 
 
+def _run_ok(scenario: str, size: int) -> None:
+    """Run a cuda_worker scenario on ``size`` ranks; every rank must exit 0 and end with "ok RANK"."""
+    out = check(launch(MOD, scenario, size, timeout=300))
+    assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out
+
+
 @pytest.mark.parametrize("size", [2, 3])
 def test_collectives_on_cuda_tensors(size: int) -> None:
-    out = check(launch(MOD, "collectives", size, timeout=300))
-    assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out
+    _run_ok("collectives", size)
 
 
 def test_ddp_on_cuda_matches_gloo() -> None:
-    out = check(launch(MOD, "ddp", 2, timeout=300))
-    assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out
+    _run_ok("ddp", 2)
 
 
 def test_dear_on_cuda_matches_ddp() -> None:
-    out = check(launch(MOD, "dear", 2, timeout=300))
-    assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out
+    _run_ok("dear", 2)
 
 
 @pytest.mark.parametrize("size", [2, 3])
 def test_spardl_on_cuda_tensors_matches_host(size: int) -> None:
-    out = check(launch(MOD, "spardl", size, timeout=300))
-    assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out
+    _run_ok("spardl", size)
 
 
 def test_spardl_hook_on_cuda_ddp_matches_host() -> None:
-    out = check(launch(MOD, "spardl_ddp", 2, timeout=300))
-    assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out
+    _run_ok("spardl_ddp", 2)
 
 
 def test_spardl_compressor_on_cuda_dear_matches_host() -> None:
-    out = check(launch(MOD, "spardl_dear", 2, timeout=300))
-    assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out
+    _run_ok("spardl_dear", 2)
