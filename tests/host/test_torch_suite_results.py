@@ -16,7 +16,10 @@ from testbed import report
 
 from .torch_suite import GLOO_SPECIFIC, ROOT, summarise, write_results
 
-#: A stand-in for PyTorch's suite: outcomes that depend on BACKEND as the real suite's do.
+#: A stand-in for PyTorch's suite: outcomes that depend on BACKEND as the real suite's do. Its skips are test
+#: data, not skipped tests of ours: the file is written to a temporary directory and run by a pytest of its own
+#: (see _junit), because the converter under test must record PyTorch's skip reasons (CUDA-only tests,
+#: backend-gated ones) as the real suite reports them. Nothing in this module is skipped.
 SUITE = '''
 import os
 import pytest
