@@ -107,7 +107,7 @@ def resume_load() -> None:
     print("ok resume_load", r, flush=True)
 
 
-def consensus(steps: int = 120, reps: int = 4) -> None:
+def consensus(steps: int = 120, reps: int = 8) -> None:
     r, n = dist.get_rank(), dist.get_world_size()
     spec = ProblemSpec(hidden=32, batch=64)
     X, y = make_shard(spec, n, r)

@@ -83,7 +83,7 @@ def test_acid_library_on_a_ring_of_4_resumes_exactly_and_beats_gossip_in_consens
     optimizer, scheduler and Acid, 3 more steps == 6 uninterrupted steps, bit for bit. "Same" needs a deterministic
     run, and asynchronous gossip is not one (who pairs with whom and when depends on timing): the test uses the
     library's deterministic mode (``communicate=False``, explicit exchanges on a fixed schedule, a scripted
-    clock). (2) A²CiD² and plain asynchronous gossip at rate 1 on the ring, alternated four times each: A²CiD²'s
+    clock). (2) A²CiD² and plain asynchronous gossip at rate 1 on the ring, alternated eight times each: A²CiD²'s
     mean consensus distance is lower, both achieve most of the requested rate, and both train; (3) rank 3 dies in
     the middle of training: the others' exchanges with it fail within the timeout, they finish, and ``finish()``
     averages the three survivors."""
