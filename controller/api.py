@@ -431,6 +431,9 @@ class Network:
                 raise UsageError(f"threshold {v} out of range 0..{netfile.THRESHOLD_MAX}")
         prios = list(priorities) if priorities is not None else list(range(state.NUM_PRIOS))
         port_list = list(ports) if ports is not None else None
+        selected = self.select(switches)
+        if port_list is not None:
+            self._check_threshold_ports(selected, port_list)
 
         def build(switch: str):
             async def updates_for(client: SwitchClient) -> list[p4r.Update]:
@@ -457,7 +460,23 @@ class Network:
                 return updates
             return updates_for
 
-        return await self._write_many(self.select(switches), build)
+        return await self._write_many(selected, build)
+
+    def _check_threshold_ports(self, switches: list[str], ports: list[int]) -> None:
+        """:class:`UsageError` for a port the network file does not use on a switch: a threshold written there
+        acts on nothing the file describes, and the next ``apply`` resets it to 0 without a word."""
+        where = f" in {self.spec.source}" if self.spec.source is not None else ""
+        for switch in switches:
+            known = state.threshold_ports(self.spec, switch)
+            cpu = self.spec.switches[switch].cpu_port
+            if cpu is not None:
+                known.add(cpu)
+            for port in ports:
+                if port not in known:
+                    used = ", ".join(map(str, sorted(known))) or "none"
+                    raise UsageError(f"port {port} of switch {switch} is not used by the network file{where} "
+                                     f"(ports with thresholds there: {used}); connect it in the file (a host or a "
+                                     f"link) or name it in a thresholds rule")
 
     def set_threshold(self, *a, **kw) -> dict[str, list[str]]:
         return self._run(self.set_threshold_async(*a, **kw))

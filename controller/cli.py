@@ -26,6 +26,36 @@ from .netfile import NetFileError, parse_delay, parse_loss, parse_mac, parse_rat
 __all__ = ["main", "build_parser"]
 
 
+class Output(Console):
+    """rich's Console for dlcpctl's standard output, where a reader that goes away (``dlcpctl diff | head -1``)
+    does not end the command: rich would exit with status 1 and say nothing, which reads as an internal error and
+    hides the command's real result (``diff``: 9 when a switch differs). Here the rest of the output is
+    discarded, the command runs to its end and exits with its own status, and ``main`` says on stderr that the
+    output was cut."""
+
+    closed = False
+
+    def on_broken_pipe(self) -> None:
+        """Called by rich when a write fails with EPIPE: point stdout at /dev/null so nothing else fails."""
+        self.closed = True
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+
+    def text(self, line: str) -> None:
+        """One plain line (JSON, event lines) as is: no markup, highlighting or wrapping."""
+        if self.closed:
+            return
+        try:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            self.on_broken_pipe()
+
+
 def _net_option(parser: argparse.ArgumentParser, top: bool = False) -> None:
     parser.add_argument("-n", "--net", metavar="FILE", default=None if top else argparse.SUPPRESS,
                         help="network file (default: $DLCP_NET)")
@@ -225,17 +255,17 @@ def _print_lines(console: Console, lines: dict[str, list[str]] | list[str]) -> N
             console.print(line, markup=False)
 
 
-def _run(args: argparse.Namespace, console: Console) -> int:
+def _run(args: argparse.Namespace, console: "Output") -> int:
     from .api import Network
     from . import render
 
     if args.cmd == "run":
-        return _run_controller(args)
+        return _run_controller(args, console)
     net = Network.from_file(_net_path(args))
     if args.cmd == "apply":
         result = net.apply(args.switch, dry_run=args.dry_run, tm=not args.no_tm, check=False)
         if args.json:
-            print(json.dumps({
+            console.text(json.dumps({
                 "switches": {n: {"pipeline_pushed": r.pipeline_pushed, "inserts": r.inserts, "modifies": r.modifies,
                                  "deletes": r.deletes, "updates": r.updates, "tm_changes": r.tm_changes,
                                  "dry_run": r.dry_run} for n, r in result.switches.items()},
@@ -252,7 +282,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
         drift = {n: drift_lines(r) for n, r in result.switches.items()}
         if args.json:
-            print(json.dumps({"drift": drift, "errors": {n: str(e) for n, e in result.errors.items()}}, indent=2))
+            console.text(json.dumps({"drift": drift, "errors": {n: str(e) for n, e in result.errors.items()}}, indent=2))
         else:
             for n, lines in drift.items():
                 if not lines:
@@ -269,7 +299,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         if args.what == "tables":
             data = net.tables(args.switch)
             if args.json:
-                print(json.dumps(data, indent=2))
+                console.text(json.dumps(data, indent=2))
             else:
                 console.print(render.tables_view(data))
             return 0
@@ -287,7 +317,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                                                     if c["eligible_drops"]} for p, prios in fields["ports"].items()},
                                    "ingress": fields["ingress_drops"],
                                    "tm": fields["tm"]["drops"] if st.tm is not None else None}
-            print(json.dumps(out, indent=2))
+            console.text(json.dumps(out, indent=2))
         else:
             view = {"counters": render.counters_view, "queues": render.queues_view, "drops": render.drops_view}
             console.print(view[args.what](stats))
@@ -352,9 +382,9 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
         def show(pkt) -> None:
             if args.json:
-                print(json.dumps({"switch": switch, "time": time.time(), "payload": pkt.payload.hex(),
+                console.text(json.dumps({"switch": switch, "time": time.time(), "payload": pkt.payload.hex(),
                                   "metadata": {k: int(v) if isinstance(v, int) else str(v)
-                                               for k, v in pkt.metadata.items()}}), flush=True)
+                                               for k, v in pkt.metadata.items()}}))
             else:
                 console.print(f"{switch}: {len(pkt.payload)} bytes {_summary(pkt.payload)}", markup=False)
                 console.print(f"  {pkt.payload.hex()}", markup=False)
@@ -372,7 +402,7 @@ def _summary(frame: bytes) -> str:
         return ""
 
 
-def _run_controller(args: argparse.Namespace) -> int:
+def _run_controller(args: argparse.Namespace, console: "Output") -> int:
     """``dlcpctl run``: until SIGINT/SIGTERM; one line per event on stdout."""
     import signal
 
@@ -383,7 +413,7 @@ def _run_controller(args: argparse.Namespace) -> int:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     options = RunOptions(args.drift_interval, args.poll, args.retry, not args.no_tm)
     runner = Runner(_net_path(args), args.switch, options,
-                    report=lambda line: print(line, flush=True))
+                    report=console.text)
 
     async def main_loop() -> None:
         loop = asyncio.get_running_loop()
@@ -441,9 +471,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("finsy").setLevel(logging.DEBUG if args.verbose >= 2 else logging.CRITICAL + 1)
-    console = Console(highlight=False)
+    console = Output(highlight=False)
     try:
-        return _run(args, console)
+        code = _run(args, console)
+        if console.closed:
+            print(f"dlcpctl: standard output was closed before everything was written (broken pipe); the command "
+                  f"ran to its end and exits with its own status {code}", file=sys.stderr)
+        return code
     except NetFileError as e:
         print(f"dlcpctl: invalid network file: {e}", file=sys.stderr)
         return EXIT_CODES["netfile"]
@@ -452,9 +486,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # output piped into e.g. `head`, which exited
-        sys.stderr.close()
-        return 0
     except Exception as e:  # noqa: BLE001 - last resort: say it is args bug
         if args.verbose:
             traceback.print_exc()

@@ -215,12 +215,12 @@ class SwitchClient:
                 raise SwitchUnreachable(self.spec.name, self.spec.address, time.monotonic() - t0,
                                         f"no P4Runtime answer within {self.timeout:g} s") from None
             except P4ClientError as ex:
-                waited = time.monotonic() - t0
                 if _code(ex) not in _UNREACHABLE_CODES:
                     raise SwitchRequestFailed(self.spec.name, self.spec.address, "connect (arbitration)", _code(ex),
                                               ex.message) from None
                 if not await wait_listening(self.spec.address, deadline):
-                    raise SwitchUnreachable(self.spec.name, self.spec.address, waited,
+                    # the time waited includes the retries: the whole connect_timeout, not the first attempt
+                    raise SwitchUnreachable(self.spec.name, self.spec.address, time.monotonic() - t0,
                                             f"{_code(ex)}: {ex.message}") from None
             except (OSError, RuntimeError) as ex:
                 if not await wait_listening(self.spec.address, deadline):
@@ -239,8 +239,8 @@ class SwitchClient:
 
     def _fail(self, ex: P4ClientError, operation: str) -> Exception:
         if _code(ex) in _UNREACHABLE_CODES:
-            return SwitchUnreachable(self.spec.name, self.spec.address, 0.0,
-                                     f"{operation}: {_code(ex)}: {ex.message}")
+            return SwitchUnreachable(self.spec.name, self.spec.address, None,
+                                     f"connection lost during {operation}: {_code(ex)}: {ex.message}")
         return SwitchRequestFailed(self.spec.name, self.spec.address, operation, _code(ex), ex.message)
 
     @property

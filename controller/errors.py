@@ -40,11 +40,15 @@ class UsageError(ControllerError):
 
 
 class SwitchUnreachable(ControllerError):
+    """No answer from a switch: ``waited_s`` is how long the connect waited (its retries included), None when
+    an open session lost its connection during a request (nothing was waited for)."""
+
     exit_code = EXIT_CODES["unreachable"]
 
-    def __init__(self, switch: str, address: str, waited_s: float, detail: str):
+    def __init__(self, switch: str, address: str, waited_s: float | None, detail: str):
         self.switch, self.address, self.waited_s, self.detail = switch, address, waited_s, detail
-        super().__init__(f"switch {switch} at {address} unreachable after {waited_s:.1f} s: {detail}")
+        after = f" after {waited_s:.1f} s" if waited_s is not None else ""
+        super().__init__(f"switch {switch} at {address} unreachable{after}: {detail}")
 
 
 class SwitchRequestFailed(ControllerError):

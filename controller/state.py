@@ -85,15 +85,22 @@ def route_entities(net: Network, switch: str, routes: list[Route],
     return out
 
 
+def threshold_ports(net: Network, switch: str) -> set[int]:
+    """The ports of a switch whose thresholds the file sets: every connected port and every port a threshold rule
+    for the switch names (``apply`` resets the thresholds of every other port to 0)."""
+    ports = set(net.ports_of(switch))
+    for r in net.thresholds:
+        if r.ports and _selects(r.switches, switch):
+            ports.update(r.ports)
+    return ports
+
+
 def threshold_values(net: Network, switch: str) -> dict[tuple[str, int], int]:
     """Non-zero register values {(register, index): value} of the drop/mark thresholds of one switch.
 
     Slots covered: every priority of every connected port, plus any (port, priority) a rule names explicitly.
     Rules apply in file order, later ones overriding earlier ones, field by field."""
-    ports = set(net.ports_of(switch))
-    for r in net.thresholds:
-        if r.ports and _selects(r.switches, switch):
-            ports.update(r.ports)
+    ports = threshold_ports(net, switch)
     values: dict[tuple[str, int], int] = {}
     spec = net.switches[switch]
     for port in sorted(ports):

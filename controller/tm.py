@@ -143,7 +143,8 @@ class EmbeddedTM:
     def _err(self, what: str, e: Exception) -> Exception:
         code = getattr(getattr(e, "code", None), "name", "")
         if code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
-            return SwitchUnreachable(self.spec.name, self.address, self.timeout if code == "DEADLINE_EXCEEDED" else 0.0,
+            # DEADLINE_EXCEEDED waited the whole timeout; UNAVAILABLE is answered at once (nothing listens)
+            return SwitchUnreachable(self.spec.name, self.address, self.timeout if code == "DEADLINE_EXCEEDED" else None,
                                      f"management service: {e}")
         return TrafficManagerError(f"switch {self.spec.name} management service at {self.address}: {what} "
                                    f"failed: {e}")
