@@ -33,7 +33,8 @@ from finsy.grpcutil import GRPCOptions
 from finsy.p4client import P4ClientError
 from finsy.proto import U128, p4i, p4r
 
-from .errors import ProgramError, RejectedUpdate, SwitchRequestFailed, SwitchUnreachable, WriteRejected
+from .errors import (ProgramError, RejectedUpdate, SwitchRequestFailed, SwitchUnreachable, UsageError,
+                     WriteRejected)
 from .netfile import SwitchSpec
 from .state import describe_entity
 
@@ -389,13 +390,12 @@ async def send_packets(spec: SwitchSpec, payloads: list[bytes], metadata: dict[s
         if first.status.code != 0:
             raise SwitchRequestFailed(spec.name, spec.address, "PacketOut", "PERMISSION_DENIED",
                                       f"not primary: {first.status.message}")
+        reply = await client.request(p4r.GetForwardingPipelineConfigRequest(
+            device_id=spec.device_id, response_type=p4r.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE))
+        cpm = fy.P4Schema(reply.config.p4info).controller_packet_metadata.get("packet_out")
+        metadata = packet_out_metadata(cpm, metadata)
         encoded: list[p4r.PacketMetadata] = []
         if metadata:
-            reply = await client.request(p4r.GetForwardingPipelineConfigRequest(
-                device_id=spec.device_id,
-                response_type=p4r.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE))
-            schema = fy.P4Schema(reply.config.p4info)
-            cpm = schema.controller_packet_metadata.get("packet_out")
             if cpm is None:
                 raise ProgramError("the program has no @controller_header(\"packet_out\"): PacketOut takes no "
                                    "metadata")
@@ -411,6 +411,24 @@ async def send_packets(spec: SwitchSpec, payloads: list[bytes], metadata: dict[s
         raise SwitchRequestFailed(spec.name, spec.address, "PacketOut", _code(ex), ex.message) from None
     finally:
         await client.close()
+
+
+def packet_out_metadata(header, metadata: dict[str, int] | None) -> dict[str, int] | None:
+    """The PacketOut metadata to send: the caller's, plus ``do_forwarding=1`` when the program's packet_out
+    header has that field (dlcp.p4) and the caller set neither it nor ``egress_port``, so that a plain
+    ``packet-out`` is routed like a frame arriving on the CPU port. ``header`` is the program's packet_out
+    controller header (finsy's), None when it has none."""
+    if header is None:
+        return metadata
+    names = [field.name for field in header.metadata]
+    given = dict(metadata or {})
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise UsageError(f"the program's packet_out header has no field {', '.join(unknown)} "
+                         f"(its fields: {', '.join(names)})")
+    if "do_forwarding" in names and not {"do_forwarding", "egress_port"} & set(given):
+        given["do_forwarding"] = 1
+    return {name: given.get(name, 0) for name in names}  # finsy encodes every field; unset ones are 0
 
 
 def _code_name(code: int) -> str:

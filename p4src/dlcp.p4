@@ -13,6 +13,11 @@
  * - Never sends a packet back out of the port it came in on.
  * - Counts forwarded packets/bytes, eligible drops and ECN marks per (port, priority), packets per next hop, and
  *   ingress drops per reason.
+ * - Talks to a P4Runtime controller through the CPU port (CPU_PORT, 255 unless -DCPU_PORT=N; the switch runs
+ *   with --cpu-port CPU_PORT), with the standard @controller_header("packet_out") / ("packet_in") headers: a
+ *   PacketOut enters ingress on the CPU port behind its packet_out header and is either routed like any other
+ *   frame (do_forwarding = 1) or sent out of packet_out.egress_port as it is; a frame routed to the CPU port
+ *   leaves with a packet_in header saying on which port it arrived.
  * - Malformed input is dropped in ingress and counted (ingress_drops[DROP_PARSER_ERROR]): as in BMv2, a parser
  *   error does not drop the packet by itself; ingress runs with standard_metadata.parser_error set. That covers a
  *   frame shorter than Ethernet, a truncated IPv4 header or options, IHL < 5, IP version != 4, and a UDP datagram
@@ -39,6 +44,12 @@ const bit<8>  LB_PER_FLOW = 1;
 #define PORT_PRIO_SLOTS 4096
 #define MAX_NHOPS 1024
 #define MAX_ECMP_GROUPS 1024
+
+/* The switch's CPU port (BMv2 simple_switch_grpc --cpu-port, dlcp-switch --cpu-port). 255 is the common choice of
+ * v1model programs and tools; a switch with another CPU port compiles this program with -DCPU_PORT=N. */
+#ifndef CPU_PORT
+#define CPU_PORT 255
+#endif
 
 /* Reasons counted in ingress_drops. */
 const bit<32> DROP_PARSER_ERROR = 0;
@@ -111,7 +122,27 @@ header udp_t {
     bit<16> checksum;
 }
 
+/* PacketOut metadata, in front of the frame a controller sends (v1model/BMv2 convention: the target prepends it
+ * and the frame enters ingress on the CPU port). do_forwarding = 1: route the frame as if it had arrived on the
+ * CPU port (dlcpctl packet-out); 0: send it out of egress_port as it is (no routing, no rewrites, queue 0). */
+@controller_header("packet_out")
+header packet_out_h {
+    port_t  egress_port;
+    bit<1>  do_forwarding;
+    bit<6>  _pad;
+}
+
+/* PacketIn metadata, in front of a frame that leaves on the CPU port; the target strips it into the PacketIn's
+ * metadata. ingress_port: the port the frame arrived on (CPU_PORT for a routed PacketOut). */
+@controller_header("packet_in")
+header packet_in_h {
+    port_t  ingress_port;
+    bit<7>  _pad;
+}
+
 struct headers_t {
+    packet_out_h   packet_out;
+    packet_in_h    packet_in;
     ethernet_t     ethernet;
     arp_t          arp;
     ipv4_t         ipv4;
@@ -153,6 +184,18 @@ register<bit<19>>(PORT_PRIO_SLOTS) queue_depth;
 parser DlcpParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
                   inout standard_metadata_t standard_metadata) {
     state start {
+        transition select(standard_metadata.ingress_port) {
+            CPU_PORT: parse_packet_out;
+            default: parse_ethernet;
+        }
+    }
+
+    state parse_packet_out {
+        packet.extract(hdr.packet_out);
+        transition parse_ethernet;
+    }
+
+    state parse_ethernet {
         packet.extract(hdr.ethernet);
         transition select(hdr.ethernet.etherType) {
             ETHERTYPE_IPV4: parse_ipv4;
@@ -311,6 +354,16 @@ control DlcpIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
 
     apply {
         mark_to_drop(standard_metadata);  /* nothing leaves unless a route says where */
+        if (hdr.packet_out.isValid()) {
+            bool direct = hdr.packet_out.do_forwarding == 0;
+            port_t out_port = hdr.packet_out.egress_port;
+            hdr.packet_out.setInvalid();
+            if (direct) {
+                /* A controller's frame for one port: out as it is, whatever it holds. */
+                standard_metadata.egress_spec = out_port;
+                return;
+            }
+        }
         if (standard_metadata.parser_error != error.NoError) {
             drop_with(DROP_PARSER_ERROR);
             return;
@@ -402,6 +455,12 @@ control DlcpEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
     counter(PORT_PRIO_SLOTS, CounterType.packets) ecn_marks;
 
     apply {
+        if (standard_metadata.egress_port == CPU_PORT) {
+            /* To the controller: the target turns this header into the PacketIn's metadata. */
+            hdr.packet_in.setValid();
+            hdr.packet_in.ingress_port = standard_metadata.ingress_port;
+            hdr.packet_in._pad = 0;
+        }
         bit<32> slot = ((bit<32>)standard_metadata.egress_port << 3) | (bit<32>)meta.prio;
         queue_depth.write(slot, standard_metadata.deq_qdepth);
         bit<19> drop_at;
@@ -442,6 +501,7 @@ control DlcpComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
 
 control DlcpDeparser(packet_out packet, in headers_t hdr) {
     apply {
+        packet.emit(hdr.packet_in);
         packet.emit(hdr.ethernet);
         packet.emit(hdr.arp);
         packet.emit(hdr.ipv4);

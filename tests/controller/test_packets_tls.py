@@ -83,6 +83,17 @@ hosts:
             got = Ether(receive(sock, b"packet-out-marker"))
             assert got.dst == host_mac and got.src == net.router_mac("s1", 1) and got[IP].ttl == 8
 
+            # PacketOut with dlcp.p4's packet_out header: egress_port and do_forwarding=0 send the frame out of
+            # that port as it is (no routing: MACs and TTL unchanged)
+            direct = bytes(Ether(dst="02:00:00:00:00:aa", src="02:00:00:00:00:bb") / IP(src="10.0.0.2", dst="10.0.0.1",
+                                                                                       ttl=9)
+                           / UDP(sport=5, dport=6) / b"direct-out-marker")
+            r = dlcpctl("-n", str(tmp_path / "n.yaml"), "packet-out", "--hex", direct.hex(), "--meta", "egress_port=1")
+            assert r.returncode == 0, r.stderr
+            assert receive(sock, b"direct-out-marker") == direct
+            r = dlcpctl("-n", str(tmp_path / "n.yaml"), "packet-out", "--hex", direct.hex(), "--meta", "port=1")
+            assert r.returncode == 2 and "no field port (its fields: egress_port, do_forwarding, _pad)" in r.stderr
+
             # PacketIn: a route towards the CPU port; a frame arriving on port 1 reaches the controller
             cpu_mac = "02:00:00:00:00:ff"
             r = dlcpctl("-n", str(tmp_path / "n.yaml"), "route", "add", "10.9.9.9", "--via", f"255@{cpu_mac}")
@@ -104,6 +115,7 @@ hosts:
             payload = bytes.fromhex(pkt["payload"])
             assert b"packet-in-marker" in payload
             assert Ether(payload).dst == cpu_mac and Ether(payload)[IP].dst == "10.9.9.9"
+            assert pkt["metadata"]["ingress_port"] == 1  # dlcp.p4's packet_in header: where the frame came in
         finally:
             sock.close()
     finally:
