@@ -65,6 +65,7 @@ log = logging.getLogger("host.transport")
 
 _TOS_CONTROL = tos_byte(CONTROL_PRIORITY, False)
 _TX_BURSTS_PER_ROUND = 4  # bursts sent between two receive passes of the I/O thread
+_SETTLE_BATCHES = 64  # receive batches Endpoint._settle takes at most (a flood must not hold the I/O thread)
 
 
 class Endpoint:
@@ -124,7 +125,7 @@ class Endpoint:
                                   counters)
         self._receiver = Receiver(self.rank, self.job_id, self.nonce, self.addr_map, opts, mss, io, self._tx,
                                   counters, self._lock, dead=self._liveness.dead, heard=self._liveness.heard)
-        self._liveness.attach(self._sender, self._receiver)
+        self._liveness.attach(self._sender, self._receiver, settle=self._settle)
         self._intake = Intake(self.job_id, self.nonce, key, rank_of, io, native_rx=io.native_rx, counters=counters,
                               receiver=self._receiver, sender=self._sender, liveness=self._liveness)
         self._io_thread = threading.Thread(target=self._io_loop, name=f"dlcp-io-{rank}", daemon=True)
@@ -219,7 +220,7 @@ class Endpoint:
         every group it shares with it, at once), then :meth:`close` (which fails what is pending here)."""
         with self._lock:
             if not self._closed:
-                msg = self._liveness.dead_notice(self.rank, reason)
+                msg = self._liveness.abort_notice(reason)  # (names the peer whose death came first, if any)
                 for _ in range(1 + len(DEAD_NOTICE_AGAIN)):
                     self._liveness.notify_all(msg, skip=self.rank)
         self.close()
@@ -355,6 +356,22 @@ class Endpoint:
                         pass
                 except (BlockingIOError, OSError):
                     pass
+
+    def _settle(self) -> None:
+        """Under the lock, on the I/O thread: receive and handle every datagram the socket holds now (at most
+        :data:`_SETTLE_BATCHES` batches). Liveness calls it before it acts on a refused datagram: what the refusing
+        peer sent before its socket closed (a DEAD notice naming the root cause of its end) is queued ahead of the
+        refusal, and must be taken first."""
+        for _ in range(_SETTLE_BATCHES):
+            try:
+                recs = self._io.drain()
+            except OSError as e:
+                if e.errno in _ICMP_ERRNOS:  # (reported once; the datagrams behind it are still there)
+                    continue
+                return
+            if not recs:
+                return
+            self._intake.handle(recs)
 
     def _wake(self) -> None:
         """Called under the lock after posting work: wake the I/O thread if it sleeps in select."""

@@ -10,24 +10,34 @@ What :class:`Liveness` does:
 * on a death (:meth:`Liveness.peer_died`): fails every pending transfer with that peer, and every pending
   transfer of a group that shares its fate (``Endpoint.share_fate``), and, when this rank saw the death itself,
   sends every other peer a DEAD notice (again after :data:`DEAD_NOTICE_AGAIN`, datagrams get lost); answers
-  probes and takes DEAD notices (:meth:`Liveness.on_control`).
+  probes and takes DEAD notices (:meth:`Liveness.on_control`);
+* attributes every death to its root cause, the rank that failed first: a DEAD notice carries the rank whose
+  failure the dead one's end followed (an abort after a peer's death names that peer), a receiver declares that
+  rank dead first, and a group's work fails naming its member that died first (:meth:`Liveness.dead_error`).
+  Before it acts on a refused datagram it handles what the socket already holds (the ``settle`` callback), so a
+  notice a peer sent before its socket closed explains the refusal rather than losing the race with it.
 
 Why a stage of its own: a death ends work on both sides (the sender's and the receiver's transfers) and is
 decided from timers, the error queue and control messages together. Runs under the endpoint's lock.
 
 Promises: a rank is declared dead once and stays dead (its stragglers open nothing); a peer that is slow to
 compute but whose endpoint answers probes is never declared dead; one that was never heard from is judged by its
-silence alone (it may not have bound its socket yet); every failure names the dead rank and why.
+silence alone (it may not have bound its socket yet); every failure names the dead rank and why, and a group's
+failure names the first of its members known dead (first failure wins), not one that ended because of it.
+
+The root cause travels in the DEAD notice's header: ``seq`` is 1 + the rank whose failure came first (0: the named
+rank's own failure), so old reasons need no parsing.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Callable
 
 from host import wire
 from host.transport.api import Options, TransportError
-from host.transport.control import CTL, CTL_ALIVE, CTL_DEAD, CTL_PROBE, W_RANK, pack_control_header
+from host.transport.control import CTL, CTL_ALIVE, CTL_DEAD, CTL_PROBE, W_RANK, W_SEQ, pack_control_header
 from host.transport.packetio import PacketSocket, src_key
 from host.transport.receiver import Receiver
 from host.transport.sender import Sender
@@ -51,17 +61,21 @@ class Liveness:
                  rank_of: dict, opts: Options, io: PacketSocket, tx: Transmitter, counters: Counters):
         self.rank, self.job_id, self.nonce, self.addr_map, self._rank_of = rank, job_id, nonce, addr_map, rank_of
         self.opts, self._io, self._tx, self._counters, self._c = opts, io, tx, counters, counters.c
-        self.dead: dict[int, str] = {}  # dead ranks and why
+        self.dead: dict[int, str] = {}  # dead ranks and why, in the order they were declared
+        self.root: dict[int, int] = {}  # dead rank -> the rank whose failure its end followed (itself: its own)
         self.heard: dict[int, float] = {}  # when each rank was last heard from (any valid datagram)
         self._probe_next: dict[int, float] = {}  # when to probe a silent rank next
         self.fates: list[tuple[frozenset[int], int, int]] = []  # (ranks, tid mask, tid value): share_fate
         self._notices: list[tuple[float, bytes]] = []  # DEAD notices still to repeat: (when, message)
         self._sender: Sender | None = None
         self._receiver: Receiver | None = None
+        self._settle: Callable[[], None] | None = None
 
-    def attach(self, sender: Sender, receiver: Receiver) -> None:
-        """The stages whose transfers a death fails (they are built after this one: they share its dicts)."""
-        self._sender, self._receiver = sender, receiver
+    def attach(self, sender: Sender, receiver: Receiver, settle: Callable[[], None] | None = None) -> None:
+        """The stages whose transfers a death fails (they are built after this one: they share its dicts), and
+        ``settle``: handle every datagram the socket holds now (under the lock), called before a refusal is acted
+        on (:meth:`read_errors`)."""
+        self._sender, self._receiver, self._settle = sender, receiver, settle
 
     def share_fate(self, ranks, tid_mask: int, tid_value: int) -> None:
         """See ``Endpoint.share_fate`` (under the lock)."""
@@ -77,19 +91,32 @@ class Liveness:
             return TransportError(f"rank {peer} is dead: {self.dead[peer]}", peer)
         for ranks, mask, value in self.fates:
             if tid & mask == value:
-                for r in ranks:
-                    if r in self.dead:
-                        return TransportError(f"transfer {tid} with rank {peer} cannot complete: rank {r} of its "
-                                              f"group is dead: {self.dead[r]}", r)
+                r = self.first_dead(ranks)
+                if r is not None:
+                    return TransportError(f"transfer {tid} with rank {peer} cannot complete: rank {r} of its "
+                                          f"group is dead: {self.dead[r]}", r)
         return None
 
-    def peer_died(self, rank: int, reason: str, *, tell: bool) -> None:
+    def first_dead(self, ranks) -> int | None:
+        """The root cause among ``ranks``: of the members known dead, the first declared (a rank that ended because
+        of an earlier death is declared after it), or None when all live."""
+        for r in self.dead:
+            if r in ranks:
+                return r
+        return None
+
+    def peer_died(self, rank: int, reason: str, *, tell: bool, root: int | None = None) -> None:
         """``rank`` is dead: fail every pending transfer with it, and every pending transfer of a group that shares
         its fate (:meth:`share_fate`), with a :class:`TransportError` naming it; new ones fail when started. With
         ``tell`` (this rank saw the death itself), send every other peer a DEAD notice, so that their work fails
-        now rather than after their own timeouts."""
+        now rather than after their own timeouts. ``root``: the rank whose failure ``rank``'s end followed (a
+        notice said so); it is declared dead first, with the same reason, so that work in a group with both fails
+        naming the root."""
         if rank in self.dead or rank == self.rank or rank not in self.addr_map:
             return
+        if root is not None and root != rank and root != self.rank and root in self.addr_map:
+            self.peer_died(root, reason, tell=False)
+        self.root[rank] = self.root.get(root, root) if root is not None and root in self.dead else rank
         self.dead[rank] = reason
         self._c["peers_dead"] += 1
         log.warning("dlcp rank %d: rank %d is dead: %s", self.rank, rank, reason)
@@ -104,20 +131,28 @@ class Liveness:
             elif inc.posted and not inc.done and (inc.peer == rank or any(inc.tid & m == v for m, v in masks)):
                 self._receiver.drop_in(inc, self.dead_error(inc.peer, inc.tid))
         if tell:
-            msg = self.dead_notice(rank, reason)
+            msg = self.dead_notice(rank, reason, self.root[rank])
             self.notify_all(msg, skip=rank)
             now = time.monotonic()
             self._notices.extend((now + dt, msg) for dt in DEAD_NOTICE_AGAIN)
 
-    def dead_notice(self, rank: int, reason: str) -> bytes:
-        """A CONTROL datagram saying ``rank`` is dead, and why."""
+    def dead_notice(self, rank: int, reason: str, root: int | None = None) -> bytes:
+        """A CONTROL datagram saying ``rank`` is dead, and why; ``root``: the rank whose failure came first, when
+        not ``rank`` itself (carried as ``seq`` = root + 1)."""
         why = reason.encode("utf-8", "replace")[:_DEAD_REASON_MAX]
         buf = bytearray(wire.HEADER_LEN + CTL.size + len(why))
+        cause = 0 if root is None or root == rank else root + 1
         pack_control_header(buf, MsgType.CONTROL, flags=0, rank=self.rank, job_id=self.job_id, transfer_id=0,
-                            seq=0, total=0, count=0, nonce=self.nonce)
+                            seq=cause, total=0, count=0, nonce=self.nonce)
         CTL.pack_into(buf, wire.HEADER_LEN, CTL_DEAD, rank)
         buf[wire.HEADER_LEN + CTL.size:] = why
         return bytes(buf)
+
+    def abort_notice(self, reason: str) -> bytes:
+        """The DEAD notice about this rank itself (``Endpoint.abort``): when a peer is known dead here, this rank's
+        end follows the first such death (first failure wins), and the notice names that rank as the root cause."""
+        first = next(iter(self.dead), None)
+        return self.dead_notice(self.rank, reason, None if first is None else self.root[first])
 
     def notify_all(self, msg: bytes, skip: int) -> None:
         """Send ``msg`` to every peer but ``skip`` and the ranks known dead."""
@@ -139,6 +174,7 @@ class Liveness:
         """A CONTROL message that is not about a transfer: a probe, its answer, or a DEAD notice."""
         op, arg = CTL.unpack_from(payload)
         src = w[W_RANK]
+        root = w[W_SEQ] - 1 if op == CTL_DEAD and w[W_SEQ] else None  # (peer_died ignores one not in addr_map)
         if op == CTL_PROBE:
             self._c["probes_rx"] += 1
             self._send_probe(src, CTL_ALIVE)
@@ -148,11 +184,11 @@ class Liveness:
             self._c["dead_notices_rx"] += 1
             reason = bytes(payload[CTL.size:]).decode("utf-8", "replace")
             if arg == src:
-                self.peer_died(src, f"rank {src} aborted: {reason}", tell=False)
+                self.peer_died(src, f"rank {src} aborted: {reason}", tell=False, root=root)
             elif arg == self.rank:  # src has given up on this rank: its work with this rank ends here too
                 self.peer_died(src, f"rank {src} declared this rank dead ({reason})", tell=False)
             else:
-                self.peer_died(arg, f"{reason} (reported by rank {src})", tell=False)
+                self.peer_died(arg, f"{reason} (reported by rank {src})", tell=False, root=root)
         else:
             self._counters.malformed("payload")
 
@@ -161,7 +197,10 @@ class Liveness:
         closed, its process gone. Such a peer is dead at once if it was heard from before (one not heard from yet
         may not have bound its socket yet, however long this endpoint has waited: its silence decides, after
         peer_timeout)."""
-        for addr in self._io.refused():
+        refused = list(self._io.refused())
+        if refused and self._settle is not None:
+            self._settle()  # first what the peer sent before its socket closed: a notice saying why it ended
+        for addr in refused:
             r = self._rank_of.get(src_key(addr))
             self._c["refused"] += 1
             if r is not None and r in self.heard:

@@ -129,3 +129,70 @@ def test_a_dead_rank_fails_new_work_at_once_and_only_its_groups(make_endpoints):
     h = a.post_recv(2, p2p, np.zeros(1000, np.float32), timeout=10)
     c.send(0, x, transfer_id=p2p)
     assert np.array_equal(h.wait().data, x)
+
+
+def _wait_dead(ep, rank: int, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while rank not in ep.dead_peers():
+        assert time.monotonic() < deadline, (rank, ep.dead_peers())
+        time.sleep(0.01)
+
+
+def test_a_rank_that_ends_after_a_peers_death_names_that_peer_as_the_root_cause(make_endpoints):
+    """Issue 46: rank 3 dies first and rank 2 ends because of it; rank 0 never hears from rank 3 (rank 3's map
+    sends its notices to an address nobody holds), only rank 2's abort. Rank 0 must blame rank 3: the abort notice
+    carries the root cause, rank 0 declares rank 3 dead before rank 2, and its group's work fails naming rank 3,
+    pending and new alike. Rank 1, told by rank 3 itself, agrees."""
+    import numpy as np
+
+    from host.transport import Endpoint, TransportError
+
+    amap = loopback_map(4)
+    a, b, c = make_endpoints(3, addr_map=amap, key=None)
+    blind = {**amap, 0: amap[0].rsplit(".", 1)[0] + ".250"}  # rank 3 cannot reach rank 0
+    d = Endpoint(3, blind, 77, 0xBEEF)
+    try:
+        for ep in (a, b, c):
+            ep.share_fate([0, 1, 2, 3], 0xFE000000, 0)
+        pending = a.post_recv(1, 5, np.zeros(10, np.float32), timeout=30)  # a collective step with live rank 1
+        d.abort("its own error")
+        _wait_dead(c, 3)
+        _wait_dead(b, 3)
+        assert 3 not in a.dead_peers()
+        c.abort("its collective failed")  # rank 2 ends because rank 3 did
+        _wait_dead(a, 2)
+    finally:
+        d.close()
+    assert list(a.dead_peers()) == [3, 2], a.dead_peers()  # the root cause first
+    assert "rank 3 aborted: its own error" not in a.dead_peers()[3]  # (rank 0 only has rank 2's word)
+    assert "rank 2 aborted: its collective failed" in a.dead_peers()[2]
+    with pytest.raises(TransportError, match="rank 3 of its group is dead") as ei:
+        pending.wait()
+    assert ei.value.peer == 3
+    with pytest.raises(TransportError, match="rank 3 of its group is dead") as ei:
+        a.post_recv(1, 6, np.zeros(10, np.float32))
+    assert ei.value.peer == 3
+    with pytest.raises(TransportError, match="rank 2 is dead: rank 2 aborted") as ei:
+        a.send(2, np.ones(4, np.float32), transfer_id=(1 << 25) | 7)  # point to point: the peer itself is gone
+    assert ei.value.peer == 2
+    assert list(b.dead_peers())[0] == 3 and "rank 3 aborted: its own error" in b.dead_peers()[3]
+
+
+def test_a_groups_work_names_the_member_that_failed_first(make_endpoints):
+    """Rank 3 aborts, then rank 2: work of a group with both fails naming rank 3, the first failure, not the
+    member with the lowest number."""
+    import numpy as np
+
+    from host.transport import TransportError
+
+    a, b, c, d = make_endpoints(4)
+    for ep in (a, b):
+        ep.share_fate([0, 1, 2, 3], 0xFE000000, 0)
+    d.abort("first")
+    _wait_dead(a, 3)
+    c.abort("second")
+    _wait_dead(a, 2)
+    assert list(a.dead_peers()) == [3, 2]
+    with pytest.raises(TransportError, match="rank 3 of its group is dead: rank 3 aborted: first") as ei:
+        a.post_recv(1, 9, np.zeros(10, np.float32))
+    assert ei.value.peer == 3
