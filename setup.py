@@ -6,6 +6,7 @@ from setuptools import Extension, setup
 
 _FLAGS = ["-O2", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"]
 setup(ext_modules=[Extension(f"host.transport.{name}", [f"host/transport/{name}.c"], extra_compile_args=_FLAGS,
-                             depends=["host/transport/_siphash.h"])  # the keyed tag, in both lanes
+                             depends=["host/transport/_siphash.h", "host/transport/_tag.h",
+                                      "host/transport/_tagkey.h"])  # the keyed tag, in both lanes
                    for name in ("_rxlane", "_txlane")]
       + [Extension("switch._portio", ["switch/_portio.c"], extra_compile_args=_FLAGS)])

@@ -14,7 +14,7 @@ How it works:
 * **Rendezvous** through the c10d Store: every rank publishes the UDP address it bound (``DLCP_ADDR`` or the
   source address towards ``MASTER_ADDR``; on loopback ``127.0.0.<rank+1>``, so every rank has the well-known
   port) and its global rank; rank 0 publishes a random per-job nonce and a random 16-byte tag key (unless
-  ``DLCP_TAG=0``): every packet of the job then carries a keyed SipHash tag, and a receiver drops any packet
+  ``DLCP_TAG=0``): every packet of the job then carries a keyed tag (a MAC), and a receiver drops any packet
   whose tag is wrong, so a host that can reach the ports but not the store cannot inject data. One transport
   :class:`~host.transport.endpoint.Endpoint` per process serves every group; subgroups (``new_group``) share it,
   each with its own group tag in the 64-bit transfer ids (a million groups per job; see ``host.collectives``).

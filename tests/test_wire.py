@@ -201,6 +201,21 @@ def test_siphash24_reference_vectors() -> None:
         wire.siphash24(b"short", b"")
 
 
+def test_nh_hash_is_umacs_nh_twice_with_a_toeplitz_shift() -> None:
+    """NH by hand on one 32-byte block (words j and j + 4 paired, sums mod 2^32, products summed mod 2^64), the
+    second instance under the key shifted by 4 words; a short payload is zero-padded to the block."""
+    key = tuple(range(1, 13)) + (0,) * 100
+    m = [0xFFFFFFFF, 5, 6, 7, 8, 9, 10, 11]
+    pay = b"".join(w.to_bytes(4, "little") for w in m)
+    m32 = (1 << 32) - 1
+    want0 = sum(((m[j] + key[j]) & m32) * ((m[j + 4] + key[j + 4]) & m32) for j in range(4))
+    want1 = sum(((m[j] + key[j + 4]) & m32) * ((m[j + 4] + key[j + 8]) & m32) for j in range(4))
+    assert wire.nh_hash(key, pay) == (want0 % (1 << 64), want1 % (1 << 64))
+    assert wire.nh_hash(key, pay[:5]) == wire.nh_hash(key, pay[:5] + bytes(27))
+    with pytest.raises(ValueError, match="at most"):
+        wire.nh_hash(key, bytes(wire.NH_MAX_PAYLOAD + 1))
+
+
 def test_packet_tag_covers_everything_but_the_tag() -> None:
     key = bytes(range(100, 116))
     dg = bytearray(GOOD.pack() + np.arange(4, dtype="<f4").tobytes())

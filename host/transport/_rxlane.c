@@ -31,7 +31,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include "_siphash.h"
+#include "_tagkey.h"
 
 #ifndef SOL_UDP
 #define SOL_UDP 17
@@ -89,7 +89,7 @@ static inline int datagram_ok(const uint8_t *h, Py_ssize_t ln, uint32_t job, uin
         return 0;
     if ((Py_ssize_t)off + plen > cap)
         return 0;
-    return key == NULL || dlcp_tag(key, h, HEADER_LEN, h + HEADER_LEN, (size_t)plen) == dlcp_be64(h + O_TAG);
+    return key == NULL || dlcp_tag(key, h, h + HEADER_LEN, (size_t)plen) == dlcp_be64(h + O_TAG);
 }
 
 /* The totals over the fresh packets of one or more records, for Reassembly.add_counted: max_seq = -1 when there
@@ -412,7 +412,7 @@ PyDoc_STRVAR(fast_pass_doc,
 "Take the records of ``recs[:n]`` (rows as recv_batch writes them) that the fast lane can: a record whose first\n"
 "datagram is DATA from a known source (``rank_of``: source key -> rank) for a transfer in ``incoming`` ((rank,\n"
 "tid) -> receiver state) that has its Reassembly and a buffer, and whose datagrams all pass the Python path's\n"
-"checks (the keyed tag included when ``key``, 16 bytes, is given; None: an unkeyed job), is copied and recorded\n"
+"checks (the keyed tag (_tag.h) included when ``key``, 16 bytes, is given; None: an unkeyed job), is copied and recorded\n"
 "here. The first such record of a transfer in the pass sets the ECN state (CE or\n"
 "not) of the transfer's records in it; a later one of the other state, and every record of that transfer after\n"
 "it, is left to Python. Returns (progress, slow, datagrams, gro_buffers): one tuple per transfer that took\n"
@@ -429,14 +429,6 @@ static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_Format(PyExc_TypeError, "fast_pass takes 8 arguments, got %zd", nargs);
         return NULL;
     }
-    const uint8_t *tag_key = NULL;
-    if (args[7] != Py_None) {
-        if (!PyBytes_Check(args[7]) || PyBytes_GET_SIZE(args[7]) != SIP_KEY_LEN) {
-            PyErr_Format(PyExc_ValueError, "fast_pass: the tag key must be %d bytes or None", SIP_KEY_LEN);
-            return NULL;
-        }
-        tag_key = (const uint8_t *)PyBytes_AS_STRING(args[7]);
-    }
     PyObject *rank_of = args[3], *incoming = args[4];
     if (!PyDict_Check(rank_of) || !PyDict_Check(incoming)) {
         PyErr_SetString(PyExc_TypeError, "fast_pass: rank_of and incoming must be dicts");
@@ -446,11 +438,18 @@ static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nar
     unsigned long job = PyLong_AsUnsignedLong(args[5]), nonce = PyLong_AsUnsignedLong(args[6]);
     if (PyErr_Occurred())
         return NULL;
-    Py_buffer vb, vr;
-    if (get_buffer(args[0], &vb, 0) < 0)
+    PyObject *sched;  /* held until done: the tag checks read it */
+    if (schedule_of(args[7], &sched) < 0)
         return NULL;
+    const uint8_t *tag_key = schedule_bytes(sched);
+    Py_buffer vb, vr;
+    if (get_buffer(args[0], &vb, 0) < 0) {
+        Py_XDECREF(sched);
+        return NULL;
+    }
     if (get_buffer(args[1], &vr, 0) < 0) {
         PyBuffer_Release(&vb);
+        Py_XDECREF(sched);
         return NULL;
     }
     PyObject *result = NULL, *slow = NULL, *prog = NULL;
@@ -575,6 +574,7 @@ done:
     Py_XDECREF(slow);
     PyBuffer_Release(&vr);
     PyBuffer_Release(&vb);
+    Py_XDECREF(sched);
     return result;
 }
 

@@ -1,16 +1,11 @@
-/* SipHash-2-4 (Aumasson and Bernstein, "SipHash: a fast short-input PRF", 2012), written from the paper, for the
- * DLCP keyed tag: both fast lanes include it (_txlane computes the tag of every data packet it sends, _rxlane checks
- * the tag of every datagram it takes). host/wire.py holds the Python reference (wire.siphash24, wire.packet_tag);
- * tests/host/test_txlane.py checks this one against it and the paper's vectors.
- *
- * A datagram's tag covers its bytes without the tag field: header bytes [0, TAG_AT) then the payload from
- * HEADER_LEN, hashed as one message, so the incremental form below (sip_update over two pieces) is used. The
- * result is written into the header big-endian, as every header field is.
+/* SipHash-2-4 (Aumasson and Bernstein, "SipHash: a fast short-input PRF", 2012), written from the paper: the PRF of
+ * the DLCP keyed tag (_tag.h, which both fast lanes include) and of the derivation of its key schedule.
+ * host/wire.py holds the Python reference (wire.siphash24); tests/host/test_txlane.py checks this one against it
+ * and the paper's vectors.
  *
  * Why SipHash-2-4: a keyed PRF built for short inputs, with no table or special instruction (plain 64-bit adds,
- * rotates and xors, so it is the same on every host and needs no library), about 1.5 cycles per byte on long
- * inputs. SipHash-1-3 would be faster still; the standard variant was kept because its cost was small against the
- * transport's own per-byte cost (docs/transport.md, "Keyed tag", has the figures).
+ * rotates and xors, so it is the same on every host and needs no library). The tag hashes only 64 bytes with it
+ * per datagram (the payload goes through NH first, _tag.h), so its cost per byte does not matter.
  */
 #ifndef DLCP_SIPHASH_H
 #define DLCP_SIPHASH_H
@@ -110,32 +105,6 @@ static inline uint64_t sip_final(SipState *s)
     SIP_ROUND(s);
     SIP_ROUND(s);
     return s->v0 ^ s->v1 ^ s->v2 ^ s->v3;
-}
-
-/* The DLCP tag of a datagram whose header is at h (header_len bytes, the tag in its last 8) and whose payload is
- * plen bytes at p (not necessarily right after the header: the send lane's payload is in the tensor). */
-static inline uint64_t dlcp_tag(const uint8_t key[SIP_KEY_LEN], const uint8_t *h, size_t header_len, const uint8_t *p,
-                                size_t plen)
-{
-    SipState s;
-    sip_init(&s, key);
-    sip_update(&s, h, header_len - 8);
-    sip_update(&s, p, plen);
-    return sip_final(&s);
-}
-
-static inline uint64_t dlcp_be64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static inline void dlcp_put_be64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
 }
 
 #endif /* DLCP_SIPHASH_H */

@@ -11,7 +11,7 @@
  * of seqs[i:j] (each: the 48-byte header hdr[48*s : 48*s+48], then payload[offs[s] : offs[s]+lens[s]]) to ip4:port
  * (4 packed address bytes, host-order port) with IP TOS ``tos``, as one sendmsg; ``seg`` > 0 adds UDP_SEGMENT
  * ``seg`` (the caller's GSO run: every datagram but the last exactly ``seg`` bytes), 0 sends one datagram (j = i+1).
- * ``key`` (16 bytes, or None for an unkeyed job) first writes each packet's keyed tag (``_siphash.h``) into its
+ * ``key`` (16 bytes, or None for an unkeyed job) first writes each packet's keyed tag (``_tag.h``) into its
  * header's tag field, in ``hdr`` itself.
  * Returns the bytes sent. A system call error raises OSError with its errno (BlockingIOError for a full socket
  * buffer, so the caller waits and retries exactly as with socket.sendmsg); bad arguments raise ValueError or
@@ -28,7 +28,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include "_siphash.h"
+#include "_tagkey.h"
 
 #define HEADER_LEN 48
 #define MAX_RUN 64
@@ -52,20 +52,6 @@ static int list_index(PyObject *list, Py_ssize_t k, Py_ssize_t *out, const char 
     return 0;
 }
 
-/* The 16 key bytes of ``obj`` (bytes), or NULL for None; -1 with an exception for anything else. */
-static int key_of(PyObject *obj, const uint8_t **key)
-{
-    *key = NULL;
-    if (obj == Py_None)
-        return 0;
-    if (!PyBytes_Check(obj) || PyBytes_GET_SIZE(obj) != SIP_KEY_LEN) {
-        PyErr_Format(PyExc_ValueError, "the tag key must be %d bytes or None", SIP_KEY_LEN);
-        return -1;
-    }
-    *key = (const uint8_t *)PyBytes_AS_STRING(obj);
-    return 0;
-}
-
 PyDoc_STRVAR(send_run_doc,
 "send_run(fd, hdr, payload, offs, lens, seqs, i, j, ip4, port, tos, seg, key)\n"
 "--\n\n"
@@ -81,9 +67,6 @@ static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_Format(PyExc_TypeError, "send_run takes 13 arguments, got %zd", nargs);
         return NULL;
     }
-    const uint8_t *key;
-    if (key_of(args[12], &key) < 0)
-        return NULL;
     PyObject *offs = args[3], *lens = args[4], *seqs = args[5];
     if (!PyList_Check(offs) || !PyList_Check(lens) || !PyList_Check(seqs)) {
         PyErr_SetString(PyExc_TypeError, "send_run: offs, lens and seqs must be lists");
@@ -107,11 +90,18 @@ static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     memcpy(ip, PyBytes_AS_STRING(args[8]), 4);
-    Py_buffer vh, vp;
-    if (PyObject_GetBuffer(args[1], &vh, key ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
+    PyObject *sched;
+    if (schedule_of(args[12], &sched) < 0)
         return NULL;
+    const uint8_t *key = schedule_bytes(sched);
+    Py_buffer vh, vp;
+    if (PyObject_GetBuffer(args[1], &vh, key ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) {
+        Py_XDECREF(sched);
+        return NULL;
+    }
     if (PyObject_GetBuffer(args[2], &vp, PyBUF_SIMPLE) < 0) {
         PyBuffer_Release(&vh);
+        Py_XDECREF(sched);
         return NULL;
     }
     PyObject *result = NULL;
@@ -121,7 +111,7 @@ static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         if (list_index(seqs, i + k, &s, "seqs") < 0 || list_index(offs, s, &off, "offs") < 0
             || list_index(lens, s, &ln, "lens") < 0)
             goto done;
-        if ((s + 1) * HEADER_LEN > vh.len || off < 0 || ln < 0 || off + ln > vp.len) {
+        if ((s + 1) * HEADER_LEN > vh.len || off < 0 || ln < 0 || off + ln > vp.len || ln > NH_MAX_PAYLOAD) {
             PyErr_Format(PyExc_ValueError, "send_run: packet %zd (header or payload [%zd, %zd)) outside its buffers",
                          s, off, off + ln);
             goto done;
@@ -135,8 +125,7 @@ static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t k = 0; k < n; k++) {
             uint8_t *h = iov[2 * k].iov_base;
-            dlcp_put_be64(h + HEADER_LEN - 8, dlcp_tag(key, h, HEADER_LEN, iov[2 * k + 1].iov_base,
-                                                       iov[2 * k + 1].iov_len));
+            dlcp_put_be64(h + HEADER_LEN - 8, dlcp_tag(key, h, iov[2 * k + 1].iov_base, iov[2 * k + 1].iov_len));
         }
         Py_END_ALLOW_THREADS
     }
@@ -183,6 +172,7 @@ static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
 done:
     PyBuffer_Release(&vp);
     PyBuffer_Release(&vh);
+    Py_XDECREF(sched);
     return result;
 }
 
@@ -277,7 +267,8 @@ done:
 PyDoc_STRVAR(packet_tag_doc,
 "packet_tag(key, header, payload)\n"
 "--\n\n"
-"The keyed tag (SipHash-2-4 under the 16-byte ``key``) of a datagram whose header is the first 48 bytes of\n"
+"The keyed tag (_tag.h: NH then SipHash-2-4, under the 16-byte ``key``) of a datagram whose header is the\n"
+"first 48 bytes of "
 "``header`` (its tag field not covered) and whose payload is ``payload``, as an int: host.wire.packet_tag at C\n"
 "speed, for the endpoint's Python paths.");
 
@@ -288,27 +279,33 @@ static PyObject *packet_tag(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyErr_Format(PyExc_TypeError, "packet_tag takes 3 arguments, got %zd", nargs);
         return NULL;
     }
-    const uint8_t *key;
-    if (key_of(args[0], &key) < 0)
-        return NULL;
-    if (key == NULL) {
+    if (args[0] == Py_None) {
         PyErr_SetString(PyExc_ValueError, "packet_tag: no key");
         return NULL;
     }
-    Py_buffer vh, vp;
-    if (PyObject_GetBuffer(args[1], &vh, PyBUF_SIMPLE) < 0)
+    PyObject *sched;
+    if (schedule_of(args[0], &sched) < 0)
         return NULL;
+    Py_buffer vh, vp;
+    if (PyObject_GetBuffer(args[1], &vh, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(sched);
+        return NULL;
+    }
     if (PyObject_GetBuffer(args[2], &vp, PyBUF_SIMPLE) < 0) {
         PyBuffer_Release(&vh);
+        Py_DECREF(sched);
         return NULL;
     }
     PyObject *result = NULL;
     if (vh.len < HEADER_LEN)
         PyErr_Format(PyExc_ValueError, "packet_tag: a header has %d bytes, got %zd", HEADER_LEN, vh.len);
+    else if (vp.len > NH_MAX_PAYLOAD)
+        PyErr_Format(PyExc_ValueError, "packet_tag: a payload has at most %d bytes, got %zd", NH_MAX_PAYLOAD, vp.len);
     else
-        result = PyLong_FromUnsignedLongLong(dlcp_tag(key, vh.buf, HEADER_LEN, vp.buf, (size_t)vp.len));
+        result = PyLong_FromUnsignedLongLong(dlcp_tag(schedule_bytes(sched), vh.buf, vp.buf, (size_t)vp.len));
     PyBuffer_Release(&vp);
     PyBuffer_Release(&vh);
+    Py_DECREF(sched);
     return result;
 }
 

@@ -59,7 +59,7 @@ _TAG_AT, _HL = wire.TAG_AT, wire.HEADER_LEN
 #: when the send lane is built; the Python reference otherwise.
 packet_tag: Callable[[bytes, Any, Any], int] = (
     _txlane.packet_tag if _txlane is not None else
-    (lambda key, header, payload: wire.siphash24(key, bytes(header[:_TAG_AT]) + bytes(payload))))
+    (lambda key, header, payload: wire.packet_tag(key, bytes(header[:_HL]) + bytes(payload))))
 
 
 class AddressInUse(OSError):

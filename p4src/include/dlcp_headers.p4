@@ -40,7 +40,7 @@ header dlcp_h {
     bit<16> count;
     bit<16> nonce;
     bit<32> transfer_hi;  /* high 32 bits of the 64-bit transfer id */
-    bit<64> tag;      /* keyed SipHash-2-4 of the datagram; the switch forwards it untouched */
+    bit<64> tag;      /* keyed MAC of the datagram (host/transport/_tag.h); the switch forwards it untouched */
 }
 
 #endif  /* DLCP_HEADERS_P4 */

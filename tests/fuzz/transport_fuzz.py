@@ -16,7 +16,7 @@ that was sent and nothing zero-filled (no corrupted result), the send completes,
 (``threading.excepthook``) and the endpoints count no internal error; over the campaign the receiver's drop
 counters (malformed, rejected, foreign, ...) grow.
 
-Modes, for the per-packet tag (``wire.packet_tag``, SipHash-2-4 under the job's key):
+Modes, for the per-packet tag (``wire.packet_tag``, a MAC under the job's key):
 
 * ``off``: no key. Nothing authenticates a datagram then, so an impostor who can send with a member's address,
   job id and nonce *can* change a transfer (docs/transport.md says so): the fuzzer never sends a well-formed

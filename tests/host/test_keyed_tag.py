@@ -1,4 +1,4 @@
-"""The keyed tag (issue 35): every packet of a keyed job carries SipHash-2-4 of its bytes under the job's key, and a
+"""The keyed tag (issue 35): every packet of a keyed job carries a MAC of its bytes under the job's key (``wire.packet_tag``), and a
 receiver drops a packet whose tag is wrong before it touches any state, counting it as ``rejected_by_field["tag"]``.
 Real sockets on loopback; forged packets come from a socket bound to the address of the rank they claim, with the
 right job id and nonce, as an attacker who learned those would send them. Each case runs on the C receive lane and

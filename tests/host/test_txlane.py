@@ -1,6 +1,6 @@
 """The C send fast lane (``host/transport/_txlane.c``): the datagrams it puts on the wire are, byte for byte and
 TOS included, those the Python path's ``socket.sendmsg`` puts there, keyed tags included (checked against the
-Python reference ``wire.packet_tag``); its SipHash (``_siphash.h``) equals the reference on every length; bad
+Python reference ``wire.packet_tag``); its tag (``_tag.h``) equals the reference on every length; bad
 arguments send nothing; system call errors come back as OSError with their errno. End to end it is the default path
 of every transport test without a socket_wrapper."""
 
@@ -66,26 +66,49 @@ def test_the_extension_is_built():
     assert _txlane.HEADER_LEN == wire.HEADER_LEN and _txlane.MAX_RUN == transmit.GSO_MAX_SEGS
 
 
-def test_c_siphash_equals_the_reference_on_every_length():
-    """Every split of the 8-byte words the streaming hash handles: payloads of 0..80 bytes after the 36 header
-    bytes it covers, random keys and bytes; and the paper's vector through the header-less form."""
+def test_c_tag_equals_the_reference_on_every_length():
+    """The C tag (``_tag.h``: NH of the payload, then SipHash-2-4 over header, length and NH) equals the reference
+    ``wire.packet_tag`` on payloads of 0..80 bytes (every split of NH's 32-byte blocks and SipHash's 8-byte words),
+    a few keys, the largest payload a datagram can carry and all-ones bytes (the carries of NH's 32-bit adds)."""
     from host.transport import _txlane
 
     rng = np.random.default_rng(5)
+    keys = [rng.bytes(16) for _ in range(3)]
     for n in range(81):
-        key = rng.bytes(16)
+        key = keys[n % len(keys)]
         hdr, pay = rng.bytes(wire.HEADER_LEN), rng.bytes(n)
-        assert _txlane.packet_tag(key, hdr, pay) == wire.siphash24(key, hdr[: wire.TAG_AT] + pay) == \
-            wire.packet_tag(key, hdr + pay), n
-    big = rng.bytes(9000)
+        assert _txlane.packet_tag(key, hdr, pay) == wire.packet_tag(key, hdr + pay), n
     hl = wire.HEADER_LEN
-    assert _txlane.packet_tag(KEY, big[:hl], big[hl:]) == wire.packet_tag(KEY, big)
+    for n in (1424, 8924, 65507 - hl):
+        big = rng.bytes(hl + n)
+        assert _txlane.packet_tag(KEY, big[:hl], big[hl:]) == wire.packet_tag(KEY, big), n
+    ones = b"\xff" * (hl + 1000)
+    assert _txlane.packet_tag(KEY, ones[:hl], ones[hl:]) == wire.packet_tag(KEY, ones)
     with pytest.raises(ValueError, match="16 bytes"):
         _txlane.packet_tag(b"k" * 15, big[:hl], b"")
     with pytest.raises(ValueError, match="no key"):
         _txlane.packet_tag(None, big[:hl], b"")
     with pytest.raises(ValueError, match=f"{hl} bytes"):
         _txlane.packet_tag(KEY, big[:hl - 4], b"")
+    with pytest.raises(ValueError, match="at most 65536 bytes"):
+        _txlane.packet_tag(KEY, big[:hl], bytes(65537))
+
+
+def test_the_tag_covers_every_payload_byte_and_the_length():
+    """NH pads the payload with zeros to whole blocks: the length in the PRF's input keeps a payload and the same
+    payload with zeros appended apart; and a change of any payload byte, or of one bit, changes the C tag."""
+    from host.transport import _txlane
+
+    rng = np.random.default_rng(6)
+    hdr, pay = rng.bytes(wire.HEADER_LEN), bytearray(rng.bytes(100))
+    t = _txlane.packet_tag(KEY, hdr, pay)
+    assert _txlane.packet_tag(KEY, hdr, bytes(pay) + b"\0") != t
+    for i in range(len(pay)):
+        for bit in (0, 7):
+            pay[i] ^= 1 << bit
+            assert _txlane.packet_tag(KEY, hdr, pay) != t, (i, bit)
+            pay[i] ^= 1 << bit
+    assert _txlane.packet_tag(KEY, hdr, pay) == t
 
 
 @pytest.mark.parametrize("key", [None, KEY], ids=["unkeyed", "keyed"])
