@@ -7,11 +7,15 @@ What it does, per peer (:class:`PeerState`) and per transfer (:class:`OutTransfe
   first within a peer;
 * takes feedback (:meth:`Sender.on_feedback`): an ACK (cumulative base and bitmap) marks packets delivered, feeds
   the window its RTT, one-way queueing delay and ECN echo, and judges lost (RACK-like, by send order and time) the
-  packets sent well before one now ACKed; a NACK queues the named packets; a DONE ends the transfer;
+  packets sent well before one now ACKed; a NACK queues the named packets (one sent too recently is deferred,
+  keeping its place in the window); a DONE ends the transfer;
 * retransmits only protected packets: a drop-eligible packet judged lost is not sent again (the receiver counts it
   lost and zero-fills it), unless the receiver names it in a NACK (its own loss bound is tighter);
+  retransmissions go before new data, across a peer's transfers;
 * runs the sender's timers (:meth:`Sender.timers`): a peer silent past ``peer_timeout`` fails its sends; a
-  retransmission timeout restarts the window and sends one tail probe per transfer, not a mass retransmission;
+  retransmission timeout (no packet newly ACKed for an RTO while packets are in flight or retransmissions wait,
+  whatever NACKs arrive meanwhile) restarts the window and sends one probe per transfer, not a mass
+  retransmission; a fully sent transfer without progress of its own for an RTO gets a tail probe;
 * plans a send's packets (:func:`plan_send`: the policy's classes, the headers), a large reliable send in slices,
   the next slice classified on the I/O thread (:meth:`Sender.classify_slices`).
 
@@ -19,7 +23,9 @@ Bursts leave through ``transmit.Transmitter``; a burst the full send buffer refu
 :meth:`Sender.unsend`. Everything here runs under the endpoint's lock, which the sender shares.
 
 Promises: a send's handle is finished exactly once (:meth:`Sender.finish`); ``PeerState.inflight`` is the payload
-bytes of its packets in flight; an ACK never counts a packet that was not sent; :func:`on_cum_ack` leaves exactly
+bytes of its packets in flight; the window cannot wedge: a NACKed packet is queued within :func:`nack_gap` (or at
+the next timeout) and sent before any new data, and a window full of lost packets times out an RTO after the last
+progress (``tests/host/test_loss_recovery.py``); an ACK never counts a packet that was not sent; :func:`on_cum_ack` leaves exactly
 the state :func:`on_ack` leaves for the ACKs it takes (``tests/host/test_endpoint.py`` checks both).
 """
 
@@ -49,7 +55,8 @@ from host.transport.stats import Counters
 from host.transport.tensors import TensorView
 from host.wire import DType, Flag, MsgType
 
-__all__ = ["OutTransfer", "PeerState", "Sender", "on_ack", "on_cum_ack", "on_nack", "pace", "plan_send", "slice_classifier"]
+__all__ = ["OutTransfer", "PeerState", "Sender", "nack_gap", "on_ack", "on_cum_ack", "on_nack", "pace", "plan_send",
+           "slice_classifier"]
 
 log = logging.getLogger("host.transport")
 
@@ -102,6 +109,15 @@ class OutTransfer:
         self.pkts_sent = self.retransmissions = self.ecn_echoes = self.acks = self.nacks = 0
         self.delivered: int | None = None
         self.start = now
+        # forward progress of this transfer: when a packet of it was last newly ACKed (or it started), when a
+        # packet of it last left, and its tail probes (Sender.timers: a fully sent transfer silent for an RTO)
+        self.progress = self.last_sent = now
+        self.probe_at = 0.0
+        self.probes = 0
+        # NACKed packets sent too recently to resend yet (the NACK may have crossed a retransmission): seq -> when
+        # they are queued (Sender.timers); they stay counted in flight until then, so new data cannot take their
+        # place in the window
+        self.deferred: dict[int, float] = {}
         self.layer = 0
         self.loss_bound = 0.0
         self.handle = SendHandle(peer, tid)
@@ -136,8 +152,9 @@ class PeerState:
         self.active: list[OutTransfer] = []
         self.out: dict[int, OutTransfer] = {}
         self.next_send = 0.0
-        self.last_feedback = 0.0
-        self.rto_at = 0.0
+        self.last_feedback = 0.0  # any ACK, NACK or DONE: the peer answers (its peer timeout counts from here)
+        self.progress = 0.0  # a packet newly ACKed or a send DONE (or the window idle until then): its RTO clock
+        self.rto_at = 0.0  # no retransmission timeout before this (the backed-off RTO after one fired)
         self.rto_fired = 0.0  # time of the last timeout, until the next ACK judges it (spurious or not)
         self.owd_base: int | None = None  # first (receiver clock - send time) sample, µs mod 2^32
         self.owd_min = 0  # smallest one-way delay seen, µs relative to owd_base
@@ -173,6 +190,9 @@ def on_ack(p: PeerState, o: OutTransfer, base: int, bits: np.ndarray, ecn: bool,
         new = new[o.sent_order[new] >= 0]  # never trust an ACK for a packet not sent yet
     if new.size:
         acked[new] = True
+        o.progress = p.progress = now  # forward progress: the RTO clock and the tail probes start again
+        o.probes = 0
+        p.rto_at = 0.0
         if new[-1] >= o.acked_hi:  # new is ascending
             o.acked_hi = int(new[-1]) + 1
         lens = o.plan.lengths
@@ -224,6 +244,9 @@ def on_cum_ack(p: PeerState, o: OutTransfer, hi: int, ecn: bool, now: float, ts:
     nbytes = 0
     if hi > lo:
         o.acked[lo:hi] = True
+        o.progress = p.progress = now
+        o.probes = 0
+        p.rto_at = 0.0
         nbytes = o.cuml[hi] - o.cuml[lo]
         infl = o.inflight[lo:hi]
         if np.count_nonzero(infl) == hi - lo:  # (not infl.all(): numpy's Python-level wrapper costs more)
@@ -242,24 +265,43 @@ def on_cum_ack(p: PeerState, o: OutTransfer, hi: int, ecn: bool, now: float, ts:
     p.cc.on_ack(nbytes, ecn=ecn, rtt=rtt, qdelay=qdelay, now=now)
 
 
+def nack_gap(p: PeerState) -> float:
+    """How long after a packet was sent a NACK of it is taken at its word: half the smoothed RTT (a NACK sooner
+    than that may have crossed the packet's retransmission), at most half the largest RTO, so that a NACKed packet
+    is resent within a bounded time however large a stalled RTT sample made srtt."""
+    return min(0.5 * p.cc.srtt, 0.5 * p.cc.p.rto_max) if p.cc.srtt else 0.0
+
+
 def on_nack(p: PeerState, o: OutTransfer, base: int, bits: np.ndarray, now: float) -> None:
-    """A NACK of the seqs ``base + i`` set in ``bits``: queue them for retransmission (each at most once per half
-    RTT)."""
+    """A NACK of the seqs ``base + i`` set in ``bits``: queue them for retransmission. A packet sent less than
+    :func:`nack_gap` ago is deferred to that time instead (``o.deferred``, queued by ``Sender.timers``) and keeps
+    its place in the window meanwhile: freed now, its place would go to new data and the retransmission would find
+    the window full."""
     seqs = np.flatnonzero(bits) + base
     seqs = seqs[o.sent_order[seqs] >= 0]
     # An ACK's base passes eligible holes (Reassembly.ack_base): a receiver whose own loss bound is tighter than
     # the sender's asks for such a packet by NACK, which overrides that ACK.
     o.acked[seqs[o.plan.eligible[seqs]]] = False
-    seqs = seqs[~o.acked[seqs]]
-    infl = seqs[o.inflight[seqs]]
-    if infl.size:
-        p.inflight -= int(o.plan.lengths[infl].sum())
-        o.inflight[infl] = False
-    min_gap = 0.5 * p.cc.srtt if p.cc.srtt else 0.0
-    want = seqs[~o.queued[seqs] & (now - o.sent_time[seqs] >= min_gap)]
+    seqs = seqs[~o.acked[seqs] & ~o.queued[seqs]]
+    if not seqs.size:
+        return
+    gap = nack_gap(p)
+    sent = o.sent_time[seqs]
+    ripe = now - sent >= gap
+    want = seqs[ripe]
     if want.size:
+        infl = want[o.inflight[want]]
+        if infl.size:
+            p.inflight -= int(o.plan.lengths[infl].sum())
+            o.inflight[infl] = False
         o.queued[want] = True
         o.retxq.extend(want.tolist())
+        for s in want.tolist():
+            o.deferred.pop(s, None)
+    if not ripe.all():
+        for s, t in zip(seqs[~ripe].tolist(), (sent[~ripe] + gap).tolist()):
+            if s not in o.deferred:
+                o.deferred[s] = t
 
 
 
@@ -333,6 +375,8 @@ class Sender:
             self.sliced[o] = None
         if not p.active:
             p.last_feedback = now  # the peer timeout counts from the first outstanding send
+        if p.inflight <= 0:
+            p.progress = now  # nothing was in flight: the RTO clock starts with this send
         p.out[tid] = o
         p.active.append(o)
         p.active.sort(key=lambda x: (-x.priority, x.created))
@@ -353,14 +397,16 @@ class Sender:
         if o is None or w[W_TOTAL] != o.total:
             c["stale_feedback"] += 1
             return
+        # Any feedback shows the peer alive (its peer timeout); only an ACK of new packets or a DONE is progress
+        # (on_ack, below): a receiver that keeps NACKing a hole must not keep the RTO from firing
         p.last_feedback = now
-        p.rto_at = 0.0
-        p.cc.backoff = 0
         if mt == MsgType.CONTROL:
             if len(payload) != CTL.size or payload[0] != CTL_DONE:
                 self._counters.malformed("payload")
                 return
             c["dones_rx"] += 1
+            p.progress = now
+            p.rto_at = 0.0
             got = CTL.unpack_from(payload)[1]
             o.delivered = None if got == DONE_UNKNOWN else got
             self.finish(p, o, None)
@@ -450,20 +496,34 @@ class Sender:
             avail = p.cc.window() - p.inflight
             if avail <= 0:
                 continue
-            o = next((x for x in p.active if not x.sending and x.has_work()), None)
+            # retransmissions before new data: the first transfer (by priority) with queued retransmissions, else
+            # the first with new packets ready
+            o = None
+            for x in p.active:
+                if x.sending:
+                    continue
+                if x.retxq:
+                    o = x
+                    break
+                if o is None and x.next_seq < x.ready:
+                    o = x
             if o is None:
                 continue
+            o.last_sent = now
             self._rr = (self._rr + i + 1) % k
             burst = self.opts.burst
             lens, hdr, hl = o.lens, o.hdr, wire.HEADER_LEN
             seqs: list[int] = []
             nbytes = 0
             nretx = 0
+            deferred = o.deferred
             while o.retxq and len(seqs) < burst and nbytes < avail:
                 s = o.retxq.popleft()
                 o.queued[s] = False
                 if o.acked[s]:
                     continue
+                if deferred:
+                    deferred.pop(s, None)
                 seqs.append(s)
                 nbytes += lens[s]
                 nretx += 1
@@ -568,8 +628,12 @@ class Sender:
         o.handle._finish(stats, err)
 
     def timers(self, now: float) -> None:
-        """Every tick: fail the sends to a peer silent past ``peer_timeout``; on a retransmission timeout, restart
-        the window and queue one probe per transfer."""
+        """Every tick, per peer with sends in progress: fail them when the peer has given no feedback for
+        ``peer_timeout``; queue the NACKed packets whose deferral ended; on a retransmission timeout (no forward
+        progress, no packet newly ACKed and no send DONE, for an RTO while packets are in flight or retransmissions
+        wait: whatever NACKs keep arriving) restart the window and queue one probe per transfer; and send a tail
+        probe for a fully sent transfer that has seen no progress of its own for an RTO (its last packets or its
+        DONE lost while other transfers to the peer progress)."""
         for p in list(self.peers.values()):
             if not p.active:
                 continue
@@ -581,27 +645,76 @@ class Sender:
                 for o in list(p.active):
                     self.finish(p, o, err)
                 continue
-            if silent <= p.cc.rto or now < p.rto_at or any(o.sending for o in p.active):
-                continue  # (a caller still transmitting a first burst: its packets have not all left yet)
-            waiting = [o for o in p.active if o.next_seq >= o.total or p.inflight > 0]
-            if not waiting and p.inflight <= 0:
-                continue
-            # retransmission timeout: forget what is in flight (so the window opens again), restart the window and
-            # send one probe per transfer. Not a mass retransmission: a timeout on this shared, Python-paced host
-            # is as often a stall as a loss, and the receiver's NACK names exactly what is missing.
-            self._c["rto_timeouts"] += 1
-            p.cc.on_timeout()
-            p.rto_fired = now
-            p.rto_at = now + p.cc.rto
             for o in p.active:
-                o.inflight[:] = False
-                if o.retxq:
-                    continue
-                un = np.flatnonzero(~o.acked[: o.next_seq])
-                if un.size:  # the highest unACKed packet sent (a tail probe): the receiver answers with a NACK
-                    s = int(un[-1])  # for every hole below it, an ACK, or DONE
+                if o.deferred:
+                    self._ripen(p, o, now)
+            if any(o.sending for o in p.active):
+                continue  # (a caller still transmitting a first burst: its packets have not all left yet)
+            rto = p.cc.rto
+            if now - p.progress > rto and now >= p.rto_at and (
+                    p.inflight > 0 or any(o.retxq or o.deferred for o in p.active)):
+                self._timeout(p, now)
+                continue
+            for o in p.active:
+                if (o.next_seq >= o.total and not o.retxq and not o.deferred and now >= o.probe_at
+                        and now - max(o.progress, o.last_sent) > rto):
+                    self._probe(p, o)
+                    o.probe_at = now + rto * (1 << min(o.probes, 4))
+                    o.probes += 1
+                    self._c["tail_probes"] += 1
+
+    def _ripen(self, p: PeerState, o: OutTransfer, now: float) -> None:
+        """Queue the deferred NACKed packets of ``o`` whose wait has ended (see :func:`on_nack`)."""
+        due = [s for s, t in o.deferred.items() if t <= now]
+        for s in due:
+            del o.deferred[s]
+            if o.acked[s] or o.queued[s]:
+                continue
+            if o.inflight[s]:
+                o.inflight[s] = False
+                p.inflight -= o.lens[s]
+            o.queued[s] = True
+            o.retxq.append(s)
+
+    @staticmethod
+    def _probe(p: PeerState, o: OutTransfer) -> None:
+        """Queue one probe of ``o``: its highest unACKed packet sent (the receiver answers with a NACK of every
+        hole below it, an ACK, or DONE), or its last packet when all are ACKed (a DONE was lost: the receiver's
+        tombstone answers with DONE again)."""
+        un = np.flatnonzero(~o.acked[: o.next_seq])
+        if un.size:
+            s = int(un[-1])
+        elif o.next_seq >= o.total:
+            s = o.total - 1
+        else:
+            return  # (everything sent is ACKed and new packets are ready: those go next)
+        if o.queued[s]:
+            return
+        if o.inflight[s]:
+            o.inflight[s] = False
+            p.inflight -= o.lens[s]
+        o.queued[s] = True
+        o.retxq.append(s)
+
+    def _timeout(self, p: PeerState, now: float) -> None:
+        """Retransmission timeout of ``p``: forget what is in flight (so the window opens again), restart the
+        window and queue one probe per transfer with nothing queued already (the deferred NACKed packets are
+        queued now). Not a mass retransmission: a timeout on a shared, Python-paced host is as often a stall as a
+        loss, and the receiver's NACK names exactly what is missing."""
+        self._c["rto_timeouts"] += 1
+        p.cc.on_timeout()
+        p.rto_fired = now
+        p.rto_at = now + p.cc.rto
+        for o in p.active:
+            o.inflight[:] = False
+            for s in o.deferred:
+                if not o.acked[s] and not o.queued[s]:
                     o.queued[s] = True
                     o.retxq.append(s)
-            p.inflight = 0
+            o.deferred.clear()
+            o.probe_at = now + p.cc.rto
+            if not o.retxq:
+                self._probe(p, o)
+        p.inflight = 0
 
     # --- threads ---------------------------------------------------------------------------------------------
