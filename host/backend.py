@@ -11,9 +11,11 @@ calls :func:`host.torch_plugin.register`); ``import host.backend`` registers it 
 
 How it works:
 
-* **Rendezvous** through the c10d Store: every rank publishes the UDP address it bound (``DLCP_ADDR`` or the
-  source address towards ``MASTER_ADDR``; on loopback ``127.0.0.<rank+1>``, so every rank has the well-known
-  port) and its global rank; rank 0 publishes a random per-job nonce and a random 16-byte tag key (unless
+* **Rendezvous** through the c10d Store: every rank binds its UDP socket first and publishes the address and port
+  it got (address: ``DLCP_ADDR`` or the source address towards ``MASTER_ADDR``, on loopback ``127.0.0.<rank+1>``;
+  port: ``DLCP_PORT``, or by default a free port the kernel picks on a loopback address, so any number of jobs
+  share a host as gloo's do, and the well-known DLCP port 19400 on any other address, the destination port a DLCP
+  switch recognises DLCP by) and its global rank; rank 0 publishes a random per-job nonce and a random 16-byte tag key (unless
   ``DLCP_TAG=0``): every packet of the job then carries a keyed tag (a MAC), and a receiver drops any packet
   whose tag is wrong, so a host that can reach the ports but not the store cannot inject data. One transport
   :class:`~host.transport.endpoint.Endpoint` per process serves every group; subgroups (``new_group``) share it,
@@ -65,6 +67,7 @@ from host.staging import DeviceStreams, Staged, operation_device, tensors_in
 from host.transport.cc import CCParams, params_for_mode
 from host.transport.chunking import payload_capacity
 from host.transport.endpoint import Endpoint, Options, TransportError, path_mtu
+from host.transport.packetio import AddressInUse, bind_exclusive
 
 __all__ = ["DlcpOptions", "DlcpBackend", "DlcpWork", "create_dlcp_process_group", "dlcp_backend", "loss_bound_scope",
            "BACKEND_NAME", "transport_stats"]
@@ -88,7 +91,11 @@ class DlcpOptions:
     timeout: float = 60.0  # seconds an operation may take before wait() raises
     peer_timeout: float = 10.0  # seconds without feedback from a peer before its transfers fail
     addr: str | None = None  # IPv4 address to bind; None = auto
-    port: int = wire.UDP_PORT
+    # UDP port to bind. None: a free port the kernel picks on a loopback address (jobs on one host never collide),
+    # the well-known DLCP port (wire.UDP_PORT, 19400) on any other: a DLCP switch recognises DLCP datagrams by that
+    # destination port, and a job on real interfaces is there for the switches. 0: a free port on any address (for
+    # networks without DLCP switches). Every rank publishes the port it got; peers read it from the store.
+    port: int | None = None
     job_id: int | None = None  # None: derived from the rendezvous (MASTER_ADDR/PORT, run id)
     # a per-job key agreed at rendezvous and a keyed tag on every packet (docs/transport.md, "Keyed tag"); rank 0's
     # setting decides for the whole job. On by default: about 0.5 ms of CPU per MB moved (both ends together) and
@@ -212,6 +219,27 @@ def _dropper(o: DlcpOptions):
         return None
     from host.transport.faults import LossySocket
     return lambda sock: LossySocket(sock, loss_eligible=o.drop_eligible, loss_protected=0.0)
+
+
+def _default_port(addr: str) -> int:
+    """``DlcpOptions.port`` when not set: 0 (a free port) on a loopback address, the well-known port elsewhere."""
+    return 0 if ipaddress.ip_address(socket.gethostbyname(addr)).is_loopback else wire.UDP_PORT
+
+
+def _bind(addr: str, port: int) -> socket.socket:
+    """This rank's socket, bound before the rendezvous; a taken address is an error naming the variables that fix
+    it."""
+    try:
+        return bind_exclusive((socket.gethostbyname(addr), port))
+    except AddressInUse:
+        raise RuntimeError(
+            f"dlcp: address {addr}:{port} is already in use (another DLCP job on this host, or another rank of this "
+            f"job, has bound it). Give this job another port with DLCP_PORT (DLCP_PORT=0: a free port the kernel "
+            f"picks, for networks without DLCP switches, which recognise DLCP by port {wire.UDP_PORT}) or another "
+            f"address with DLCP_ADDR") from None
+    except OSError as e:
+        raise RuntimeError(f"dlcp: cannot bind {addr}:{port} ({e.strerror}); set DLCP_ADDR to an address of this "
+                           f"host (and DLCP_PORT to a free port)") from None
 
 
 def _auto_addr(rank: int) -> str:
@@ -493,30 +521,16 @@ class DlcpBackend:
             first = _Process.endpoint is None
         if first:
             # the default group: its ranks are the global ranks
-            addr = o.addr or _auto_addr(rank)
-            store.set(f"dlcp/addr/{rank}", f"{addr}:{o.port}")
-            if rank == 0:
-                store.set("dlcp/nonce", str(random.SystemRandom().randrange(1, 1 << 16)))
-                store.set("dlcp/key", os.urandom(wire.KEY_LEN).hex() if o.tag else "")  # "": an unkeyed job
-            nonce = int(store.get("dlcp/nonce"))
-            key = bytes.fromhex(store.get("dlcp/key").decode()) or None
-            addrs = {}
-            for r in range(size):
-                host, port = store.get(f"dlcp/addr/{r}").decode().rsplit(":", 1)
-                addrs[r] = (host, int(port))
-            if o.mtu is None:
-                o.mtu = path_mtu(addr, [h for r, (h, _) in addrs.items() if r != rank])
-            job_id = o.job_id if o.job_id is not None else zlib.crc32(
-                f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}:"
-                f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}".encode())
-            from host.policy import LayerMagnitudePolicy
             if o.policy not in ("layer-magnitude", "default"):
                 raise ValueError(f"unknown priority policy {o.policy!r} (known: layer-magnitude)")
-            cc = _cc_params(_cc_mode(o.congestion_control), o.mtu)
-            ep = Endpoint(rank, addrs, job_id=job_id, nonce=nonce,
-                          options=Options(mtu=o.mtu, policy=LayerMagnitudePolicy(), recv_timeout=o.timeout,
-                                          peer_timeout=o.peer_timeout, cc=cc, socket_wrapper=_dropper(o)),
-                          key=key)
+            addr = o.addr or _auto_addr(rank)
+            # bound before it is published: the port may be one the kernel picks (DlcpOptions.port)
+            sock = _bind(addr, _default_port(addr) if o.port is None else o.port)
+            try:
+                ep = self._open_endpoint(store, rank, size, sock)
+            except BaseException:
+                sock.close()
+                raise
             with _Process.lock:
                 _Process.endpoint, _Process.link = ep, EndpointLink(ep)
                 _Process.global_store = store
@@ -534,6 +548,33 @@ class DlcpBackend:
             store.set("dlcp/group_tag", str(tag))
         ranks = [int(store.get(f"dlcp/grank/{r}")) for r in range(size)]
         return ranks, int(store.get("dlcp/group_tag"))
+
+    def _open_endpoint(self, store, rank: int, size: int, sock: socket.socket) -> Endpoint:
+        """Publish this rank's bound address, read everyone's, agree on the job's nonce and key, and build the
+        process's endpoint on ``sock``."""
+        o = self.options
+        addr, port = sock.getsockname()
+        store.set(f"dlcp/addr/{rank}", f"{addr}:{port}")
+        if rank == 0:
+            store.set("dlcp/nonce", str(random.SystemRandom().randrange(1, 1 << 16)))
+            store.set("dlcp/key", os.urandom(wire.KEY_LEN).hex() if o.tag else "")  # "": an unkeyed job
+        nonce = int(store.get("dlcp/nonce"))
+        key = bytes.fromhex(store.get("dlcp/key").decode()) or None
+        addrs = {}
+        for r in range(size):
+            host, peer_port = store.get(f"dlcp/addr/{r}").decode().rsplit(":", 1)
+            addrs[r] = (host, int(peer_port))
+        if o.mtu is None:
+            o.mtu = path_mtu(addr, [h for r, (h, _) in addrs.items() if r != rank])
+        job_id = o.job_id if o.job_id is not None else zlib.crc32(
+            f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}:"
+            f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}".encode())
+        from host.policy import LayerMagnitudePolicy
+        cc = _cc_params(_cc_mode(o.congestion_control), o.mtu)
+        return Endpoint(rank, addrs, job_id=job_id, nonce=nonce,
+                        options=Options(mtu=o.mtu, policy=LayerMagnitudePolicy(), recv_timeout=o.timeout,
+                                        peer_timeout=o.peer_timeout, cc=cc, socket_wrapper=_dropper(o)),
+                        key=key, sock=sock)
 
     # execution ------------------------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -1061,9 +1102,15 @@ def create_dlcp_process_group(store, rank: int, size: int, timeout: timedelta | 
 
 
 def dlcp_backend(group=None) -> DlcpBackend:
-    """The :class:`DlcpBackend` of a dlcp process group (default: the default group), e.g. for its options."""
+    """The :class:`DlcpBackend` of a dlcp process group (default: the default group), e.g. for its options. Under
+    ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` torch wraps every backend in a ``ProcessGroupWrapper`` (which checks, over
+    a gloo helper group, that all ranks call the same collective with the same shapes before each call): the
+    backend inside it is the one returned."""
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
-    impl = getattr(pg._get_backend(torch.device("cpu")), "impl", None)
+    backend = pg._get_backend(torch.device("cpu"))
+    while getattr(backend, "wrapped_pg", None) is not None:  # ProcessGroupWrapper (DETAIL), possibly nested
+        backend = backend.wrapped_pg
+    impl = getattr(backend, "impl", None)
     if not isinstance(impl, DlcpBackend):
         raise ValueError(f"process group {pg.group_name} is not a dlcp group (backend {dist.get_backend(pg)})")
     return impl

@@ -72,11 +72,13 @@ class Endpoint:
     """One rank's DLCP transport. Thread-safe: any thread may call send/recv concurrently."""
 
     def __init__(self, rank: int, addr_map: Mapping[int, Any], job_id: int, nonce: int,
-                 options: Options | None = None, *, key: bytes | None = None):
+                 options: Options | None = None, *, key: bytes | None = None, sock: socket.socket | None = None):
         """``key``: the job's 16-byte tag key, the same on every rank (agreed at rendezvous, secret to the job):
         every packet sent carries its keyed tag and every packet received must (a wrong one is dropped, counted
         as ``rejected_by_field["tag"]``). None: an unkeyed job, whose tags are 0 and unchecked (tests, tools); its
-        packets are accepted on job id, nonce and source address alone."""
+        packets are accepted on job id, nonce and source address alone. ``sock``: a UDP socket already bound to
+        this rank's entry of ``addr_map`` (``packetio.bind_exclusive``; the backend binds a free port, then
+        publishes it), which the endpoint takes over; None: the endpoint binds the entry itself."""
         self.rank, self.job_id, self.nonce = int(rank), int(job_id), int(nonce)
         if not 0 <= self.job_id < 1 << 32 or not 0 <= self.nonce < 1 << 16 or not 0 <= self.rank < 1 << 16:
             raise ValueError("rank must fit 16 bits, job_id 32 bits, nonce 16 bits")
@@ -99,7 +101,7 @@ class Endpoint:
         try:
             self._io = io = PacketSocket(self.rank, self.local_addr, sock_buf=opts.sock_buf, send_buf=opts.send_buf,
                                          tos=_TOS_CONTROL, offload=opts.offload, native=opts.native, key=key,
-                                         socket_wrapper=opts.socket_wrapper)
+                                         socket_wrapper=opts.socket_wrapper, sock=sock)
         except AddressInUse as e:
             raise TransportError(f"rank {self.rank}: {e.strerror}", self.rank) from e
         except OSError as e:

@@ -33,8 +33,8 @@ except ImportError as _e:  # pragma: no cover - only a broken install gets here
     _rxlane = _txlane = None
     logging.getLogger(__name__).warning("dlcp: C fast lanes not built (%s): using the Python paths only", _e)
 
-__all__ = ["PacketSocket", "AddressInUse", "packet_tag", "path_mtu", "src_key", "norm_addr", "unrefused",
-           "ICMP_ERRNOS", "MAX_DGRAM", "RX_BATCH", "RX_BATCH_BYTES", "SOL_UDP", "UDP_SEGMENT", "UDP_GRO"]
+__all__ = ["PacketSocket", "AddressInUse", "bind_exclusive", "packet_tag", "path_mtu", "src_key", "norm_addr",
+           "unrefused", "ICMP_ERRNOS", "MAX_DGRAM", "RX_BATCH", "RX_BATCH_BYTES", "SOL_UDP", "UDP_SEGMENT", "UDP_GRO"]
 
 log = logging.getLogger("host.transport")
 
@@ -64,6 +64,24 @@ packet_tag: Callable[[bytes, Any, Any], int] = (
 
 class AddressInUse(OSError):
     """The rank's address is bound by another socket (another job or endpoint on this host)."""
+
+
+def bind_exclusive(local_addr: tuple[str, int]) -> socket.socket:
+    """A UDP socket bound to ``local_addr`` exclusively: no SO_REUSEADDR/SO_REUSEPORT, so a second job on this host
+    cannot take this one's datagrams; a taken address raises :class:`AddressInUse` naming it. Port 0: a free port
+    the kernel picks (``getsockname()`` says which), which is how jobs on one host never collide: the backend binds
+    one before its rendezvous and publishes what it got."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.bind(local_addr)
+    except OSError as e:
+        sock.close()
+        where = f"{local_addr[0]}:{local_addr[1]}"
+        if e.errno == errno.EADDRINUSE:
+            raise AddressInUse(e.errno, f"address {where} is already in use (another DLCP job or endpoint on "
+                               "this host has bound it; give this job other addresses or another port)") from e
+        raise
+    return sock
 
 
 def path_mtu(local: str, peers: list[str]) -> int:
@@ -128,15 +146,18 @@ class PacketSocket:
 
     def __init__(self, rank: int, local_addr: tuple[str, int], *, sock_buf: int = 32 << 20, send_buf: int = 1 << 20,
                  tos: int = 0, offload: bool = True, native: bool = True, key: bytes | None = None,
-                 socket_wrapper: Callable[[socket.socket], Any] | None = None):
-        """Bind ``local_addr`` (exclusively: no SO_REUSEADDR/SO_REUSEPORT, so a second job on this host cannot
-        take this one's datagrams; its bind fails with :class:`AddressInUse`). ``tos``: the socket's default IP
-        TOS (control messages); ``offload``: ask for UDP GRO; ``native``: drain with the C lane; ``key``: the
-        job's tag key (None: unkeyed); ``socket_wrapper``: what sends go through (fault injection)."""
+                 socket_wrapper: Callable[[socket.socket], Any] | None = None, sock: socket.socket | None = None):
+        """Bind ``local_addr`` (:func:`bind_exclusive`: a second job on this host cannot take this one's
+        datagrams; its bind fails with :class:`AddressInUse`), or take ``sock``, a UDP socket already bound to it
+        by :func:`bind_exclusive` (the backend binds a free port before its rendezvous). ``tos``: the socket's
+        default IP TOS (control messages); ``offload``: ask for UDP GRO; ``native``: drain with the C lane;
+        ``key``: the job's tag key (None: unkeyed); ``socket_wrapper``: what sends go through (fault injection)."""
         if key is not None and (not isinstance(key, bytes) or len(key) != wire.KEY_LEN):
             raise ValueError(f"key must be {wire.KEY_LEN} bytes or None")
+        if sock is not None and sock.getsockname() != tuple(local_addr):
+            raise ValueError(f"the socket given is bound to {sock.getsockname()}, not to {tuple(local_addr)}")
         self.rank, self.local_addr, self.key = rank, local_addr, key
-        self.sock = sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock = sock = sock if sock is not None else bind_exclusive(local_addr)
         #: socket buffers the kernel capped below what was asked: {"SO_RCVBUF": (asked, granted), ...}
         self.capped: dict[str, tuple[int, int]] = {}
         for name, opt, size in (("SO_RCVBUF", socket.SO_RCVBUF, sock_buf), ("SO_SNDBUF", socket.SO_SNDBUF, send_buf)):
@@ -154,15 +175,6 @@ class PacketSocket:
             sock.setsockopt(socket.IPPROTO_IP, 10, 0)  # IP_MTU_DISCOVER = IP_PMTUDISC_DONT: never set DF
         except OSError:  # pragma: no cover
             pass
-        try:
-            sock.bind(local_addr)
-        except OSError as e:
-            sock.close()
-            where = f"{local_addr[0]}:{local_addr[1]}"
-            if e.errno == errno.EADDRINUSE:
-                raise AddressInUse(e.errno, f"address {where} is already in use (another DLCP job or endpoint on "
-                                   "this host has bound it; give this job other addresses or another port)") from e
-            raise
         sock.setblocking(False)
         if offload:
             try:

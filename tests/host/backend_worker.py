@@ -242,6 +242,92 @@ def ddp() -> None:
     dist.destroy_process_group()
 
 
+def coexist() -> None:
+    """One rank of one of two jobs that run at once on this host with default settings (no DLCP_PORT/DLCP_ADDR):
+    once every rank of both jobs has bound its socket (a file each in COEXIST_DIR), all-reduces and all-gathers of
+    several sizes, each against gloo's bits, and DDP steps against gloo's weights, bit for bit (two ranks: a sum
+    of two is the same in either order). Prints the address and port it bound."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from host.backend import dlcp_backend
+
+    dist.init_process_group("dlcp")
+    r, P = dist.get_rank(), dist.get_world_size()
+    gloo = dist.new_group(backend="gloo")
+    host, port = dlcp_backend()._endpoint.local_addr
+    print("bound", r, f"{host}:{port}", flush=True)
+    mark = os.path.join(os.environ["COEXIST_DIR"], f"{os.environ['COEXIST_JOB']}-{r}")
+    with open(mark, "w") as f:
+        f.write(f"{host}:{port}")
+    deadline = time.monotonic() + 60
+    while len(os.listdir(os.environ["COEXIST_DIR"])) < int(os.environ["COEXIST_RANKS"]):
+        assert time.monotonic() < deadline, "the other job never bound its sockets"
+        time.sleep(0.02)
+    for rep in range(3):
+        for n in (1000, 100_000, 1_000_000):
+            x = _data((n,), torch.float32, seed=1000 * rep + 10 * r + n % 7)
+            a, b = x.clone(), x.clone()
+            dist.all_reduce(a)
+            dist.all_reduce(b, group=gloo)
+            assert torch.equal(a, b), f"all_reduce n={n}"
+            ga, gb = torch.empty(P * n), torch.empty(P * n)
+            dist.all_gather_into_tensor(ga, x)
+            dist.all_gather_into_tensor(gb, x, group=gloo)
+            assert torch.equal(ga, gb), f"all_gather n={n}"
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    weights = {}
+    for name, group in (("dlcp", None), ("gloo", gloo)):
+        model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+        model.load_state_dict(base.state_dict())
+        ddp_model = DDP(model, process_group=group)
+        opt = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(100 + r)
+        for _ in range(5):
+            x, y = torch.randn(16, 20, generator=g), torch.randint(0, 4, (16,), generator=g)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(ddp_model(x), y).backward()
+            opt.step()
+        weights[name] = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    assert torch.equal(weights["dlcp"], weights["gloo"]), "DDP weights differ from gloo's"
+    print("ok", r, flush=True)
+    dist.destroy_process_group()
+
+
+def debug_detail() -> None:
+    """Under TORCH_DISTRIBUTED_DEBUG=DETAIL (torch wraps the backend in its ProcessGroupWrapper): collectives run
+    and match gloo, ``dlcp_backend()`` finds the backend inside the wrapper (default group and a subgroup), and the
+    wrapper's own check still works: mismatched collectives on the ranks are an error."""
+    from host.backend import DlcpBackend, dlcp_backend
+
+    assert os.environ.get("TORCH_DISTRIBUTED_DEBUG") == "DETAIL"
+    dist.init_process_group("dlcp")
+    r, P = dist.get_rank(), dist.get_world_size()
+    wrapper = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    assert type(wrapper).__name__ == "_ProcessGroupWrapper", type(wrapper)  # (else this tests nothing)
+    gloo = dist.new_group(backend="gloo")
+    b = dlcp_backend()
+    assert isinstance(b, DlcpBackend) and b.options.timeout > 0, b
+    sub = dist.new_group([0, 1])
+    assert isinstance(dlcp_backend(sub), DlcpBackend) and dlcp_backend(sub) is not b
+    x = _data((10_000,), torch.float32, seed=r)
+    a, c = x.clone(), x.clone()
+    dist.all_reduce(a)
+    dist.all_reduce(c, group=gloo)
+    assert torch.equal(a, c), "all_reduce under DETAIL"
+    assert b.transport_stats()["tx_bytes"] > 0
+    try:  # the wrapper compares the ranks' calls before running one: all-reduce on one rank, broadcast on others
+        if r == 0:
+            dist.all_reduce(torch.ones(4))
+        else:
+            dist.broadcast(torch.ones(4), src=0)
+    except RuntimeError as e:
+        assert "collective" in str(e).lower() or "mismatch" in str(e).lower(), e
+        print("mismatch caught", r, flush=True)
+    print("ok", r, flush=True)
+    dist.destroy_process_group()
+
+
 def dead_peer() -> None:
     """Rank 1 dies after rendezvous; rank 0's all-reduce must fail on wait() within the timeout."""
     os.environ.setdefault("DLCP_TIMEOUT", "5")
@@ -362,5 +448,6 @@ if __name__ == "__main__":
     if os.environ.get("DLCP_TEST_STAGE_HOST") == "1":
         STAGED = _stage_host_tensors()
     {"collectives": lambda: collectives(False), "collectives-async": lambda: collectives(True), "ddp": ddp,
-     "dead-peer": dead_peer, "half": half}[sys.argv[1]]()
+     "dead-peer": dead_peer, "half": half, "coexist": coexist,
+     "debug-detail": debug_detail}[sys.argv[1]]()
     exit_process()  # not interpreter finalization: see host/procexit.py

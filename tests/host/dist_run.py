@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-import random
 import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,40 +17,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def free_udp_port(addrs: Sequence[str]) -> int:
-    """A UDP port free on every address of ``addrs`` (the loopback addresses dlcp ranks bind, 127.0.0.<rank+1>),
-    so a launched job's transport does not meet another job's on the well-known port (several test runs share
-    this machine). Drawn at random: two runs asking at once rarely draw the same one."""
-    for _ in range(100):
-        port = random.randrange(20000, 40000)
-        socks = []
-        try:
-            for a in addrs:
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                socks.append(s)
-                s.bind((a, port))
-            return port
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no UDP port free on all of {list(addrs)}")
+def spawn(module: str, scenario: str, size: int, *, env: dict | None = None,
+          args: list[str] | None = None) -> list[subprocess.Popen]:
+    """Start ``python -m module scenario`` as ``size`` ranks of one job (their own rendezvous port) and return the
+    processes at once (rank order). The dlcp transport keeps its defaults (each rank binds a free port and
+    publishes it, so jobs on this host never collide) unless ``env`` sets ``DLCP_PORT``/``DLCP_ADDR``; a
+    ``DLCP_*`` variable of the calling process is not passed on unless ``env`` names it."""
+    port = free_port()
+    base = {k: v for k, v in os.environ.items() if k not in ("DLCP_PORT", "DLCP_ADDR")}
+    procs = []
+    for r in range(size):
+        e = {**base, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(r),
+             "WORLD_SIZE": str(size), "LOCAL_RANK": str(r), "OMP_NUM_THREADS": "1", **(env or {})}
+        procs.append(subprocess.Popen([sys.executable, "-m", module, scenario, *(args or [])], cwd=ROOT, env=e,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return procs
 
 
 def launch(module: str, scenario: str, size: int, *, timeout: float = 120, env: dict | None = None,
            args: list[str] | None = None) -> list[subprocess.CompletedProcess]:
-    """Run ``python -m module scenario`` as ``size`` ranks; returns the finished processes (rank order). The
-    dlcp transport gets a free UDP port (``DLCP_PORT``) unless ``env`` names one."""
-    port = free_port()
-    dlcp_port = str(free_udp_port([f"127.0.0.{r + 1}" for r in range(size)]))
-    procs = []
-    for r in range(size):
-        e = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(r),
-             "WORLD_SIZE": str(size), "LOCAL_RANK": str(r), "OMP_NUM_THREADS": "1", "DLCP_PORT": dlcp_port,
-             **(env or {})}
-        procs.append(subprocess.Popen([sys.executable, "-m", module, scenario, *(args or [])], cwd=ROOT, env=e,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    """Run ``python -m module scenario`` as ``size`` ranks (:func:`spawn`); returns the finished processes (rank
+    order)."""
+    return finish(spawn(module, scenario, size, env=env, args=args), timeout)
+
+
+def finish(procs: list[subprocess.Popen], timeout: float) -> list[subprocess.CompletedProcess]:
+    """Wait for a job's processes (all killed once one runs past ``timeout``); the finished processes."""
     done = []
     for p in procs:
         try:

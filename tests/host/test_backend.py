@@ -58,6 +58,65 @@ def test_dead_peer_raises_on_wait() -> None:
     assert "error after" in out[0] and "TransportError" in out[0] and "rank 1" in out[0], out[0]
 
 
+def test_two_jobs_on_one_host_with_default_settings_coexist(tmp_path) -> None:
+    """Issue 46: two 2-rank jobs started at once on this host, neither with DLCP_PORT or DLCP_ADDR, both run to the
+    end with gloo's bits; every rank bound its own free port (published through its job's store), so the jobs
+    share no address and port, and none took the well-known one."""
+    from host import wire
+
+    from .dist_run import finish, spawn
+
+    jobs = [spawn(MOD, "coexist", 2, env={"COEXIST_DIR": str(tmp_path), "COEXIST_JOB": str(j),
+                                          "COEXIST_RANKS": "4"}) for j in range(2)]
+    outs = [check(finish(procs, timeout=240)) for procs in jobs]
+    bound = {}
+    for j, out in enumerate(outs):
+        for r, o in enumerate(out):
+            assert f"ok {r}" in o, (j, r, o)
+            line = next(x for x in o.splitlines() if x.startswith(f"bound {r} "))
+            bound[(j, r)] = line.split()[2]
+    assert len(set(bound.values())) == 4, bound
+    assert all(not b.endswith(f":{wire.UDP_PORT}") and b.startswith("127.") for b in bound.values()), bound
+
+
+def test_a_taken_port_names_the_variables_that_fix_it(monkeypatch) -> None:
+    """An address and port another job holds (here: DLCP_PORT set to one this test has bound) is an error that
+    names DLCP_PORT and DLCP_ADDR, raised before the rendezvous."""
+    import socket
+
+    from host.backend import DlcpBackend, DlcpOptions
+
+    held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    held.bind(("127.0.0.1", 0))
+    port = held.getsockname()[1]
+    try:
+        opts = DlcpOptions(addr="127.0.0.1", port=port)
+        with pytest.raises(RuntimeError, match=rf"address 127.0.0.1:{port} is already in use") as ei:
+            DlcpBackend(None, 0, 1, options=opts)  # (no store needed: the bind fails first)
+    finally:
+        held.close()
+    assert "DLCP_PORT" in str(ei.value) and "DLCP_ADDR" in str(ei.value), ei.value
+
+
+def test_default_port_is_free_on_loopback_and_well_known_elsewhere() -> None:
+    """The documented default (``DlcpOptions.port`` None): a port the kernel picks on a loopback address, the
+    well-known DLCP port that switches parse on any other."""
+    from host import wire
+    from host.backend import DlcpOptions, _default_port
+
+    assert DlcpOptions().port is None
+    assert _default_port("127.0.0.1") == 0 and _default_port("127.3.4.5") == 0 and _default_port("localhost") == 0
+    assert _default_port("10.0.0.1") == wire.UDP_PORT and _default_port("192.168.1.7") == wire.UDP_PORT
+
+
+def test_debug_detail_wraps_the_backend_and_dlcp_backend_finds_it() -> None:
+    """Issue 46: under TORCH_DISTRIBUTED_DEBUG=DETAIL, ``dlcp_backend()`` raised "not a dlcp group" (torch wraps
+    the backend in its ProcessGroupWrapper); now it unwraps it, and collectives and the wrapper's checks work."""
+    out = check(launch(MOD, "debug-detail", 2, timeout=240, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}))
+    for r, o in enumerate(out):
+        assert f"ok {r}" in o and f"mismatch caught {r}" in o, o
+
+
 def test_hook_layer_positions_front_first() -> None:
     import torch
 

@@ -29,8 +29,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .dist_run import free_udp_port
-
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = "tests/host/distributed_suite.py"
 WORLD_SIZE = 3  # PyTorch's CI runs the suite on gloo (CPU) with 3 processes
@@ -78,8 +76,9 @@ def run_suite(backend: str, junit: Path, *, select: str | None = None, timeout: 
     junit.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"torch-suite-{backend}-") as tmp:
         env = {**os.environ, "BACKEND": backend, "WORLD_SIZE": str(WORLD_SIZE), "TEMP_DIR": tmp,
-               "OMP_NUM_THREADS": "1",
-               "DLCP_PORT": str(free_udp_port([f"127.0.0.{r + 1}" for r in range(WORLD_SIZE)]))}
+               "OMP_NUM_THREADS": "1"}
+        for var in ("DLCP_PORT", "DLCP_ADDR"):  # dlcp's defaults: every rank binds a free port (docs/backend.md)
+            env.pop(var, None)
         env.pop("CI", None)  # the suite's own skips (CUDA, other backends) are outcomes here, compared below
         cmd = [sys.executable, "-m", "pytest", SUITE, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
                "-o", "addopts=", "--timeout=600"]
