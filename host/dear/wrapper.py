@@ -260,6 +260,7 @@ class DeAR:
         self._in_backward = False
         self._no_sync = False
         self._broken: str | None = None
+        self._applying = False  # DeAR itself is calling optimizer.step() (one fusion group's update)
         self._hp_snapshot: list[dict[str, Any]] = []
         self.last_grad_norm: float | None = None
         self.steps = 0
@@ -300,6 +301,8 @@ class DeAR:
         self._handles.append(model.register_forward_hook(self._root_post_hook))
         for p in trainable.values():
             self._handles.append(p.register_post_accumulate_grad_hook(self._on_grad))
+        # optimizer.step() called by the user instead of dear.step(): an error at that call, before any update
+        self._handles.append(optimizer.register_step_pre_hook(self._on_optimizer_step))
         self._handles.append(model.register_state_dict_pre_hook(lambda *a, **k: self.flush()))
         self._handles.append(optimizer.register_state_dict_pre_hook(lambda *a, **k: self.flush()))
 
@@ -574,6 +577,19 @@ class DeAR:
                 self._ready_t[li] = time.perf_counter()
         self._launch_ready()
 
+    def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        """The optimizer's step pre-hook: DeAR's own group updates pass; a step the user calls (the common mistake
+        of ``optimizer.step()`` for ``dear.step()``, or ``scaler.step(optimizer)``) fails here, before it changes
+        any parameter, naming the fix. (Left alone it would update each rank with its own unaveraged gradients,
+        and the next backward would fail on a fusion group never exchanged.)"""
+        if self._applying:
+            return None
+        raise DeARError("optimizer.step() was called on the optimizer DeAR wraps: call dear.step() instead "
+                        "(dear.step(scaler) for scaler.step(optimizer)). DeAR averages the gradients across ranks "
+                        "and applies the update itself, group by group, in the next forward; optimizer.step() "
+                        "would update this rank's parameters with its own gradients alone. (dear.close() makes "
+                        "the optimizer plain again.)")
+
     # ------------------------------------------------------------------------------------------------ internals
     def _priority_scope(self):
         if self.backend != "dlcp":
@@ -799,8 +815,10 @@ class DeAR:
                     d["params"] = plist
                     sub.append(d)
                 opt.param_groups = sub
+                self._applying = True
                 opt.step()
         finally:
+            self._applying = False
             opt.param_groups = all_groups
             for d, params, hp in saved:
                 d["params"] = params

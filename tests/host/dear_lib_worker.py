@@ -12,6 +12,9 @@ prints ``ok <name> <rank>``.
   for the DDP hook across DDP's bucket rebuild.
 * ``amp``: CPU autocast (bf16) + GradScaler with DeAR == with DDP, an inf gradient skipping the same step.
 * ``bf16``: a bf16 model: DeAR's buffers and collectives stay bf16; parameters equal DDP's.
+* ``mistake``: ``optimizer.step()`` called instead of ``dear.step()`` (and ``scaler.step(optimizer)``) fails at
+  that call, naming ``dear.step()``, before any parameter changes; ``dear.step()`` then goes on as if it had not
+  happened (equal to DDP); after ``dear.close()`` the optimizer is plain again.
 * ``flush-timeout`` (last): rank 1 stops taking part after a step; rank 0's flush() raises within its timeout.
 """
 
@@ -330,6 +333,51 @@ def conserve() -> None:
     print("ok conserve", r, flush=True)
 
 
+def mistake() -> None:
+    r = dist.get_rank()
+    data = _data(4, seed=7 + r)
+
+    def train(kind: str) -> torch.Tensor:
+        model = mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        net = DDP(model) if kind == "ddp" else DeAR(model, opt, fusion=1500, comm_model=FAST_COMM)
+        for i, (x, y) in enumerate(data):
+            opt.zero_grad()
+            F.cross_entropy(net(x), y).backward()
+            if kind == "dear" and i == 1:
+                before = _flat(model).clone()
+                try:
+                    opt.step()
+                except DeARError as e:
+                    assert "call dear.step() instead" in str(e), e
+                else:
+                    raise AssertionError("optimizer.step() under DeAR did not fail")
+                scaler = torch.amp.GradScaler("cpu", init_scale=1.0)  # (scale 1: unscale_ leaves .grad as it is)
+                scaler.scale(torch.ones(()))
+                try:
+                    scaler.step(opt)
+                except DeARError as e:
+                    assert "dear.step(scaler) for scaler.step(optimizer)" in str(e), e
+                else:
+                    raise AssertionError("scaler.step(optimizer) under DeAR did not fail")
+                assert torch.equal(_flat(model), before), "the mistaken step changed parameters"
+            (opt if kind == "ddp" else net).step()
+        if kind == "dear":
+            net.flush()
+            net.close()
+        out = _flat(model).clone()
+        x, y = data[0]
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()  # after close() the optimizer is plain again: no error, the parameters move
+        assert not torch.equal(_flat(model), out), "a plain step after close() changed nothing"
+        return out
+
+    ddp, dear = train("ddp"), train("dear")
+    _close(dear, ddp, "DeAR after the refused optimizer.step() vs DDP")
+    print("ok mistake", r, flush=True)
+
+
 def flush_timeout() -> None:
     """Rank 1 stops after a step (alive, never flushing); rank 0's flush(timeout=2) raises instead of hanging."""
     r = dist.get_rank()
@@ -436,7 +484,8 @@ def bf16() -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     scenarios = {"buffers": buffers, "unused": unused, "resume": resume, "conserve": conserve,
-                 "flush-timeout": flush_timeout, "amp": amp, "bf16": bf16}
+                 "flush-timeout": flush_timeout, "amp": amp, "bf16": bf16,
+                 "mistake": mistake}
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     for name in sys.argv[1].split(","):
         t0 = time.monotonic()

@@ -112,6 +112,16 @@ def test_dear_and_spardl_library_contract_in_real_processes() -> None:
     assert "flush error after" in out[0], out[0]
 
 
+def test_optimizer_step_instead_of_dear_step_fails_at_the_call() -> None:
+    """Issue 46: ``opt.step()`` (or ``scaler.step(opt)``) in place of ``dear.step()`` used to surface one backward
+    later as "gradient of fc2.bias arrived after fusion group 0 was already sent". Now it fails at the call, naming
+    ``dear.step()``, before any parameter changes; the run then goes on equal to DDP, and ``close()`` makes the
+    optimizer plain again (2 real processes over gloo)."""
+    out = check(launch(WORKER, "mistake", 2, timeout=200))
+    for r, o in enumerate(out):
+        assert f"ok mistake {r}" in o, o
+
+
 @pytest.mark.slow
 def test_dear_with_autocast_and_grad_scaler_matches_ddp() -> None:
     """#33 item 5: DeAR under ``torch.autocast`` (CPU, bf16) with ``dear.step(scaler)`` behaves as DDP with
