@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import ir
+from . import bmv2_rules, ir
 from . import lower
 from . import p4ast as A
 from .errors import Loc, P4Error, unsupported
@@ -575,9 +575,38 @@ class Checker:
             return BOOL
         if not isinstance(t, (Bits, ir.IntLit)):
             raise P4Error(e.loc, f"'{op}' needs integer operands, not {t}")
-        if op in ("/", "%") and isinstance(t, Bits) and t.signed:
-            raise P4Error(e.loc, f"'{op}' is not defined on signed values ({t})")
+        if op in ("/", "%"):
+            self.division(e, t, scope)
         return t
+
+    def division(self, e: A.Binary, t: ir.Type, scope: Scope) -> None:
+        """p4c's rules for ``/`` and ``%``: unsigned operands only, no negative constant, and -- BMv2 has no
+        division -- a value known at compile time: both operands constant (folded), a dividend of 0, or a divisor
+        that is a power of two (p4c's strength reduction makes it a shift or a mask).  Anything else p4c's
+        midend refuses ("could not evaluate expression at compilation time")."""
+        op = e.op
+        if isinstance(t, Bits) and t.signed:
+            raise P4Error(e.loc, f"'{op}' is not defined on signed values ({t}) (p4c: cannot operate on signed "
+                                 f"values)")
+        vals = []
+        for x in (e.left, e.right):
+            try:
+                vals.append(self.const_eval(x, scope))
+            except P4Error:
+                vals.append(None)
+        for x, v in zip((e.left, e.right), vals):
+            if isinstance(v, int) and v < 0 and isinstance(x.type, ir.IntLit):
+                raise P4Error(x.loc, f"'{op}' is not defined on negative numbers")
+        left, right = vals
+        if right == 0:
+            raise P4Error(e.right.loc, "division by zero" if op == "/" else "modulo by zero")
+        if (left is not None and right is not None) or left == 0:
+            return
+        if isinstance(right, int) and right > 0 and right & (right - 1) == 0:
+            return
+        raise P4Error(e.loc, f"'{op}' by a value not known at compile time is refused by p4c (BMv2 cannot divide: "
+                             f"'could not evaluate expression at compilation time'); only constants, and divisors "
+                             f"that are powers of two, are allowed")
 
     def member(self, e: A.Member, scope: Scope) -> ir.Type:
         # Type.member for enums and errors
@@ -595,6 +624,7 @@ class Checker:
         bt = self.expr(e.expr, scope)
         if isinstance(bt, (ir.HeaderT, ir.StructT)):
             if e.name in bt.index:
+                bmv2_rules.check_next_member(e)
                 return bt.ftype(e.name)
             if isinstance(bt, ir.HeaderT) and e.name in ("isValid", "setValid", "setInvalid"):
                 # call() handles h.isValid() itself; reaching here means the method is used as a value
@@ -790,6 +820,16 @@ class Checker:
 
     def lvalue(self, e: A.Expr, scope: Scope, what: str = "left-hand side") -> None:
         base = e
+        while True:
+            ro = base.readonly                 # an inlined in/directionless parameter (switch.inline marks it)
+            if ro is not None:
+                if what == "left-hand side":
+                    raise P4Error(ro.at or e.loc, f"cannot assign to {ro.describe()}")
+                raise P4Error(ro.at or e.loc, f"{what} must be writable, not {ro.describe()}")
+            if not isinstance(base, (A.Member, A.Index, A.Slice)):
+                break
+            base = base.expr
+        base = e
         while isinstance(base, (A.Member, A.Index, A.Slice)):
             if isinstance(base, A.Member) and isinstance(base.expr.type, ir.StackT) and base.name in ("size", "lastIndex"):
                 raise P4Error(e.loc, f"{what} is not assignable")
@@ -874,7 +914,15 @@ class Checker:
             t = self.resolve_type(s.type, scope)
             self.expr(s.init, scope, t)
             self.assignable(t, s.init, s.init.loc)
-            scope.declare(Sym("const", s.name, t, s.loc, s, value=self.const_eval(s.init, scope)), s.name, s.loc)
+            try:
+                value = self.const_eval(s.init, scope)
+            except P4Error:
+                if s.arg_for is None:
+                    raise
+                # P4-16 6.8 (p4c: "argument used for directionless parameter must be a compile-time constant")
+                raise P4Error(s.init.loc, f"the argument for directionless parameter '{s.arg_for.name}' of "
+                                          f"{s.arg_for.owner} must be a compile-time constant") from None
+            scope.declare(Sym("const", s.name, t, s.loc, s, value=value), s.name, s.loc)
         elif isinstance(s, (A.Exit, A.Return)) and ctx.kind == "parser":
             # P4-16 12.4: parser statements are assignments, calls, declarations, blocks and conditionals;
             # a state ends only with its transition
@@ -914,9 +962,13 @@ class Checker:
         """P4-16 12.7: ``switch`` on a bit<W>, int<W>, enum or error value with compile-time labels; each
         label's value is kept in ``label.value`` for the code generator (``s.on_value`` marks the form)."""
         t = s.expr.type
-        if not isinstance(t, (Bits, ir.EnumT, ir.ErrorT)):
-            raise P4Error(s.expr.loc, f"switch needs a bit<W>, int<W>, enum or error value (or an action_run), "
-                                      f"not {t}")
+        if isinstance(t, ir.ErrorT):
+            # P4-16 1.2.x lists error among the switch types, but p4c's front end refuses it ("'switch' type can't
+            # be error"); programs here must compile with p4c
+            raise P4Error(s.expr.loc, "switch on an error value is refused by p4c ('switch' type can't be error): "
+                                      "compare it with == in an if, or key a table on it")
+        if not isinstance(t, (Bits, ir.EnumT)):
+            raise P4Error(s.expr.loc, f"switch needs a bit<W>, int<W> or enum value (or an action_run), not {t}")
         s.on_value = True
         seen: dict = {}
         for i, c in enumerate(s.cases):
@@ -1144,6 +1196,7 @@ class Checker:
                 vals = []
                 for kx, kir in zip(en.keys, keys):
                     kt = kir.expr.type
+                    bmv2_rules.check_entry_key(kx, kt, kir.match_kind)
                     vals.append(self.keyset_value(kx, kt, kir.match_kind, scope))
                 a, args = action_call(en.action, "action")
                 prio = None
@@ -1260,6 +1313,7 @@ class Checker:
             b.states = tuple(lower.state(st) for st in d.states)
         else:
             self.stmt(d.apply, Scope(scope), ctx)
+            bmv2_rules.check_table_sites(d.apply)
             b.apply = lower.stmt(d.apply)
         return b
 

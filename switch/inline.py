@@ -26,6 +26,7 @@ site.  A parser instance applied in several states gets a copy of its states per
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import fields, is_dataclass
 from typing import Any, Callable
 
@@ -63,15 +64,24 @@ def _walk(node: Any):
             yield from _walk(getattr(node, f.name))
 
 
-def _substitute(node: Any, names: dict[str, str], exprs: dict[str, A.Expr]) -> Any:
-    """Rename the names in ``names`` and replace those in ``exprs`` by a copy of their expression."""
+def _substitute(node: Any, names: dict[str, str], exprs: dict[str, A.Expr],
+                readonly: dict[str, A.ReadOnlyParam] | None = None) -> Any:
+    """Rename the names in ``names`` and replace those in ``exprs`` by a copy of their expression; a name in
+    ``readonly`` (an ``in`` or directionless parameter) is marked so on its replacement, for the checker."""
+    ro = readonly or {}
+
     def fn(n):
         if isinstance(n, A.Name):
             if n.name in exprs:
-                return copy.deepcopy(exprs[n.name])
-            if n.name in names:
-                return A.Name(n.loc, names[n.name])
-        elif isinstance(n, (A.VarDecl, A.ConstDecl, A.Instance, A.ActionDecl, A.TableDecl)) and n.name in names:
+                r = copy.deepcopy(exprs[n.name])
+            elif n.name in names:
+                r = A.Name(n.loc, names[n.name])
+            else:
+                return n
+            if n.name in ro:
+                r.readonly = dataclasses.replace(ro[n.name], at=n.loc)
+            return r
+        if isinstance(n, (A.VarDecl, A.ConstDecl, A.Instance, A.ActionDecl, A.TableDecl)) and n.name in names:
             n.name = names[n.name]
         elif isinstance(n, A.ActionRef) and n.name in names:
             n.name = names[n.name]
@@ -245,10 +255,14 @@ class Inliner:
     def expand_call(self, e: A.Call, pre: list[A.Stmt], want_value: bool) -> A.Expr | None:
         f = self.callee(e)
         loc = e.loc
-        if isinstance(f, A.ActionDecl):
+        is_action = isinstance(f, A.ActionDecl)
+        if is_action:
             if want_value:
                 raise P4Error(loc, f"action {f.name} is not a value")
             f = A.FunctionDecl(f.loc, f.name, [], None, f.params, f.body)
+        owner = f"{'action' if is_action else 'function'} {f.name}"
+        readonly = {p.name: A.ReadOnlyParam(p.name, p.direction, owner) for p in f.params
+                    if p.direction in ("in", "")}
         if e.type_args:
             raise unsupported("type arguments to a function", loc)
         e.args = A.resolve_args(e.args, f.params, loc, f"function {f.name}")
@@ -263,7 +277,7 @@ class Inliner:
         for n in _walk(body):
             if isinstance(n, (A.VarDecl, A.ConstDecl)):
                 names.setdefault(n.name, f"{tag}_{n.name}")
-        body = _substitute(body, names, {})
+        body = _substitute(body, names, {}, readonly)
         inner: list[A.Stmt] = []
         copy_out: list[A.Stmt] = []
         for p, a in zip(f.params, e.args):
@@ -273,6 +287,13 @@ class Inliner:
             init = None if p.direction == "out" else a
             if isinstance(a, A.Default) and p.direction != "out":
                 raise P4Error(a.loc, "'_' can only be passed to an out parameter")
+            if p.direction == "" and not is_action:
+                # P4-16 6.8: a function's directionless parameter takes a compile-time known value (the checker
+                # evaluates the constant; an action's behaves as 'in' when the action is called directly)
+                const = A.ConstDecl(p.loc, copy.deepcopy(p.type), tmp, a)
+                const.arg_for = readonly[p.name]
+                inner.append(const)
+                continue
             inner.append(A.VarDecl(p.loc, copy.deepcopy(p.type), tmp, init))
             if p.direction in ("out", "inout") and not isinstance(a, A.Default):
                 copy_out.append(A.Assign(a.loc, copy.deepcopy(a), A.Name(a.loc, tmp)))
@@ -487,10 +508,12 @@ class Inliner:
         return cin, cout
 
     def prepare(self, inst: A.Instance, sub, args: list[A.Expr], call_loc: Loc, shared: bool = False
-                ) -> tuple[dict[str, str], dict[str, A.Expr], list[Any], list[A.Stmt], list[A.Stmt]]:
+                ) -> tuple[dict[str, str], dict[str, A.Expr], list[Any], list[A.Stmt], list[A.Stmt],
+                           dict[str, A.ReadOnlyParam]]:
         """Renaming of ``sub``'s locals for instance ``inst``, substitution of its parameters by ``args``
         (``shared``: every parameter but an extern one gets a variable instead, see :meth:`site_copies`).
-        Returns (names, exprs, new locals, copy-in statements, copy-out statements)."""
+        Returns (names, exprs, new locals, copy-in statements, copy-out statements, read-only parameters: the
+        ``in`` and directionless ones, whose uses :func:`_substitute` marks)."""
         p = inst.name
         inst.args = A.resolve_args(inst.args, sub.ctor_params, inst.loc, f"{sub.name}'s constructor")
         args = A.resolve_args(args, sub.params, call_loc, f"{sub.name}.apply")
@@ -538,7 +561,10 @@ class Inliner:
             new_locals.append(A.VarDecl(prm.loc, copy.deepcopy(prm.type), tmp, None))
             copy_in.append(A.Assign(a.loc, A.Name(a.loc, tmp), a))
             names[prm.name] = tmp
-        return names, exprs, new_locals + locals_, copy_in, copy_out
+        owner = f"{'parser' if isinstance(sub, A.ParserDecl) else 'control'} {sub.name}"
+        readonly = {prm.name: A.ReadOnlyParam(prm.name, prm.direction, owner) for prm in sub.params
+                    if prm.direction in ("in", "") and not _extern_param(prm)}
+        return names, exprs, new_locals + locals_, copy_in, copy_out, readonly
 
     @staticmethod
     def _rename_annot(x, prefix: str) -> None:
@@ -582,23 +608,25 @@ class Inliner:
             # applied once: parameters replaced by the (path) arguments; applied at several places: one set of
             # locals (its tables are shared, as the instance's are) and per site copy-in/copy-out of the arguments
             shared = len(sites) > 1
-            names, exprs, locs, copy_in, copy_out = self.prepare(inst, sub, sites[0].args, sites[0].loc, shared)
+            names, exprs, locs, copy_in, copy_out, ro = self.prepare(inst, sub, sites[0].args, sites[0].loc,
+                                                                     shared)
             body0 = sub.apply
             for n in _walk(body0):
                 if isinstance(n, (A.VarDecl, A.ConstDecl)):
                     names.setdefault(n.name, f"{inst.name}__{n.name}")
-            new_locals.extend(_substitute(locs, names, exprs))
+            new_locals.extend(_substitute(locs, names, exprs, ro))
             done = f"{inst.name}__done"
             if _has_return(body0):
                 new_locals.append(A.VarDecl(inst.loc, A.TypeRef(inst.loc, "bool"), done, None))
             for call in sites:
                 if shared:
                     copy_in, copy_out = self.site_copies(inst, sub, call, names)
-                stmts = _substitute(copy.deepcopy(body0), names, exprs).stmts
+                stmts = _substitute(copy.deepcopy(body0), names, exprs, ro).stmts
                 if _has_return(body0):
                     stmts = [A.Assign(call.loc, A.Name(call.loc, done), A.BoolLit(call.loc, False))] + \
                         _lower_returns(stmts, done, None)
                 bodies[id(call)] = A.Block(call.loc, copy_in + stmts + copy_out)
+                bodies[id(call)].site = call.loc
         d.locals = new_locals
 
         def fn(n):
@@ -639,18 +667,19 @@ class Inliner:
             applied[n] = site + 1
             prefix = n if site == 0 else f"{n}__{site + 1}"
             inst, sub = insts[n]
-            names, exprs, locs, copy_in, _ = self.prepare(inst, sub, call.args, call.loc)
+            names, exprs, locs, copy_in, _, ro = self.prepare(inst, sub, call.args, call.loc)
             sub_states = copy.deepcopy(sub.states)
             for s2 in sub_states:
                 for x in _walk(s2.stmts):
                     if isinstance(x, (A.VarDecl, A.ConstDecl)):
                         names.setdefault(x.name, f"{n}__{x.name}")
             have = {getattr(x, "name", None) for x in extra_locals}
-            extra_locals.extend(x for x in _substitute(locs, names, exprs) if getattr(x, "name", None) not in have)
+            extra_locals.extend(x for x in _substitute(locs, names, exprs, ro)
+                                if getattr(x, "name", None) not in have)
             after = f"{st.name}__after_{prefix}"
             snames = {s2.name: f"{prefix}__{s2.name}" for s2 in sub_states}
             snames["accept"] = after
-            for s2 in _substitute(sub_states, names, exprs):
+            for s2 in _substitute(sub_states, names, exprs, ro):
                 s2.name = snames[s2.name]
                 tr = s2.transition
                 if tr is not None:

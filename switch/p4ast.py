@@ -4,7 +4,11 @@ Nodes are plain dataclasses carrying a :class:`~switch.errors.Loc`.  The checker
 in the fields declared with :func:`checked` -- an expression's resolved type and declaration, a call's kind and
 target, constant values it folded -- and nothing else, as its working notes: :mod:`switch.lower` reads them once
 to build the typed IR (:mod:`switch.tir`), and no later stage sees this tree.  Those fields are not constructor
-arguments, take no part in equality or ``repr``, and are None (or False) until the checker has run.
+arguments, take no part in equality or ``repr``, and are None (or False) until the checker has run.  Three such
+fields are set earlier, by the midend (:mod:`switch.inline`), for the checker to enforce and report: an
+expression's ``readonly`` (it stands for an inlined ``in`` or directionless parameter), a constant's ``arg_for``
+(it holds the argument of a function's directionless parameter) and a block's ``site`` (the sub-control apply
+whose body it is).
 """
 from __future__ import annotations
 
@@ -54,6 +58,8 @@ class Expr(Node):
     type: Any = checked()             # the resolved type (a switch.ir type)
     ref: Any = checked()              # what a name refers to (a switch.ir.Sym, or the overloads of a name)
     value_v: Any = checked()          # a switch case label's constant value (switch on a value)
+    readonly: Any = checked()         # set by the midend: a ReadOnlyParam when this stands for an in/directionless
+                                      # parameter of an inlined function, sub-control or sub-parser
 
 
 @dataclass
@@ -201,6 +207,7 @@ class If(Stmt):
 @dataclass
 class Block(Stmt):
     stmts: list[Stmt]
+    site: Any = checked()             # set by the midend: where the sub-control apply this block inlines is
 
 
 @dataclass
@@ -265,6 +272,23 @@ class ConstDecl(Stmt):
     name: str
     init: Expr
     annots: list[Annotation] = field(default_factory=list)
+    arg_for: Any = checked()          # set by the midend: the ReadOnlyParam whose argument this constant holds
+
+
+@dataclass
+class ReadOnlyParam:
+    """An ``in`` or directionless parameter of an inlined function, sub-control or sub-parser: the midend marks
+    every use of it in the inlined body so the checker refuses writes as p4c does (P4-16 6.8: only ``out`` and
+    ``inout`` parameters are l-values) and names the parameter, not the midend's copy."""
+
+    name: str
+    direction: str         # "in" or "" (directionless)
+    owner: str             # "function f", "control C", "parser P", "action a"
+    at: Loc | None = None  # the use in the body (an argument put in its place has the call's location)
+
+    def describe(self) -> str:
+        what = "an 'in' parameter" if self.direction == "in" else "a parameter without direction"
+        return f"'{self.name}', {what} of {self.owner} (only out and inout parameters are writable)"
 
 
 @dataclass

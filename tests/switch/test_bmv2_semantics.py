@@ -82,7 +82,7 @@ def test_egress_of_the_regression_program(mode):
 def test_stack_next_past_the_end_is_stack_out_of_bounds(mode):
     sw = Switch(str(PROGRAM), **mode)
     oob = sw.ir.errors.members["StackOutOfBounds"]
-    # two labels, the second with v == 0: the marker state writes through labels.next with nextIndex == 2
+    # two labels, the second with v == 0: the marker state extracts into labels.next with nextIndex == 2
     kept = sw.send(1, frame(0x8848, bytes([5, 0]) + b"rest"))
     assert sw.parser_errors == 1
     assert len(kept) == 1
@@ -94,10 +94,11 @@ def test_stack_next_past_the_end_is_stack_out_of_bounds(mode):
     # the same packet with EtherType 0x8847: the program drops packets with a parser error
     assert sw.send(1, frame(0x8847, bytes([5, 0]) + b"rest")) == []
     assert sw.parser_errors == 2 and sw.drop_total("pipeline_drop") == 1
-    # one label that ends the stack (v == 0): the marker goes into labels[1], inside the stack: no error
+    # one label that ends the stack (v == 0): the marker state extracts "r" into labels[1], inside the stack, and
+    # overwrites it with the marker through labels.last: no error
     ok = sw.send(1, frame(0x8847, bytes([0]) + b"rest"))
     assert sw.parser_errors == 2
-    assert [o.data[12:] for o in ok] == [b"\x88\x47" + bytes([0, 0xEE]) + b"rest"]
+    assert [o.data[12:] for o in ok] == [b"\x88\x47" + bytes([0, 0xEE]) + b"est"]
 
 
 def test_stack_last_of_an_empty_stack_is_stack_out_of_bounds(tmp_path):

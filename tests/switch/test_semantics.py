@@ -31,7 +31,7 @@ def reference(a, b, sa, sb):
         shl=(a << b) & 0xFF if b < 8 else 0, shr=a >> b, sat_add=min(a + b, 255), sat_sub=max(a - b, 0),
         ssat_add=clamp(sa + sb), ssat_sub=clamp(sa - sb), sshr=sa >> 2, concat=(a << 8) | b,
         slice=(a >> 3) & 0xF, widen=a, swiden=sa, neg=(-a) & 0xFF, inv=(~a) & 0xFF,
-        div=a // b if b else 0, mod=a % b if b else 0, big_shift=0,
+        div=(a // 8 + 200 // 7) & 0xFF, mod=a % 16 + 100 % 7, big_shift=0,
         sliced_assign=(a & 0xF0) | (b >> 4), cmp_signed=int(sa < sb))
 
 

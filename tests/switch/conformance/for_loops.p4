@@ -4,13 +4,15 @@
 
 struct H { h_t h; }
 
-// index of the first set bit of x counted from the least significant (8 if none)
+// index of the first set bit of x counted from the least significant (8 if none); x is an 'in' parameter, so
+// the loop shifts a local copy (P4-16 6.8: only out and inout parameters are writable)
 bit<8> lowest_set(in bit<8> x) {
+    bit<8> rest = x;
     for (bit<8> i = 0; i < 8; i = i + 1) {
-        if (x[0:0] == 1) {
+        if (rest[0:0] == 1) {
             return i;
         }
-        x = x >> 1;
+        rest = rest >> 1;
     }
     return 8;
 }

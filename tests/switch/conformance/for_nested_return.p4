@@ -3,6 +3,7 @@
 struct H { h_t h; }
 // first index i in 0..3 with (x >> i) & 1 == 1 and i >= lo, searching rows of 4; nested loops, return inside
 bit<8> find(in bit<8> x, in bit<8> lo) {
+    bit<8> rows = 0;
     for (bit<8> r = 0; r < 2; r = r + 1) {
         for (bit<8> i = 0; i < 4; i = i + 1) {
             bit<8> k = r * 4 + i;
@@ -10,7 +11,7 @@ bit<8> find(in bit<8> x, in bit<8> lo) {
                 return k;
             }
         }
-        lo = lo;
+        rows = rows + 1;                  // after the inner loop: skipped by a return from inside it
     }
     return 0xFF;
 }

@@ -11,7 +11,7 @@ bit<8> max8(in bit<8> x, in bit<8> y) {
     return y;
 }
 
-bit<8> max3(bit<8> x, bit<8> y, bit<8> z) {
+bit<8> max3(in bit<8> x, in bit<8> y, in bit<8> z) {
     return max8(max8(x, y), z);
 }
 

@@ -60,8 +60,8 @@ control I(inout headers_t h, inout meta_t m, inout standard_metadata_t sm) {
         h.res.swiden = (int<16>) h.inp.sa;
         h.res.neg = -h.inp.a;
         h.res.inv = ~h.inp.a;
-        h.res.div = h.inp.b == 0 ? 8w0 : h.inp.a / h.inp.b;
-        h.res.mod = h.inp.b == 0 ? 8w0 : h.inp.a % h.inp.b;
+        h.res.div = h.inp.a / 8 + 8w200 / 7;    // p4c: / and % only by powers of two or on constants
+        h.res.mod = h.inp.a % 16 + 8w100 % 7;
         h.res.big_shift = h.inp.a << 8w9;
         h.res.sliced_assign = h.inp.a;
         h.res.sliced_assign[3:0] = h.inp.b[7:4];

@@ -35,12 +35,12 @@ control I(inout headers_t h, inout meta_t m, inout standard_metadata_t sm) {
             h.tag.kind: exact;
             h.tag.value: ternary;
             h.eth.type: range;
-            h.tag.isValid(): optional;
+            h.eth.dst[7:0]: optional;
         }
         actions = { fwd; drop; }
         default_action = fwd(9);
         const entries = {
-            (1, 0x10 &&& 0xF0, _, true): fwd(1);
+            (1, 0x10 &&& 0xF0, _, 0xFF): fwd(1);
             (1, _, 0x9000 .. 0x9FFF, _): fwd(2);
             (2, 0x05, _, _): drop();
         }

@@ -1,0 +1,156 @@
+"""Programs p4c refuses are refused here too, at the same place and for the same reason (issue 44).
+
+Each ``*.p4`` in this folder is a program the embedded target once accepted although p4c's front end (or its
+BMv2 back end, ``p4c-bm2-ss``) refuses it; the feature it was written for lives on, in a form p4c accepts, in the
+program of the same name under ``tests/switch/conformance/`` or ``tests/switch/programs/``.  ``REFUSED`` gives,
+for each, where the error must point, words of our message, and p4c's own message (from p4c's sources) that it
+must mean the same as.  The other tests here pin each rule's edges: what p4c still accepts must compile.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from switch.errors import P4Error
+from switch.target import Switch
+
+HERE = Path(__file__).parent
+CONFORMANCE = HERE.parent / "conformance"
+
+# file -> (line, column, words of our message, p4c's message for the same construct)
+REFUSED: dict[str, tuple[int, int, str, str]] = {
+    "for_loops.p4": (13, 9, "cannot assign to 'x', an 'in' parameter of function lowest_set",
+                     "Expression x cannot be the target of an assignment"),
+    "for_nested_return.p4": (13, 9, "cannot assign to 'lo', an 'in' parameter of function find",
+                             "Expression lo cannot be the target of an assignment"),
+    "functions.p4": (41, 18, "the argument for directionless parameter 'x' of function max3 must be a "
+                             "compile-time constant",
+                     "argument used for directionless parameter 'x' must be a compile-time constant"),
+    "switch_values.p4": (28, 17, "switch on an error value is refused by p4c",
+                         "sm.parser_error: 'switch' type can't be error"),
+    "arith.p4": (63, 50, "'/' by a value not known at compile time is refused by p4c",
+                 "h.inp.a / h.inp.b: could not evaluate expression at compilation time"),
+    "error_key.p4": (38, 13, "an error constant as a table entry key is refused by p4c's BMv2 back end",
+                     "error.NoError: unsupported exact key expression"),
+    "subcontrol_shared.p4": (36, 9, "table Ing.inc.t is applied at",
+                             "Program is not supported by this target, because table Ing.inc.t has multiple "
+                             "successors"),
+    "bmv2_semantics.p4": (30, 9, "a field of a header stack's 'next' element is refused by p4c's BMv2 back end",
+                          "h.labels.next uninitialized: next field read"),
+    "stack_counter.p4": (43, 35, "a bool literal as the entry key of an optional field is refused",
+                         "true: unsupported optional key expression"),
+}
+
+
+def test_every_program_here_has_its_expectation():
+    assert sorted(p.name for p in HERE.glob("*.p4")) == sorted(REFUSED)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_refused_where_p4c_refuses(name):
+    line, col, words, _p4c = REFUSED[name]
+    with pytest.raises(P4Error) as ei:
+        Switch(str(HERE / name), include_dirs=[str(CONFORMANCE)])
+    e = ei.value
+    assert (e.loc.file, e.loc.line, e.loc.col) == (str(HERE / name), line, col), str(e)
+    assert words in e.message
+
+
+PROLOGUE = '#include "common.p4"\nstruct H { h_t h; }\n'
+EPILOGUE = """
+parser P(packet_in pkt, out H hdr, inout meta_t meta, inout standard_metadata_t sm) {
+    state start { pkt.extract(hdr.h); transition accept; }
+}
+control Eg(inout H hdr, inout meta_t meta, inout standard_metadata_t sm) { apply { } }
+control Vck(inout H hdr, inout meta_t meta) { apply { } }
+control Cck(inout H hdr, inout meta_t meta) { apply { } }
+control Dep(packet_out pkt, in H hdr) { apply { pkt.emit(hdr.h); } }
+V1Switch(P(), Vck(), Ing(), Eg(), Cck(), Dep()) main;
+"""
+
+
+def program(tmp_path: Path, body: str, decls: str = "", locals_: str = "") -> str:
+    f = tmp_path / "prog.p4"
+    f.write_text(PROLOGUE + decls + "\ncontrol Ing(inout H hdr, inout meta_t meta, inout standard_metadata_t sm) {\n"
+                 + locals_ + "\n    apply {\n" + body + "\n        sm.egress_spec = 1;\n    }\n}\n" + EPILOGUE)
+    return str(f)
+
+
+def refused(path: str) -> P4Error:
+    with pytest.raises(P4Error) as ei:
+        Switch(path, include_dirs=[str(CONFORMANCE)])
+    return ei.value
+
+
+def run(path: str, *data: int) -> bytes:
+    sw = Switch(path, include_dirs=[str(CONFORMANCE)])
+    (out,) = sw.send(0, bytes(data))
+    return out.data
+
+
+# line 3 of a generated program is the first line of ``decls``, line 7 the first of ``body`` (no
+# ``locals_``); a binary operator's error points at the operator
+@pytest.mark.parametrize("decls, body, line, col, words", [
+    # an in parameter passed on as out/inout: p4c "Read-only value used for out/inout parameter"
+    ("void g(inout bit<8> y) { y = 1; }\nvoid f(in bit<8> x) { g(x); }", "        f(hdr.h.a);", 4, 25,
+     "cannot assign to 'x', an 'in' parameter of function f"),
+    # setValid on an in header parameter: p4c "must be a left-value"
+    ("void f(in h_t x) { x.setValid(); }", "        f(hdr.h);", 3, 20,
+     "target of setValid() must be writable, not 'x', an 'in' parameter of function f"),
+    # a directionless parameter is read-only too
+    ("bit<8> f(bit<8> k) { k = 2; return k; }", "        hdr.h.a = f(1);", 3, 22,
+     "cannot assign to 'k', a parameter without direction of function f"),
+    # a sub-control's in parameter (p4c type-checks the control on its own)
+    ("control S(inout h_t h, in bit<8> d) { apply { d = 1; h.a = d; } }", "        S.apply(hdr.h, hdr.h.b);", 3, 47,
+     "cannot assign to 'd', an 'in' parameter of control S"),
+    # an in parameter that is a path argument, substituted in place
+    ("control S(in h_t h) { apply { h.a = 1; } }", "        S.apply(hdr.h);", 3, 31,
+     "cannot assign to 'h', an 'in' parameter of control S"),
+    ("", "        hdr.h.a = hdr.h.b % hdr.h.c;", 7, 27, "'%' by a value not known at compile time"),
+    ("", "        hdr.h.a = hdr.h.b / 0;", 7, 29, "division by zero"),
+    ("", "        int<8> s = (int<8>)hdr.h.b;\n        hdr.h.a = (bit<8>)(s / 2);", 8, 30,
+     "'/' is not defined on signed values"),
+])
+def test_refusal_edges(tmp_path, decls, body, line, col, words):
+    e = refused(program(tmp_path, body, decls))
+    assert (e.loc.line, e.loc.col) == (line, col), str(e)
+    assert words in e.message
+
+
+def test_what_p4c_accepts_still_compiles(tmp_path):
+    """The legal neighbours of each rule: a directionless function parameter given a constant, division by a
+    power of two and on constants, a dividend of 0, an in parameter read and copied into a local."""
+    decls = ("bit<8> scale(in bit<8> x, bit<8> k) { bit<8> y = x; y = y * k; return y; }\n"
+             "const bit<8> K = 3;")
+    body = ("        hdr.h.b = scale(hdr.h.a, K + 1);\n"
+            "        hdr.h.c = hdr.h.a / 4 + hdr.h.a % 2 + 8w0 / hdr.h.d;\n"
+            "        hdr.h.d = 8w100 / 7;")
+    assert run(program(tmp_path, body, decls), 13, 0, 0, 5) == bytes([13, 52, 3 + 1 + 0, 14])
+
+
+def test_one_table_applied_where_the_successor_is_the_same(tmp_path):
+    """BMv2 takes a table applied in both branches of an if (one successor); a second apply followed by another
+    statement is refused at the second apply."""
+    locals_ = ("    action set(bit<8> v) { hdr.h.d = v; }\n"
+               "    table t { key = { hdr.h.a: exact; } actions = { set; NoAction; } default_action = set(7); }")
+    ok = program(tmp_path, "        if (hdr.h.b == 1) {\n            t.apply();\n        } else {\n"
+                           "            t.apply();\n        }", locals_=locals_)
+    assert run(ok, 1, 1, 0, 0) == bytes([1, 1, 0, 7])
+    e = refused(program(tmp_path, "        t.apply();\n        hdr.h.c = 1;\n        t.apply();", locals_=locals_))
+    assert (e.loc.line, e.loc.col) == (10, 9), str(e)
+    assert "table Ing.t is applied at" in e.message and "multiple successors" in e.message
+
+
+def test_entry_keys_bmv2_can_hold(tmp_path):
+    """A bool literal is a valid entry key for exact and ternary keys (BMv2 writes 1/0); an error constant is not,
+    in any match kind."""
+    locals_ = ("    action set(bit<8> v) { hdr.h.d = v; }\n"
+               "    table t {\n        key = { hdr.h.isValid(): exact; hdr.h.a: ternary; }\n"
+               "        actions = { set; }\n        default_action = set(7);\n"
+               "        const entries = { (true, 1): set(9); }\n    }")
+    assert run(program(tmp_path, "        t.apply();", locals_=locals_), 1, 0, 0, 0) == bytes([1, 0, 0, 9])
+    bad = locals_.replace("hdr.h.a: ternary", "sm.parser_error: ternary").replace("(true, 1)", "(true, error.NoMatch)")
+    e = refused(program(tmp_path, "        t.apply();", locals_=bad))
+    assert (e.loc.line, e.loc.col) == (10, 34), str(e)
+    assert "an error constant as a table entry key" in e.message and "ternary" in e.message
