@@ -21,7 +21,9 @@ from host.acid.train import add_arguments
 
 
 def _summary(res: dict[str, Any]) -> str:
-    lines = [f"algo={res.get('algo')} graph={res.get('graph')} workers={res.get('world')} rate={res.get('rate')}: "
+    exchanges = f" exchanges={res['exchange_backend']}" if res.get("exchange_backend") else ""
+    lines = [f"algo={res.get('algo')} graph={res.get('graph')} workers={res.get('world')} rate={res.get('rate')} "
+             f"backend={res.get('backend')}{exchanges}: "
              f"{res.get('steps')} steps, {res.get('comms')} communications (counted per worker) in "
              f"{res.get('train_seconds', 0):.2f}s of training"]
     if res.get("constants"):

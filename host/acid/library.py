@@ -241,6 +241,7 @@ class Acid:
                  else dist.get_process_group_ranks(process_group))
         # the exchanges' own group (every rank, in order)
         self._p2p = dist.new_group(ranks=ranks, backend=exchange_backend or dist.get_backend(process_group))
+        self.exchange_backend = str(dist.get_backend(self._p2p))  # what the exchanges run on (records say it)
         self._glob = ranks
         inst = next(_instances)
         base = store if store is not None else dist.distributed_c10d._get_default_store()

@@ -92,9 +92,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--dead-after", type=float, default=30.0,
                     help="a rank without a heartbeat this long is left out of the final average")
     ap.add_argument("--log-interval", type=float, default=0.0, help="seconds between consensus samples (0: none)")
-    ap.add_argument("--backend", default="gloo", help="the process group's backend (gloo, dlcp)")
+    ap.add_argument("--backend", default="gloo",
+                    help="the process group's backend: gloo (the default) or dlcp; the output and the record say "
+                         "which ran")
     ap.add_argument("--exchange-backend", default="gloo",
-                    help="backend of the pairwise exchanges; 'same' = the process group's (dlcp: over DLCP)")
+                    help="backend of the pairwise exchanges: gloo (the default), or 'same' = the process group's "
+                         "(with --backend dlcp: gossip over DLCP)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--slow", type=rank_value(float), action="append", default=[], metavar="RANK:SECONDS",
                     help="fault: add SECONDS of sleep to every gradient step of RANK")
@@ -326,6 +329,9 @@ def train(a: argparse.Namespace) -> dict[str, Any]:
         reports = {p[0]["rank"]: p[0] for p in parts}
         final = task.evaluate()
         rec = {"algo": a.algo, "graph": a.graph, "rate": a.rate, "model": a.model, "data": a.data, "world": world,
+               # the backends that ran (the process group's may have been made by the caller, not --backend)
+               "backend": str(dist.get_backend()),
+               "exchange_backend": acid.exchange_backend if acid is not None else None,
                "classes": task.classes,
                "budget": a.budget, "steps": sum(r["steps"] for r in reports.values()),
                "comms": sum(r["comms"] for r in reports.values()),

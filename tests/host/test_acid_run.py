@@ -74,6 +74,28 @@ def test_run_refuses_a_fault_for_rank_0_or_outside_the_world(capsys):
         RunConfig(world=4, kill={0: 3})
 
 
+@pytest.mark.parametrize("flags, backend, exchanges", [
+    ([], "gloo", "gloo"),
+    (["--backend", "dlcp", "--exchange-backend", "same"], "dlcp", "dlcp")])
+def test_run_says_which_backend_it_used(tmp_path, capsys, flags, backend, exchanges):
+    """Issue 46: the command line defaulted to gloo without saying so. The summary's first line and the record
+    name the backends that ran, the default (gloo) included."""
+    import json
+
+    out = tmp_path / "rec.json"
+    code = main(["run", "--workers", "2", "--steps", "6", "--budget", "worker", "--hidden", "8", "--samples", "200",
+                 "--step-seconds", "0", "--log-dir", str(tmp_path / "logs"), "--out", str(out), *flags])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    first = text.strip().splitlines()[0]
+    assert f"backend={backend} exchanges={exchanges}:" in first, first
+    rec = json.loads(out.read_text())
+    assert rec["backend"] == backend and rec["exchange_backend"] == exchanges, {k: rec.get(k) for k in (
+        "backend", "exchange_backend")}
+    if backend == "dlcp":  # the exchanges did travel over the DLCP transport
+        assert all(r["transport"].get("tx_bytes", 0) > 0 for r in rec["reports"].values()), rec["reports"]
+
+
 @pytest.mark.slow
 def test_run_trains_the_testbed_transformer_on_text(tmp_path):
     """The command line with one of the testbed's real models: the small transformer on the generated text, two
