@@ -1045,12 +1045,18 @@ class DlcpBackend:
         for p in posted:
             p.handle.cancel()
 
-    def _close_endpoint(self) -> None:
+    def _close_endpoint(self, abort: str | None = None) -> None:
+        """The default group closes the process's endpoint; with ``abort`` (a reason) it first tells every peer
+        that this rank is gone (``Endpoint.abort``: their work with it fails at once, and the notice names the
+        peer whose death came first when one is known, so the others blame that one, not this rank)."""
         if self._owns_endpoint:
             with _Process.lock:
                 ep, _Process.endpoint, _Process.link = _Process.endpoint, None, None
             if ep is not None:
-                ep.close()
+                if abort is not None:
+                    ep.abort(abort)
+                else:
+                    ep.close()
 
     def shutdown(self) -> None:
         """Finish queued collectives, join the worker thread, cancel receives posted ahead; the default group also
@@ -1065,7 +1071,8 @@ class DlcpBackend:
 
     def abort(self) -> None:
         """Stop without waiting: queued collectives fail at once with "aborted", the running one fails with the
-        transport (the default group closes the endpoint, which fails every transfer in flight) or its timeout."""
+        transport (the default group closes the endpoint, which fails every transfer in flight) or its timeout. The
+        default group tells the peers first (a DEAD notice about this rank), so their work with it fails at once."""
         if self._closed:
             return
         self._closed = True
@@ -1079,7 +1086,7 @@ class DlcpBackend:
                 item[1]._complete(None, err)
         self._queue.put(None)
         self._cancel_ahead()
-        self._close_endpoint()
+        self._close_endpoint(abort="its dlcp process group was aborted")
 
     def transport_stats(self) -> dict[str, Any]:
         """The process's transport counters (bytes, packets, retransmissions, zero-filled elements, ...)."""

@@ -328,6 +328,31 @@ def debug_detail() -> None:
     dist.destroy_process_group()
 
 
+def abort_tells() -> None:
+    """Rank 0 aborts the default group while rank 1 waits on a receive from it (peer_timeout 60 s, so only a
+    notice can end that wait soon): rank 1's receive fails at once, naming rank 0 and its abort."""
+    os.environ["DLCP_PEER_TIMEOUT"] = "60"
+    dist.init_process_group("dlcp")
+    r = dist.get_rank()
+    dist.barrier()
+    if r == 0:
+        time.sleep(0.5)  # rank 1's receive is posted
+        dist.group.WORLD.abort()
+        print("aborted 0", flush=True)
+        return
+    t0 = time.monotonic()
+    try:
+        dist.recv(torch.empty(10), src=0)
+    except Exception as e:  # noqa: BLE001 - the point
+        took = time.monotonic() - t0
+        assert took < 20, f"the receive failed only after {took:.1f}s: {e}"
+        assert "rank 0 aborted: its dlcp process group was aborted" in str(e), e
+        print(f"recv failed after {took:.1f}s: {e}".splitlines()[0], flush=True)
+    else:
+        raise AssertionError("the receive from the aborted rank completed")
+    print("ok", r, flush=True)
+
+
 def dead_peer() -> None:
     """Rank 1 dies after rendezvous; rank 0's all-reduce must fail on wait() within the timeout."""
     os.environ.setdefault("DLCP_TIMEOUT", "5")
@@ -449,5 +474,5 @@ if __name__ == "__main__":
         STAGED = _stage_host_tensors()
     {"collectives": lambda: collectives(False), "collectives-async": lambda: collectives(True), "ddp": ddp,
      "dead-peer": dead_peer, "half": half, "coexist": coexist,
-     "debug-detail": debug_detail}[sys.argv[1]]()
+     "debug-detail": debug_detail, "abort-tells": abort_tells}[sys.argv[1]]()
     exit_process()  # not interpreter finalization: see host/procexit.py

@@ -117,6 +117,13 @@ def test_debug_detail_wraps_the_backend_and_dlcp_backend_finds_it() -> None:
         assert f"ok {r}" in o and f"mismatch caught {r}" in o, o
 
 
+def test_abort_tells_the_peers() -> None:
+    """``abort()`` of the default group sends the peers a DEAD notice about this rank: a peer's pending receive
+    from it fails at once (its peer_timeout is 60 s), naming the abort."""
+    out = check(launch(MOD, "abort-tells", 2, timeout=120))
+    assert "aborted 0" in out[0] and "ok 1" in out[1] and "recv failed after" in out[1], out
+
+
 def test_hook_layer_positions_front_first() -> None:
     import torch
 
