@@ -11,6 +11,7 @@ help:
 	@echo "make demo       run the main job (training over the emulated P4 network, compared with Gloo)"
 	@echo "make test       set up and run the whole test suite"
 	@echo "make test-fast  the quick subset (no tests marked slow)"
+	@echo "make test-p4runtime-shell  p4runtime-shell (PyPI, own environment) driving dlcp-switch beside dlcpctl"
 	@echo "make test-loaded  tests beside a busy process per core (TESTS=paths, CPU_LOAD=per core; default: all, 1)"
 	@echo "make test-torch-suite  PyTorch's distributed test suite on gloo and dlcp, side by side (hours)"
 	@echo "make test-cuda  the dlcp backend on CUDA tensors (needs a GPU; not part of make test)"
@@ -40,6 +41,12 @@ TESTS ?= tests
 CPU_LOAD ?= 1
 test-loaded: setup
 	$(PYTEST) --cpu-load=$(CPU_LOAD) $(TESTS)
+
+# A second, standard P4Runtime client (p4runtime-shell 0.0.6 from PyPI, in build/p4runtime-shell because it pins
+# protobuf < 3.21) driving dlcp-switch beside dlcpctl; also part of `make test`, which builds the environment on first use.
+test-p4runtime-shell: setup
+	scripts/p4runtime-shell-venv.sh build/p4runtime-shell
+	$(PYTEST) -m p4runtime_shell tests/controller/test_p4runtime_shell.py
 
 # PyTorch's DistributedTest suite against gloo and dlcp; both outcomes to results/torch_suite.json (make report renders
 # them into docs/torch-suite.md) and build/torch-suite/summary.md.

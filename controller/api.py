@@ -21,7 +21,7 @@ import finsy as fy
 from finsy.proto import p4d, p4r
 
 from . import netfile, state, tm as tmmod
-from .client import (READER_ELECTION_ID, Program, SwitchClient, load_p4info_program, load_program, send_packets,
+from .client import (Program, SwitchClient, load_p4info_program, load_program, send_packets,
                      writer_election_id)
 from .errors import ControllerError, ProgramError, UsageError
 from .netfile import format_mac
@@ -46,6 +46,18 @@ class SwitchApplyResult:
     tm_changes: list[str] = field(default_factory=list)
     dry_run: bool = False
     tm_readable: bool = True  # False: BMv2, whose queue settings cannot be read back (tm_changes = all of them)
+    #: entries (per table) of tables apply does not manage that the pipeline push cleared (would clear)
+    pipeline_clears: dict[str, int] = field(default_factory=dict)
+
+    def pipeline_line(self) -> str | None:
+        """What happened (would happen) to the pipeline, for people; None when the switch runs the program."""
+        if not self.pipeline_pushed:
+            return None
+        verb = "would clear" if self.dry_run else "cleared"
+        clears = "" if not self.pipeline_clears else (
+            f"; replacing it {verb} {sum(self.pipeline_clears.values())} entries of tables dlcpctl does not "
+            f"manage: " + ", ".join(f"{t} ({n})" for t, n in self.pipeline_clears.items()))
+        return "pipeline: the switch runs another program (or none)" + clears
 
     @property
     def writes(self) -> int:
@@ -170,9 +182,10 @@ class Network:
         return out
 
     def client(self, switch: str, *, writer: bool, p4info=None) -> SwitchClient:
-        """A session to one switch (not yet open: ``async with``): a writer's election id makes it primary."""
+        """A session to one switch (not yet open: ``async with``): a writer's election id makes it primary; a
+        reader's session has no stream and takes part in no election (:class:`SwitchClient`)."""
         return SwitchClient(self.spec.switches[switch], p4info=p4info,
-                            election_id=writer_election_id() if writer else READER_ELECTION_ID,
+                            election_id=writer_election_id() if writer else None,
                             timeout=self.spec.connect_timeout)
 
     async def _each(self, switches: list[str], fn: Callable[[str], Awaitable[T]]) -> tuple[dict[str, T],
@@ -234,10 +247,11 @@ class Network:
         switch = client.spec.name
         program = self.program(switch)
         result = SwitchApplyResult(switch, dry_run=dry_run)
-        if dry_run:
-            result.pipeline_pushed = await client.pipeline_cookie() != program.cookie
-        else:
-            result.pipeline_pushed = await client.ensure_pipeline(program)
+        result.pipeline_pushed = not await client.runs(program)
+        if result.pipeline_pushed:
+            result.pipeline_clears = await client.entries_lost_by_push(program)
+            if not dry_run:
+                await client.ensure_pipeline(program)
         actual = [] if result.pipeline_pushed and dry_run else await self.read_managed(client)
         desired = self.desired(switch, actual)
         schema = program.schema
@@ -256,7 +270,8 @@ class Network:
         return result
 
     async def _apply_switch(self, switch: str, dry_run: bool, tm: bool) -> SwitchApplyResult:
-        async with self.client(switch, writer=True, p4info=self.program(switch).p4info) as client:
+        # a dry run (diff) only reads: no election, so it never takes the primary role from a running controller
+        async with self.client(switch, writer=not dry_run, p4info=self.program(switch).p4info) as client:
             return await self.reconcile(client, dry_run=dry_run, tm=tm)
 
     def _tm_sync(self, switch: str, dry_run: bool) -> list[str]:

@@ -266,7 +266,8 @@ def _run(args: argparse.Namespace, console: "Output") -> int:
         result = net.apply(args.switch, dry_run=args.dry_run, tm=not args.no_tm, check=False)
         if args.json:
             console.text(json.dumps({
-                "switches": {n: {"pipeline_pushed": r.pipeline_pushed, "inserts": r.inserts, "modifies": r.modifies,
+                "switches": {n: {"pipeline_pushed": r.pipeline_pushed, "pipeline_clears": r.pipeline_clears,
+                                 "inserts": r.inserts, "modifies": r.modifies,
                                  "deletes": r.deletes, "updates": r.updates, "tm_changes": r.tm_changes,
                                  "dry_run": r.dry_run} for n, r in result.switches.items()},
                 "errors": {n: str(e) for n, e in result.errors.items()}}, indent=2))

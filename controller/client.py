@@ -68,6 +68,14 @@ class Program:
     path: Path
     p4info: p4i.P4Info
     device_config: bytes
+    #: other device configs that are the same program (the source before its includes were inlined, as another
+    #: client such as p4runtime-shell pushes the file itself)
+    same_configs: tuple[bytes, ...] = ()
+
+    def is_config(self, config: p4r.ForwardingPipelineConfig) -> bool:
+        """Whether a switch's pipeline config is this program by content: the same P4Info and a device config
+        that is this program's (whoever pushed it, with whatever cookie)."""
+        return config.p4info == self.p4info and config.p4_device_config in (self.device_config, *self.same_configs)
 
     @property
     def schema(self) -> fy.P4Schema:
@@ -118,10 +126,8 @@ def load_program(path: Path, include_dirs: Iterable[Path] = (), bmv2_json: Path 
     except P4Error as e:
         raise ProgramError(f"the P4 program does not compile: {e}") from None
     if bmv2_json is not None:
-        config = bmv2_json.read_bytes()
-    else:
-        config = inline_includes(path, include_dirs).encode()
-    return Program(path, info, config)
+        return Program(path, info, bmv2_json.read_bytes())
+    return Program(path, info, inline_includes(path, include_dirs).encode(), (path.read_bytes(),))
 
 
 def load_p4info_program(p4info: Path, device_config: Path) -> Program:
@@ -184,22 +190,33 @@ def _code(ex: P4ClientError) -> str:
 
 
 class SwitchClient:
-    """An open P4Runtime session to one switch (use ``async with``)."""
+    """An open P4Runtime session to one switch (use ``async with``).
 
-    def __init__(self, spec: SwitchSpec, *, p4info: p4i.P4Info | None = None, election_id: int = READER_ELECTION_ID,
+    ``election_id=None`` opens a read-only session: no StreamChannel and so no arbitration at all (P4Runtime
+    serves Read and GetForwardingPipelineConfig to any client), so it can never take the primary role from a
+    running controller, nor make the switch tell its primary about a new member of the election. ``diff``,
+    ``apply --dry-run``, ``show`` and ``watch`` read this way; writes and packets need a stream
+    (``election_id`` a number)."""
+
+    def __init__(self, spec: SwitchSpec, *, p4info: p4i.P4Info | None = None, election_id: int | None = None,
                  timeout: float = 5.0, ready_handler: Callable[[fy.Switch], Awaitable[None]] | None = None):
         self.spec = spec
         self.timeout = timeout
+        self.read_only = election_id is None
+        #: read-only sessions: the P4Info given, else the switch's (fetched at connect; None: no pipeline)
+        self._p4info: p4i.P4Info | None = p4info
         creds = None
         if spec.tls is not None:
             creds = fy.GRPCCredentialsTLS(cacert=spec.tls.ca, cert=spec.tls.cert, private_key=spec.tls.key,
                                           target_name_override=spec.tls.server_name)
-        opts = fy.SwitchOptions(p4info=p4info, device_id=spec.device_id, initial_election_id=election_id,
+        opts = fy.SwitchOptions(p4info=p4info, device_id=spec.device_id,
+                                initial_election_id=election_id or READER_ELECTION_ID,
                                 channel_credentials=creds, ready_handler=ready_handler)
         self.sw = fy.Switch(spec.name, spec.address, opts)
         self._creds = creds
         #: pipeline requests (finsy's Switch keeps its own private), on a channel opened on first use
         self._rpc: fy.P4Client | None = None
+        self._schema: fy.P4Schema | None = None
         self._open = False
 
     # -- session -------------------------------------------------------------------------------------------------
@@ -208,6 +225,10 @@ class SwitchClient:
         starting, restarting) is retried every :data:`CONNECT_RETRY_S` until then."""
         t0 = time.monotonic()
         deadline = t0 + self.timeout
+        if self.read_only:
+            await self._open_read_only(t0, deadline)
+            self._open = True
+            return self
         while True:
             try:
                 await asyncio.wait_for(self.sw.__aenter__(), max(deadline - time.monotonic(), 0.001))
@@ -230,13 +251,45 @@ class SwitchClient:
         self._open = True
         return self
 
+    async def _open_read_only(self, t0: float, deadline: float) -> None:
+        """Connect without a stream: ask for the switch's P4Info (which also proves it answers), retrying a
+        refused connection until ``deadline`` as the stream session does."""
+        while True:
+            try:
+                rpc = await self._pipeline_channel()
+                reply = await asyncio.wait_for(rpc.request(p4r.GetForwardingPipelineConfigRequest(
+                    device_id=self.spec.device_id,
+                    response_type=p4r.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE)),
+                    max(deadline - time.monotonic(), 0.001))
+                if self._p4info is None and reply.config.HasField("p4info"):
+                    self._p4info = reply.config.p4info
+                return
+            except asyncio.TimeoutError:
+                await self._close_rpc()
+                raise SwitchUnreachable(self.spec.name, self.spec.address, time.monotonic() - t0,
+                                        f"no P4Runtime answer within {self.timeout:g} s") from None
+            except P4ClientError as ex:
+                if ex.is_pipeline_missing:
+                    return
+                await self._close_rpc()
+                if _code(ex) not in _UNREACHABLE_CODES:
+                    raise SwitchRequestFailed(self.spec.name, self.spec.address, "connect (GetForwardingPipelineConfig)",
+                                              _code(ex), ex.message) from None
+                if not await wait_listening(self.spec.address, deadline):
+                    raise SwitchUnreachable(self.spec.name, self.spec.address, time.monotonic() - t0,
+                                            f"{_code(ex)}: {ex.message}") from None
+
+    async def _close_rpc(self) -> None:
+        if self._rpc is not None:
+            await self._rpc.close()
+            self._rpc = None
+
     async def __aexit__(self, *exc) -> None:
         if self._open:
             self._open = False
-            if self._rpc is not None:
-                await self._rpc.close()
-                self._rpc = None
-            await self.sw.__aexit__(None, None, None)
+            await self._close_rpc()
+            if not self.read_only:
+                await self.sw.__aexit__(None, None, None)
 
     def _fail(self, ex: P4ClientError, operation: str) -> Exception:
         if _code(ex) in _UNREACHABLE_CODES:
@@ -246,22 +299,30 @@ class SwitchClient:
 
     @property
     def is_primary(self) -> bool:
-        return self.sw.is_primary
+        return not self.read_only and self.sw.is_primary
 
     @property
     def p4info(self) -> p4i.P4Info:
         """The P4Info of this session: the one given, or the switch's (fetched at connect)."""
-        if not self.sw.p4info.exists:
+        info = self._p4info if self.read_only else (self.sw.p4info.p4info if self.sw.p4info.exists else None)
+        if info is None:
             raise SwitchRequestFailed(self.spec.name, self.spec.address, "read P4Info", "FAILED_PRECONDITION",
                                       "the switch has no forwarding pipeline yet (run `dlcpctl apply` first)")
-        return self.sw.p4info.p4info
+        return info
 
     @property
     def schema(self) -> fy.P4Schema:
-        self.p4info  # noqa: B018 - raises a clear error when there is none
+        info = self.p4info  # raises a clear error when there is none
+        if self.read_only:
+            if self._schema is None:
+                self._schema = fy.P4Schema(info)
+            return self._schema
         return self.sw.p4info
 
     def require_primary(self, what: str) -> None:
+        if self.read_only:
+            raise SwitchRequestFailed(self.spec.name, self.spec.address, what, "PERMISSION_DENIED",
+                                      "a read-only session (no election) cannot do this")
         if not self.sw.is_primary:
             raise SwitchRequestFailed(self.spec.name, self.spec.address, what, "PERMISSION_DENIED",
                                       f"another controller is primary (election id {self.sw.primary_id}, ours "
@@ -285,9 +346,53 @@ class SwitchClient:
             raise self._fail(ex, "GetForwardingPipelineConfig") from None
         return reply.config.cookie.cookie if reply.config.HasField("cookie") else None
 
-    async def ensure_pipeline(self, program: Program) -> bool:
-        """Push ``program`` unless the switch already runs it (same cookie). True when it pushed."""
+    async def pipeline_config(self) -> p4r.ForwardingPipelineConfig | None:
+        """The switch's whole pipeline config (P4Info, device config, cookie); None when it has none."""
+        try:
+            reply = await (await self._pipeline_channel()).request(p4r.GetForwardingPipelineConfigRequest(
+                device_id=self.spec.device_id, response_type=p4r.GetForwardingPipelineConfigRequest.ALL))
+        except P4ClientError as ex:
+            if ex.is_pipeline_missing:
+                return None
+            raise self._fail(ex, "GetForwardingPipelineConfig") from None
+        return reply.config
+
+    async def runs(self, program: Program) -> bool:
+        """Whether the switch runs ``program``: the same cookie, or else the same program by content (pushed by
+        another client, e.g. p4runtime-shell, with no cookie or its own), which must not be pushed again: a
+        push clears every table."""
         if await self.pipeline_cookie() == program.cookie:
+            return True
+        config = await self.pipeline_config()
+        return config is not None and program.is_config(config)
+
+    async def entries_lost_by_push(self, program: Program) -> dict[str, int]:
+        """What replacing the switch's pipeline with ``program`` would clear that ``apply`` does not write
+        again: entries per table of the program running now (const entries excluded), except in the tables
+        ``apply`` manages in ``program`` (same full name). Empty when the switch has no pipeline."""
+        from .state import MANAGED_TABLES
+
+        config = await self.pipeline_config()
+        if config is None:
+            return {}
+        names = {t.preamble.id: t.preamble.name for t in config.p4info.tables}
+        managed = {t.preamble.name for t in program.p4info.tables
+                   if t.preamble.alias in MANAGED_TABLES or t.preamble.name in MANAGED_TABLES}
+        out: dict[str, int] = {}
+        try:
+            async for reply in (await self._pipeline_channel()).request_iter(p4r.ReadRequest(
+                    device_id=self.spec.device_id, entities=[p4r.Entity(table_entry=p4r.TableEntry())])):
+                for ent in reply.entities:
+                    name = names.get(ent.table_entry.table_id, str(ent.table_entry.table_id))
+                    if not ent.table_entry.is_const and name not in managed:
+                        out[name] = out.get(name, 0) + 1
+        except P4ClientError as ex:
+            raise self._fail(ex, "Read (tables a new pipeline would clear)") from None
+        return dict(sorted(out.items()))
+
+    async def ensure_pipeline(self, program: Program) -> bool:
+        """Push ``program`` unless the switch already runs it (:meth:`runs`). True when it pushed."""
+        if await self.runs(program):
             return False
         self.require_primary("SetForwardingPipelineConfig")
         try:
@@ -307,8 +412,13 @@ class SwitchClient:
             return []
         out: list[p4r.Entity] = []
         try:
-            async for ent in self.sw.read(ents):
-                out.append(ent.encode(self.schema))
+            if self.read_only:  # as the switch sends them (the diff compares canonical forms)
+                async for reply in (await self._pipeline_channel()).request_iter(
+                        p4r.ReadRequest(device_id=self.spec.device_id, entities=ents)):
+                    out.extend(reply.entities)
+            else:
+                async for ent in self.sw.read(ents):
+                    out.append(ent.encode(self.schema))
         except P4ClientError as ex:
             raise self._fail(ex, "Read") from None
         return out

@@ -27,6 +27,9 @@ def apply_table(result: ApplyResult, verbose: bool = False) -> Group:
     for name, e in result.errors.items():
         table.add_row(name, "", "", "", "", "", Text(type(e).__name__, style="red"))
     parts: list[Any] = [table]
+    for name, r in result.switches.items():  # always shown: a pipeline push clears tables apply does not own
+        if r.pipeline_clears:
+            parts.append(Text(f"{name}: {r.pipeline_line()}", style="yellow"))
     if verbose:
         for name, r in result.switches.items():
             for u in r.updates:

@@ -49,7 +49,8 @@ def drift_lines(result: SwitchApplyResult) -> list[str]:
     """How one switch differs from the file, one line per difference: ``pipeline`` when it runs another program,
     ``+``/``~``/``-`` entries (missing, different, not in the file), ``tm`` settings to restore. A traffic
     manager that cannot be read back (BMv2) shows no drift: ``apply`` re-sends its settings every time."""
-    out = ["pipeline: the switch runs another program (or none)"] if result.pipeline_pushed else []
+    line = result.pipeline_line()
+    out = [line] if line is not None else []
     tm_lines = [f"tm {change}" for change in result.tm_changes] if result.tm_readable else []
     return out + list(result.updates) + tm_lines
 
@@ -58,6 +59,8 @@ def _summary(result: SwitchApplyResult) -> str:
     if not result.writes and not result.tm_changes and not result.pipeline_pushed:
         return "in sync"
     parts = ["pipeline pushed"] if result.pipeline_pushed else []
+    if result.pipeline_clears:
+        parts[0] += " (" + result.pipeline_line().partition("; replacing it ")[2] + ")"
     parts.append(f"{result.inserts} inserts, {result.modifies} modifies, {result.deletes} deletes")
     if result.tm_changes:
         parts.append(f"{len(result.tm_changes)} traffic-manager changes")

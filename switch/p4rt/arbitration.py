@@ -64,6 +64,14 @@ class Stream:
         return True
 
 
+def unknown_device_message(device_id: int, served: set[int] | list[int]) -> str:
+    """NOT_FOUND's text for a request to another device id: which one this switch is, and both ways to agree
+    (clients differ in their default: p4runtime-shell and finsy use 1, BMv2 and dlcp-switch 0)."""
+    ids = ", ".join(map(str, sorted(served)))
+    return (f"unknown device id {device_id} (this switch is device {ids}: use device id {ids} in the client, "
+            f"or start dlcp-switch with --device-id {device_id})")
+
+
 class Arbiter:
     """The election state of every stream of one server."""
 
@@ -101,7 +109,7 @@ class Arbiter:
     def update(self, s: Stream, m: p4r.MasterArbitrationUpdate) -> None:
         """Handle a MasterArbitrationUpdate from stream ``s``; raises SwitchError to end the stream."""
         if m.device_id not in self.device_ids:
-            raise SwitchError("NOT_FOUND", f"unknown device id {m.device_id}")
+            raise SwitchError("NOT_FOUND", unknown_device_message(m.device_id, self.device_ids))
         role = m.role.name if m.HasField("role") else ""
         if m.HasField("role") and m.role.HasField("config"):
             raise SwitchError("UNIMPLEMENTED", "role configs are not supported (roles without config have full access)")

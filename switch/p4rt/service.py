@@ -21,7 +21,7 @@ from finsy.proto import U128, p4r, p4r_grpc, rpc_code, rpc_status
 
 from ..device import Device
 from ..errors import SwitchError
-from .arbitration import Arbiter, Stream
+from .arbitration import Arbiter, Stream, unknown_device_message
 from .pipeline import build_pipeline
 
 log = logging.getLogger("dlcp.switch.p4rt")
@@ -55,8 +55,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
     # -- helpers ------------------------------------------------------------------------------------------------
     def _dev(self, device_id: int) -> Device:
         if device_id != self.device.device_id:
-            raise SwitchError("NOT_FOUND", f"unknown device id {device_id} (this switch is device "
-                                           f"{self.device.device_id})")
+            raise SwitchError("NOT_FOUND", unknown_device_message(device_id, [self.device.device_id]))
         return self.device
 
     @staticmethod
