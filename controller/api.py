@@ -48,6 +48,8 @@ class SwitchApplyResult:
     tm_readable: bool = True  # False: BMv2, whose queue settings cannot be read back (tm_changes = all of them)
     #: entries (per table) of tables apply does not manage that the pipeline push cleared (would clear)
     pipeline_clears: dict[str, int] = field(default_factory=dict)
+    #: hosts whose frames arrive from another MAC than the file gives them (:meth:`Network.host_mac_mismatches`)
+    host_macs: list[str] = field(default_factory=list)
 
     def pipeline_line(self) -> str | None:
         """What happened (would happen) to the pipeline, for people; None when the switch runs the program."""
@@ -267,7 +269,31 @@ class Network:
         if tm:
             result.tm_changes = await asyncio.to_thread(self._tm_sync, switch, dry_run)
             result.tm_readable = self.spec.switches[switch].target == "embedded"
+            if result.tm_readable:
+                result.host_macs = self.host_mac_mismatches(switch, await asyncio.to_thread(self._tm_stats_sync,
+                                                                                            switch))
         return result
+
+    def host_mac_mismatches(self, switch: str, tm_stats) -> list[str]:
+        """One line per host of ``switch`` whose frames arrive from another MAC than its ``mac:`` in the file.
+
+        The switch sends frames to a host with the file's MAC as destination; a host whose interface has
+        another MAC drops them in its kernel, silently, while the switch counts them as forwarded. The embedded
+        switch reports the source MAC of the last frame on each port (``tm_stats``: its management statistics),
+        so the mismatch shows as soon as the host has sent anything; before that nothing can be checked."""
+        out = []
+        for port, (kind, host) in self.spec.ports_of(switch).items():
+            port_stats = tm_stats.ports.get(port)
+            seen = getattr(port_stats, "last_src_mac", None)
+            if kind != "host" or not seen or int(seen.replace(":", ""), 16) == host.mac:
+                continue
+            want = format_mac(host.mac)
+            where = f" ({self.spec.source})" if self.spec.source is not None else ""
+            out.append(f"host {host.name} at {switch}:{port} sends from {seen}, but the network file{where} says "
+                       f"hosts.{host.name}.mac: {want}: frames to {host.name} leave with {want} and its kernel "
+                       f"drops them; give the interface that MAC (ip link set DEV address {want}) or the file "
+                       f"the interface's")
+        return out
 
     async def _apply_switch(self, switch: str, dry_run: bool, tm: bool) -> SwitchApplyResult:
         # a dry run (diff) only reads: no election, so it never takes the primary role from a running controller

@@ -267,7 +267,7 @@ def _run(args: argparse.Namespace, console: "Output") -> int:
         if args.json:
             console.text(json.dumps({
                 "switches": {n: {"pipeline_pushed": r.pipeline_pushed, "pipeline_clears": r.pipeline_clears,
-                                 "inserts": r.inserts, "modifies": r.modifies,
+                                 "host_macs": r.host_macs, "inserts": r.inserts, "modifies": r.modifies,
                                  "deletes": r.deletes, "updates": r.updates, "tm_changes": r.tm_changes,
                                  "dry_run": r.dry_run} for n, r in result.switches.items()},
                 "errors": {n: str(e) for n, e in result.errors.items()}}, indent=2))
@@ -275,7 +275,12 @@ def _run(args: argparse.Namespace, console: "Output") -> int:
             console.print(render.apply_table(result, verbose=args.verbose > 0 or args.dry_run))
         for n, e in result.errors.items():
             print(f"dlcpctl: {e}", file=sys.stderr)
-        return next((e.exit_code for e in result.errors.values()), 0)
+        mismatches = [line for r in result.switches.values() for line in r.host_macs]
+        for line in mismatches:  # applied, but the file is wrong about a host: fail loudly
+            print(f"dlcpctl: invalid network file: {line}", file=sys.stderr)
+        if result.errors:
+            return next(iter(result.errors.values())).exit_code
+        return EXIT_CODES["netfile"] if mismatches else 0
 
     if args.cmd == "diff":
         result = net.apply(args.switch, dry_run=True, tm=not args.no_tm, check=False)

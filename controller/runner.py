@@ -52,11 +52,11 @@ def drift_lines(result: SwitchApplyResult) -> list[str]:
     line = result.pipeline_line()
     out = [line] if line is not None else []
     tm_lines = [f"tm {change}" for change in result.tm_changes] if result.tm_readable else []
-    return out + list(result.updates) + tm_lines
+    return out + list(result.updates) + tm_lines + list(result.host_macs)
 
 
 def _summary(result: SwitchApplyResult) -> str:
-    if not result.writes and not result.tm_changes and not result.pipeline_pushed:
+    if not result.writes and not result.tm_changes and not result.pipeline_pushed and not result.host_macs:
         return "in sync"
     parts = ["pipeline pushed"] if result.pipeline_pushed else []
     if result.pipeline_clears:
@@ -64,6 +64,7 @@ def _summary(result: SwitchApplyResult) -> str:
     parts.append(f"{result.inserts} inserts, {result.modifies} modifies, {result.deletes} deletes")
     if result.tm_changes:
         parts.append(f"{len(result.tm_changes)} traffic-manager changes")
+    parts += result.host_macs
     return "applied: " + ", ".join(parts)
 
 

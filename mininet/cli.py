@@ -5,6 +5,7 @@
     dlcp-testbed sweep SWEEP.yaml [--out DIR]
     dlcp-testbed demo [--out DIR] [--steps N] [--repetitions N] [--handicapped]
     dlcp-testbed clean
+    dlcp-testbed hosts NET.yaml [--switch S] [--delete]
 
 Exit codes: 0 success; 1 a run failed (the message says at which stage); 2 bad command line, spec or results
 file (the message names the key and line); 130 interrupted (after teardown).
@@ -180,6 +181,38 @@ def cmd_clean(args) -> int:  # noqa: ARG001
     return 0
 
 
+def cmd_hosts(args) -> int:
+    """The hosts of one switch of a network file as namespaces on veths ``veth<PORT>`` (testbed.hosts), or
+    (--delete) remove them."""
+    import os
+
+    from .hosts import create_hosts, delete_hosts, plan_hosts
+    from .netns import NetnsError
+
+    if os.geteuid() != 0:
+        print("dlcp-testbed: hosts creates namespaces and interfaces and needs root", file=sys.stderr)
+        return 2
+    try:
+        switch, plans = plan_hosts(args.net, args.switch)
+    except Exception as e:  # noqa: BLE001 - NetFileError, ValueError: the message names file, key and line
+        print(f"dlcp-testbed: {e}", file=sys.stderr)
+        return 2
+    if args.delete:
+        removed = delete_hosts(plans)
+        print(f"dlcp-testbed hosts: removed {', '.join(removed) or 'nothing'}")
+        return 0
+    try:
+        create_hosts(plans)
+    except NetnsError as e:
+        print(f"dlcp-testbed: {e}", file=sys.stderr)
+        return 1
+    ports = " ".join(f"-i {h.port}@{h.switch_if}" for h in plans)
+    for h in plans:
+        print(f"{h.name}: namespace {h.name}, eth0 {h.mac} {h.ip}, switch {switch} port {h.port} on {h.switch_if}")
+    print(f"next: dlcp-switch {ports} --cpu-port 255 p4src/dlcp.p4 &   then: dlcpctl apply {args.net}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="dlcp-testbed", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -205,6 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     d.set_defaults(fn=cmd_demo)
     k = sub.add_parser("clean", help="remove what killed runs left: processes, interfaces, namespaces")
     k.set_defaults(fn=cmd_clean)
+    h = sub.add_parser("hosts", help="the hosts of one switch of a network file as namespaces on veths, "
+                                     "for a dlcp-switch started by hand (the README's quick-start)")
+    h.add_argument("net", metavar="NET.yaml")
+    h.add_argument("--switch", help="which switch (default: the file's only one)")
+    h.add_argument("--delete", action="store_true", help="remove them")
+    h.set_defaults(fn=cmd_hosts)
     args = ap.parse_args(argv)
     try:
         return args.fn(args)

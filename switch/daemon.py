@@ -167,8 +167,9 @@ class PacketLoop:
         runtime = None
         next_t = None
         with dev.lock:
-            for port, _ in rx:
+            for port, data in rx:
                 dev.rx[port] += 1
+                dev.rx_src[port] = data[6:12]  # the sender's MAC (mgmt stats: a controller checks host MACs)
             batch = rx
             if dev.packet_out:
                 batch = rx + dev.packet_out

@@ -48,6 +48,7 @@ class PortStats:
     rate_bps: float | None = None        # link emulation set through the management service; None = never set
     delay_us: int | None = None
     loss: float | None = None
+    last_src_mac: str | None = None      # source MAC of the last frame received ("aa:bb:..."); None = none yet
 
 
 @dataclass
@@ -159,6 +160,8 @@ class Device:
         self.pipeline: Pipeline | None = None
         self.staged: Pipeline | None = None       # VERIFY_AND_SAVE, waiting for COMMIT
         self.rx: Counter = Counter()
+        #: source MAC of the last frame received per port (the host behind it, on a host port)
+        self.rx_src: dict[int, bytes] = {}
         self.tx: Counter = Counter()
         self.extra_drops: Counter = Counter()     # daemon-level drops: no pipeline, no interface, send error...
         self.writes = 0
@@ -304,6 +307,8 @@ class Device:
                 ports |= {k[0] for k in tm.queues}
             for port in sorted(ports):
                 ps = st.ports[port] = PortStats(self.rx[port], self.tx[port])
+                src = self.rx_src.get(port)
+                ps.last_src_mac = ":".join(f"{b:02x}" for b in src) if src else None
                 link = self.settings.links.get(port, {})
                 ps.rate_bps, ps.loss = link.get("rate_bps"), link.get("loss")
                 ps.delay_us = int(link["delay_ns"]) // 1000 if "delay_ns" in link else None

@@ -96,7 +96,8 @@ def stats_to_proto(st: SwitchStats) -> pb.GetStatsResponse:
     r = pb.GetStatsResponse(writes=st.writes, write_updates=st.write_updates, packet_errors=st.packet_errors)
     for port, ps in sorted(st.ports.items()):
         p = r.ports.add(port=port, rx_packets=ps.rx_packets, tx_packets=ps.tx_packets, rate_bps=ps.rate_bps,
-                        delay_us=ps.delay_us, loss=ps.loss)
+                        delay_us=ps.delay_us, loss=ps.loss,
+                        last_src_mac=bytes.fromhex(ps.last_src_mac.replace(":", "")) if ps.last_src_mac else b"")
         for prio, q in sorted(ps.queues.items()):
             p.queues.add(priority=prio, depth=q.depth, peak_depth=q.peak_depth, capacity=q.capacity,
                          rate_pps=q.rate_pps, enq_packets=q.enq_packets, deq_packets=q.deq_packets)
@@ -112,7 +113,8 @@ def stats_from_proto(r: pb.GetStatsResponse) -> SwitchStats:
             q.priority: QueueStats(q.depth, q.peak_depth, q.capacity, q.rate_pps, q.enq_packets, q.deq_packets)
             for q in p.queues},
             p.rate_bps if p.HasField("rate_bps") else None, p.delay_us if p.HasField("delay_us") else None,
-            p.loss if p.HasField("loss") else None)
+            p.loss if p.HasField("loss") else None,
+            ":".join(f"{b:02x}" for b in p.last_src_mac) if p.last_src_mac else None)
     st.drops = {(d.port, d.priority, d.reason): d.count for d in r.drops}
     return st
 
