@@ -5,12 +5,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dlcp-setup
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup test test-fast test-loaded test-torch-suite test-cuda bench report demo p4 proto clean help fuzz
+.PHONY: setup test test-fast test-shutdown-soak test-loaded test-torch-suite test-cuda bench report demo p4 proto clean help fuzz
 
 help:
 	@echo "make demo       run the main job (training over the emulated P4 network, compared with Gloo)"
 	@echo "make test       set up and run the whole test suite"
 	@echo "make test-fast  the quick subset (no tests marked slow)"
+	@echo "make test-shutdown-soak  20 runs of the shutdown-under-loss job (no rank may be reported dead)"
 	@echo "make test-p4runtime-shell  p4runtime-shell (PyPI, own environment) driving dlcp-switch beside dlcpctl"
 	@echo "make test-loaded  tests beside a busy process per core (TESTS=paths, CPU_LOAD=per core; default: all, 1)"
 	@echo "make test-torch-suite  PyTorch's distributed test suite on gloo and dlcp, side by side (hours)"
@@ -34,6 +35,11 @@ test: setup
 
 test-fast: setup
 	$(PYTEST) -m "not slow" tests
+
+# The job ending that used to kill ranks (P=3, 10% loss, all-reduces, barrier, destroy_process_group), 20 runs; make
+# test runs it 3 times (tests/host/test_clean_end.py, docs/transport.md "A clean end").
+test-shutdown-soak: setup
+	DLCP_SHUTDOWN_RUNS=20 $(PYTEST) tests/host/test_clean_end.py -k shutdown_under_loss
 
 # The tests on a loaded machine: CPU_LOAD busy processes per core run beside them (tests/cpu_load.py), so a timing
 # assumption that holds only when the machine is idle fails here. TESTS narrows it to some files.

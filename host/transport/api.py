@@ -74,6 +74,10 @@ class Options:
     # loopback address (see Endpoint.__init__). 0: every send is classified whole.
     classify_slice: int = 4 << 20
     tombstones: int = 1 << 16  # completed transfers remembered (late packets get DONE again)
+    # close() of an endpoint with no receive pending lingers at most this long: until its own sends are DONE and
+    # every peer heard from answered its BYE (needs nothing more from it: its own sends to this rank are DONE), so
+    # that a DONE lost at the end of a job is repeated before the socket closes (Endpoint.close)
+    linger: float = 2.0
     socket_wrapper: Callable[[socket.socket], Any] | None = None  # fault injection on the send path
     offload: bool = True  # UDP GSO/GRO when the kernel accepts them (off with a socket_wrapper)
     # the C fast lanes (host/transport/_rxlane.c, _txlane.c); False, or DLCP_NATIVE=0 in the environment: the

@@ -21,8 +21,8 @@ from host.wire import DType
 
 __all__ = ["HDR", "W_VT", "W_FLAGS", "W_PMR", "W_DTYPE", "W_LAYER", "W_RANK", "W_JOB", "W_TID", "W_ELIG", "W_SEQ",
            "W_TOTAL", "W_OFFSET", "W_COUNT", "W_NONCE", "W_TID_HI", "W_TAG", "ITEMSIZE", "NDTYPES", "FLAGS_AT",
-           "CTL", "CTL_DONE", "CTL_DEAD", "CTL_PROBE", "CTL_ALIVE", "DONE_UNKNOWN", "decode_words",
-           "pack_control_header", "clock_us", "REORDER_TIME"]
+           "CTL", "CTL_DONE", "CTL_DEAD", "CTL_PROBE", "CTL_ALIVE", "CTL_BYE", "BYE_CLOSING", "BYE_DONE",
+           "DONE_UNKNOWN", "decode_words", "pack_control_header", "clock_us", "REORDER_TIME"]
 
 #: The 48-byte header as its 16 wire words. Anything that fails the receive path's cheap checks on these words is
 #: re-parsed by ``wire.parse_datagram`` to name the bad field.
@@ -43,6 +43,9 @@ CTL_DONE = 1  # the transfer named by the header is done; the argument: packets 
 CTL_DEAD = 2  # the rank in the argument is dead (the sender's own rank: it aborted); UTF-8 reason follows
 CTL_PROBE = 3  # are you alive? (sent to a peer this rank waits on and has not heard from for a while)
 CTL_ALIVE = 4  # the answer to a probe
+CTL_BYE = 5  # closing handshake: argument BYE_CLOSING (this rank's endpoint is closing) or BYE_DONE (the answer:
+#              the answering rank needs nothing more from it)
+BYE_CLOSING, BYE_DONE = 0, 1
 DONE_UNKNOWN = 0xFFFFFFFF  # a DONE's packet count when the receiver no longer knows it (a late packet's answer)
 
 #: The least reordering window both ends assume (seconds): the sender judges a packet lost only when one sent this

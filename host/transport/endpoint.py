@@ -225,7 +225,7 @@ class Endpoint:
                 msg = self._liveness.abort_notice(reason)  # (names the peer whose death came first, if any)
                 for _ in range(1 + len(DEAD_NOTICE_AGAIN)):
                     self._liveness.notify_all(msg, skip=self.rank)
-        self.close()
+        self.close(linger=False)
 
     def stats(self) -> dict[str, Any]:
         """Totals, malformed drops by field, rejected packets by field (well-formed, but a field the receive they
@@ -242,8 +242,20 @@ class Endpoint:
             d["pending_recv"] = len(self._receiver.incoming)
         return d
 
-    def close(self) -> None:
-        """Stop the I/O thread (joined), fail whatever is pending with TransportError, close the socket."""
+    def close(self, *, linger: bool = True) -> None:
+        """Stop the I/O thread (joined), fail whatever is pending with TransportError, close the socket.
+
+        A clean end first (``linger``, and no posted receive incomplete): for at most ``Options.linger`` the I/O
+        thread goes on until this rank's own sends are DONE and every peer heard from answered its BYE (it needs
+        nothing more from this rank; a peer told of the BYE probes its sends to this rank at once, and this rank
+        answers a probe of a transfer it completed with DONE again). So a DONE lost at the end of a job is
+        repeated, and a peer's late retransmission does not meet a closed socket (docs/transport.md, Failures)."""
+        with self._lock:
+            if self._closed:
+                return
+            linger = linger and not any(i.posted and not i.done for i in self._receiver.incoming.values())
+        if linger:
+            self._linger()
         with self._lock:
             if self._closed:
                 return
@@ -259,6 +271,20 @@ class Endpoint:
         self._io.close()
         self._wake_r.close()
         self._wake_w.close()
+
+    def _linger(self) -> None:
+        """The closing handshake of :meth:`close`: wait (the I/O thread running) until this rank's sends are done
+        and the peers answered its BYE (``Liveness.start_closing``), at most ``Options.linger``."""
+        deadline = time.monotonic() + self.opts.linger
+        with self._lock:
+            self._liveness.start_closing(time.monotonic())
+            self._wake()
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._liveness.settled() and not any(p.active for p in self._sender.peers.values()):
+                    return
+                self._wake()  # (an idle I/O thread sleeps up to 0.2 s; the BYEs repeat on its timer ticks)
+            time.sleep(0.002)
 
     @property
     def _staged_bytes(self) -> int:

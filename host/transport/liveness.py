@@ -11,6 +11,13 @@ What :class:`Liveness` does:
   transfer of a group that shares its fate (``Endpoint.share_fate``), and, when this rank saw the death itself,
   sends every other peer a DEAD notice (again after :data:`DEAD_NOTICE_AGAIN`, datagrams get lost); answers
   probes and takes DEAD notices (:meth:`Liveness.on_control`);
+* runs the closing handshake (:meth:`Liveness.start_closing`, :meth:`Liveness.settled`): a closing endpoint sends
+  every peer heard from a BYE, again every :data:`BYE_AGAIN`, until each answers that it needs nothing more (its own
+  sends to the closing rank are DONE: told of a BYE, a peer probes those at once, so that a DONE lost at the end of
+  a job is repeated while the closing rank still listens), its address refuses, or it is dead;
+* judges a refused datagram (port unreachable) by evidence: the peer is dead only when this rank has an
+  operation with it that is incomplete (a send not DONE, a posted receive not complete); a peer that exited after
+  completing everything asked of it is not;
 * attributes every death to its root cause, the rank that failed first: a DEAD notice carries the rank whose
   failure the dead one's end followed (an abort after a peer's death names that peer), a receiver declares that
   rank dead first, and a group's work fails naming its member that died first (:meth:`Liveness.dead_error`).
@@ -22,7 +29,8 @@ decided from timers, the error queue and control messages together. Runs under t
 
 Promises: a rank is declared dead once and stays dead (its stragglers open nothing); a peer that is slow to
 compute but whose endpoint answers probes is never declared dead; one that was never heard from is judged by its
-silence alone (it may not have bound its socket yet); every failure names the dead rank and why, and a group's
+silence alone (it may not have bound its socket yet); a refusal makes a peer dead only while an operation with it
+is incomplete; every failure names the dead rank and why, and a group's
 failure names the first of its members known dead (first failure wins), not one that ended because of it.
 
 The root cause travels in the DEAD notice's header: ``seq`` is 1 + the rank whose failure came first (0: the named
@@ -37,7 +45,8 @@ from typing import Callable
 
 from host import wire
 from host.transport.api import Options, TransportError
-from host.transport.control import CTL, CTL_ALIVE, CTL_DEAD, CTL_PROBE, W_RANK, W_SEQ, pack_control_header
+from host.transport.control import (BYE_CLOSING, BYE_DONE, CTL, CTL_ALIVE, CTL_BYE, CTL_DEAD, CTL_PROBE, W_RANK,
+                                    W_SEQ, pack_control_header)
 from host.transport.packetio import PacketSocket, src_key
 from host.transport.receiver import Receiver
 from host.transport.sender import Sender
@@ -45,13 +54,14 @@ from host.transport.stats import Counters
 from host.transport.transmit import Transmitter
 from host.wire import MsgType
 
-__all__ = ["Liveness", "DEAD_NOTICE_AGAIN", "PROBE_EVERY"]
+__all__ = ["Liveness", "BYE_AGAIN", "DEAD_NOTICE_AGAIN", "PROBE_EVERY"]
 
 log = logging.getLogger("host.transport")
 
 _DEAD_REASON_MAX = 400  # bytes of reason a DEAD notice carries
 DEAD_NOTICE_AGAIN = (0.05, 0.25)  # a DEAD notice is sent at once and again this long after (datagrams get lost)
 PROBE_EVERY = 1.0  # seconds between probes of a silent peer this rank waits on (peer_timeout / 4 if shorter)
+BYE_AGAIN = 0.02  # a closing endpoint repeats its BYE to the peers that have not answered this often
 
 
 class Liveness:
@@ -70,6 +80,10 @@ class Liveness:
         self._sender: Sender | None = None
         self._receiver: Receiver | None = None
         self._settle: Callable[[], None] | None = None
+        self.closed_peers: dict[int, float] = {}  # peers that said their endpoint is closing (BYE), and when
+        self.closing = False  # this endpoint is closing (start_closing)
+        self._bye_wait: set[int] = set()  # peers whose answer to this endpoint's BYE is still awaited
+        self._bye_next = 0.0
 
     def attach(self, sender: Sender, receiver: Receiver, settle: Callable[[], None] | None = None) -> None:
         """The stages whose transfers a death fails (they are built after this one: they share its dicts), and
@@ -161,21 +175,70 @@ class Liveness:
                 self._tx.send_msg(msg, addr)
                 self._c["dead_notices_sent"] += 1
 
-    def _send_probe(self, rank: int, op: int) -> None:
+    def _send_probe(self, rank: int, op: int, arg: int = 0) -> None:
+        """Send ``rank`` a CONTROL message about ranks (transfer id 0): PROBE, ALIVE or BYE, with ``arg``."""
         buf = self._tx.ctl_buf
         pack_control_header(buf, MsgType.CONTROL, flags=0, rank=self.rank, job_id=self.job_id, transfer_id=0,
                             seq=0, total=0, count=0, nonce=self.nonce)
-        CTL.pack_into(buf, wire.HEADER_LEN, op, 0)
+        CTL.pack_into(buf, wire.HEADER_LEN, op, arg)
         self._tx.send_ctl(self.addr_map[rank], wire.HEADER_LEN + CTL.size)
         if op == CTL_PROBE:
             self._c["probes_sent"] += 1
 
+    def incomplete_with(self, rank: int) -> str | None:
+        """What operation with ``rank`` is incomplete here (a send not DONE, a posted receive not complete), named,
+        or None: the evidence a dead-peer verdict on a refusal needs."""
+        p = self._sender.peers.get(rank)
+        if p is not None and p.active:
+            o = p.active[0]
+            return f"send of transfer {o.tid} ({int(o.acked.sum())}/{o.total} packets acknowledged)"
+        for inc in self._receiver.incoming.values():
+            if inc.peer == rank and inc.posted and not inc.done:
+                got = f"{inc.st.npackets}/{inc.st.total} packets" if inc.st is not None else "no packet"
+                return f"receive of transfer {inc.tid} ({got} received)"
+        return None
+
+    def start_closing(self, now: float) -> None:
+        """This endpoint is closing (``Endpoint.close``): send every live peer heard from a BYE; :meth:`check`
+        repeats it to those that have not answered."""
+        self.closing = True
+        self._bye_wait = {r for r in self.heard if r != self.rank and r not in self.dead and r in self.addr_map}
+        self._bye_next = now
+        self._send_byes(now)
+
+    def settled(self) -> bool:
+        """Every peer a BYE went to answered it (needs nothing more from this rank), refused it, or is dead."""
+        return not self._bye_wait
+
+    def _send_byes(self, now: float) -> None:
+        self._bye_wait -= self.dead.keys()
+        if now < self._bye_next or not self._bye_wait:
+            return
+        self._bye_next = now + BYE_AGAIN
+        for r in self._bye_wait:
+            self._send_probe(r, CTL_BYE, BYE_CLOSING)
+            self._c["byes_sent"] += 1
+
+    def _on_bye(self, src: int, arg: int, now: float) -> None:
+        """A BYE from ``src``: its endpoint is closing (answer once this rank's sends to it are DONE, probing them
+        now so that a lost DONE is repeated while it listens), or its answer to this rank's BYE."""
+        self._c["byes_rx"] += 1
+        if arg == BYE_DONE:
+            self._bye_wait.discard(src)
+            return
+        self.closed_peers[src] = now
+        if self._sender.probe_peer(src, now):
+            return  # (sends to src still wait for DONE: the answer follows a later BYE, once they are done)
+        self._send_probe(src, CTL_BYE, BYE_DONE)
+
     def on_control(self, w: tuple, payload: memoryview) -> None:
-        """A CONTROL message that is not about a transfer: a probe, its answer, or a DEAD notice."""
+        """A CONTROL message that is not about a transfer: a probe, its answer, a BYE, or a DEAD notice."""
         op, arg = CTL.unpack_from(payload)
         src = w[W_RANK]
         root = w[W_SEQ] - 1 if op == CTL_DEAD and w[W_SEQ] else None  # (peer_died ignores one not in addr_map)
-        if op == CTL_PROBE:
+        if op == CTL_BYE and arg in (BYE_CLOSING, BYE_DONE):
+            self._on_bye(src, arg, time.monotonic())
+        elif op == CTL_PROBE:
             self._c["probes_rx"] += 1
             self._send_probe(src, CTL_ALIVE)
         elif op == CTL_ALIVE:
@@ -194,18 +257,26 @@ class Liveness:
 
     def read_errors(self, now: float) -> None:
         """Read the socket's error queue (IP_RECVERR): a port-unreachable from a peer's address means its socket is
-        closed, its process gone. Such a peer is dead at once if it was heard from before (one not heard from yet
-        may not have bound its socket yet, however long this endpoint has waited: its silence decides, after
-        peer_timeout)."""
+        closed, its process gone. Such a peer is dead at once if it was heard from before and an operation with it
+        is incomplete here (:meth:`incomplete_with`). One not heard from yet may not have bound its socket yet,
+        however long this endpoint has waited: its silence decides, after peer_timeout. One with nothing
+        incomplete (it exited after completing everything asked of it; a late DONE or ACK of ours met its closed
+        socket) is not dead: counted, and judged again by the next refusal if an operation with it is started."""
         refused = list(self._io.refused())
         if refused and self._settle is not None:
             self._settle()  # first what the peer sent before its socket closed: a notice saying why it ended
         for addr in refused:
             r = self._rank_of.get(src_key(addr))
             self._c["refused"] += 1
-            if r is not None and r in self.heard:
+            if r is None:
+                continue
+            self._bye_wait.discard(r)  # (a closing endpoint: a peer whose socket is closed needs nothing more)
+            what = self.incomplete_with(r) if r in self.heard else None
+            if what is not None:
+                how = ("closed its endpoint (it said BYE)" if r in self.closed_peers else
+                       "its socket is closed, its process ended")
                 self.peer_died(r, f"peer rank {r} at {addr[0]}:{addr[1]} refused a datagram (port unreachable: "
-                                   "its socket is closed, its process ended)", tell=True)
+                                  f"{how}) with the {what} incomplete", tell=True)
 
     def check(self, now: float) -> None:
         """Probe the peers this rank waits on (posted receives, unacknowledged sends) that have been silent for a
@@ -233,6 +304,8 @@ class Liveness:
             elif silent > min(pt / 4, PROBE_EVERY) and now >= self._probe_next.get(r, 0.0):
                 self._probe_next[r] = now + min(pt / 4, PROBE_EVERY)
                 self._send_probe(r, CTL_PROBE)
+        if self._bye_wait:
+            self._send_byes(now)
         if self._notices:
             due = [m for t, m in self._notices if t <= now]
             if due:

@@ -13,9 +13,9 @@ What it does, per peer (:class:`PeerState`) and per transfer (:class:`OutTransfe
   lost and zero-fills it), unless the receiver names it in a NACK (its own loss bound is tighter);
   retransmissions go before new data, across a peer's transfers;
 * runs the sender's timers (:meth:`Sender.timers`): a peer silent past ``peer_timeout`` fails its sends; a
-  retransmission timeout (no packet newly ACKed for an RTO while packets are in flight or retransmissions wait,
-  whatever NACKs arrive meanwhile) restarts the window and sends one probe per transfer, not a mass
-  retransmission; a fully sent transfer without progress of its own for an RTO gets a tail probe;
+  retransmission timeout (no packet newly ACKed for an RTO while packets are in flight, retransmissions wait or a
+  send waits for its DONE, whatever NACKs arrive meanwhile) restarts the window and sends one probe per transfer,
+  not a mass retransmission; a fully sent transfer without progress of its own for an RTO gets a tail probe;
 * plans a send's packets (:func:`plan_send`: the policy's classes, the headers), a large reliable send in slices,
   the next slice classified on the I/O thread (:meth:`Sender.classify_slices`).
 
@@ -630,10 +630,10 @@ class Sender:
     def timers(self, now: float) -> None:
         """Every tick, per peer with sends in progress: fail them when the peer has given no feedback for
         ``peer_timeout``; queue the NACKed packets whose deferral ended; on a retransmission timeout (no forward
-        progress, no packet newly ACKed and no send DONE, for an RTO while packets are in flight or retransmissions
-        wait: whatever NACKs keep arriving) restart the window and queue one probe per transfer; and send a tail
-        probe for a fully sent transfer that has seen no progress of its own for an RTO (its last packets or its
-        DONE lost while other transfers to the peer progress)."""
+        progress, no packet newly ACKed and no send DONE, for an RTO while packets are in flight, retransmissions
+        wait or a fully sent transfer waits for its DONE: whatever NACKs keep arriving) restart the window and
+        queue one probe per transfer; and send a tail probe for a fully sent transfer that has seen no progress of
+        its own for an RTO while other transfers to the peer progress (its last packets or its DONE lost)."""
         for p in list(self.peers.values()):
             if not p.active:
                 continue
@@ -651,8 +651,8 @@ class Sender:
             if any(o.sending for o in p.active):
                 continue  # (a caller still transmitting a first burst: its packets have not all left yet)
             rto = p.cc.rto
-            if now - p.progress > rto and now >= p.rto_at and (
-                    p.inflight > 0 or any(o.retxq or o.deferred for o in p.active)):
+            if now - p.progress > rto and now >= p.rto_at and (p.inflight > 0 or any(
+                    o.retxq or o.deferred or o.next_seq >= o.total for o in p.active)):
                 self._timeout(p, now)
                 continue
             for o in p.active:
@@ -662,6 +662,20 @@ class Sender:
                     o.probe_at = now + rto * (1 << min(o.probes, 4))
                     o.probes += 1
                     self._c["tail_probes"] += 1
+
+    def probe_peer(self, rank: int, now: float) -> bool:
+        """``rank`` is closing its endpoint: probe every send to it that is fully sent and waits for ACKs or DONE
+        now, not after an RTO (the receiver answers a probe of a completed transfer with DONE again), at most once
+        per smoothed RTT (10 ms at least). Whether sends to it are still in progress."""
+        p = self.peers.get(rank)
+        if p is None or not p.active:
+            return False
+        gap = max(0.01, p.cc.srtt or 0.0)
+        for o in p.active:
+            if (o.next_seq >= o.total and not o.retxq and not o.deferred and not o.sending
+                    and now - o.last_sent >= gap):
+                self._probe(p, o)
+        return True
 
     def _ripen(self, p: PeerState, o: OutTransfer, now: float) -> None:
         """Queue the deferred NACKed packets of ``o`` whose wait has ended (see :func:`on_nack`)."""
