@@ -906,6 +906,8 @@ class Checker:
             if s.init is not None:
                 self.expr(s.init, scope, t)
                 self.assignable(t, s.init, s.init.loc)
+            if s.arg_for is not None:           # a list argument of a function's directionless parameter
+                self.const_argument(s.init, s.arg_for, scope)
             sym = Sym("var", s.name, t, s.loc, s)
             s.sym = sym
             self.locals_all.append(sym)
@@ -914,14 +916,9 @@ class Checker:
             t = self.resolve_type(s.type, scope)
             self.expr(s.init, scope, t)
             self.assignable(t, s.init, s.init.loc)
-            try:
-                value = self.const_eval(s.init, scope)
-            except P4Error:
-                if s.arg_for is None:
-                    raise
-                # P4-16 6.8 (p4c: "argument used for directionless parameter must be a compile-time constant")
-                raise P4Error(s.init.loc, f"the argument for directionless parameter '{s.arg_for.name}' of "
-                                          f"{s.arg_for.owner} must be a compile-time constant") from None
+            if s.arg_for is not None:
+                self.const_argument(s.init, s.arg_for, scope)
+            value = self.const_eval(s.init, scope)
             scope.declare(Sym("const", s.name, t, s.loc, s, value=value), s.name, s.loc)
         elif isinstance(s, (A.Exit, A.Return)) and ctx.kind == "parser":
             # P4-16 12.4: parser statements are assignments, calls, declarations, blocks and conditionals;
@@ -957,6 +954,20 @@ class Checker:
             pass
         else:
             raise unsupported(type(s).__name__, s.loc)
+
+    def const_argument(self, e: A.Expr, param: A.ReadOnlyParam, scope: Scope) -> None:
+        """P4-16 6.8: the argument of a function's directionless parameter is known at compile time (each item
+        of a list or structure argument); p4c: "argument used for directionless parameter must be a
+        compile-time constant"."""
+        if isinstance(e, A.ListExpr):
+            for x in e.items:
+                self.const_argument(x, param, scope)
+            return
+        try:
+            self.const_eval(e, scope)
+        except P4Error:
+            raise P4Error(e.loc, f"the argument for directionless parameter '{param.name}' of {param.owner} "
+                                 f"must be a compile-time constant") from None
 
     def value_switch(self, s: A.Switch, scope: Scope, ctx: Ctx) -> None:
         """P4-16 12.7: ``switch`` on a bit<W>, int<W>, enum or error value with compile-time labels; each

@@ -290,9 +290,12 @@ class Inliner:
             if p.direction == "" and not is_action:
                 # P4-16 6.8: a function's directionless parameter takes a compile-time known value (the checker
                 # evaluates the constant; an action's behaves as 'in' when the action is called directly)
-                const = A.ConstDecl(p.loc, copy.deepcopy(p.type), tmp, a)
-                const.arg_for = readonly[p.name]
-                inner.append(const)
+                if isinstance(a, A.ListExpr):       # a list or structure of constants: a variable, checked so
+                    held: A.Stmt = A.VarDecl(p.loc, copy.deepcopy(p.type), tmp, a)
+                else:
+                    held = A.ConstDecl(p.loc, copy.deepcopy(p.type), tmp, a)
+                held.arg_for = readonly[p.name]
+                inner.append(held)
                 continue
             inner.append(A.VarDecl(p.loc, copy.deepcopy(p.type), tmp, init))
             if p.direction in ("out", "inout") and not isinstance(a, A.Default):

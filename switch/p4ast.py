@@ -7,7 +7,7 @@ to build the typed IR (:mod:`switch.tir`), and no later stage sees this tree.  T
 arguments, take no part in equality or ``repr``, and are None (or False) until the checker has run.  Three such
 fields are set earlier, by the midend (:mod:`switch.inline`), for the checker to enforce and report: an
 expression's ``readonly`` (it stands for an inlined ``in`` or directionless parameter), a constant's ``arg_for``
-(it holds the argument of a function's directionless parameter) and a block's ``site`` (the sub-control apply
+and a variable's ``arg_for`` (they hold the argument of a function's directionless parameter) and a block's ``site`` (the sub-control apply
 whose body it is).
 """
 from __future__ import annotations
@@ -264,6 +264,7 @@ class VarDecl(Stmt):
     init: Expr | None
     annots: list[Annotation] = field(default_factory=list)
     sym: Any = checked()              # the variable's switch.ir.Sym
+    arg_for: Any = checked()          # set by the midend: the ReadOnlyParam whose (list) argument this holds
 
 
 @dataclass

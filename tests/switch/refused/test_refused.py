@@ -119,11 +119,13 @@ def test_refusal_edges(tmp_path, decls, body, line, col, words):
 
 
 def test_what_p4c_accepts_still_compiles(tmp_path):
-    """The legal neighbours of each rule: a directionless function parameter given a constant, division by a
+    """The legal neighbours of each rule: a directionless function parameter given a constant (or a list of
+    constants), division by a
     power of two and on constants, a dividend of 0, an in parameter read and copied into a local."""
     decls = ("bit<8> scale(in bit<8> x, bit<8> k) { bit<8> y = x; y = y * k; return y; }\n"
+             "struct pair_t { bit<8> p; bit<8> q; }\nbit<8> second(pair_t v) { return v.q; }\n"
              "const bit<8> K = 3;")
-    body = ("        hdr.h.b = scale(hdr.h.a, K + 1);\n"
+    body = ("        hdr.h.b = scale(hdr.h.a, K + 1) + second({7, 0});\n"
             "        hdr.h.c = hdr.h.a / 4 + hdr.h.a % 2 + 8w0 / hdr.h.d;\n"
             "        hdr.h.d = 8w100 / 7;")
     assert run(program(tmp_path, body, decls), 13, 0, 0, 5) == bytes([13, 52, 3 + 1 + 0, 14])
