@@ -11,6 +11,7 @@ from finsy.proto import p4i as p4info_pb2
 from google.protobuf import text_format
 
 from . import ir
+from . import tir as T
 from .tir import annotation
 
 PREFIX = {"actions": 0x01, "tables": 0x02, "value_sets": 0x03, "controller_packet_metadata": 0x04,
@@ -76,7 +77,7 @@ def _annot_id(annots) -> int | None:
 def _annot_strings(annots) -> list[str]:
     out = []
     for a in annots:
-        if a.name in ("name", "id", "defaultonly", "tableonly", "noWarn"):
+        if a.name in ("name", "id", "defaultonly", "tableonly"):
             continue
         if a.args and all(isinstance(x, str) for x in a.args):
             out.append("@" + a.name + "(" + ", ".join(f'"{x}"' for x in a.args) + ")")
@@ -85,7 +86,50 @@ def _annot_strings(annots) -> list[str]:
     return out
 
 
+def _direct_calls(node) -> list[ir.ActionIR]:
+    """The actions a control body calls directly (not through a table), in source order."""
+    from .analysis import children
+    out = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, T.Call) and n.kind == "action":
+            out.append(n.target)
+        stack.extend(reversed(list(children(n))))
+    return out
+
+
+def p4c_action_order(p: ir.ProgramIR) -> list[ir.ActionIR]:
+    """The actions P4Info lists, in p4c's order: control by control (V1Switch's order), first the top-level
+    actions the control uses, in the order of their first use (p4c's front end copies each into the control, ahead
+    of its own declarations: LocalizeAllActions), then the control's own actions in declaration order; only
+    actions a table lists or the control's body calls directly (p4c removes the others; a call inside an action
+    is inlined into it), each once."""
+    local_ids = {id(a) for b in p.blocks.values() for a in b.actions}
+    out: list[ir.ActionIR] = []
+    seen: set[int] = set()
+    for b in p.blocks.values():
+        if b.kind != "control":
+            continue
+        uses = [a for t in b.tables for a in t.actions] + _direct_calls(b.apply)
+        used = {id(a) for a in uses}
+        for a in [a for a in uses if id(a) not in local_ids] + [a for a in b.actions if id(a) in used]:
+            if id(a) not in seen:
+                seen.add(id(a))
+                out.append(a)
+    return out
+
+
+def _bytes(value: int, width: int) -> bytes:
+    """A value as p4c writes it in P4Info (initial_default_action arguments): big-endian, padded to the width."""
+    return int(value).to_bytes((width + 7) // 8, "big")
+
+
 class P4InfoBuilder:
+    """P4Info of a program, entities in p4c's order: each kind in the order p4c's serializer visits the program
+    (top-level extern instances, then the V1Switch blocks in order, each block's declarations in source order)
+    and actions as :func:`p4c_action_order` says."""
+
     def __init__(self, prog: ir.ProgramIR):
         self.prog = prog
 
@@ -94,11 +138,7 @@ class P4InfoBuilder:
         info = p4info_pb2.P4Info()
         info.pkg_info.arch = "v1model"
         taken: set[int] = set()
-        used_actions = []
-        for t in p.tables:
-            for a in t.actions:
-                if a not in used_actions:
-                    used_actions.append(a)
+        used_actions = p4c_action_order(p)
         by_kind: dict[str, list] = {"actions": used_actions, "tables": p.tables}
         for kind, ext in (("counters", "counter"), ("direct_counters", "direct_counter"), ("meters", "meter"),
                           ("direct_meters", "direct_meter"), ("registers", "register")):
@@ -125,7 +165,7 @@ class P4InfoBuilder:
             for s in _annot_strings(annots):
                 msg.preamble.annotations.append(s)
 
-        for t in sorted(p.tables, key=lambda t: ids["tables"][t.fqname]):
+        for t in p.tables:
             m = info.tables.add()
             pre(m, "tables", t.fqname, t.annots)
             for i, k in enumerate(t.keys):
@@ -145,8 +185,16 @@ class P4InfoBuilder:
                     r.annotations.append("@defaultonly")
                 elif r.scope == p4info_pb2.ActionRef.TABLE_ONLY:
                     r.annotations.append("@tableonly")
-            if t.const_default:
-                m.const_default_action_id = ids["actions"][t.default_action.fqname]
+            if t.default_action is not None:
+                # p4c: the default action at pipeline load (P4Runtime 1.4), with its arguments' values
+                da = ids["actions"][t.default_action.fqname]
+                if t.const_default:
+                    m.const_default_action_id = da
+                m.initial_default_action.action_id = da
+                for i, (prm, v) in enumerate(zip(t.default_action.params, t.default_args)):
+                    arg = m.initial_default_action.arguments.add()
+                    arg.param_id = i + 1
+                    arg.value = _bytes(v, prm.type.width)
             if t.implementation is not None:
                 m.implementation_id = ids["action_profiles"][t.implementation.fqname]
             if t.direct_counter is not None:
@@ -158,15 +206,18 @@ class P4InfoBuilder:
                 m.is_const_table = True
             if t.entries:
                 m.has_initial_entries = True      # const or not (P4Runtime 1.4), as p4c sets it
-        for a in sorted(used_actions, key=lambda a: ids["actions"][a.fqname]):
+        in_tables = {id(a) for t in p.tables for a in [*t.actions, t.default_action]}
+        for a in used_actions:
             m = info.actions.add()
             pre(m, "actions", a.fqname, a.annots)
+            if id(a) not in in_tables:
+                continue        # called directly only: p4c's front end binds every parameter (RemoveActionParameters)
             for i, prm in enumerate(a.params):
                 x = m.params.add()
                 x.id = i + 1
                 x.name = prm.name
                 x.bitwidth = prm.type.width
-        for inst in sorted(by_kind["action_profiles"], key=lambda o: ids["action_profiles"][o.fqname]):
+        for inst in by_kind["action_profiles"]:
             m = info.action_profiles.add()
             pre(m, "action_profiles", inst.fqname, inst.annots)
             for t in inst.tables:
@@ -175,29 +226,29 @@ class P4InfoBuilder:
             m.size = inst.args[1] if m.with_selector else inst.args[0]
         units = {0: p4info_pb2.CounterSpec.PACKETS, 1: p4info_pb2.CounterSpec.BYTES, 2: p4info_pb2.CounterSpec.BOTH}
         munits = {0: p4info_pb2.MeterSpec.PACKETS, 1: p4info_pb2.MeterSpec.BYTES}
-        for inst in sorted(by_kind["counters"], key=lambda o: ids["counters"][o.fqname]):
+        for inst in by_kind["counters"]:
             m = info.counters.add()
             pre(m, "counters", inst.fqname, inst.annots)
             m.spec.unit = units[inst.args[1]]
             m.size = inst.args[0]
-        for inst in sorted(by_kind["direct_counters"], key=lambda o: ids["direct_counters"][o.fqname]):
+        for inst in by_kind["direct_counters"]:
             m = info.direct_counters.add()
             pre(m, "direct_counters", inst.fqname, inst.annots)
             m.spec.unit = units[inst.args[0]]
             if inst.tables:
                 m.direct_table_id = ids["tables"][inst.tables[0].fqname]
-        for inst in sorted(by_kind["meters"], key=lambda o: ids["meters"][o.fqname]):
+        for inst in by_kind["meters"]:
             m = info.meters.add()
             pre(m, "meters", inst.fqname, inst.annots)
             m.spec.unit = munits[inst.args[1]]
             m.size = inst.args[0]
-        for inst in sorted(by_kind["direct_meters"], key=lambda o: ids["direct_meters"][o.fqname]):
+        for inst in by_kind["direct_meters"]:
             m = info.direct_meters.add()
             pre(m, "direct_meters", inst.fqname, inst.annots)
             m.spec.unit = munits[inst.args[0]]
             if inst.tables:
                 m.direct_table_id = ids["tables"][inst.tables[0].fqname]
-        for inst in sorted(by_kind["registers"], key=lambda o: ids["registers"][o.fqname]):
+        for inst in by_kind["registers"]:
             m = info.registers.add()
             pre(m, "registers", inst.fqname, inst.annots)
             t = inst.type_args[0]
@@ -206,7 +257,7 @@ class P4InfoBuilder:
             else:
                 m.type_spec.bitstring.bit.bitwidth = t.width
             m.size = inst.args[0]
-        for vs in sorted(p.value_sets, key=lambda v: ids["value_sets"][v.fqname]):
+        for vs in p.value_sets:
             # a value set of bit<W>: one unnamed EXACT match field with id 1, as p4c writes it
             m = info.value_sets.add()
             pre(m, "value_sets", vs.fqname, vs.annots)

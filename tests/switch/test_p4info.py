@@ -65,3 +65,87 @@ def test_selector_profile_and_text_round_trip(tmp_path):
     assert back == info and back.pkg_info.arch == "v1model"
     reg = P4InfoBuilder(load_ir(str(PROGRAMS / "stack_counter.p4"))).build().registers[0]
     assert reg.type_spec.bitstring.bit.bitwidth == 32 and reg.size == 16 and reg.preamble.id >> 24 == 0x16
+
+
+DLCP = Path(__file__).parents[2] / "p4src" / "dlcp.p4"
+
+
+def test_dlcp_p4info_as_p4c_writes_it():
+    """What p4c (p4c-bm2-ss, P4Runtime 1.4 serializer) writes for dlcp.p4 and the embedded front end once did
+    not: the directly called action drop_with (no table refers to it; p4c binds all its parameters, so it lists
+    none), and every table's initial_default_action with its arguments as padded big-endian bytes."""
+    info = P4InfoBuilder(load_ir(str(DLCP), [str(DLCP.parent)])).build()
+    acts = {a.preamble.name: a for a in info.actions}
+    drop = acts["DlcpIngress.drop_with"]
+    assert list(drop.params) == []
+    assert all(drop.preamble.id not in [r.id for r in t.action_refs] for t in info.tables)
+    defaults = {t.preamble.name: t.initial_default_action for t in info.tables}
+    assert set(defaults) == {"DlcpIngress.ipv4_lpm", "DlcpIngress.ecmp_nhop", "DlcpIngress.dlcp_priority",
+                             "DlcpIngress.dscp_priority"}
+    for name in ("DlcpIngress.ipv4_lpm", "DlcpIngress.ecmp_nhop"):
+        assert defaults[name].action_id == acts["DlcpIngress.no_route"].preamble.id
+        assert list(defaults[name].arguments) == []
+    for name in ("DlcpIngress.dlcp_priority", "DlcpIngress.dscp_priority"):       # set_priority(0), bit<3>
+        d = defaults[name]
+        assert d.action_id == acts["DlcpIngress.set_priority"].preamble.id
+        assert [(a.param_id, a.value) for a in d.arguments] == [(1, b"\x00")]
+
+
+ORDER_P4 = """
+#include <core.p4>
+#include <v1model.p4>
+header h_t { bit<8> a; bit<8> b; }
+struct H { h_t h; }
+struct M { bit<8> x; }
+action top_b() { }
+action top_a() { }
+parser P(packet_in pkt, out H hdr, inout M m, inout standard_metadata_t sm) {
+    state start { pkt.extract(hdr.h); transition accept; }
+}
+control V(inout H hdr, inout M m) { apply { } }
+control I(inout H hdr, inout M m, inout standard_metadata_t sm) {
+    counter(4, CounterType.packets) zc;
+    counter(4, CounterType.packets) ac;
+    action zeta(bit<8> v) { hdr.h.b = v; }
+    action alpha() { hdr.h.b = 1; }
+    action unused() { }
+    action direct(bit<9> port) { sm.egress_spec = port; }
+    table zt { key = { hdr.h.a: exact; } actions = { zeta; top_b; } default_action = zeta(0x2a); }
+    table at { key = { hdr.h.b: exact; } actions = { alpha; NoAction; top_a; } const default_action = alpha(); }
+    apply { zt.apply(); at.apply(); direct(1); }
+}
+control E(inout H hdr, inout M m, inout standard_metadata_t sm) {
+    action egress_only() { }
+    table et { key = { hdr.h.a: exact; } actions = { egress_only; NoAction; } }
+    apply { et.apply(); }
+}
+control C(inout H hdr, inout M m) { apply { } }
+control D(packet_out pkt, in H hdr) { apply { pkt.emit(hdr.h); } }
+V1Switch(P(), V(), I(), E(), C(), D()) main;
+"""
+
+
+def test_entities_in_p4cs_order(tmp_path):
+    """p4c lists entities in the order its serializer visits the program, not by id: per control (V1Switch's
+    order), the top-level actions the control uses in the order of first use (p4c copies them ahead of the
+    control's own declarations), then the control's own actions in declaration order; unused actions are left
+    out (p4c removes them); tables and externs in declaration order.  (The names are chosen so that sorting by
+    id or by name would give another order.)"""
+    f = tmp_path / "order.p4"
+    f.write_text(ORDER_P4)
+    info = P4InfoBuilder(load_ir(str(f))).build()
+    assert [a.preamble.name for a in info.actions] == [
+        "top_b", "NoAction", "top_a", "I.zeta", "I.alpha", "I.direct", "E.egress_only"]
+    assert [t.preamble.name for t in info.tables] == ["I.zt", "I.at", "E.et"]
+    assert [c.preamble.name for c in info.counters] == ["I.zc", "I.ac"]
+    ids = {a.preamble.name: a.preamble.id for a in info.actions}
+    assert [a.preamble.name for a in info.actions] != sorted(ids, key=ids.get)
+    na = next(a for a in info.actions if a.preamble.name == "NoAction")
+    assert list(na.preamble.annotations) == ['@noWarn("unused")']                 # core.p4's, kept as p4c keeps it
+    zt, at, et = info.tables
+    assert (zt.initial_default_action.action_id, [(a.param_id, a.value) for a in zt.initial_default_action.arguments]) \
+        == (ids["I.zeta"], [(1, b"\x2a")])
+    assert zt.const_default_action_id == 0
+    assert at.const_default_action_id == at.initial_default_action.action_id == ids["I.alpha"]
+    assert et.initial_default_action.action_id == ids["NoAction"]                 # no default_action: NoAction
+    assert [p.name for p in next(a for a in info.actions if a.preamble.name == "I.direct").params] == []
