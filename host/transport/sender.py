@@ -25,8 +25,9 @@ Bursts leave through ``transmit.Transmitter``; a burst the full send buffer refu
 Promises: a send's handle is finished exactly once (:meth:`Sender.finish`); ``PeerState.inflight`` is the payload
 bytes of its packets in flight; the window cannot wedge: a NACKed packet is queued within :func:`nack_gap` (or at
 the next timeout) and sent before any new data, and a window full of lost packets times out an RTO after the last
-progress (``tests/host/test_loss_recovery.py``); an ACK never counts a packet that was not sent; :func:`on_cum_ack` leaves exactly
-the state :func:`on_ack` leaves for the ACKs it takes (``tests/host/test_endpoint.py`` checks both).
+progress (``tests/host/test_loss_recovery.py``); an ACK never counts a packet that was not sent;
+:func:`on_cum_ack` leaves exactly the state :func:`on_ack` leaves for the ACKs it takes
+(``tests/host/test_endpoint.py`` checks both).
 """
 
 from __future__ import annotations
@@ -172,6 +173,18 @@ class PeerState:
         return (d - self.owd_min) * 1e-6
 
 
+def _progress(p: PeerState, o: OutTransfer, now: float) -> None:
+    """Packets of ``o`` were newly ACKed: forward progress. The RTO clock and ``o``'s tail probes start again, and
+    a backed-off RTO returns to srtt + 4 rttvar (as Linux does when new data is ACKed: after a timeout every packet
+    is a retransmission, so Karn's rule would otherwise keep the RTO backed off until the loss ends)."""
+    o.progress = p.progress = now
+    o.probes = 0
+    p.rto_at = 0.0
+    cc = p.cc
+    if cc.backoff:
+        cc.rto = min(cc.p.rto_max, max(cc.p.rto_min, cc.srtt + 4 * cc.rttvar)) if cc.srtt else cc.p.rto_init
+
+
 def on_ack(p: PeerState, o: OutTransfer, base: int, bits: np.ndarray, ecn: bool, now: float, ts: int) -> None:
     """An ACK of every seq below ``base`` and of the seqs ``base + i`` set in ``bits``, sent by the receiver at its
     clock ``ts``: mark the new ones delivered, judge lost what was sent well before the newest of them (protected
@@ -190,9 +203,7 @@ def on_ack(p: PeerState, o: OutTransfer, base: int, bits: np.ndarray, ecn: bool,
         new = new[o.sent_order[new] >= 0]  # never trust an ACK for a packet not sent yet
     if new.size:
         acked[new] = True
-        o.progress = p.progress = now  # forward progress: the RTO clock and the tail probes start again
-        o.probes = 0
-        p.rto_at = 0.0
+        _progress(p, o, now)
         if new[-1] >= o.acked_hi:  # new is ascending
             o.acked_hi = int(new[-1]) + 1
         lens = o.plan.lengths
@@ -244,9 +255,7 @@ def on_cum_ack(p: PeerState, o: OutTransfer, hi: int, ecn: bool, now: float, ts:
     nbytes = 0
     if hi > lo:
         o.acked[lo:hi] = True
-        o.progress = p.progress = now
-        o.probes = 0
-        p.rto_at = 0.0
+        _progress(p, o, now)
         nbytes = o.cuml[hi] - o.cuml[lo]
         infl = o.inflight[lo:hi]
         if np.count_nonzero(infl) == hi - lo:  # (not infl.all(): numpy's Python-level wrapper costs more)

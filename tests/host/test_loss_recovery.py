@@ -12,12 +12,14 @@ resent.
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from host.transport.api import Options
+from host.transport.api import Options, TransportError
 from host.transport.cc import CCParams
 from tests.host.losssim import SimLink, transfer
 
@@ -142,3 +144,68 @@ def test_progress_after_every_blackout(sc):
             later = [u for u in sim.sent_at[(tid, s)] if u >= t]
             assert (later and later[0] <= by) or tr.done_at <= by or sim.arrived_at.get((tid, s), by) < by, \
                 (t, tid, s, later[:2], tr.done_at)
+
+
+# --- the regimes between slow and dead (docs/transport.md, "Between slow and dead") ---------------------------------
+
+def _mix(seed: int = 0):
+    return [transfer(i + 1, 200, seed=seed + i) for i in range(4)]
+
+
+def _random_loss(p: float, seed: int):
+    rng = random.Random(seed)
+    return lambda t, kind, info: rng.random() < p
+
+
+LOSSLESS_S = 0.056  # the mix below on the lossless 5 ms link (bench/loss_regimes.py, loss 0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_regime_light_loss_costs_round_trips(seed):
+    """Up to ~20% random loss: lost packets are found by ACKs (RACK) and NACKs and resent within round trips;
+    the mix finishes within a few times its lossless time."""
+    sim = SimLink(_mix(seed), _random_loss(0.1, seed), delay=0.005)
+    sim.run(30.0)
+    sim.check_results()
+    assert max(t.done_at for t in sim.transfers) < 4 * LOSSLESS_S
+    assert sim.sc.c["retransmissions"] > 0
+
+
+def test_regime_a_burst_costs_its_length_and_one_backed_off_timeout():
+    """A blackout shorter than the peer timeout (here 400 ms, both ways, mid-transfer): the timeout backs off
+    (doubling, at most 0.5 s) while nothing gets through, and the first timeout after the burst restarts the
+    transfer: it ends within the burst plus one backed-off RTO plus round trips."""
+    a0, a1 = 0.02, 0.42
+    sim = SimLink(_mix(), lambda t, kind, info: a0 <= t < a1, delay=0.005)
+    sim.run(30.0)
+    sim.check_results()
+    assert sim.sc.c["rto_timeouts"] >= 2
+    assert max(t.done_at for t in sim.transfers) < a1 + RTO_MAX + 0.1
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_regime_heavy_loss_is_slow_but_finishes(seed):
+    """Around half the datagrams lost both ways: every round of retransmissions loses half again and the tail
+    waits on timeouts backed off to 0.5 s, so the mix takes several times its lossless time, but it finishes."""
+    sim = SimLink(_mix(seed), _random_loss(0.5, seed), delay=0.005)
+    sim.run(60.0)
+    sim.check_results()
+    assert sim.sc.c["rto_timeouts"] >= 1 and max(t.done_at for t in sim.transfers) > 2 * LOSSLESS_S
+
+
+def test_regime_loss_too_heavy_to_finish_fails_with_the_peer_timeout():
+    """Loss so heavy that nothing gets through for ``peer_timeout`` (here 1 s; 85% loss both ways): every send
+    fails with a TransportError naming the peer and the silence (no feedback for the peer timeout), and a receive
+    that had packets fails naming the silent sender, its address, the silence and what had arrived. (A receive that
+    never got a packet ends by the liveness checks, which this simulation leaves out: the endpoint's probes, then
+    the peer's death after ``peer_timeout``, or the receive's own timeout.) Nothing hangs."""
+    sim = SimLink(_mix(), _random_loss(0.85, 1), delay=0.005, options=Options(peer_timeout=1.0))
+    sim.run(5.0)
+    for t in sim.transfers:
+        with pytest.raises(TransportError, match=r"peer rank 1 at 127\.0\.0\.2:1 sent no feedback for 1\.\d+s "
+                                                 r"\(peer_timeout 1\.0s\)"):
+            t.o.handle.wait(0)
+    errs = [str(t.inc.error) for t in sim.transfers if t.inc.st is not None]
+    want = (r"transfer \d from rank 0: peer rank 0 at 127\.0\.0\.1 sent nothing for 1\.\d+s \(peer_timeout 1\.0s\) "
+            r"with \d+/200 packets received")
+    assert errs and all(re.fullmatch(want, e) for e in errs), errs
