@@ -1325,6 +1325,11 @@ class Checker:
         else:
             self.stmt(d.apply, Scope(scope), ctx)
             bmv2_rules.check_table_sites(d.apply)
+            for decl, top in d.inlined_actions or ():
+                # P4Info lists them as p4c does, with no parameters (p4c binds every argument of a direct call)
+                b.inlined_actions.append((ir.ActionIR(decl.name, self.qualify("" if top else d.name, decl.name,
+                                                                               decl.annots),
+                                                      [], decl, lower.annotations(decl.annots)), top))
             b.apply = lower.stmt(d.apply)
         return b
 

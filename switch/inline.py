@@ -179,6 +179,7 @@ class Inliner:
         self.blocks: dict[str, A.ParserDecl | A.ControlDecl] = {}
         self.global_actions: dict[str, A.ActionDecl] = {}    # top-level actions with out/inout parameters
         self.cur_actions: dict[str, A.ActionDecl] = {}       # those visible in the block being processed
+        self.called: list[tuple[A.ActionDecl, bool]] | None = None   # actions a control's apply body calls
         self.n = 0
 
     def fresh(self, base: str) -> str:
@@ -256,6 +257,8 @@ class Inliner:
         f = self.callee(e)
         loc = e.loc
         is_action = isinstance(f, A.ActionDecl)
+        if is_action and self.called is not None and all(f is not x for x, _ in self.called):
+            self.called.append((f, any(f is g for g in self.global_actions.values())))
         if is_action:
             if want_value:
                 raise P4Error(loc, f"action {f.name} is not a value")
@@ -378,7 +381,9 @@ class Inliner:
             locals_.append(x)
         d.locals = locals_
         if isinstance(d, A.ControlDecl):
+            self.called = []
             d.apply = self.stmt_list_block(d.apply)
+            d.inlined_actions, self.called = self.called, None
             self.bind_table_actions(d)
             self.direct_invocations(d, d.apply)
             self.inline_controls(d)

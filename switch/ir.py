@@ -339,6 +339,8 @@ class BlockIR:
     instances: list[InstanceIR] = field(default_factory=list)
     inits: tuple = ()            # switch.tir.VarDecl of the block's local variables, in order
     apply: Any = None            # a control's apply body (switch.tir.Block)
+    inlined_actions: list = field(default_factory=list)   # (ActionIR, top-level?) of the actions with out/inout
+                                 # parameters the apply body calls: inlined by the midend, listed in P4Info only
     states: tuple = ()           # a parser's states (switch.tir.State), in declaration order
 
 

@@ -4,11 +4,11 @@ Nodes are plain dataclasses carrying a :class:`~switch.errors.Loc`.  The checker
 in the fields declared with :func:`checked` -- an expression's resolved type and declaration, a call's kind and
 target, constant values it folded -- and nothing else, as its working notes: :mod:`switch.lower` reads them once
 to build the typed IR (:mod:`switch.tir`), and no later stage sees this tree.  Those fields are not constructor
-arguments, take no part in equality or ``repr``, and are None (or False) until the checker has run.  Three such
+arguments, take no part in equality or ``repr``, and are None (or False) until the checker has run.  A few such
 fields are set earlier, by the midend (:mod:`switch.inline`), for the checker to enforce and report: an
 expression's ``readonly`` (it stands for an inlined ``in`` or directionless parameter), a constant's ``arg_for``
-and a variable's ``arg_for`` (they hold the argument of a function's directionless parameter) and a block's ``site`` (the sub-control apply
-whose body it is).
+and a variable's ``arg_for`` (they hold the argument of a function's directionless parameter) a block's ``site`` (the sub-control apply
+whose body it is) and a control's ``inlined_actions`` (for P4Info).
 """
 from __future__ import annotations
 
@@ -472,6 +472,8 @@ class ControlDecl(Decl):
     ctor_params: list[Param] = field(default_factory=list)
     locals: list[Any] = field(default_factory=list)
     apply: Block | None = None
+    inlined_actions: Any = checked()  # set by the midend: (ActionDecl, top-level?) of each action with out/inout
+                                      # parameters the apply body calls, inlined there (P4Info still lists it)
 
 
 @dataclass

@@ -107,15 +107,23 @@ def p4c_action_order(p: ir.ProgramIR) -> list[ir.ActionIR]:
     is inlined into it), each once."""
     local_ids = {id(a) for b in p.blocks.values() for a in b.actions}
     out: list[ir.ActionIR] = []
-    seen: set[int] = set()
+    seen: set[str] = set()
     for b in p.blocks.values():
         if b.kind != "control":
             continue
         uses = [a for t in b.tables for a in t.actions] + _direct_calls(b.apply)
         used = {id(a) for a in uses}
-        for a in [a for a in uses if id(a) not in local_ids] + [a for a in b.actions if id(a) in used]:
-            if id(a) not in seen:
-                seen.add(id(a))
+        own = [a for a in b.actions if id(a) in used]
+        for a, top in b.inlined_actions:        # inlined by the midend: placed by their source position
+            if top:
+                uses.append(a)
+                continue
+            after = [i for i, x in enumerate(own) if x.decl.loc.file == a.decl.loc.file
+                     and (x.decl.loc.line, x.decl.loc.col) > (a.decl.loc.line, a.decl.loc.col)]
+            own.insert(after[0] if after else len(own), a)
+        for a in [a for a in uses if id(a) not in local_ids] + own:
+            if a.fqname not in seen:
+                seen.add(a.fqname)
                 out.append(a)
     return out
 
