@@ -43,8 +43,11 @@ reduce-scatter, recursive halving); everything that copies results afterwards (t
 doubling, the owners' sends to a reduce's root, broadcasts) is reliable, so every rank ends with the same bits. The
 call's budget is ``floor(p * n)`` elements of its ``n``, handed out in whole packets to its reduction transfers
 (:func:`loss_allowances`; the same on every rank), so the zero-filled or biased fraction is at most ``p`` whatever
-the group size. Each rank then learns every other rank's losses (:meth:`Collectives._share_losses`): the call's
-:class:`Outcome` lists the union, which is exactly where the result may differ from the exact one.
+the group size. A reduce-scatter, whose ranks keep different chunks, gives each chunk a budget of its own,
+``floor(p * its elements)``, spent on the messages that carry it, so every rank's output is within ``p`` too
+(:meth:`Collectives._ring_loss`; such a call takes the ring). Each rank then learns every other rank's losses
+(:meth:`Collectives._share_losses`): the call's :class:`Outcome` lists the union, which is exactly where the result
+may differ from the exact one.
 
 Pipelined ring (reduce-scatter, all-gather, and both fused for all-reduce): every chunk is cut into ``K`` segments
 (:func:`ring_segment_count`, the same ``K`` for every chunk so all ranks agree) and each (ring step, segment) is its
@@ -814,10 +817,14 @@ class Collectives:
             return 0, 1
         return math.floor(loss_bound * n + 1e-9), self.link.packet_elems(itemsize)
 
-    def _ring_loss(self, plan: RingPlan, base: int, budget: int, per_packet: int
+    def _ring_loss(self, plan: RingPlan, base: int, budget: int, per_packet: int, shard_bound: float | None = None
                    ) -> tuple[list[float], list[float]] | None:
         """Loss bounds of this rank's ring messages: the budget over every rank's reduce-step messages (ordered by
-        step, segment, sender, the same on every rank), the all-gather steps exact. None if no message may lose."""
+        step, segment, sender, the same on every rank), the all-gather steps exact. With ``shard_bound`` (a
+        reduce-scatter, whose ranks keep different chunks) each chunk has a budget of its own,
+        ``floor(shard_bound * its elements)``, spent only on the messages that carry it: every rank's output is
+        then within the bound, not just the call (whose total stays within ``budget``). None if no message may
+        lose."""
         P, K, r = self.size, plan.segments, self.rank
         nred = sum(1 for st in plan.steps if st[2])
         if budget < per_packet or nred == 0:
@@ -830,7 +837,16 @@ class Collectives:
                     a, b = plan.region(sent[q][g][0], k)
                     keys.append((g, k, q))
                     sizes.append(b - a)
-        allow = dict(zip(keys, loss_allowances(sizes, budget, per_packet, start=base)))
+        if shard_bound is None:
+            allow = dict(zip(keys, loss_allowances(sizes, budget, per_packet, start=base)))
+        else:
+            allow = {}
+            for c in range(P):  # chunk c: the messages that carry it, in the same order
+                mine = [j for j, (g, k, q) in enumerate(keys) if sent[q][g][0] == c]
+                length = sum(b - a for a, b in (plan.region(c, k) for k in range(K)))
+                got = loss_allowances([sizes[j] for j in mine], math.floor(shard_bound * length + 1e-9),
+                                      per_packet, start=base + c)
+                allow.update((keys[j], x) for j, x in zip(mine, got))
         if not any(allow.values()):
             return None
         N = len(plan.steps) * K
@@ -902,7 +918,8 @@ class Collectives:
     def reduce_scatter_flat(self, buf: torch.Tensor, bounds: list[int], op: ReduceOp, *, layer: int = 0,
                             loss_bound: float = 0.0, finish: bool = True,
                             base: int | None = None, outcome: Outcome | None = None,
-                            src: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                            src: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                            per_shard: bool = False) -> torch.Tensor:
         """Pipelined ring reduce-scatter of the flat ``buf`` (modified in place); returns this rank's reduced chunk
         (a view). ``bounds`` has ``size + 1`` entries; chunk ``i`` ends on group rank ``i``. ``base``: transfer
         ids reserved by the caller (at least ``ring_plan(...).messages`` of them) for the ring; default: reserve
@@ -914,14 +931,16 @@ class Collectives:
 
         ``loss_bound``: the fraction of the ``bounds[-1]`` elements that may end zero-filled or biased (SUM/AVG of
         floating point only); what this rank received zero-filled is added to ``outcome`` (callers share it:
-        :meth:`_share_losses`)."""
+        :meth:`_share_losses`). ``per_shard``: the bound holds for each rank's chunk as well (a reduce-scatter,
+        whose ranks keep different chunks; :meth:`_ring_loss`); such a lossy call takes the ring."""
         P, r = self.size, self.rank
         outcome = outcome if outcome is not None else Outcome()
         self._check_op(op, buf, loss_bound) if finish else check_loss(op, buf, loss_bound)
         if out is not None and (src is None or out.numel() != bounds[r + 1] - bounds[r]):
             raise ValueError("reduce_scatter_flat: out needs src and this rank's chunk size")
         budget, per_packet = self._budget(loss_bound, bounds[-1], buf.element_size())
-        if base is None and self._hypercube(bounds[-1] * buf.element_size()):
+        if base is None and self._hypercube(bounds[-1] * buf.element_size()) and not (
+                per_shard and budget >= per_packet):
             seq = self._take_ids(P.bit_length() - 1)
             own = self._halving_reduce_scatter(buf, bounds, op, seq, layer,
                                                self._halving_loss(bounds, seq, budget, per_packet), outcome, src, out)
@@ -940,7 +959,7 @@ class Collectives:
             return own
         self._run_ring(plan, buf, op, base=base, layer=layer, outcome=outcome, finish=finish,
                        src=None if src is None else (0, src), dst=None if out is None else (bounds[r], out),
-                       loss=self._ring_loss(plan, base, budget, per_packet))
+                       loss=self._ring_loss(plan, base, budget, per_packet, loss_bound if per_shard else None))
         return out if out is not None else buf[bounds[r]:bounds[r + 1]]
 
     def all_gather_flat(self, buf: torch.Tensor, bounds: list[int], *, layer: int = 0, base: int | None = None,
@@ -1103,7 +1122,9 @@ class Collectives:
     # --- reduce-scatter / all-gather with PyTorch's shapes ----------------------------------------------------
     def reduce_scatter(self, output: torch.Tensor, inputs: Sequence[torch.Tensor], op: ReduceOp, *,
                        layer: int = 0, loss_bound: float = 0.0) -> Outcome:
-        """``output`` (this rank's share) = reduction over ranks of ``inputs[rank]``; sizes may differ per rank."""
+        """``output`` (this rank's share) = reduction over ranks of ``inputs[rank]``; sizes may differ per rank.
+        ``loss_bound``: at most ``floor(loss_bound * k)`` of each rank's ``k`` output elements may end zero-filled
+        or biased (a budget per output shard), and so at most that fraction of the call's."""
         sizes = [x.numel() for x in inputs]
         if len(sizes) != self.size:
             raise ValueError(f"reduce_scatter needs {self.size} input tensors, got {len(sizes)}")
@@ -1128,7 +1149,7 @@ class Collectives:
         direct = src is not None and output.is_contiguous() and not _shares_storage(output, src)
         res = Outcome(elements=bounds[-1])
         own = self.reduce_scatter_flat(work, bounds, op, layer=layer, loss_bound=loss_bound, outcome=res, src=src,
-                                       out=output.view(-1) if direct else None)
+                                       out=output.view(-1) if direct else None, per_shard=True)
         if not direct:
             output.copy_(own.view_as(output))
         budget, per_packet = self._budget(loss_bound, bounds[-1], output.element_size())

@@ -268,3 +268,67 @@ def test_exact_ops_stay_exact_with_a_loss_bound_in_the_environment() -> None:
     reports = [json.loads(o.strip().splitlines()[-1]) for o in out]
     assert all(r["exact"] and r["refused"] == 4 for r in reports)
     assert reports[0]["lossy_zero_filled"] > 0 and len({tuple(map(tuple, r["lossy_ranges"])) for r in reports}) == 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("size,n,packet", [(4, 1_000_000, 712), (4, 300_000, 64), (5, 200_003, 256)])
+def test_lossy_reduce_scatter_keeps_every_rank_shard_within_the_bound(size, n, packet, seed):
+    """A reduce-scatter's ranks keep different chunks, so the bound holds per output shard: each rank's chunk has
+    at most ``floor(p * its elements)`` zero-filled or biased (each chunk's own budget, spent only on the
+    messages that carry it), and the call as a whole stays within ``floor(p * n)``. The in-memory link loses as
+    much as each transfer's bound allows, the worst a network can do."""
+    from host.collectives import chunk_bounds
+    p = 0.05
+    lossy = _run(size, n, p, local=False, loss=True, seed=seed, packet=packet, reduce_scatter=True)
+    exact = _run(size, n, p, local=False, loss=False, seed=seed, packet=packet, reduce_scatter=True)
+    union = lossy[0][1]
+    b = chunk_bounds(n, size)
+    covered = torch.zeros(n, dtype=torch.bool)
+    for a, z in union.lost:
+        covered[a:z] = True
+    assert 0 < union.zero_filled <= int(p * n)
+    for r, ((t, _), (e, _)) in enumerate(zip(lossy, exact)):
+        shard = covered[b[r]:b[r + 1]]
+        assert torch.equal(shard, t != e)
+        assert int(shard.sum()) <= int(p * (b[r + 1] - b[r]) + 1e-9), (r, int(shard.sum()), b[r + 1] - b[r])
+
+
+def test_reduce_scatter_over_the_transport_keeps_the_small_shard_within_the_bound(make_endpoints):
+    """P=4 on one host, rank 0's shard of the gradient much smaller in magnitude than the rest, every drop-eligible
+    packet dropped by the senders' sockets (the network's worst). The policy makes the smallest packets of a
+    message eligible, so where a message spans several shards (recursive halving, which one-host groups of 4 use)
+    its loss all lands on the smallest shard: rank 0's took twice the least of the others'. A lossy reduce-scatter
+    takes the ring with a budget per chunk instead, and every rank's shard stays within the bound, the loss spread
+    evenly."""
+    from host.collectives import EndpointLink, chunk_bounds
+    size, n, p = 4, 1 << 20, 0.05
+    opts = Options(socket_wrapper=lambda s: LossySocket(s, loss_eligible=1.0, loss_protected=0.0))
+    eps = make_endpoints(size, opts)
+    b = chunk_bounds(n, size)
+    xs = []
+    for r in range(size):
+        x = torch.rand(n, generator=torch.Generator().manual_seed(r)) + 1
+        x[b[0]:b[1]] *= 0.01  # rank 0's shard: the smallest values
+        xs.append(x)
+
+    def body(r):
+        out = torch.empty(b[r + 1] - b[r])
+        c = Collectives(EndpointLink(eps[r]), list(range(size)), r, timeout=60, local=True)
+        return out, c.reduce_scatter(out, [xs[r][b[i]:b[i + 1]] for i in range(size)], ReduceOp.SUM, loss_bound=p)
+
+    res, errors = run_threads(size, body)
+    assert not errors, errors
+    union = res[0][1]
+    covered = torch.zeros(n, dtype=torch.bool)
+    for a, z in union.lost:
+        covered[a:z] = True
+    exact = sum(xs)
+    assert 0 < union.zero_filled <= int(p * n)
+    lost = []
+    for r, (out, o) in enumerate(res):
+        shard = covered[b[r]:b[r + 1]]
+        assert o.lost == union.lost
+        assert int(shard.sum()) <= int(p * (b[r + 1] - b[r])), (r, int(shard.sum()) / (b[r + 1] - b[r]))
+        assert torch.allclose(out[~shard], exact[b[r]:b[r + 1]][~shard], rtol=1e-5)
+        lost.append(int(shard.sum()))
+    assert max(lost) <= 1.5 * min(lost), lost  # (spread over the shards, not concentrated on the smallest)
