@@ -159,6 +159,23 @@ def _free_port() -> int:
 def run_world(net_kind: str, world: int, plan: list, tune: dict, timeout: float = 900) -> list[dict]:
     """Run one world over ``plan`` on the given network; returns one row per (size, op) with both backends'
     per-repetition seconds and CPU seconds."""
+    got = spawn_world(net_kind, world, ["--plan", json.dumps(plan), "--tune", json.dumps(tune)], timeout)
+    rows, pos = [], 0
+    for nbytes, ops, reps in plan:
+        for op in ops:
+            t, c, k = (got[key][pos:pos + 2 * reps] for key in ("times", "cpu", "sys"))
+            rows.append({"net": net_kind, "world": world, "op": op, "bytes": nbytes, "dlcp": t[:reps], "gloo": t[reps:],
+                         "cpu_dlcp": c[:reps], "cpu_gloo": c[reps:], "sys_dlcp": k[:reps], "sys_gloo": k[reps:]})
+            pos += 2 * reps
+    return rows
+
+
+def spawn_world(net_kind: str, world: int, worker_args: list[str], timeout: float = 900,
+                script: Path | None = None) -> dict:
+    """Run ``script --worker --out FILE *worker_args`` (default: this file) as ``world`` ranks on the network
+    ``net_kind`` and return the JSON rank 0 wrote to FILE. Networks: ``loopback`` (one private namespace, its own
+    lo), ``veth`` (one namespace per rank on a bridge, unshaped veth links, MTU 9000) and ``1Gb/s`` (the same
+    links shaped by tbf); without root only loopback, in the root namespace."""
     from harness import wait_ranks
 
     net = None
@@ -169,7 +186,7 @@ def run_world(net_kind: str, world: int, plan: list, tune: dict, timeout: float 
             net = Star(1, rate=None)
             master, env_extra["GLOO_SOCKET_IFNAME"] = "127.0.0.1", "lo"
         else:
-            net = Star(world, rate="1gbit", mtu=9000)
+            net = Star(world, rate=None if net_kind == "veth" else "1gbit", mtu=9000)
             master, env_extra["GLOO_SOCKET_IFNAME"] = net.hosts[0].ip, "eth0"
     elif net_kind != "loopback":
         raise SystemExit("the shaped cases need root (network namespaces)")
@@ -181,26 +198,18 @@ def run_world(net_kind: str, world: int, plan: list, tune: dict, timeout: float 
             out = os.path.join(tmp, "r.json")
             procs = []
             for r in range(world):
-                argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--out", out,
-                        "--plan", json.dumps(plan), "--tune", json.dumps(tune)]
+                argv = [sys.executable, str((script or Path(__file__)).resolve()), "--worker", "--out", out,
+                        *worker_args]
                 if net is not None:
                     argv = net.cmd(0 if net_kind == "loopback" else r, argv)
                 env = {**os.environ, "MASTER_ADDR": master, "MASTER_PORT": str(port), "RANK": str(r),
                        "WORLD_SIZE": str(world), "OMP_NUM_THREADS": "1", **env_extra}
                 procs.append(subprocess.Popen(argv, cwd=ROOT, env=env))
             wait_ranks(procs, timeout, f"{net_kind} P={world}")
-            got = json.loads(Path(out).read_text())
+            return json.loads(Path(out).read_text())
     finally:
         if net is not None:
             net.close()
-    rows, pos = [], 0
-    for nbytes, ops, reps in plan:
-        for op in ops:
-            t, c, k = (got[key][pos:pos + 2 * reps] for key in ("times", "cpu", "sys"))
-            rows.append({"net": net_kind, "world": world, "op": op, "bytes": nbytes, "dlcp": t[:reps], "gloo": t[reps:],
-                         "cpu_dlcp": c[:reps], "cpu_gloo": c[reps:], "sys_dlcp": k[:reps], "sys_gloo": k[reps:]})
-            pos += 2 * reps
-    return rows
 
 
 def plot(rows: list[dict], path: Path) -> Path:

@@ -66,16 +66,40 @@ class Region:
 
 # --- shared pieces --------------------------------------------------------------------------------------------------
 
+#: Changes of the defaults that change what a benchmark measures: (time, what changed, the result names it
+#: concerns). A result made before a change that concerns it says so wherever it is quoted, until its command is
+#: run again on the new defaults (docs/development.md, "Results and generated tables").
+DEFAULT_CHANGES: list[tuple[str, str, frozenset[str]]] = [
+    ("2026-11-27T22:00:00+0000", "the keyed tag, on by default, became NH + SipHash-2-4 (host/transport/_tag.h)",
+     frozenset({"collectives", "keyed_tag"})),
+]
+
+
+def predates(result: Result) -> list[str]:
+    """The changes of defaults (:data:`DEFAULT_CHANGES`) that concern ``result`` and came after it was made."""
+    from datetime import datetime
+
+    when = (result.get("machine") or {}).get("time")
+    if not when:
+        return []
+    made = datetime.strptime(when, "%Y-%m-%dT%H:%M:%S%z")
+    return [f"{what} ({at[:10]})" for at, what, names in DEFAULT_CHANGES
+            if result.get("name") in names and made < datetime.strptime(at, "%Y-%m-%dT%H:%M:%S%z")]
+
+
 def provenance(result: Result) -> str:
-    """Who made a result: the command, the commit and the machine, as one sentence."""
+    """Who made a result: the command, the commit and the machine, as one sentence; and, when the defaults have
+    changed since in a way that concerns it, a sentence that says so."""
     machine = result.get("machine")
     command = result.get("command") or result.get("params", {}).get("command") or "an unrecorded command"
     commit = (machine or {}).get("commit") or result.get("commit", "?")
     if not machine:
         return f"Measured by `{command}` at commit `{commit[:12]}`."
     load = machine.get("loadavg") or [float("nan")]
+    stale_note = "".join(f" **This result predates a change of defaults: {c}; its figures describe the old "
+                         f"defaults.**" for c in predates(result))
     return (f"Measured by `{command}` at commit `{commit}` on {machine.get('cpus', '?')} x "
-            f"{machine.get('cpu', '?')} (load {load[0]:.1f} at the end), {machine.get('time', '?')}.")
+            f"{machine.get('cpu', '?')} (load {load[0]:.1f} at the end), {machine.get('time', '?')}." + stale_note)
 
 
 def _cases(result: Result) -> dict[str, Result]:
@@ -148,6 +172,25 @@ def collectives_tables(result: Result) -> str:
                         for cell in vals) + " |")
         out.append("")
     return "\n".join(out).rstrip("\n")
+
+
+def cpu_profile_table(result: Result) -> str:
+    """``bench/cpu_profile.py``: per case, the all-reduce's time and CPU per call (both ranks) for dlcp and gloo,
+    and how dlcp's CPU splits over its threads, with their wake-ups."""
+    rows = ["| case | time, dlcp / gloo | CPU ms per call, dlcp / gloo | wake-ups per call, dlcp / gloo | "
+            "dlcp's CPU ms by thread (wake-ups) |", "|---|---|---|---|---|"]
+    for case in result["cases"]:
+        p, med = case["params"], case["median"]
+        split = ", ".join(f"{name} {t['cpu_ms']:.2f} ({t['wakeups']:.0f})"
+                          for name, t in sorted(p["threads"]["dlcp"].items(), key=lambda kv: -kv[1]["cpu_ms"])
+                          if t["cpu_ms"] >= 0.05)
+        rows.append(f"| {case['case']} | {med['candidate'] * 1e3:.2f} / {med['baseline'] * 1e3:.2f} ms "
+                    f"({case['ratio']:.2f}x) | {p['cpu_ms_dlcp']:.2f} / {p['cpu_ms_gloo']:.2f} "
+                    f"({p['cpu_ms_dlcp'] / p['cpu_ms_gloo']:.2f}x) | {p['wakeups_dlcp']:.0f} / "
+                    f"{p['wakeups_gloo']:.0f} | {split} |")
+    reps = sorted({len(c["repetitions"]["candidate"]) for c in result["cases"]})
+    return "\n".join([provenance(result) + f" Medians of {'-'.join(map(str, reps))} alternated calls; CPU and "
+                      "wake-ups are means per call, summed over both ranks.", "", *rows])
 
 
 def bounded_loss_table(result: Result) -> str:
@@ -486,6 +529,7 @@ REGIONS: dict[str, Region] = {r.name: r for r in (
     Region("bounded-loss-demo", "docs/bounded-loss.md", ("results/demo.json",), demo_loss_table),
     Region("wire", "docs/wire-format.md", ("results/wire.json",), wire_table),
     Region("keyed-tag", "docs/transport.md", ("results/keyed_tag.json",), keyed_tag_table),
+    Region("cpu-profile", "docs/backend.md", ("results/cpu_profile.json",), cpu_profile_table),
     Region("readme", "README.md", ("results/transport.json", "results/collectives.json"), readme_summary),
     Region("fuzz", "docs/fuzzing.md", ("results/fuzz.json",), fuzz_table),
     Region("dear-speedups", "docs/dear.md", (*GOALS_SOURCES, "results/evaluation/workloads.json"), dear_speedups),
