@@ -10,11 +10,12 @@ cd "$(dirname "$0")/.."
 SYSTEM_PYTHON=/usr/bin/python3
 # python3-venv: venv/ensurepip for the system interpreter; mininet: the testbed; ethtool: offloads off on hosts;
 # iproute2: ip netns/veth/tc; tcpdump: captures in debugging and tests; iperf3: TCP baseline in benchmarks;
-# iputils-ping: the README's quick-start pings across the switch;
+# iputils-ping: the README's quick-start pings across the switch; nftables: loss, blackouts and duplication in the
+# loss scenarios' namespaces (tests/host/test_loss_scenarios.py);
 # gcc, libc6-dev, python3-dev: `pip install` compiles the transport's fast lanes (host/transport/_rxlane.c, _txlane.c).
 # g++, ninja-build: torch.utils.cpp_extension builds the dlcp c10d backend (host/dlcp_c10d.cpp, host/backend_ext.py).
 DEB_PACKAGES=(python3 python3-venv python3-dev gcc g++ ninja-build libc6-dev mininet ethtool iproute2 tcpdump iperf3
-              iputils-ping openssl)
+              iputils-ping openssl nftables)
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
