@@ -148,18 +148,25 @@ def print_demo(doc: dict, console) -> None:
     for name in cells:
         t.add_column(labels.get(name, name))
     for key, label, scale, unit in (("iter_p50_s", "iteration time (p50)", 1000.0, "ms"),
+                                    ("iter_p90_s", "iteration time (p90)", 1000.0, "ms"),
+                                    ("iter_p99_s", "iteration time (p99)", 1000.0, "ms"),
+                                    ("coll_p50_s", "collective call (p50)", 1000.0, "ms"),
+                                    ("coll_p99_s", "collective call (p99)", 1000.0, "ms"),
+                                    ("rto_steps", "steps that waited on an RTO", 1.0, ""),
                                     ("time_to_target_s", "time to target", 1.0, "s"),
                                     ("final_accuracy", "final accuracy", 1.0, ""),
                                     ("zero_filled_fraction", "zero-filled", 100.0, "%"),
                                     ("background_goodput_bps", "background goodput", 1e-6, "Mb/s")):
-        t.add_row(label, *[escape(format_stat(cells[n][key], scale, unit)) for n in cells])
+        t.add_row(label, *[escape(format_stat(cells[n].get(key), scale, unit)) for n in cells])
     t.add_row("target reached", *[f"{cells[n]['target_reached']}/{cells[n]['runs']}" for n in cells])
     console.print(t)
-    d = cells["dlcp"]["iter_p50_s"]["median"]
-    for name in cells:
-        b = cells[name]["iter_p50_s"]["median"]
-        if name != "dlcp" and b and d:
-            console.print(f"DLCP iteration time vs {labels[name]}: {b / d:.2f}x (ratio of medians)")
+    for key, what in (("iter_p50_s", "iteration time (p50)"), ("iter_p99_s", "iteration time (p99)"),
+                      ("time_to_target_s", "time to target")):
+        d = (cells["dlcp"].get(key) or {}).get("median")
+        for name in cells:
+            b = (cells[name].get(key) or {}).get("median")
+            if name != "dlcp" and b and d:
+                console.print(f"DLCP {what} vs {labels.get(name, name)}: {b / d:.2f}x (ratio of medians)")
 
 
 def cmd_clean(args) -> int:  # noqa: ARG001

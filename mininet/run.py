@@ -39,6 +39,7 @@ from typing import Any, Iterator
 from .netns import static_arp
 from .spec import RunSpec
 from .steps import step_times
+from .tails import quantile, tail_summary
 from .topos import Plan, plan as make_plan
 from .worker import spec_to_json
 
@@ -424,14 +425,9 @@ def _project_root() -> Path:
 
 
 def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    k = (len(s) - 1) * q
-    lo = int(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
+    """:func:`testbed.tails.quantile`, NaN for no values (a run without a measured step)."""
+    v = quantile(values, q)
+    return float("nan") if v is None else v
 
 
 def acid_workers(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -460,7 +456,8 @@ def summarise(spec: RunSpec, workers: list[dict[str, Any]], wall_s: float) -> di
     """The numbers the comparison table shows. Iteration time per step is the slowest rank's (a synchronous step
     is as slow as its slowest worker), leaving out the first ``steps.WARMUP_STEPS`` (connection set-up, first-touch
     allocations: they measure start-up, not the network); time to target is rank 0's first evaluation at or above
-    the target, from the start of training."""
+    the target, from the start of training. The tails (p90/p99 of the step times and of every collective call,
+    the steps that waited on a retransmission timeout) are :func:`testbed.tails.tail_summary`'s."""
     steps = min(len(w["iterations"]) for w in workers)
     per_step = step_times(workers)
     r0 = workers[0]
@@ -482,7 +479,7 @@ def summarise(spec: RunSpec, workers: list[dict[str, Any]], wall_s: float) -> di
     computes = sorted(float(w["compute_s"]) for w in workers if w.get("compute_s"))
     compute = computes[len(computes) // 2] if computes else None
     iter_p50 = _percentile(per_step, 0.5)
-    return {"algorithm": spec.algorithm, "steps": steps, "iter_p50_s": iter_p50, "compute_s": compute,
+    return {**tail_summary(workers, per_step), "algorithm": spec.algorithm, "steps": steps, "iter_p50_s": iter_p50, "compute_s": compute,
             "comm_compute_ratio": (iter_p50 - compute) / compute if compute and per_step else None,
             "iter_p99_s": _percentile(per_step, 0.99), "iter_mean_s": sum(per_step) / max(1, len(per_step)),
             "train_time_s": r0["iterations"][-1]["start"] + r0["iterations"][-1]["dt"] if steps else 0.0,

@@ -20,7 +20,9 @@ Per cell, each metric's median and a distribution-free confidence interval for t
 the binomial: the widest interval [x_(k), x_(n+1-k)] whose coverage is at least 95%; with fewer than 6 runs no
 such interval exists, and the report gives [min, max] with its actual coverage, e.g. 75% for 3 runs). The
 metrics come from each run's ``results.json`` summary: iteration time (p50 of the run), time to target, final
-accuracy, zero-filled fraction, background goodput (iperf3's JSON) and CPU use.
+accuracy, zero-filled fraction, background goodput (iperf3's JSON) and CPU use; and the tails
+(:data:`TAIL_METRICS`, :mod:`testbed.tails`): the run's p90/p99 step time, its collective calls' p50/p90/p99
+completion time and the steps that waited on a retransmission timeout.
 
 Output in DIR: ``sweep.json`` (every run's summary, the statistics, version metadata: git commit, package
 versions, CPU, load), ``report.md`` (the table), ``sweep_<metric>.png`` (medians with their intervals as error
@@ -31,7 +33,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import os
 import platform
 import subprocess
@@ -43,9 +44,10 @@ from typing import Any, Callable
 import yaml
 
 from .spec import RunSpec, SpecError, load_spec
+from .tails import quantile_ci
 
 __all__ = ["Sweep", "Cell", "load_sweep", "make_sweep", "run_sweep", "median_ci", "cell_stats", "report_markdown",
-           "format_stat", "plot_sweep", "METRICS", "metadata"]
+           "format_stat", "plot_sweep", "METRICS", "TAIL_METRICS", "metadata"]
 
 #: (summary key, label, unit scale, unit) of the metrics a sweep summarises.
 METRICS: tuple[tuple[str, str, float, str], ...] = (
@@ -56,6 +58,17 @@ METRICS: tuple[tuple[str, str, float, str], ...] = (
     ("zero_filled_fraction", "zero-filled fraction", 100.0, "%"),
     ("background_goodput_bps", "background goodput", 1e-6, "Mb/s"),
     ("cpu_use", "CPU use (cores)", 1.0, ""),
+)
+#: The tails (testbed.tails): per run its p90/p99 step time, the quantiles of its collective calls' completion
+#: times and how many steps waited on a retransmission timeout; a sweep gives each the median over runs with the
+#: same interval as METRICS. Reported in a table of their own (report.md, the demo), beside time to target.
+TAIL_METRICS: tuple[tuple[str, str, float, str], ...] = (
+    ("iter_p90_s", "iteration time (p90)", 1000.0, "ms"),
+    ("iter_p99_s", "iteration time (p99)", 1000.0, "ms"),
+    ("coll_p50_s", "collective call (p50)", 1000.0, "ms"),
+    ("coll_p90_s", "collective call (p90)", 1000.0, "ms"),
+    ("coll_p99_s", "collective call (p99)", 1000.0, "ms"),
+    ("rto_steps", "steps that waited on an RTO", 1.0, ""),
 )
 
 
@@ -148,27 +161,15 @@ def load_sweep(path: str | Path) -> Sweep:
 def median_ci(values: list[float], confidence: float = 0.95) -> dict[str, Any]:
     """Median and a distribution-free confidence interval for it: [x_(k), x_(n+1-k)] (1-based order statistics)
     with the largest k whose coverage 1 - 2 P(Binomial(n, 1/2) < k) is at least ``confidence``; when even k = 1
-    falls short (n < 6 at 95%), [min, max] and its coverage. ``n`` counts the values given (None left out)."""
-    xs = sorted(float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v)))
-    n = len(xs)
-    if n == 0:
-        return {"n": 0, "median": None, "lo": None, "hi": None, "coverage": None}
-    mid = n // 2
-    median = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2
-
-    def coverage(k: int) -> float:
-        below = sum(math.comb(n, i) for i in range(k)) / 2 ** n  # P(B < k)
-        return 1.0 - 2.0 * below
-
-    k = 1
-    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= confidence:
-        k += 1
-    return {"n": n, "median": median, "lo": xs[k - 1], "hi": xs[n - k], "coverage": coverage(k)}
+    falls short (n < 6 at 95%), [min, max] and its coverage. ``n`` counts the values given (None left out). This
+    is :func:`testbed.tails.quantile_ci` at q = 1/2, whose two tails are then equal."""
+    st = quantile_ci(values, 0.5, confidence)
+    return {"n": st["n"], "median": st["value"], "lo": st["lo"], "hi": st["hi"], "coverage": st["coverage"]}
 
 
 def cell_stats(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """Per metric, :func:`median_ci` of the runs' values; plus how many runs reached the target."""
-    out: dict[str, Any] = {key: median_ci([s.get(key) for s in summaries]) for key, *_ in METRICS}
+    out: dict[str, Any] = {key: median_ci([s.get(key) for s in summaries]) for key, *_ in METRICS + TAIL_METRICS}
     out["runs"] = len(summaries)
     out["target_reached"] = sum(1 for s in summaries if s.get("time_to_target_s") is not None)
     return out
@@ -206,6 +207,15 @@ def report_markdown(doc: dict[str, Any]) -> str:
         row = [name, str(st["runs"])] + [format_stat(st.get(key), scale, unit) for key, _l, scale, unit in METRICS]
         row.append(f"{st['target_reached']}/{st['runs']}")
         lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Tails (per run: p90/p99 of its step times, quantiles of every collective call's completion time "
+                  "on every rank, steps that waited on a retransmission timeout on any rank; here the median over "
+                  "runs and its interval):", ""]
+    tail = [("time_to_target_s", "time to target", 1.0, "s")] + list(TAIL_METRICS)
+    lines.append("| cell | " + " | ".join(label for _k, label, _s, _u in tail) + " |")
+    lines.append("|" + "---|" * (len(tail) + 1))
+    for name, st in doc["cells"].items():
+        lines.append(f"| {name} | " + " | ".join(format_stat(st.get(key), scale, unit)
+                                                 for key, _l, scale, unit in tail) + " |")
     if doc.get("failed"):
         f = doc["failed"]
         lines += ["", f"**Incomplete**: run {f['run']} ({f['cell']}, repetition {f['repetition']}, seed {f['seed']}) "
@@ -228,7 +238,7 @@ def plot_sweep(doc: dict[str, Any], out: Path) -> list[Path]:
 
     paths = []
     names = list(doc["cells"])
-    for key, label, scale, unit in METRICS:
+    for key, label, scale, unit in METRICS + TAIL_METRICS:
         sts = [doc["cells"][n].get(key) or {"median": None} for n in names]
         if all(s["median"] is None for s in sts):
             continue

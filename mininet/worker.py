@@ -32,6 +32,12 @@ Compute time: before training, every worker times a few forward/backward passes 
 communication, no parameter update, emulated compute included) and reports the median as ``compute_s``, so the
 summary can state how communication compares with computation.
 
+Communication per step (:mod:`testbed.colltime`): every collective call made in a step, with its completion time
+as this worker saw it (``collectives`` in the record), and per iteration ``rto``: the retransmission timeouts that
+fired on this rank during it (the dlcp transport's and this namespace's TCP's). So that DDP over Gloo's bucket
+all-reduces can be timed like the others, ``ddp-gloo`` registers torch's own ``allreduce_hook`` (the same
+all-reduce and division by the world size as DDP's built-in path, called from Python).
+
 Stopping: after ``spec.steps`` steps, or at the first evaluation reaching ``spec.target_accuracy`` (rank 0
 decides and broadcasts the decision, so every rank stops at the same step).
 """
@@ -51,6 +57,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from .colltime import CollectiveTimer, rto_count
 from .data import load, shard
 from .models import build
 from .spec import BackgroundFlow, LinkSpec, RunSpec, TcpSpec, ThresholdSpec, TopologySpec
@@ -207,7 +214,10 @@ def emulate_compute(model: nn.Module, compute_ms: float) -> None:
 
 def make_trainer(spec: RunSpec, model: nn.Module) -> Trainer:
     if spec.algorithm in ("ddp-gloo",):
-        return DDPTrainer(spec, model)
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        # DDP's own all-reduce, as a comm hook so that its calls go through torch.distributed and are timed
+        return DDPTrainer(spec, model, (None, allreduce_hook))
     if spec.algorithm == "dlcp-allreduce":
         from host.hooks import DlcpHookState, dlcp_allreduce_hook
 
@@ -258,11 +268,16 @@ def train(spec: RunSpec, out: Path) -> dict[str, Any]:
         os.environ.setdefault("DLCP_LOSS_BOUND", str(spec.loss_bound))
     os.environ.setdefault("DLCP_CC", spec.congestion_control)
     dist.init_process_group(backend_for(spec), rank=rank, world_size=world)
+    timer = CollectiveTimer().install()  # before the trainer: SparDL's hook binds its exchange when built
     trainer = make_trainer(spec, model)
+    transport = None
+    if backend_for(spec) == "dlcp":
+        from host.backend import transport_stats as transport
     g = torch.Generator().manual_seed(spec.seed * 1000 + rank)
     iters: list[dict[str, float]] = []
     evals: list[dict[str, float]] = []
     t0 = time.monotonic()
+    timer.t0 = t0
     cpu0 = time.process_time()
     per_epoch = max(1, len(x) // spec.batch_size)
     order = torch.randperm(len(x), generator=g)
@@ -271,12 +286,16 @@ def train(spec: RunSpec, out: Path) -> dict[str, Any]:
         if step % per_epoch == 0 and step:
             order = torch.randperm(len(x), generator=g)
         idx = order[(step % per_epoch) * spec.batch_size:(step % per_epoch + 1) * spec.batch_size]
+        rto0 = rto_count(transport)
+        timer.step(step)
         start = time.monotonic()
         loss = trainer.step(x[idx], y[idx])
         end = time.monotonic()
+        timer.step(None)
         lost = trainer.loss_step()  # collective-level: the union over ranks, the same figure on every rank
         iters.append({"step": step, "start": start - t0, "dt": end - start, "loss": loss,
-                      "elements": lost["elements"], "zero_filled": lost["zero_filled"]})
+                      "elements": lost["elements"], "zero_filled": lost["zero_filled"],
+                      "rto": rto_count(transport) - rto0})
         if (step + 1) % spec.eval_every == 0 or step + 1 == spec.steps:
             acc = accuracy(trainer.eval_model(), data.x_test, data.y_test)
             evals.append({"step": step + 1, "t": time.monotonic() - t0, "accuracy": acc})
@@ -289,6 +308,8 @@ def train(spec: RunSpec, out: Path) -> dict[str, Any]:
                     break
         print(f"step {step + 1}/{spec.steps} loss {loss:.4f}", flush=True)
     trainer.close()
+    collectives = timer.snapshot()  # DeAR's last all-gathers completed in close()
+    timer.uninstall()
     final = accuracy(trainer.eval_model(), data.x_test, data.y_test)
     stats: dict[str, Any] = {}
     if backend_for(spec) == "dlcp":
@@ -304,7 +325,7 @@ def train(spec: RunSpec, out: Path) -> dict[str, Any]:
     dist.destroy_process_group()
     result = {"rank": rank, "world": world, "algorithm": spec.algorithm, "iterations": iters, "evals": evals,
               "final_accuracy": final, "wall_s": time.monotonic() - t0, "compute_s": compute_s,
-              "cpu_s": time.process_time() - cpu0,
+              "cpu_s": time.process_time() - cpu0, "collectives": collectives,
               "transport": _jsonable(stats)}
     out.write_text(json.dumps(result))
     return result

@@ -56,7 +56,29 @@ def test_star_run_end_to_end(root_required, tmp_path, algorithm):
     for name in ("iteration_cdf.png", "accuracy.png", "drops_marks.png"):
         assert (tmp_path / "out" / name).stat().st_size > 1000
     assert (tmp_path / "out" / "network.yaml").exists()
+    check_tails(r)
     assert_clean(spec)
+
+
+def check_tails(r: dict) -> None:
+    """The tail figures of a real run: present, ordered, counted in whole steps, and made of the workers' own
+    records (every measured step's collective calls on every rank, its timeouts)."""
+    s = r["summary"]
+    assert s["iter_p50_s"] <= s["iter_p90_s"] <= s["iter_p99_s"]
+    for name in ("p50", "p90", "p99"):
+        q = s["iter_quantiles"][name]
+        assert q["n"] == s["steps"] - 2 and q["lo"] <= q["value"] <= q["hi"] and 0 < q["coverage"] <= 1
+    assert s["coll_calls"] > 0 and 0 < s["coll_p50_s"] <= s["coll_p90_s"] <= s["coll_p99_s"]
+    # a collective completes within the step that waits for it (DDP: every bucket's all-reduce)
+    assert s["coll_p99_s"] <= max(max(i["dt"] for i in w["iterations"]) for w in r["workers"])
+    assert sum(op["calls"] for op in s["collectives"].values()) == s["coll_calls"]
+    assert "all_reduce" in s["collectives"]
+    for w in r["workers"]:
+        assert all(isinstance(i["rto"], int) and i["rto"] >= 0 for i in w["iterations"])
+        steps = {c["step"] for c in w["collectives"]}
+        assert steps >= set(range(2, s["steps"]))  # every measured step communicated
+    assert isinstance(s["rto_steps"], int) and 0 <= s["rto_steps"] <= s["steps"] - 2
+    assert isinstance(s["rto_timeouts"], int) and s["rto_timeouts"] >= s["rto_steps"]
 
 
 def test_worker_crash_tears_everything_down(root_required, tmp_path):
