@@ -85,6 +85,7 @@ class Testbed:
         self.console = console
         self.network = None  # controller.Network once programmed
         self.background: list[tuple[int, subprocess.Popen, subprocess.Popen, list[Any]]] = []
+        self.flapper = None  # testbed.flap.PathFlapper while a degraded path flaps
 
     def say(self, msg: str) -> None:
         if self.console is not None:
@@ -180,6 +181,7 @@ class Testbed:
         self.close()
 
     def close(self) -> None:
+        self.stop_flapping()
         self.stop_background()
         for p in self.procs:
             if p.poll() is None:
@@ -216,12 +218,34 @@ class Testbed:
             self.record.add_proc(p.pid, f"{cmd[0]} {' '.join(cmd[1:3])} in {host}")
         return p
 
+    def start_flapping(self) -> None:
+        """Start flapping the degraded path when the spec asks for it (``topology.degraded.flap_ms``)."""
+        d = self.spec.topology.degraded
+        if d is not None and d.flap_ms > 0 and self.network is not None:
+            from .flap import PathFlapper
+
+            self.flapper = PathFlapper(self.network, self.plan.links, d.flap_ms).start()
+            self.say(f"[bold]path[/]: {d.spine} degraded and normal in turn every {d.flap_ms:g} ms")
+
+    def stop_flapping(self) -> list[dict[str, Any]]:
+        """Stop flapping; the changes made (empty when the path did not flap)."""
+        if self.flapper is None:
+            return []
+        changes = self.flapper.stop()
+        self.flapper = None
+        return changes
+
     def start_background(self) -> None:
         """One iperf3 server (``-1 -J``: one test, a JSON report into ``background-<i>-server.json``) and client
-        (its own JSON report into ``background-<i>.json``) per background entry, until :meth:`stop_background`."""
+        (its own JSON report into ``background-<i>.json``) per background entry, until :meth:`stop_background`;
+        a bursty entry (``on_ms``/``off_ms``) runs :mod:`testbed.onoff`'s receiver and sender instead, whose
+        receiver writes the same report."""
         for i, f in enumerate(self.spec.background):
             dst = self.plan.host(f.dst)
             port = 5201 + i
+            if f.on_ms > 0:
+                self._start_onoff(i, f, dst.ip, port)
+                continue
             log = open(self.out_dir / f"background-{i}-server.json", "w")
             server = self.popen(f.dst, ["iperf3", "-s", "-1", "-J", "-p", str(port)], stdout=log,
                                 stderr=subprocess.STDOUT)
@@ -234,6 +258,23 @@ class Testbed:
             client = self.popen(f.src, cmd, stdout=out, stderr=subprocess.STDOUT)
             self.background.append((i, client, server, [out, log]))
             self.say(f"[bold]background[/]: {f.kind} x{f.flows} {f.src} -> {f.dst}")
+
+    def _start_onoff(self, i: int, f, dst_ip: str, port: int) -> None:
+        """A bursty background entry: :mod:`testbed.onoff` receiver in ``dst``, sender in ``src``."""
+        udp = ["--udp"] if f.kind == "udp" else []
+        log = open(self.out_dir / f"background-{i}.log", "w")
+        server = self.popen(f.dst, [sys.executable, "-m", "testbed.onoff", "serve", "--port", str(port), "--out",
+                                    str(self.out_dir / f"background-{i}-server.json"), *udp],
+                            stdout=log, stderr=subprocess.STDOUT, cwd=str(_project_root()))
+        time.sleep(0.5)
+        rate = f.rate or self.spec.topology.link.rate
+        client = self.popen(f.src, [sys.executable, "-m", "testbed.onoff", "send", "--host", dst_ip, "--port",
+                                    str(port), "--flows", str(f.flows), "--on-ms", str(f.on_ms), "--off-ms",
+                                    str(f.off_ms), *udp, *(["--rate", str(int(rate))] if udp else [])],
+                            stdout=log, stderr=subprocess.STDOUT, cwd=str(_project_root()))
+        self.background.append((i, client, server, [log]))
+        self.say(f"[bold]background[/]: {f.kind} x{f.flows} {f.src} -> {f.dst}, bursts of {f.on_ms:g} ms every "
+                 f"{f.on_ms + f.off_ms:g} ms")
 
     def stop_background(self) -> list[dict[str, Any]]:
         """Interrupt each iperf3 client, then its server (SIGINT: they end the test and print their JSON
@@ -519,6 +560,7 @@ def run_spec(spec: RunSpec, out_dir: str | Path | None = None, *, console=None, 
     t0 = time.monotonic()
     with _signals_as_exceptions(), Testbed(spec, out, console, grpc_base_port) as tb:
         tb.start_background()
+        tb.start_flapping()
         with Progress(TextColumn(f"[bold]{spec.name}[/] ({spec.algorithm})"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=False,
                       disable=console is None) as bar:
@@ -531,13 +573,15 @@ def run_spec(spec: RunSpec, out_dir: str | Path | None = None, *, console=None, 
             done = min(len(w["iterations"]) for w in workers)
             if done < spec.steps:  # stopped at the target accuracy: the bar ends full at the step reached
                 bar.update(task, total=max(1, done), completed=done)
+        path_changes = tb.stop_flapping()
         switches = tb.switch_stats()
         background = tb.stop_background()
     summary = summarise(spec, workers, time.monotonic() - t0)
+    summary["path_changes"] = len(path_changes)
     good = [b["goodput_bps"] for b in background if b.get("goodput_bps") is not None]
     summary["background_goodput_bps"] = sum(good) if background and len(good) == len(background) else None
     result = {"spec": asdict(spec), "summary": summary, "workers": workers, "switches": switches,
-              "background": background, "out_dir": str(out)}
+              "background": background, "path_changes": path_changes, "out_dir": str(out)}
     path = out / "results.json"
     path.write_text(json.dumps(result, indent=1, default=str))
     if plots:

@@ -20,13 +20,13 @@ default.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["SpecError", "LinkSpec", "TopologySpec", "BackgroundFlow", "TcpSpec", "ThresholdSpec", "RunSpec",
+__all__ = ["SpecError", "LinkSpec", "DegradedPath", "TopologySpec", "BackgroundFlow", "TcpSpec", "ThresholdSpec", "RunSpec",
            "load_spec", "parse_rate", "ALGORITHMS", "TOPOLOGIES", "PRIORITY_MODES", "LOAD_BALANCING"]
 
 ALGORITHMS = ("ddp-gloo", "dlcp-allreduce", "dear", "dear-gloo", "spardl", "spardl-gloo", "topk-allgather",
@@ -95,6 +95,21 @@ class TcpSpec:
 
 
 @dataclass
+class DegradedPath:
+    """One equal-cost path of a leaf-spine made slow, lossy or flapping: both leaves' links to ``spine`` get
+    these settings in the traffic manager (a setting left out keeps the core's). ``flap_ms`` 0: degraded for the
+    whole run; > 0: degraded and normal in turn, each for ``flap_ms`` (the orchestrator rewrites the links through
+    the controller). ``loss: 1`` is a path that is down while degraded, allowed only when it flaps (a path down for
+    the whole run would lose every sprayed packet sent over it)."""
+
+    spine: str = "spine2"
+    rate: float | None = None       # bits/s
+    delay_us: int | None = None
+    loss: float | None = None       # random loss while degraded, 0..1
+    flap_ms: float = 0.0
+
+
+@dataclass
 class TopologySpec:
     kind: str = "star"
     hosts: int = 2                      # worker hosts h1..hN
@@ -102,19 +117,27 @@ class TopologySpec:
     link: LinkSpec = field(default_factory=LinkSpec)
     core: LinkSpec | None = None        # switch-to-switch links (dumbbell bottleneck, leaf-spine uplinks)
     mtu: int = 1500                     # every interface; 9000 (jumbo) cuts the switches' packet rate six-fold
+    degraded: DegradedPath | None = None  # leaf-spine: one spine's links slow, lossy or flapping
 
 
 @dataclass
 class BackgroundFlow:
     """Competing traffic between two hosts for the whole run: iperf3 TCP, or UDP at ``rate``. ``flows: 0`` turns
     the entry off (it is dropped when the spec is read), so a sweep can vary the background load down to none with
-    ``background.0.flows: [0, 2, 4]``."""
+    ``background.0.flows: [0, 2, 4]``.
+
+    Pressure: ``src`` may be a list of hosts, all sending to ``dst`` at once (incast: the entry becomes one per
+    sender when the spec is read); ``on_ms``/``off_ms`` make the traffic bursty (:mod:`testbed.onoff` instead of
+    iperf3: ``on_ms`` of sending, ``off_ms`` of silence, the periods aligned to the clock so that every sender of
+    an incast bursts together)."""
 
     kind: str = "tcp"
-    src: str = "b1"
+    src: str | list[str] = "b1"
     dst: str = "b2"
     flows: int = 1      # parallel connections (iperf3 -P); 0: this entry is off
     rate: float = 0.0   # UDP only: bits/s per flow (0 = the link rate)
+    on_ms: float = 0.0  # > 0: bursts of on_ms ...
+    off_ms: float = 0.0  # ... separated by off_ms of silence (both 0: continuous)
 
 
 @dataclass
@@ -168,6 +191,7 @@ def _line_of(node: yaml.Node | None) -> int:
 class _Reader:
     def __init__(self, path: str):
         self.path = path
+        self.lines: dict[str, int] = {}  # key path -> line of its value, for the semantic checks' errors
 
     def where(self, node: yaml.Node | None) -> str:
         return f"{self.path}:{_line_of(node)}"
@@ -199,6 +223,7 @@ class _Reader:
             path = f"{key}.{name}" if key else name
             if name not in known:
                 raise SpecError(self.where(knode), path, f"unknown key (known: {', '.join(sorted(known))})")
+            self.lines[path] = _line_of(vnode)
             setattr(obj, name, self.value(cls, name, vnode, path))
         return obj
 
@@ -208,6 +233,18 @@ class _Reader:
             return self.dataclass(LinkSpec, node, path)
         if (cls, name) == (RunSpec, "topology"):
             return self.dataclass(TopologySpec, node, path)
+        if (cls, name) == (TopologySpec, "degraded"):
+            if isinstance(node, yaml.ScalarNode) and self.scalar(node, path) is None:
+                return None
+            return self.dataclass(DegradedPath, node, path)
+        if (cls, name) == (BackgroundFlow, "src") and isinstance(node, yaml.SequenceNode):
+            hosts = [self.scalar(n, f"{path}[{i}]") for i, n in enumerate(node.value)]
+            for i, (h, n) in enumerate(zip(hosts, node.value)):
+                if not isinstance(h, str):
+                    raise SpecError(self.where(n), f"{path}[{i}]", f"expected a host name, got {h!r}")
+            if not hosts:
+                raise SpecError(where, path, "an empty list of senders")
+            return hosts
         if (cls, name) == (RunSpec, "thresholds"):
             return self.dataclass(ThresholdSpec, node, path)
         if (cls, name) == (RunSpec, "tcp"):
@@ -217,6 +254,8 @@ class _Reader:
         if (cls, name) == (RunSpec, "background"):
             if not isinstance(node, yaml.SequenceNode):
                 raise SpecError(where, path, "expected a list of flows")
+            for i, n in enumerate(node.value):
+                self.lines[f"{path}[{i}]"] = _line_of(n)
             return [self.dataclass(BackgroundFlow, n, f"{path}[{i}]") for i, n in enumerate(node.value)]
         v = self.scalar(node, path)
         try:
@@ -247,10 +286,12 @@ _INTS = {"mtu", "hosts", "background_hosts", "delay_us", "queue", "flows", "work
 _OPTIONAL_INTS = {"drop", "mark", "job_dscp", "rto_min_ms", "test_size"}
 _OPTIONAL_BOOLS = {"ecn"}
 _FLOATS = {"acid_step_seconds", "rate_com", "loss", "loss_bound", "density", "lr", "momentum", "target_accuracy",
-           "timeout_s", "compute_ms"}
+           "timeout_s", "compute_ms", "on_ms", "off_ms", "flap_ms"}
 
 
 def _convert(cls: type, name: str, v: Any) -> Any:
+    if cls is DegradedPath and v is None and name in ("rate", "delay_us", "loss"):
+        return None  # the core's
     if name == "rate":
         return parse_rate(v)
     if (name in _OPTIONAL_INTS or name in _OPTIONAL_BOOLS) and v is None:
@@ -276,8 +317,14 @@ def _convert(cls: type, name: str, v: Any) -> Any:
 
 def _check(spec: RunSpec) -> None:
     """Semantic checks; raise SpecError(key) with the file but no line (the value was well-formed)."""
+    lines: dict[str, int] = getattr(spec, "_lines", {})
+
     def bad(key: str, msg: str) -> SpecError:
-        return SpecError(spec.source, key, msg)
+        # the line of the key, or of the nearest enclosing one the file has (a default has none)
+        path = key
+        while path and path not in lines:
+            path = path.rsplit(".", 1)[0] if "." in path else ""
+        return SpecError(f"{spec.source}:{lines[path]}" if path else spec.source, key, msg)
 
     t = spec.topology
     if t.kind not in TOPOLOGIES:
@@ -361,10 +408,46 @@ def _check(spec: RunSpec) -> None:
             raise bad(f"background[{i}].kind", f"{f.kind!r} is not tcp or udp")
         for side in ("src", "dst"):
             h = getattr(f, side)
-            if h not in hosts:
+            if not isinstance(h, list) and h not in hosts:
                 raise bad(f"background[{i}].{side}", f"no host {h!r} (hosts: {', '.join(sorted(hosts))})")
-        if f.src == f.dst or f.flows < 0:
+        for k, h in enumerate(f.src if isinstance(f.src, list) else []):
+            if h not in hosts:
+                raise bad(f"background[{i}].src", f"sender {k} is no host: {h!r} (hosts: {', '.join(sorted(hosts))})")
+        senders = f.src if isinstance(f.src, list) else [f.src]
+        if f.dst in senders or f.flows < 0:
             raise bad(f"background[{i}]", "src and dst must differ and flows must be >= 0 (0: no traffic)")
+        if len(set(senders)) != len(senders):
+            raise bad(f"background[{i}].src", f"a sender is listed twice: {senders}")
+        for key in ("on_ms", "off_ms"):
+            v = getattr(f, key)
+            if not 0.0 <= v <= 60_000.0:
+                raise bad(f"background[{i}].{key}", f"{v:g} is outside 0..60000 ms")
+        if (f.on_ms > 0) != (f.off_ms > 0):
+            raise bad(f"background[{i}].{'off_ms' if f.on_ms > 0 else 'on_ms'}",
+                      "bursty traffic needs both on_ms and off_ms (both 0: continuous)")
+        if 0 < f.on_ms < 5 or 0 < f.off_ms < 5:
+            raise bad(f"background[{i}].on_ms", "bursts and pauses of under 5 ms are below the sender's timer")
+    d = t.degraded
+    if d is not None:
+        if t.kind != "leaf-spine":
+            raise bad("topology.degraded", f"a degraded path needs a leaf-spine (two spines to spray over), not "
+                                           f"{t.kind}")
+        if d.spine not in ("spine1", "spine2"):
+            raise bad("topology.degraded.spine", f"{d.spine!r} is not spine1 or spine2")
+        if d.rate is None and d.delay_us is None and d.loss is None:
+            raise bad("topology.degraded", "give at least one of rate, delay_us, loss")
+        if d.rate is not None and d.rate <= 0:
+            raise bad("topology.degraded.rate", "must be positive")
+        if d.delay_us is not None and not 0 <= d.delay_us <= 1_000_000:
+            raise bad("topology.degraded.delay_us", f"{d.delay_us} is outside 0..1000000")
+        if d.loss is not None and not 0.0 <= d.loss <= 1.0:
+            raise bad("topology.degraded.loss", f"{d.loss:g} is outside 0..1")
+        if d.flap_ms != 0 and not 100.0 <= d.flap_ms <= 600_000.0:
+            raise bad("topology.degraded.flap_ms", f"{d.flap_ms:g} is outside 100..600000 ms (0: no flapping; "
+                                                   f"the controller needs tens of ms per change)")
+        if d.loss == 1.0 and not d.flap_ms:
+            raise bad("topology.degraded.loss", "a path down (loss 1) for the whole run loses every packet "
+                                                "sprayed over it: give flap_ms, or a loss below 1")
 
 
 def _override(path: str, node: yaml.MappingNode, key: str, value: Any) -> None:
@@ -417,8 +500,12 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> RunS
         raise SpecError(f"{p}:1", "", "a spec is a mapping of keys to values")
     for k, v in (overrides or {}).items():
         _override(p, node, k, v)
-    spec = _Reader(p).dataclass(RunSpec, node, "")
+    reader = _Reader(p)
+    spec = reader.dataclass(RunSpec, node, "")
     spec.source = p
+    spec._lines = reader.lines  # not a field: asdict() and the run's JSON leave it out
     _check(spec)
-    spec.background = [f for f in spec.background if f.flows > 0]  # flows: 0 is an entry switched off
+    # flows: 0 is an entry switched off; an incast entry (a list of senders) is one entry per sender
+    spec.background = [replace(f, src=src) for f in spec.background if f.flows > 0
+                       for src in (f.src if isinstance(f.src, list) else [f.src])]
     return spec

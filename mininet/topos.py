@@ -7,13 +7,15 @@ port numbers the controller routes on are the ones Mininet wired.
 
 Addressing: worker hosts ``h1..hN`` are ``10.0.0.1..N``, background hosts ``b1..bM`` are ``10.0.0.101..``, all
 in 10.0.0.0/24 with static ARP entries for each other (the switches route each /32, rewriting MACs per hop).
+A degraded path (``topology.degraded``): a leaf-spine's links to one spine get its settings (rate, delay, loss)
+instead of the core's, which the link keeps as ``normal`` for flapping (:mod:`testbed.flap`).
 Placement: workers (and background hosts) alternate between the two sides of a dumbbell or the two leaves of a
 leaf-spine, so ring neighbours talk across the core and background traffic competes with them there.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .spec import LinkSpec, TopologySpec
 
@@ -43,6 +45,8 @@ class PlanLink:
     b: str
     b_port: int
     props: LinkSpec
+    #: a degraded path's link (``topology.degraded``): ``props`` are its degraded settings, these its normal ones
+    normal: LinkSpec | None = None
 
 
 @dataclass
@@ -115,7 +119,14 @@ def plan(t: TopologySpec, grpc_base_port: int = 9559) -> Plan:
         pa, pb = next_port[a], next_port[b]
         next_port[a] += 1
         next_port[b] += 1
-        p.links.append(PlanLink(a, pa, b, pb, core))
+        d = t.degraded
+        if d is not None and d.spine in (a, b):
+            slow = replace(core, rate=core.rate if d.rate is None else d.rate,
+                           delay_us=core.delay_us if d.delay_us is None else d.delay_us,
+                           loss=core.loss if d.loss is None else d.loss)
+            p.links.append(PlanLink(a, pa, b, pb, slow, normal=core))
+        else:
+            p.links.append(PlanLink(a, pa, b, pb, core))
 
     if t.kind == "dumbbell":
         core_link("s1", "s2")

@@ -60,7 +60,7 @@ from torch import nn
 from .colltime import CollectiveTimer, rto_count
 from .data import load, shard
 from .models import build
-from .spec import BackgroundFlow, LinkSpec, RunSpec, TcpSpec, ThresholdSpec, TopologySpec
+from .spec import BackgroundFlow, DegradedPath, LinkSpec, RunSpec, TcpSpec, ThresholdSpec, TopologySpec
 
 __all__ = ["main", "spec_from_json", "spec_to_json"]
 
@@ -74,6 +74,7 @@ def spec_from_json(text: str) -> RunSpec:
     t = d.pop("topology")
     t["link"] = LinkSpec(**t["link"])
     t["core"] = LinkSpec(**t["core"]) if t.get("core") else None
+    t["degraded"] = DegradedPath(**t["degraded"]) if t.get("degraded") else None
     d["background"] = [BackgroundFlow(**b) for b in d.pop("background")]
     d["thresholds"] = ThresholdSpec(**d.get("thresholds", {}))
     d["tcp"] = TcpSpec(**d.get("tcp", {}))

@@ -155,3 +155,36 @@ def test_switch_drops_eligible_packets_within_the_bound(root_required, tmp_path)
     assert r["workers"][0]["final_accuracy"] == r["workers"][1]["final_accuracy"]
     assert sum(r["switches"]["drops_by_priority"].values()) > 0
     assert_clean(spec)
+
+
+def test_incast_of_bursts_into_a_worker(root_required, tmp_path):
+    """Two background hosts burst UDP into worker h1 together (testbed.onoff): the run finishes, its background
+    goodput comes from the on-off receivers' reports, and its tails are reported as in any run."""
+    import json
+
+    spec = load_spec(STAR2, {"algorithm": "dlcp-allreduce", "steps": 12, "eval_every": 6, "name": "t-incast",
+                             "topology.background_hosts": 2, "topology.link.rate": "50mbit",
+                             "background": [{"kind": "udp", "src": ["b1", "b2"], "dst": "h1", "rate": "40mbit",
+                                             "on_ms": 50, "off_ms": 100}]})
+    assert len(spec.background) == 2
+    r = json.loads(run_spec(spec, tmp_path / "out", plots=False).read_text())
+    assert len(r["background"]) == 2 and all(b["goodput_bps"] > 0 for b in r["background"]), r["background"]
+    assert r["summary"]["background_goodput_bps"] > 0
+    check_tails(r)
+    assert_clean(spec)
+
+
+def test_flapping_spine_under_spraying(root_required, tmp_path):
+    """A leaf-spine whose spine2 flaps between 2 Mb/s with loss and its normal rate every 300 ms while two workers
+    spray over both spines: the path changed several times, none failed, and the run reports its tails."""
+    import json
+
+    spec = load_spec(STAR2, {"algorithm": "dlcp-allreduce", "steps": 14, "eval_every": 7, "name": "t-flap",
+                             "topology": {"kind": "leaf-spine", "hosts": 2, "link": {"rate": "50mbit"},
+                                          "degraded": {"spine": "spine2", "rate": "2mbit", "loss": 0.05,
+                                                       "flap_ms": 300}}})
+    r = json.loads(run_spec(spec, tmp_path / "out", plots=False).read_text())
+    changes = r["path_changes"]
+    assert r["summary"]["path_changes"] == len(changes) >= 2 and all("error" not in c for c in changes), changes
+    check_tails(r)
+    assert_clean(spec)
