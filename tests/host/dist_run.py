@@ -18,18 +18,24 @@ def free_port() -> int:
 
 
 def spawn(module: str, scenario: str, size: int, *, env: dict | None = None,
-          args: list[str] | None = None) -> list[subprocess.Popen]:
+          args: list[str] | None = None, net=None) -> list[subprocess.Popen]:
     """Start ``python -m module scenario`` as ``size`` ranks of one job (their own rendezvous port) and return the
     processes at once (rank order). The dlcp transport keeps its defaults (each rank binds a free port and
     publishes it, so jobs on this host never collide) unless ``env`` sets ``DLCP_PORT``/``DLCP_ADDR``; a
-    ``DLCP_*`` variable of the calling process is not passed on unless ``env`` names it."""
+    ``DLCP_*`` variable of the calling process is not passed on unless ``env`` names it. With ``net`` (a
+    ``testbed.netns.Star`` of at least ``size`` hosts) rank r runs in host r's namespace and the rendezvous is at
+    host 0's address (there the transport binds the well-known DLCP port)."""
+    if net is not None and len(net.hosts) < size:
+        raise ValueError(f"spawn: {size} ranks need {size} hosts, the network has {len(net.hosts)}")
     port = free_port()
+    master = net.hosts[0].ip if net is not None else "127.0.0.1"
     base = {k: v for k, v in os.environ.items() if k not in ("DLCP_PORT", "DLCP_ADDR")}
     procs = []
     for r in range(size):
-        e = {**base, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(r),
+        e = {**base, "MASTER_ADDR": master, "MASTER_PORT": str(port), "RANK": str(r),
              "WORLD_SIZE": str(size), "LOCAL_RANK": str(r), "OMP_NUM_THREADS": "1", **(env or {})}
-        procs.append(subprocess.Popen([sys.executable, "-m", module, scenario, *(args or [])], cwd=ROOT, env=e,
+        argv = [sys.executable, "-m", module, scenario, *(args or [])]
+        procs.append(subprocess.Popen(net.cmd(r, argv) if net is not None else argv, cwd=ROOT, env=e,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return procs
 
