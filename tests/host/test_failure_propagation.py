@@ -4,6 +4,7 @@ group that shares its fate, fails naming it, well before the operation timeout (
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -195,4 +196,84 @@ def test_a_groups_work_names_the_member_that_failed_first(make_endpoints):
     assert list(a.dead_peers()) == [3, 2]
     with pytest.raises(TransportError, match="rank 3 of its group is dead: rank 3 aborted: first") as ei:
         a.post_recv(1, 9, np.zeros(10, np.float32))
+    assert ei.value.peer == 3
+
+
+@contextlib.contextmanager
+def _hold_after_drain(ep, tries: int = 50):
+    """Within the block, hold ``ep``'s lock while its I/O thread waits for it right after draining the socket
+    (before it handles that batch and runs its timers). With the lock held, the thread is woken (its wake-up
+    socket): from ``select`` it drains, then stops at that lock, seen by its current line."""
+    import inspect
+    import sys
+
+    from host.transport.endpoint import Endpoint
+
+    lines, first = inspect.getsourcelines(Endpoint._io_loop)
+    at_drain = next(k for k, line in enumerate(lines) if "self._io.drain()" in line)
+    indent = len(lines[at_drain - 1]) - len(lines[at_drain - 1].lstrip())  # the drain's "try:"
+    target = first + next(k for k in range(at_drain, len(lines))
+                          if lines[k].strip() == "with self._lock:" and lines[k].startswith(" " * indent + "w"))
+
+    def line() -> int | None:
+        frame = sys._current_frames().get(ep._io_thread.ident)
+        while frame is not None and frame.f_code.co_name != "_io_loop":
+            frame = frame.f_back
+        return None if frame is None else frame.f_lineno
+
+    for _ in range(tries):
+        ep._lock.acquire()
+        ep._wake_w.send(b"x")
+        deadline = time.monotonic() + 0.2
+        while time.monotonic() < deadline:
+            if line() == target:
+                try:
+                    yield
+                finally:
+                    ep._lock.release()
+                return
+            time.sleep(0.001)
+        ep._lock.release()  # (it waited at another of its locks: let it go round once more)
+        time.sleep(0.005)
+    raise AssertionError(f"rank {ep.rank}'s I/O thread never waited at line {target} (Endpoint._io_loop changed?)")
+
+
+def test_a_notice_queued_before_a_refusal_is_taken_first(make_endpoints):
+    """The race behind issue 46's flaky attribution, forced: rank 2's abort notice (root cause: rank 3) reaches
+    rank 0's socket after rank 0's I/O thread drained it, and rank 2's port refuses a datagram (with a receive from
+    rank 2 pending) before that thread runs its timers. The refusal must not win: rank 0 handles what its socket
+    holds before acting on it, so it declares rank 3 dead first and its group's work names rank 3. (White-box: the
+    test holds rank 0's lock while its I/O thread waits for it between its drain and its timers, and sends the
+    refused datagram from rank 0's socket.)"""
+    import numpy as np
+
+    from host.transport import Endpoint, TransportError
+
+    amap = loopback_map(4)
+    a, b, c = make_endpoints(3, addr_map=amap, key=None)
+    blind = {**amap, 0: amap[0].rsplit(".", 1)[0] + ".250"}  # rank 3's notices never reach rank 0
+    d = Endpoint(3, blind, 77, 0xBEEF)
+    try:
+        for ep in (a, b, c):
+            ep.share_fate([0, 1, 2, 3], 0xFE000000, 0)
+        h = a.post_recv(2, (1 << 25) | 1, np.zeros(4, np.float32), timeout=10)
+        c.send(0, np.ones(4, np.float32), transfer_id=(1 << 25) | 1)  # rank 0 has heard from rank 2
+        h.wait()
+        pending = a.post_recv(2, (1 << 25) | 2, np.zeros(4, np.float32), timeout=30)  # incomplete with rank 2
+        d.abort("its own error")
+        _wait_dead(c, 3)
+        with _hold_after_drain(a):
+            c.abort("its collective failed")  # the notice lands in rank 0's socket, then rank 2's closes
+            a._io.sock.sendto(b"x", c.local_addr)  # refused: rank 0's error queue
+            time.sleep(0.2)  # (the ICMP error is queued)
+    finally:
+        d.close()
+    _wait_dead(a, 2)
+    assert a.stats()["refused"] >= 1  # (the refusal did happen)
+    assert list(a.dead_peers()) == [3, 2], a.dead_peers()
+    assert "refused" not in a.dead_peers()[2], a.dead_peers()  # rank 2's own word, taken before the refusal
+    with pytest.raises(TransportError, match="rank 2 is dead: rank 2 aborted"):
+        pending.wait()
+    with pytest.raises(TransportError, match="rank 3 of its group is dead") as ei:
+        a.post_recv(1, 5, np.zeros(10, np.float32))
     assert ei.value.peer == 3
