@@ -24,7 +24,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from .netfile_model import (DEFAULT_PROGRAM, LB_MODES, MSG_TYPES, PRIORITY_ORDERS, TARGETS, DlcpRule, HostSpec,
+from .netfile_model import (DEFAULT_PROGRAM, LB_MODES, MSG_TYPES, PRIORITY_ORDERS, TARGETS, ClassThresholdRule,
+                            DlcpRule, HostSpec,
                             LinkProps, LinkSpec, Network, NextHopSpec, QueueRule, QueueSelector, StaticRoute,
                             SwitchSpec, ThresholdRule, TLSSpec, default_dlcp_rules, default_dscp_map,
                             default_mac_base)
@@ -35,7 +36,7 @@ from .netfile_yaml import LocatedDoc, NetFileError, compose, map_key
 
 __all__ = [
     "NetFileError", "Network", "SwitchSpec", "HostSpec", "LinkSpec", "LinkProps", "TLSSpec", "DlcpRule",
-    "ThresholdRule", "QueueRule", "QueueSelector", "StaticRoute", "NextHopSpec", "load", "loads", "DEFAULT_PROGRAM",
+    "ThresholdRule", "ClassThresholdRule", "QueueRule", "QueueSelector", "StaticRoute", "NextHopSpec", "load", "loads", "DEFAULT_PROGRAM",
     "MSG_TYPES", "LB_MODES", "TARGETS", "PRIORITY_ORDERS", "MAX_PORT", "THRESHOLD_MAX", "LAYER_MAX",
     "default_dlcp_rules", "default_dscp_map", "default_mac_base",
     "parse_rate", "parse_delay", "parse_loss", "parse_mac", "format_mac", "parse_port_ref", "parse_port",
@@ -121,8 +122,8 @@ class _Checker:
 
     def network(self, source: Path | None) -> Network:
         top = self.mapping(self.data, (), ("program", "include", "load_balancing", "connect_timeout", "switches",
-                                             "hosts", "links", "priorities", "thresholds", "queues", "routes",
-                                             "p4info", "device_config"),
+                                             "hosts", "links", "priorities", "thresholds", "class_thresholds",
+                                             "queues", "routes", "p4info", "device_config"),
                            required=("switches",))
         program = self.path(top["program"], ("program",)) if "program" in top else DEFAULT_PROGRAM
         p4info, device_config = self.artifact_pair(top, ())
@@ -149,11 +150,12 @@ class _Checker:
         dlcp_rules = self.dlcp_rules(prios.get("dlcp", default_dlcp_rules(top_q)), switches)
         dscp_map = self.dscp_map(prios.get("dscp", default_dscp_map(top_q)), switches)
         thresholds = self.thresholds(top.get("thresholds", []), switches)
+        class_thresholds = self.class_thresholds(top.get("class_thresholds", []), switches)
         queues = self.queue_rules(top.get("queues", []), switches)
         net = Network(source=source, program=program, include_dirs=include_dirs, switches=switches, hosts=hosts,
                       links=links, dlcp_rules=dlcp_rules, dscp_map=dscp_map, thresholds=thresholds, queues=queues,
                       routes=[], lb_mode=lb_mode, connect_timeout=float(timeout), lines=self.doc.lines,
-                      p4info=p4info, device_config=device_config)
+                      p4info=p4info, device_config=device_config, class_thresholds=class_thresholds)
         net.routes = self.routes(top.get("routes", []), net)
         return net
 
@@ -382,6 +384,19 @@ class _Checker:
                 switch_names, ports, prios,
                 drop=self.integer(rule["drop"], where + ("drop",), 0, THRESHOLD_MAX) if "drop" in rule else None,
                 mark=self.integer(rule["mark"], where + ("mark",), 0, THRESHOLD_MAX) if "mark" in rule else None))
+        return out
+
+    def class_thresholds(self, value: Any, switches: dict[str, SwitchSpec]) -> list[ClassThresholdRule]:
+        """``class_thresholds``: rules ``{switch (optional), class: C or [C, ...], drop: N}``, magnitude classes
+        0..7 (0 smallest), N packets (0: none for those classes)."""
+        out = []
+        for _, where, rule in self.rules(value, ("class_thresholds",), ("switch", "class", "drop")):
+            for key in ("class", "drop"):
+                if key not in rule:
+                    raise self.error(where, f"a class threshold rule needs '{key}'")
+            switch_names, _, _ = self.selectors({k: v for k, v in rule.items() if k == "switch"}, where, switches)
+            out.append(ClassThresholdRule(switch_names, self.integers(rule["class"], where + ("class",), 0, 7),
+                                          self.integer(rule["drop"], where + ("drop",), 0, THRESHOLD_MAX)))
         return out
 
     def queue_rules(self, value: Any, switches: dict[str, SwitchSpec]) -> list[QueueRule]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "Network", "SwitchSpec", "HostSpec", "LinkSpec", "LinkProps", "TLSSpec", "DlcpRule", "ThresholdRule",
+    "Network", "SwitchSpec", "HostSpec", "LinkSpec", "LinkProps", "TLSSpec", "DlcpRule", "ThresholdRule", "ClassThresholdRule",
     "QueueRule", "QueueSelector", "StaticRoute", "NextHopSpec", "DEFAULT_PROGRAM", "MSG_TYPES", "LB_MODES", "TARGETS",
     "PRIORITY_ORDERS", "default_dlcp_rules", "default_dscp_map", "default_mac_base",
 ]
@@ -126,6 +126,18 @@ class ThresholdRule(QueueSelector):
 
 
 @dataclass(frozen=True)
+class ClassThresholdRule:
+    """Drop thresholds in packets per magnitude class (``class_drop_threshold`` of dlcp.p4) on the selected
+    switches (``None``: all); later rules override earlier ones. An eligible packet of a class is dropped at the
+    smaller of its queue's drop threshold and its class's, so lower thresholds for lower classes drop the smallest
+    gradients first."""
+
+    switches: tuple[str, ...] | None
+    classes: tuple[int, ...]
+    drop: int
+
+
+@dataclass(frozen=True)
 class QueueRule(QueueSelector):
     """Queue capacity (packets) and rate (packets/s, 0 = unlimited) for matching (switch, port, priority) queues."""
 
@@ -166,6 +178,7 @@ class Network:
     lines: dict[tuple, int] = field(default_factory=dict, repr=False)
     p4info: Path | None = None  # p4c's P4Info (with device_config), instead of compiling ``program``
     device_config: Path | None = None
+    class_thresholds: list[ClassThresholdRule] = field(default_factory=list)
 
     def artifacts(self, switch: str) -> tuple[Path | None, Path | None]:
         """The (P4Info, device config) files a switch gets: its own pair, else the file's, else (None, None)

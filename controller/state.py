@@ -8,7 +8,8 @@ tables and registers of ``p4src/dlcp.p4`` (names as in ``docs/p4-program.md``):
   ``nhop_id`` is the egress port, so the ``nhop_packets`` counter counts packets per next-hop port.
 * ``dlcp_priority``: one ternary/range entry per rule of the DLCP priority map (first rule = highest entry
   priority); ``dscp_priority``: one exact entry per DSCP.
-* registers ``drop_threshold``/``mark_threshold`` at index ``port * 8 + priority`` and ``lb_mode[0]``.
+* registers ``drop_threshold``/``mark_threshold`` at index ``port * 8 + priority``, ``class_drop_threshold`` at
+  index magnitude class (0..7) and ``lb_mode[0]``.
 
 :func:`diff` compares canonical forms (P4Runtime's shortest byte strings, match fields by id) of the desired
 entities and of what the switch returned, and yields INSERT/MODIFY/DELETE updates only for what differs, so a
@@ -38,7 +39,7 @@ __all__ = ["MANAGED_TABLES", "MANAGED_REGISTERS", "PRIORITY_TABLES", "NUM_PRIOS"
            "entity_to_dict", "format_value"]
 
 MANAGED_TABLES = ("ipv4_lpm", "ecmp_nhop", "dlcp_priority", "dscp_priority")
-MANAGED_REGISTERS = ("drop_threshold", "mark_threshold", "lb_mode")
+MANAGED_REGISTERS = ("drop_threshold", "mark_threshold", "class_drop_threshold", "lb_mode")
 #: Tables whose default action the controller manages too (``set_priority`` of the lowest queue).
 PRIORITY_TABLES = ("dlcp_priority", "dscp_priority")
 NUM_PRIOS = 8  # the program's (port, priority) index is port * 8 + priority
@@ -96,7 +97,8 @@ def threshold_ports(net: Network, switch: str) -> set[int]:
 
 
 def threshold_values(net: Network, switch: str) -> dict[tuple[str, int], int]:
-    """Non-zero register values {(register, index): value} of the drop/mark thresholds of one switch.
+    """Non-zero register values {(register, index): value} of the drop/mark thresholds of one switch, and of its
+    per magnitude class drop thresholds (index: the class).
 
     Slots covered: every priority of every connected port, plus any (port, priority) a rule names explicitly.
     Rules apply in file order, later ones overriding earlier ones, field by field."""
@@ -117,6 +119,14 @@ def threshold_values(net: Network, switch: str) -> dict[tuple[str, int], int]:
                 values[("drop_threshold", slot(port, tq))] = drop
             if mark:
                 values[("mark_threshold", slot(port, tq))] = mark
+    by_class: dict[int, int] = {}
+    for rule in net.class_thresholds:
+        if _selects(rule.switches, switch):
+            for c in rule.classes:
+                by_class[c] = rule.drop
+    for c, drop in by_class.items():
+        if drop:
+            values[("class_drop_threshold", c)] = drop
     return values
 
 

@@ -1,6 +1,7 @@
 """A flapping path: the degraded spine's links (``topology.degraded`` with ``flap_ms``) switched between their
 degraded and normal settings every ``flap_ms`` for the whole run, through the controller's traffic-manager calls
-(:meth:`controller.Network.set_link` on both ends of every link).
+(:func:`controller.tm.open_tm`'s ``set_link`` on both ends of every link, each switch's connection opened once
+and kept for the run, so a change costs a few calls rather than a connection per call).
 
 Why: under per-packet spraying one slow or lossy path delays or loses a share of every transfer's packets; a path
 that comes and goes is the case where a sender's estimate of the path is always stale, and where protected packets
@@ -32,11 +33,21 @@ class PathFlapper:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="path-flapper")
         self._t0 = 0.0
+        self._managers: dict[str, Any] = {}  # switch -> its traffic-manager connection
 
     def start(self) -> "PathFlapper":
         self._t0 = time.monotonic()
         self._thread.start()
         return self
+
+    def _manager(self, switch: str) -> Any:
+        m = self._managers.get(switch)
+        if m is None:
+            from controller.tm import open_tm
+
+            spec = self.network.spec
+            m = self._managers[switch] = open_tm(spec.switches[switch], spec.connect_timeout)
+        return m
 
     def _apply(self, normal: bool) -> None:
         start = time.monotonic()
@@ -45,8 +56,8 @@ class PathFlapper:
             for ln in self.links:
                 props: LinkSpec = ln.normal if normal else ln.props
                 for sw, port in ((ln.a, ln.a_port), (ln.b, ln.b_port)):
-                    self.network.set_link([sw], port, rate_bps=props.rate, delay_us=props.delay_us,
-                                          loss=props.loss)
+                    self._manager(sw).set_link(port, rate_bps=props.rate, delay_us=props.delay_us,
+                                               loss=props.loss)
         except Exception as e:  # noqa: BLE001 - recorded; the run goes on with the path as it is
             error = f"{type(e).__name__}: {e}"
         self.changes.append({"t": start - self._t0, "state": "normal" if normal else "degraded",
@@ -63,4 +74,7 @@ class PathFlapper:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
+        for m in self._managers.values():
+            m.close()
+        self._managers.clear()
         return self.changes

@@ -80,6 +80,10 @@ class ThresholdSpec:
 
     drop: int | None = None
     mark: int | None = None
+    #: magnitude class (0 smallest .. 7) -> drop threshold in packets for that class's eligible packets, on every
+    #: queue (the switches' ``class_drop_threshold``: a packet is dropped at the smaller of its queue's and its
+    #: class's), so that the smallest gradients are dropped first; None: no class thresholds
+    classes: dict[int, int] | None = None
 
 
 @dataclass
@@ -251,6 +255,8 @@ class _Reader:
             return self.dataclass(TcpSpec, node, path)
         if (cls, name) == (RunSpec, "dscp_map"):
             return self.dscp_map(node, path)
+        if (cls, name) == (ThresholdSpec, "classes"):
+            return self.class_map(node, path)
         if (cls, name) == (RunSpec, "background"):
             if not isinstance(node, yaml.SequenceNode):
                 raise SpecError(where, path, "expected a list of flows")
@@ -273,6 +279,21 @@ class _Reader:
                 if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= hi:
                     raise SpecError(self.where(n), f"{path}.{d}", f"{what} must be an integer 0..{hi}, got {v!r}")
             out[d] = q
+        return out
+
+    def class_map(self, node: yaml.Node, path: str) -> dict[int, int] | None:
+        """``thresholds.classes``: magnitude class 0..7 -> packets (checked against the queue later)."""
+        if isinstance(node, yaml.ScalarNode) and self.scalar(node, path) is None:
+            return None
+        out = {}
+        for c, knode, vnode in self.mapping_any(node, path):
+            v = self.scalar(vnode, path)
+            self.lines[f"{path}.{c}"] = _line_of(vnode)
+            if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= 7:
+                raise SpecError(self.where(knode), f"{path}.{c}", "a magnitude class is an integer 0..7")
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise SpecError(self.where(vnode), f"{path}.{c}", f"expected packets (an integer >= 0), got {v!r}")
+            out[c] = v
         return out
 
     def mapping_any(self, node: yaml.Node, key: str) -> list[tuple[Any, yaml.Node, yaml.Node]]:
@@ -366,6 +387,9 @@ def _check(spec: RunSpec) -> None:
         v = getattr(spec.thresholds, key)
         if v is not None and not 0 <= v <= t.link.queue:
             raise bad(f"thresholds.{key}", f"{v} is outside 0..topology.link.queue ({t.link.queue}) packets")
+    for c, v in (spec.thresholds.classes or {}).items():
+        if v > t.link.queue:
+            raise bad(f"thresholds.classes.{c}", f"{v} is outside 0..topology.link.queue ({t.link.queue}) packets")
     if spec.priority_mode not in PRIORITY_MODES:
         raise bad("priority_mode", f"{spec.priority_mode!r} is not one of {', '.join(PRIORITY_MODES)}")
     if spec.load_balancing not in LOAD_BALANCING:

@@ -78,6 +78,8 @@ def spec_from_json(text: str) -> RunSpec:
     d["background"] = [BackgroundFlow(**b) for b in d.pop("background")]
     d["thresholds"] = ThresholdSpec(**d.get("thresholds", {}))
     d["tcp"] = TcpSpec(**d.get("tcp", {}))
+    if d["thresholds"].classes is not None:  # JSON keys are text
+        d["thresholds"].classes = {int(k): v for k, v in d["thresholds"].classes.items()}
     if d.get("dscp_map") is not None:  # JSON keys are text
         d["dscp_map"] = {int(k): v for k, v in d["dscp_map"].items()}
     return RunSpec(topology=TopologySpec(**t), **d)

@@ -5,8 +5,9 @@
  *   group's members round-robin (a per-group register), other traffic is hashed per flow on the 5-tuple.
  *   ARP is passed through towards its target protocol address along the same routes, unmodified.
  * - Chooses the queue (standard_metadata.priority, 0 lowest) from the DLCP fields, or from DSCP for other traffic.
- * - Bounded loss: per (port, priority) drop and mark thresholds (registers the controller writes, 0 = off). A
- *   drop-eligible DLCP data packet is dropped when the queue depth is at or above the drop threshold: early in
+ * - Bounded loss: per (port, priority) drop and mark thresholds (registers the controller writes, 0 = off), and
+ *   per magnitude class drop thresholds (class_drop_threshold: lower classes, smaller gradients, dropped first). A
+ *   drop-eligible DLCP data packet is dropped when the queue depth is at or above its drop threshold: early in
  *   ingress, before it takes queue space, from an estimate of the depth (the exact depth egress last published
  *   plus what ingress sent to the queue since), and again in egress from its own enq_qdepth. Any other
  *   ECN-capable packet at or above the mark threshold gets CE.
@@ -41,6 +42,7 @@ const bit<8>  LB_PER_FLOW = 1;
 
 /* Queues per port (BMv2 --priority-queues 8); index of a (port, priority) pair is port * 8 + priority. */
 #define NUM_PRIOS 8
+#define NUM_MAG_CLASSES 8
 #define PORT_PRIO_SLOTS 4096
 #define MAX_NHOPS 1024
 #define MAX_ECMP_GROUPS 1024
@@ -171,6 +173,11 @@ error { IPv4HeaderTooShort, IPv4BadVersion }
 /* Shared by ingress (early drop) and egress (drop/mark): written by the controller, 0 disables. */
 register<bit<19>>(PORT_PRIO_SLOTS) drop_threshold;
 register<bit<19>>(PORT_PRIO_SLOTS) mark_threshold;
+/* Drops that follow gradient value: a drop threshold per magnitude class (index hdr.dlcp.mag_class, 0 smallest
+ * .. 7 largest), written by the controller, 0 = none. An eligible packet's threshold is the smaller of its queue's
+ * drop_threshold and its class's, where set: with lower thresholds for lower classes, a filling queue drops the
+ * smallest gradients first and the larger ones only as it fills further. */
+register<bit<19>>(NUM_MAG_CLASSES) class_drop_threshold;
 /* Eligible DLCP packets dropped, per (port, priority), early in ingress or in egress. */
 counter(PORT_PRIO_SLOTS, CounterType.packets) eligible_drops;
 /* Load-balancing mode over equal-cost groups, index 0, written by the controller:
@@ -435,6 +442,11 @@ control DlcpIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                 && (hdr.dlcp.flags & DLCP_FLAG_DROP_ELIGIBLE) != 0) {
             bit<19> threshold;
             drop_threshold.read(threshold, slot);
+            bit<19> class_at;
+            class_drop_threshold.read(class_at, (bit<32>)hdr.dlcp.mag_class);
+            if (class_at != 0 && (threshold == 0 || class_at < threshold)) {
+                threshold = class_at;
+            }
             if (threshold != 0 && depth >= threshold) {
                 eligible_drops.count(slot);
                 drop_with(DROP_EARLY_ELIGIBLE);
@@ -470,6 +482,11 @@ control DlcpEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
 
         if (hdr.dlcp.isValid() && hdr.dlcp.msg_type == DLCP_MSG_DATA
                 && (hdr.dlcp.flags & DLCP_FLAG_DROP_ELIGIBLE) != 0) {
+            bit<19> class_at;
+            class_drop_threshold.read(class_at, (bit<32>)hdr.dlcp.mag_class);
+            if (class_at != 0 && (drop_at == 0 || class_at < drop_at)) {
+                drop_at = class_at;
+            }
             if (drop_at != 0 && standard_metadata.enq_qdepth >= drop_at) {
                 eligible_drops.count(slot);
                 mark_to_drop(standard_metadata);

@@ -106,6 +106,23 @@ thresholds:
     assert state.threshold_values(net, "spine1")[("drop_threshold", state.slot(9, 2))] == 3  # named port
 
 
+def test_class_thresholds_by_magnitude_class(schema) -> None:
+    net = net_of("""\
+class_thresholds:
+  - {class: [0, 1], drop: 8}
+  - {class: 2, drop: 16}
+  - {switch: leaf1, class: 1, drop: 4}
+  - {switch: spine1, class: 2, drop: 0}
+""")
+    classes = lambda s: {i: v for (r, i), v in state.threshold_values(net, s).items()  # noqa: E731
+                         if r == "class_drop_threshold"}
+    assert classes("leaf1") == {0: 8, 1: 4, 2: 16}  # the later rule for leaf1 wins
+    assert classes("spine1") == {0: 8, 1: 8}       # 0: none (the queue's threshold alone)
+    ents = [state.entity_to_dict(e, schema) for e in encoded(net, "leaf1", schema)]
+    assert [e for e in ents if e.get("register") == "class_drop_threshold"] == [
+        {"register": "class_drop_threshold", "index": c, "value": v} for c, v in ((0, 8), (1, 4), (2, 16))]
+
+
 def test_lb_mode_register(schema) -> None:
     regs = lambda n, s: [state.entity_to_dict(e, schema) for e in encoded(n, s, schema)  # noqa: E731
                          if e.WhichOneof("entity") == "register_entry" and e.register_entry.register_id ==

@@ -147,7 +147,9 @@ def test_flapper_switches_a_real_traffic_manager(tmp_path):
         network = Network.from_file(net)
         slow, normal = LinkSpec(rate=2e6, loss=0.05, delay_us=100), LinkSpec(rate=20e6, delay_us=500)
         flapper = PathFlapper(network, [PlanLink("s1", 1, "s1", 2, slow, normal=normal)], 200).start()
-        time.sleep(1.1)
+        deadline = time.monotonic() + 15  # a change takes a few calls; the machine may be busy
+        while len(flapper.changes) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
         changes = flapper.stop()
         assert len(changes) >= 3 and all("error" not in c for c in changes), changes
         assert [c["state"] for c in changes[:3]] == ["normal", "degraded", "normal"]
@@ -161,3 +163,26 @@ def test_flapper_switches_a_real_traffic_manager(tmp_path):
             assert links[port] == (want.rate, want.delay_us, want.loss)
     finally:
         d.stop()
+
+
+def test_class_thresholds_reach_the_network_file(tmp_path):
+    p = write(tmp_path, "topology: {kind: star, link: {queue: 32}}\nthresholds:\n  drop: 24\n  classes: {0: 6, 1: 12}\n")
+    spec = load_spec(p)
+    doc = yaml.safe_load(network_yaml(plan(spec.topology), spec))
+    assert doc["class_thresholds"] == [{"class": 0, "drop": 6}, {"class": 1, "drop": 12}]
+    from controller import netfile
+    from controller.state import threshold_values
+
+    net = netfile.loads(network_yaml(plan(spec.topology), spec), "net.yaml", tmp_path)
+    values = threshold_values(net, "s1")
+    assert values[("class_drop_threshold", 0)] == 6 and values[("class_drop_threshold", 1)] == 12
+    from testbed.worker import spec_from_json, spec_to_json
+
+    assert spec_from_json(spec_to_json(spec)).thresholds.classes == {0: 6, 1: 12}
+    for text, key, line in (("thresholds:\n  classes:\n    9: 4\n", "thresholds.classes.9", 3),
+                            ("thresholds:\n  classes:\n    1: 400\n", "thresholds.classes.1", 3),
+                            ("thresholds:\n  classes: {1: -2}\n", "thresholds.classes.1", 2)):
+        bad = write(tmp_path, text)
+        with pytest.raises(SpecError) as e:
+            load_spec(bad)
+        assert (e.value.key, e.value.where) == (key, f"{bad}:{line}"), str(e.value)
