@@ -122,8 +122,9 @@ class Liveness:
     def peer_died(self, rank: int, reason: str, *, tell: bool, root: int | None = None) -> None:
         """``rank`` is dead: fail every pending transfer with it, and every pending transfer of a group that shares
         its fate (:meth:`share_fate`), with a :class:`TransportError` naming it; new ones fail when started. With
-        ``tell`` (this rank saw the death itself), send every other peer a DEAD notice, so that their work fails
-        now rather than after their own timeouts. ``root``: the rank whose failure ``rank``'s end followed (a
+        ``tell`` (this rank saw the death itself), first send every other peer a DEAD notice, so that their work
+        fails now rather than after their own timeouts (first: the failures wake waiters, and a process that ends on
+        its error must not take the notice with it). ``root``: the rank whose failure ``rank``'s end followed (a
         notice said so); it is declared dead first, with the same reason, so that work in a group with both fails
         naming the root."""
         if rank in self.dead or rank == self.rank or rank not in self.addr_map:
@@ -134,6 +135,11 @@ class Liveness:
         self.dead[rank] = reason
         self._c["peers_dead"] += 1
         log.warning("dlcp rank %d: rank %d is dead: %s", self.rank, rank, reason)
+        if tell:  # before any work fails: a waiter woken by its failure may end this process at once
+            msg = self.dead_notice(rank, reason, self.root[rank])
+            self.notify_all(msg, skip=rank)
+            now = time.monotonic()
+            self._notices.extend((now + dt, msg) for dt in DEAD_NOTICE_AGAIN)
         masks = [(m, v) for ranks, m, v in self.fates if rank in ranks]
         for p in list(self._sender.peers.values()):
             for o in list(p.active):
@@ -144,11 +150,6 @@ class Liveness:
                 self._receiver.drop_in(inc, TransportError(f"rank {rank} is dead: {reason}", rank))
             elif inc.posted and not inc.done and (inc.peer == rank or any(inc.tid & m == v for m, v in masks)):
                 self._receiver.drop_in(inc, self.dead_error(inc.peer, inc.tid))
-        if tell:
-            msg = self.dead_notice(rank, reason, self.root[rank])
-            self.notify_all(msg, skip=rank)
-            now = time.monotonic()
-            self._notices.extend((now + dt, msg) for dt in DEAD_NOTICE_AGAIN)
 
     def dead_notice(self, rank: int, reason: str, root: int | None = None) -> bytes:
         """A CONTROL datagram saying ``rank`` is dead, and why; ``root``: the rank whose failure came first, when
