@@ -104,3 +104,24 @@ def test_ablation_by_load_compares_at_the_same_load_and_says_where_dlcp_does_not
     assert "dlcp-no-priorities vs gloo-fair at 0 flows" not in where
     final = text[text.index("## Where DLCP does not win, and"):]
     assert final.count("Ablation as a function of background load: dlcp vs gloo-fair at 4 flows, iteration time") == 1
+
+
+def test_pressure_section_reports_tails_and_the_goals_from_the_cells():
+    def run(p50, p99, rto, acc=0.9):
+        return {**_summary(p50, 1e6, acc), "iter_p90_s": (p50 + p99) / 2, "iter_p99_s": p99, "coll_p50_s": p50 / 4,
+                "coll_p90_s": p50 / 2, "coll_p99_s": p99 / 2, "rto_steps": rto}
+
+    doc = _doc({"gloo-fair": [run(0.6, 1.2, 3), run(0.62, 1.3, 4), run(0.61, 1.25, 2)],
+                "dlcp": [run(0.3, 0.4, 0), run(0.31, 0.42, 0), run(0.32, 0.45, 1)],
+                "dlcp-no-loss": [run(0.31, 0.9, 2), run(0.3, 0.8, 3), run(0.33, 1.0, 2)]})
+    doc["source"] = "examples/testbed/pressure/lossy-small.yaml"
+    doc["base"] = "/x/examples/testbed/pressure/lossy.yaml"
+    text = render(None, None, {"pressure": "p.json"}, pressure=[doc])
+    assert "## Pressure regime `lossy`: does bounded loss cut the tail?" in text
+    assert "| `dlcp` | 3.1 s [3, 3.2] (75% CI) | 365 ms [350, 385] (75% CI) | 420 ms [400, 450] (75% CI) |" in text
+    assert "dlcp vs dlcp-no-loss, iteration time (p99): ratio of medians 0.47, better." in text
+    assert "dlcp vs dlcp-no-loss, iteration time (p50): ratio of medians 1.00, within the run-to-run spread" in text
+    assert "dlcp vs dlcp-no-loss, steps that waited on an RTO: ratio of medians 0.00, better." in text
+    # p99 speed-up: 0.9 / 0.42; time to target (10 x p50): 6.1 / 3.1
+    assert "bounded loss's p99 speed-up (DLCP without it over DLCP) 2.14x, goal 1.3x" in text
+    assert "DLCP's time to accuracy over fair Gloo 1.97x, goal 1.84x" in text
