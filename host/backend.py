@@ -24,11 +24,12 @@ How it works:
   :mod:`host.backend_ext`) that forwards every operation to a :class:`DlcpBackend`; torch wraps it in its own
   ``ProcessGroup``, so group names, the dispatcher's ops, functional collectives, DeviceMesh, DTensor and FSDP2
   reach it like gloo.
-* **Execution**: each group runs its collectives in issue order on one worker thread (every rank issues them in
-  the same order, so their transfers match); point-to-point sends and receives are posted to the transport when
-  issued, with no thread per operation, so receives posted before their sends never deadlock. Every call returns
-  a :class:`DlcpWork` at once; ``wait()`` blocks and re-raises the operation's error (a dead peer becomes a
-  ``TransportError`` within the timeout).
+* **Execution**: each group runs its collectives one at a time in issue order (every rank issues them in the
+  same order, so their transfers match), on its worker thread, or on the thread that waits for one that is next
+  while nothing runs (a synchronous call runs on its caller's thread: :class:`_Runner`); point-to-point sends and
+  receives are posted to the transport when issued, with no thread per operation, so receives posted before their
+  sends never deadlock. Every call returns a :class:`DlcpWork` at once; ``wait()`` blocks and re-raises the
+  operation's error (a dead peer becomes a ``TransportError`` within the timeout).
 * **CUDA tensors** (:mod:`host.staging`): every operation takes them; they are staged through pinned host
   buffers, copied on a side stream of their device that follows the caller's current stream, and ``wait()``
   makes the caller's current stream wait for the copies back (the host does not block), as gloo's CUDA path
@@ -47,7 +48,6 @@ import functools
 import ipaddress
 import logging
 import os
-import queue
 import random
 import socket
 import threading
@@ -260,12 +260,109 @@ def _auto_addr(rank: int) -> str:
 
 # --- work objects ---------------------------------------------------------------------------------------------
 
+class _Runner:
+    """A group's collectives, run one at a time in issue order (every rank issues them in the same order, so their
+    transfers match). The group's worker thread runs them; but the thread that waits for one that is next in line
+    while nothing runs takes it and runs it itself (:meth:`run_now`). A synchronous call (``dist.all_reduce(t)``,
+    which waits at once) then runs on its caller's thread: two thread wake-ups fewer per call (the worker's and the
+    caller's), each a GIL hand-off, which beside busy processes cost more than a small call's own work
+    (docs/backend.md, "Where the CPU goes"). Asynchronous calls (DDP's hooks, ``async_op=True``) are run by the
+    worker, so they still overlap the caller's computation.
+
+    torch says which is which: a call with ``async_op=False`` carries ``opts.asyncOp = False`` and torch waits
+    for its work at once. Such an item is queued without waking the worker (``waited``): a woken worker nearly
+    always won the race against the caller on its way back through torch's layers to ``wait()``. The worker still
+    runs it if it finds it first (it was busy with earlier work), and a wait that cannot run it (a timeout given,
+    device tensors) or a poll (``is_completed``, ``get_future``) wakes the worker (:meth:`kick`)."""
+
+    def __init__(self, name: str):
+        self._cv = threading.Condition()
+        self._items: deque[tuple[Callable[[], Outcome | None], "DlcpWork"]] = deque()
+        self._running = False  # one item is being run (by the worker or a waiter)
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def put(self, fn: Callable[[], Outcome | None], work: "DlcpWork", *, waited: bool = False) -> None:
+        """Queue ``work``; ``waited``: its caller waits for it at once (the worker is not woken for it)."""
+        with self._cv:
+            self._items.append((fn, work))
+            if not waited:
+                self._cv.notify_all()
+
+    def kick(self) -> None:
+        """Wake the worker: whatever is queued runs without waiting for a caller."""
+        with self._cv:
+            self._cv.notify_all()
+
+    def run_now(self, work: "DlcpWork") -> bool:
+        """Run ``work`` on this thread if it is next and nothing runs; False (nothing done) otherwise."""
+        with self._cv:
+            if self._running or not self._items or self._items[0][1] is not work:
+                return False
+            fn, _ = self._items.popleft()
+            self._running = True
+        try:
+            _execute(fn, work)
+        finally:
+            with self._cv:
+                self._running = False
+                self._cv.notify_all()
+        return True
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while self._running or not self._items:
+                    if self._stopping and not self._items and not self._running:
+                        return
+                    self._cv.wait()
+                fn, work = self._items.popleft()
+                self._running = True
+            try:
+                _execute(fn, work)
+            finally:
+                with self._cv:
+                    self._running = False
+                    self._cv.notify_all()
+
+    def stop(self) -> None:
+        """Run what is queued, then end the worker thread."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        self._thread.join()
+
+    def drop_queued(self) -> list["DlcpWork"]:
+        """Take every item not yet started off the queue (their works), and end the worker once idle."""
+        with self._cv:
+            works = [w for _, w in self._items]
+            self._items.clear()
+            self._stopping = True
+            self._cv.notify_all()
+        return works
+
+
+def _execute(fn: Callable[[], Outcome | None], work: "DlcpWork") -> None:
+    """Run one operation and complete its work with the outcome or the error."""
+    try:
+        if work._staging is not None:
+            work._staging.copy_in()
+        outcome = fn()
+    except BaseException as e:  # noqa: BLE001 - handed to the caller through wait()
+        log.debug("dlcp operation failed: %s", e)
+        work._complete(None, e)
+    else:
+        work._complete(outcome if isinstance(outcome, Outcome) else None, None)
+
+
 class DlcpWork:
     """Completion of one operation, seen by torch through the C++ ``DlcpWork`` of ``host/dlcp_c10d.cpp`` (which
     calls these methods). ``wait()`` blocks and re-raises the operation's error; ``lost_ranges`` lists what
     bounded loss zero-filled (see ``host.collectives.Outcome``).
 
-    Collectives are completed by their group's worker thread (:meth:`_complete`). Point-to-point operations have
+    Collectives are completed by whichever thread ran them (:meth:`_complete`): the group's worker, or the waiter
+    that took one that was next (:class:`_Runner`). Point-to-point operations have
     no thread: they are posted to the transport when issued and finished by whoever waits first (``finish``,
     given the timeout) or finds them ready (``ready``); only ``get_future()`` on one still pending starts a
     thread that waits for it."""
@@ -286,6 +383,7 @@ class DlcpWork:
         self.elements = 0  # elements of the operation's flat buffer
         self._staging: Staged | None = None  # device tensors' host stand-ins (host.staging)
         self._devices = devices or []  # (a joint work's: its parts')
+        self._runner: _Runner | None = None  # a collective's: its group's runner (wait() may run it, _Runner)
 
     def _stage(self, staged: Staged) -> None:
         """Run on the host stand-ins of ``staged``: the results are the device tensors, the future a device
@@ -333,10 +431,17 @@ class DlcpWork:
             else:
                 self._complete(outcome if isinstance(outcome, Outcome) else None, None)
 
+    def _kicked(self) -> threading.Event:
+        """The completion event, after making sure the group's worker will run this work if nobody else does
+        (a work queued for a caller that waits, :class:`_Runner`)."""
+        if self._runner is not None and not self._done.is_set():
+            self._runner.kick()
+        return self._done
+
     def is_completed(self) -> bool:
         if not self._done.is_set() and self._finish is not None and self._ready is not None and self._ready():
             self._drive(None)
-        return self._done.is_set()
+        return self._kicked().is_set()
 
     def is_success(self) -> bool:
         return self.is_completed() and self._exc is None
@@ -352,7 +457,11 @@ class DlcpWork:
         error. Device tensors: the caller's current stream then waits for the copies back (the host does not)."""
         if self._finish is not None:
             self._drive(timeout)
-        elif not self._done.wait(timeout):
+        elif (timeout is None and self._runner is not None and self._staging is None and not self._done.is_set()
+              and self._runner.run_now(self)):
+            pass  # it was next and nothing ran: run here, not on the worker (_Runner). (With a timeout, or device
+            # tensors whose copies belong to the worker's streams, it is left to the worker.)
+        elif not self._kicked().wait(timeout):
             raise TransportError(f"dlcp operation not complete after {timeout}s")
         if self._exc is not None:
             raise self._exc
@@ -375,6 +484,7 @@ class DlcpWork:
         if self._finish is not None and not self._done.is_set() and self._waiter is None:
             self._waiter = threading.Thread(target=self._drive, args=(None,), daemon=True, name="dlcp-p2p-future")
             self._waiter.start()
+        self._kicked()  # a collective queued for a waiting caller: whoever holds the future may be the only waiter
         return self._fut
 
     def result(self) -> list[torch.Tensor]:
@@ -480,9 +590,10 @@ class DlcpBackend:
     PyTorch wraps in its ProcessGroup, calls for every operation. Method names and arguments are those of
     ``torch.distributed.ProcessGroup``; each returns a :class:`DlcpWork` at once.
 
-    Collectives run in issue order on the group's worker thread (every rank issues them in the same order, so
-    their transfers match). Point-to-point operations are posted to the transport at once on the caller's thread
-    (a receive is a posted buffer, not a blocked thread), numbered per (peer, tag) in program order."""
+    Collectives run one at a time in issue order (every rank issues them in the same order, so their transfers
+    match), on the group's worker thread or on a waiting caller's (:class:`_Runner`). Point-to-point operations
+    are posted to the transport at once on the caller's thread (a receive is a posted buffer, not a blocked
+    thread), numbered per (peer, tag) in program order."""
 
     def __init__(self, store, rank: int, size: int, timeout: timedelta | None = None,
                  options: DlcpOptions | None = None):
@@ -499,9 +610,7 @@ class DlcpBackend:
         self._endpoint = _Process.endpoint
         # a member's death (seen here or reported by another rank) fails this group's pending and later collectives
         self._endpoint.share_fate(self._global_ranks, *self._coll.collective_ids())
-        self._queue: queue.Queue = queue.Queue()
-        self._worker = threading.Thread(target=self._run, name=f"dlcp-pg{group_tag}-r{rank}", daemon=True)
-        self._worker.start()
+        self._runner = _Runner(f"dlcp-pg{group_tag}-r{rank}")
         self._group_tag = group_tag
         self._owns_endpoint = group_tag == 0
         self._seq = 0  # collectives issued (torch's sequence number for the group)
@@ -577,26 +686,6 @@ class DlcpBackend:
                         key=key, sock=sock)
 
     # execution ------------------------------------------------------------------------------------------------
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            fn, work = item
-            self._execute(fn, work)
-
-    @staticmethod
-    def _execute(fn, work: DlcpWork) -> None:
-        try:
-            if work._staging is not None:
-                work._staging.copy_in()
-            outcome = fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the caller through wait()
-            log.debug("dlcp operation failed: %s", e)
-            work._complete(None, e)
-        else:
-            work._complete(outcome if isinstance(outcome, Outcome) else None, None)
-
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("dlcp process group has been shut down")
@@ -621,14 +710,18 @@ class DlcpBackend:
             self._coalesced.append(work)
         return work
 
-    def _submit(self, fn: Callable[[], Outcome | None], result: list[torch.Tensor]) -> DlcpWork:
+    def _submit(self, fn: Callable[[], Outcome | None], result: list[torch.Tensor], opts: Any = None) -> DlcpWork:
+        """Queue a collective on the group's runner. ``opts``: torch's options of the call; ``asyncOp`` False (torch
+        waits for the work at once: ``async_op=False``) lets the caller's ``wait()`` run it without waking the
+        worker (:class:`_Runner`)."""
         self._check_open()
         work = DlcpWork(result)
         st = getattr(self._issuing, "staged", None)
         if st is not None:
             work._stage(st)  # before the worker can complete it
         self._seq += 1
-        self._queue.put((fn, work))
+        work._runner = self._runner
+        self._runner.put(fn, work, waited=getattr(opts, "asyncOp", True) is False)
         return self._issued(work)
 
     # torch's hooks ----------------------------------------------------------------------------------------------
@@ -669,7 +762,7 @@ class DlcpBackend:
                 out.extend(self._coll.allreduce(flat, op, layer=layer, loss_bound=bound))
             _copy_back(pairs)
             return out
-        return self._submit(_recorded(run, stats, bound), list(tensors))
+        return self._submit(_recorded(run, stats, bound), list(tensors), opts=opts)
 
     @_device_tensors(reads=(0,), writes=(0,))
     def allreduce_coalesced(self, tensors, opts=None):
@@ -690,7 +783,7 @@ class DlcpBackend:
                 t.copy_(flat[pos:pos + t.numel()].view_as(t))
                 pos += t.numel()
             return out
-        return self._submit(_recorded(run, stats, bound), result)
+        return self._submit(_recorded(run, stats, bound), result, opts=opts)
 
     @_device_tensors(reads=(1,), writes=(0,))
     def allgather(self, output_tensors, input_tensors, opts=None):
@@ -699,7 +792,7 @@ class DlcpBackend:
         result = list(output_tensors[0])
         outs, (inp,) = _plain(result), _plain(input_tensors)
         _, layer, _ = _scoped(0.0)
-        return self._submit(lambda: self._coll.all_gather(outs, inp, layer=layer), [result])
+        return self._submit(lambda: self._coll.all_gather(outs, inp, layer=layer), [result], opts=opts)
 
     @_device_tensors(reads=(1,), writes=(0,))
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
@@ -715,7 +808,7 @@ class DlcpBackend:
         def run():
             for o, i in zip(outs, ins):
                 self._coll.all_gather(o, i, layer=layer)
-        return self._submit(run, [t for o in output_lists for t in o])
+        return self._submit(run, [t for o in output_lists for t in o], opts=opts)
 
     @_device_tensors(reads=(1,), writes=(0,))
     def _allgather_base(self, output, input, opts=None):
@@ -741,7 +834,7 @@ class DlcpBackend:
 
     @_device_tensors(reads=(1,), writes=(0,))
     def all_gather_single(self, output, input, opts=None):
-        return self._submit(self._gather_into(output, input), [output])
+        return self._submit(self._gather_into(output, input), [output], opts=opts)
 
     @_device_tensors(reads=(1,), writes=(0,))
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
@@ -750,7 +843,7 @@ class DlcpBackend:
         def run():
             for r in runs:
                 r()
-        return self._submit(run, list(outputs))
+        return self._submit(run, list(outputs), opts=opts)
 
     @_device_tensors(reads=(1,), writes=(0,))
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
@@ -761,7 +854,7 @@ class DlcpBackend:
         bound, layer, stats = _scoped(self.options.loss_bound)
         check_loss(op, out_t, bound)
         return self._submit(_recorded(lambda: self._coll.reduce_scatter(out_t, ins, op, layer=layer, loss_bound=bound),
-                                      stats, bound), [output_tensors[0]])
+                                      stats, bound), [output_tensors[0]], opts=opts)
 
     @_device_tensors(reads=(1,), writes=(0,))
     def _reduce_scatter_base(self, output, input, opts=None):
@@ -786,7 +879,7 @@ class DlcpBackend:
 
     @_device_tensors(reads=(1,), writes=(0,))
     def reduce_scatter_single(self, output, input, opts=None):
-        return self._submit(self._scatter_reduce_into(output, input, opts), [output])
+        return self._submit(self._scatter_reduce_into(output, input, opts), [output], opts=opts)
 
     @_device_tensors(reads=(1,), writes=(0,))
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
@@ -797,7 +890,7 @@ class DlcpBackend:
             for r in runs:
                 out.extend(r())
             return out
-        return self._submit(run, list(outputs))
+        return self._submit(run, list(outputs), opts=opts)
 
     @_device_tensors(reads=(0,), writes=(0,))
     def broadcast(self, tensors, opts=None):
@@ -809,7 +902,7 @@ class DlcpBackend:
                 self._coll.broadcast(flat, root)
             _copy_back(pairs)
             return Outcome()
-        return self._submit(run, list(tensors))
+        return self._submit(run, list(tensors), opts=opts)
 
     @_device_tensors(reads=(0,), writes=(0,))
     def reduce(self, tensors, opts=None):
@@ -826,7 +919,7 @@ class DlcpBackend:
                 out.extend(self._coll.reduce(flat, root, op, layer=layer, loss_bound=bound))
             _copy_back(pairs)
             return out
-        return self._submit(_recorded(run, stats, bound), list(tensors))
+        return self._submit(_recorded(run, stats, bound), list(tensors), opts=opts)
 
     @_device_tensors(reads=(1,), writes=(0,))
     def gather(self, output_tensors, input_tensors, opts=None):
@@ -834,17 +927,18 @@ class DlcpBackend:
         result = list(output_tensors[0]) if self._rank == root else None
         outs = _plain(result) if result is not None else None
         (inp,) = _plain(input_tensors)
-        return self._submit(lambda: self._coll.gather(outs, inp, root), [result] if result is not None else [])
+        return self._submit(lambda: self._coll.gather(outs, inp, root), [result] if result is not None else [],
+                            opts=opts)
 
     @_device_tensors(reads=(1,), writes=(0,))
     def scatter(self, output_tensors, input_tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
         (out_t,) = _plain(output_tensors)
         ins = _plain(input_tensors[0]) if self._rank == root else None
-        return self._submit(lambda: self._coll.scatter(out_t, ins, root), [output_tensors[0]])
+        return self._submit(lambda: self._coll.scatter(out_t, ins, root), [output_tensors[0]], opts=opts)
 
     def barrier(self, opts=None):
-        return self._submit(self._coll.barrier, [])
+        return self._submit(self._coll.barrier, [], opts=opts)
 
     def monitored_barrier(self, opts=None, wait_all_ranks: bool = False) -> None:
         """A barrier that names the ranks that did not reach it within the timeout (``opts.timeout``, else the
@@ -886,7 +980,7 @@ class DlcpBackend:
     @_device_tensors(reads=(1,), writes=(0,))
     def alltoall(self, output_tensors, input_tensors, opts=None):
         outs, ins = _plain(output_tensors), _plain(input_tensors)
-        return self._submit(lambda: self._coll.all_to_all(outs, ins), list(output_tensors))
+        return self._submit(lambda: self._coll.all_to_all(outs, ins), list(output_tensors), opts=opts)
 
     @_device_tensors(reads=(1,), writes=(0,))
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
@@ -916,7 +1010,7 @@ class DlcpBackend:
             res = self._coll.all_to_all(outs, ins)
             _copy_back(pairs)
             return res
-        return self._submit(run, result)
+        return self._submit(run, result, opts=opts)
 
     # point to point ---------------------------------------------------------------------------------------------
     def _check_peer(self, peer: int, what: str) -> None:
@@ -1064,8 +1158,7 @@ class DlcpBackend:
         if self._closed:
             return
         self._closed = True
-        self._queue.put(None)
-        self._worker.join()
+        self._runner.stop()
         self._cancel_ahead()
         self._close_endpoint()
 
@@ -1077,14 +1170,8 @@ class DlcpBackend:
             return
         self._closed = True
         err = RuntimeError("dlcp process group aborted")
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is not None:
-                item[1]._complete(None, err)
-        self._queue.put(None)
+        for work in self._runner.drop_queued():
+            work._complete(None, err)
         self._cancel_ahead()
         self._close_endpoint(abort="its dlcp process group was aborted")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 
 import torch
@@ -353,6 +354,57 @@ def abort_tells() -> None:
     print("ok", r, flush=True)
 
 
+def runner() -> None:
+    """Who runs a collective (host.backend._Runner): a synchronous call runs on its caller's thread; an
+    asynchronous one on the group's worker, done while the caller sleeps; a synchronous call behind an asynchronous
+    one waits for it and keeps the order; a call queued for a waiter (asyncOp False) that nobody waits for
+    completes when polled. Every result is the exact sum."""
+    from host import backend
+    from host.collectives import Collectives
+
+    ran_on: list[str] = []
+    plain = Collectives.allreduce
+
+    def recording(self, *args, **kwargs):
+        ran_on.append(threading.current_thread().name)
+        return plain(self, *args, **kwargs)
+
+    Collectives.allreduce = recording
+    dist.init_process_group("dlcp")
+    r, P = dist.get_rank(), dist.get_world_size()
+    want = sum(range(1, P + 1))
+    for _ in range(5):
+        t = torch.full((1000,), float(r + 1))
+        dist.all_reduce(t)
+        assert torch.equal(t, torch.full((1000,), float(want))), t[:3]
+    assert ran_on == ["MainThread"] * 5, ran_on
+    ran_on.clear()
+    a = torch.full((300_000,), float(r + 1))
+    w = dist.all_reduce(a, async_op=True)
+    b = torch.full((1000,), float(r + 1))
+    dist.all_reduce(b)  # behind a: runs after it
+    assert w.is_completed() and torch.equal(a, torch.full_like(a, float(want))) and torch.equal(b, torch.full_like(
+        b, float(want)))
+    assert ran_on[0].startswith("dlcp-pg"), ran_on
+    ran_on.clear()
+    w = dist.all_reduce(a, async_op=True)
+    time.sleep(0.5)
+    assert w.is_completed(), "an asynchronous call was left for a waiter"
+    w.wait()
+    assert ran_on[0].startswith("dlcp-pg"), ran_on
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False  # queued for a waiter; polled instead
+    c = torch.full((1000,), float(r + 1))
+    work = backend.dlcp_backend().allreduce([c], opts)
+    deadline = time.monotonic() + 30
+    while not work.is_completed():
+        assert time.monotonic() < deadline, "a polled work queued for a waiter never ran"
+        time.sleep(0.001)
+    assert torch.equal(c, torch.full_like(c, float(want))), c[:3]
+    print("ok", r, flush=True)
+    dist.destroy_process_group()
+
+
 def dead_peer() -> None:
     """Rank 1 dies after rendezvous; rank 0's all-reduce must fail on wait() within the timeout."""
     os.environ.setdefault("DLCP_TIMEOUT", "5")
@@ -474,5 +526,5 @@ if __name__ == "__main__":
         STAGED = _stage_host_tensors()
     {"collectives": lambda: collectives(False), "collectives-async": lambda: collectives(True), "ddp": ddp,
      "dead-peer": dead_peer, "half": half, "coexist": coexist,
-     "debug-detail": debug_detail, "abort-tells": abort_tells}[sys.argv[1]]()
+     "debug-detail": debug_detail, "abort-tells": abort_tells, "runner": runner}[sys.argv[1]]()
     exit_process()  # not interpreter finalization: see host/procexit.py

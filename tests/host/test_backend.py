@@ -53,6 +53,14 @@ def test_ddp_matches_gloo() -> None:
 
 
 @pytest.mark.slow
+def test_synchronous_calls_run_on_the_callers_thread_and_asynchronous_ones_on_the_worker() -> None:
+    """host.backend._Runner: dist.all_reduce(t) runs where it is called (no worker wake-up, no hand-off back), an
+    async_op=True call on the group's worker while the caller does something else, in issue order either way."""
+    out = check(launch(MOD, "runner", 2, timeout=120))
+    assert all(o.strip().endswith(f"ok {r}") for r, o in enumerate(out)), out
+
+
+@pytest.mark.slow
 def test_dead_peer_raises_on_wait() -> None:
     out = check(launch(MOD, "dead-peer", 2, timeout=60))
     assert "error after" in out[0] and "TransportError" in out[0] and "rank 1" in out[0], out[0]
