@@ -147,3 +147,18 @@ def test_take_keeps_every_repetition_of_a_benchmark_result_but_only_its_metric(t
     src.write_text(json.dumps({"cases": []}))
     with pytest.raises(ValueError, match="not a benchmark result"):
         report.take(src, tmp_path)
+
+
+def test_a_result_older_than_a_change_of_defaults_that_concerns_it_says_so(monkeypatch):
+    """report.DEFAULT_CHANGES: a result made before a change that names it carries, in its provenance, the change;
+    a result made after it, or one the change does not concern, does not."""
+    monkeypatch.setattr(report, "DEFAULT_CHANGES", [("2026-06-01T00:00:00+0000", "the widget default", frozenset(
+        {"collectives"}))])
+    machine = {"commit": "abc", "cpus": 2, "cpu": "x", "loadavg": [1.0]}
+    old = {"name": "collectives", "command": "c", "machine": {**machine, "time": "2026-05-31T23:59:59+0000"}}
+    new = {"name": "collectives", "command": "c", "machine": {**machine, "time": "2026-06-01T00:00:01+0000"}}
+    other = {"name": "wire", "command": "c", "machine": {**machine, "time": "2026-05-01T00:00:00+0000"}}
+    assert "predates a change of defaults: the widget default (2026-06-01)" in report.provenance(old)
+    assert "predates" not in report.provenance(new)
+    assert "predates" not in report.provenance(other)
+    assert report.predates(old) == ["the widget default (2026-06-01)"] and report.predates(new) == []
