@@ -33,13 +33,15 @@ TIMED_COLLECTIVES = ("all_reduce", "reduce_scatter_single", "all_gather_single",
 
 
 def _nbytes(args: tuple, kwargs: dict) -> int:
-    """Bytes of the call's first tensor argument (its input or output buffer), 0 if none."""
+    """Bytes of the call's largest tensor argument (a list of tensors counts as their sum): the whole buffer of a
+    reduce-scatter (its input) or an all-gather (its output), not the shard; 0 if none."""
+    sizes = [0]
     for a in list(args) + list(kwargs.values()):
         if isinstance(a, torch.Tensor):
-            return a.numel() * a.element_size()
-        if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
-            return sum(t.numel() * t.element_size() for t in a)
-    return 0
+            sizes.append(a.numel() * a.element_size())
+        elif isinstance(a, (list, tuple)) and a and all(isinstance(t, torch.Tensor) for t in a):
+            sizes.append(sum(t.numel() * t.element_size() for t in a))
+    return max(sizes)
 
 
 class CollectiveTimer:

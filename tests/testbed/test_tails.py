@@ -72,12 +72,15 @@ def test_timer_records_calls_inside_steps_only():
         dist.all_reduce(t)                  # blocking
         w = dist.all_reduce(t, async_op=True)
         w.wait()
+        shard = torch.empty(256)
+        dist.reduce_scatter_single(shard, torch.ones(256))  # a world of 1: the shard is the whole buffer
         timer.step(None)
         deadline = time.monotonic() + 5  # the async call is recorded by its future's callback, maybe after wait()
-        while len(timer.snapshot()) < 2 and time.monotonic() < deadline:
+        while len(timer.snapshot()) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
         calls = timer.snapshot()
-        assert [(c["op"], c["step"], c["bytes"]) for c in calls] == [("all_reduce", 0, 1024)] * 2
+        assert sorted((c["op"], c["step"], c["bytes"]) for c in calls) == [("all_reduce", 0, 1024)] * 2 + [
+            ("reduce_scatter", 0, 1024)]
         assert all(c["dt"] >= 0 for c in calls)
     finally:
         timer.uninstall()
