@@ -302,13 +302,19 @@ class _Runner:
                 return False
             fn, _ = self._items.popleft()
             self._running = True
+        self._run_taken(fn, work)
+        return True
+
+    def _run_taken(self, fn: Callable[[], Outcome | None], work: "DlcpWork") -> None:
+        """Run an item taken off the queue (``_running`` set), then let the next one go: the worker is woken
+        only if something is queued or it is stopping (after a waiter's call it has nothing to do)."""
         try:
             _execute(fn, work)
         finally:
             with self._cv:
                 self._running = False
-                self._cv.notify_all()
-        return True
+                if self._items or self._stopping:
+                    self._cv.notify_all()
 
     def _loop(self) -> None:
         while True:
@@ -319,12 +325,7 @@ class _Runner:
                     self._cv.wait()
                 fn, work = self._items.popleft()
                 self._running = True
-            try:
-                _execute(fn, work)
-            finally:
-                with self._cv:
-                    self._running = False
-                    self._cv.notify_all()
+            self._run_taken(fn, work)
 
     def stop(self) -> None:
         """Run what is queued, then end the worker thread."""

@@ -691,13 +691,17 @@ class Sender:
         due = [s for s, t in o.deferred.items() if t <= now]
         for s in due:
             del o.deferred[s]
-            if o.acked[s] or o.queued[s]:
-                continue
-            if o.inflight[s]:
-                o.inflight[s] = False
-                p.inflight -= o.lens[s]
-            o.queued[s] = True
-            o.retxq.append(s)
+            if not o.acked[s] and not o.queued[s]:
+                Sender._requeue(p, o, s)
+
+    @staticmethod
+    def _requeue(p: PeerState, o: OutTransfer, s: int) -> None:
+        """Queue packet ``s`` of ``o`` for retransmission, no longer counted in flight."""
+        if o.inflight[s]:
+            o.inflight[s] = False
+            p.inflight -= o.lens[s]
+        o.queued[s] = True
+        o.retxq.append(s)
 
     @staticmethod
     def _probe(p: PeerState, o: OutTransfer) -> None:
@@ -711,13 +715,8 @@ class Sender:
             s = o.total - 1
         else:
             return  # (everything sent is ACKed and new packets are ready: those go next)
-        if o.queued[s]:
-            return
-        if o.inflight[s]:
-            o.inflight[s] = False
-            p.inflight -= o.lens[s]
-        o.queued[s] = True
-        o.retxq.append(s)
+        if not o.queued[s]:
+            Sender._requeue(p, o, s)
 
     def _timeout(self, p: PeerState, now: float) -> None:
         """Retransmission timeout of ``p``: forget what is in flight (so the window opens again), restart the
