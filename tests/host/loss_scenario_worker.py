@@ -34,8 +34,12 @@ import host.backend as hb  # registers "dlcp"
 from host.backend import loss_bound_scope
 from host.procexit import exit_process
 
-#: Summation-order rounding allowed between a rank's result and the float64 reference, per dtype (relative).
-RTOL = {torch.float32: 1e-5, torch.bfloat16: 2 ** -6}
+
+def rtol(dtype: torch.dtype, size: int) -> float:
+    """Summation-order rounding allowed between a rank's result and the float64 reference (relative): half an ulp
+    per step of the sum, the average's division and the result's own rounding. A lost contribution (inputs are in
+    [1, 2), so at least 1 in a sum below 2 * size) is at least 1 / (2 * size) of the element, well above it."""
+    return (size + 1) * (2 ** -8 if dtype == torch.bfloat16 else 2 ** -24)
 
 
 def digest(*tensors: torch.Tensor) -> str:
@@ -81,7 +85,7 @@ class Checker:
         ``n`` elements are that many output shards."""
         n = out.numel()
         o, r = out.to(torch.float64).view(-1), ref.to(torch.float64).view(-1)
-        bad = o != r if exact else (o - r).abs() > RTOL.get(out.dtype, 0.0) * r.abs()
+        bad = o != r if exact else (o - r).abs() > rtol(out.dtype, self.size) * r.abs()
         covered = lost_mask(lost, n)
         errors = []
         if exact and (lost or bad.any()):
@@ -199,8 +203,8 @@ def tiny() -> dict:
 
 
 #: The transport counters reported (every rank's, summed by the test where it asserts one happened).
-COUNTERS = ("retransmissions", "duplicates", "rto_timeouts", "nacks_sent", "zero_filled_elements", "refused",
-            "peer_timeouts", "byes_sent")
+COUNTERS = ("retransmissions", "duplicates", "rto_timeouts", "tail_probes", "nacks_sent", "zero_filled_elements",
+            "refused", "peer_timeouts")
 
 if __name__ == "__main__":
     torch.set_num_threads(1)

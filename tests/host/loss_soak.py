@@ -33,8 +33,9 @@ def _soak(label: str, sc: Scenario, runs: int) -> list[Run]:
                "deaths": r.deaths(), "problems": r.problems(), **{k: r.total(k) for k in TOTALS}}
               for i, r in enumerate(done)]
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"{label}{f'-seed{first}' if first else ''}.json").write_text(json.dumps({"scenario": sc.name, "world": sc.world, "runs": record},
-                                                  indent=1, default=str))
+    name = f"{label}-seed{first}" if first else label
+    (OUT / f"{name}.json").write_text(json.dumps({"scenario": sc.name, "world": sc.world, "runs": record},
+                                                 indent=1, default=str))
     deaths = sum(bool(x["deaths"]) for x in record)
     failed = sum(bool(x["problems"]) for x in record)
     walls = sorted(x["wall_s"] for x in record)

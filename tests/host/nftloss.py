@@ -31,6 +31,7 @@ from typing import Iterator, Sequence
 
 from host.wire import UDP_PORT
 from testbed.netns import Star, disable_offloads, in_namespace, run
+from tests.host.dist_run import spawn
 
 TABLE = "dlcploss"
 #: DLCP header matches by class, on the bytes after the UDP header: the low nibble of byte 0 is the message type
@@ -150,7 +151,6 @@ class LossyStar:
     def spawn(self, module: str, scenario: str, *, env: dict | None = None):
         """Start ``python -m module scenario`` as one rank per host (rank i in host i), rendezvous at host 0:
         ``tests.host.dist_run.spawn`` in the namespaces."""
-        from tests.host.dist_run import spawn
         return spawn(module, scenario, len(self.net.hosts), env=env, net=self.net)
 
     def close(self) -> None:
