@@ -664,6 +664,8 @@ class Sender:
                     o.retxq or o.deferred or o.next_seq >= o.total for o in p.active)):
                 self._timeout(p, now)
                 continue
+            if now - p.progress > rto:
+                continue  # nothing progresses: the peer-wide timeout above is what recovers (once rto_at passes)
             for o in p.active:
                 if (o.next_seq >= o.total and not o.retxq and not o.deferred and now >= o.probe_at
                         and now - max(o.progress, o.last_sent) > rto):
