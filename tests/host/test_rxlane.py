@@ -130,8 +130,9 @@ class _Twin:
         amap = {0: self.sender_name, 1: ("127.0.0.1", 0)}
         # no timers (tick): the twins' states must change only by what they are fed. With the 1 ms tick, a twin
         # whose feeds paused for the reordering wait after LAST (a loaded machine) NACKed on its own (seen once in a full run)
+        # no linger at close: the silent sender never answers a BYE (the clean end is test_clean_end's subject)
         self.ep = Endpoint(1, amap, JOB, NONCE, Options(native=native, peer_timeout=30, recv_timeout=30,
-                                                        nack_idle=30, tick=3600), key=key)
+                                                        nack_idle=30, tick=3600, linger=0.0), key=key)
         self.out = np.full(n, 0, dtype)
         self.res = self.err = None
         self.thread = None
