@@ -138,7 +138,7 @@ def print_demo(doc: dict, console) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from .sweep import format_stat
+    from .sweep import METRICS, TAIL_METRICS, format_stat
 
     cells = doc["cells"]
     labels = {"gloo-handicapped": "Gloo, handicapped (queue 0, default TCP)",
@@ -147,16 +147,10 @@ def print_demo(doc: dict, console) -> None:
     t.add_column("metric")
     for name in cells:
         t.add_column(labels.get(name, name))
-    for key, label, scale, unit in (("iter_p50_s", "iteration time (p50)", 1000.0, "ms"),
-                                    ("iter_p90_s", "iteration time (p90)", 1000.0, "ms"),
-                                    ("iter_p99_s", "iteration time (p99)", 1000.0, "ms"),
-                                    ("coll_p50_s", "collective call (p50)", 1000.0, "ms"),
-                                    ("coll_p99_s", "collective call (p99)", 1000.0, "ms"),
-                                    ("rto_steps", "steps that waited on an RTO", 1.0, ""),
-                                    ("time_to_target_s", "time to target", 1.0, "s"),
-                                    ("final_accuracy", "final accuracy", 1.0, ""),
-                                    ("zero_filled_fraction", "zero-filled", 100.0, "%"),
-                                    ("background_goodput_bps", "background goodput", 1e-6, "Mb/s")):
+    rows = {key: (label, scale, unit) for key, label, scale, unit in METRICS + TAIL_METRICS}  # the sweep's own
+    for key in ("iter_p50_s", "iter_p90_s", "iter_p99_s", "coll_p50_s", "coll_p99_s", "rto_steps", "time_to_target_s",
+                "final_accuracy", "zero_filled_fraction", "background_goodput_bps"):
+        label, scale, unit = rows[key]
         t.add_row(label, *[escape(format_stat(cells[n].get(key), scale, unit)) for n in cells])
     t.add_row("target reached", *[f"{cells[n]['target_reached']}/{cells[n]['runs']}" for n in cells])
     console.print(t)
