@@ -71,9 +71,9 @@ class Region:
 #: run again on the new defaults (docs/development.md, "Results and generated tables").
 DEFAULT_CHANGES: list[tuple[str, str, frozenset[str]]] = [
     ("2026-11-27T22:00:00+0000", "the keyed tag, on by default, became NH + SipHash-2-4 (host/transport/_tag.h)",
-     frozenset({"collectives", "keyed_tag"})),
+     frozenset({"collectives", "keyed_tag", "bounded_loss"})),
     ("2026-11-27T23:00:00+0000", "a synchronous collective runs on its caller's thread (host/backend.py, _Runner)",
-     frozenset({"collectives", "cpu_profile"})),
+     frozenset({"collectives", "cpu_profile", "bounded_loss"})),
 ]
 
 
