@@ -83,24 +83,32 @@ def test_acid_library_on_a_ring_of_4_resumes_exactly_and_beats_gossip_in_consens
     optimizer, scheduler and Acid, 3 more steps == 6 uninterrupted steps, bit for bit. "Same" needs a deterministic
     run, and asynchronous gossip is not one (who pairs with whom and when depends on timing): the test uses the
     library's deterministic mode (``communicate=False``, explicit exchanges on a fixed schedule, a scripted
-    clock). (2) A²CiD² and plain asynchronous gossip at rate 1 on the ring, alternated eight times each: A²CiD²'s
-    mean consensus distance is lower, both achieve most of the requested rate, and both train; (3) rank 3 dies in
-    the middle of training: the others' exchanges with it fail within the timeout, they finish, and ``finish()``
-    averages the three survivors."""
+    clock). (2) A²CiD² and plain gossip on the same random rate-1 schedules, batches and scripted clock (only the
+    algorithm differs): A²CiD²'s mean consensus distance is lower on each of three schedules. On a ring of 4 the
+    theory promises little (sqrt(chi1/chi2) = 1.15; measured 0.87-0.91x over 12 schedules), less than the spread
+    of real-time runs on a busy machine, hence the shared schedule. (3) Both in real time (background pairing):
+    both achieve most of the requested rate, no exchange fails, both train. (4) Rank 3 dies in the middle of
+    training: the others' exchanges with it fail within the timeout, they finish, and ``finish()`` averages the
+    three survivors."""
     env = {"ACID_DIR": str(tmp_path)}
     out = check(launch(WORKER, "resume_save", 4, timeout=200, env=env))
     assert all(f"ok resume_save {r}" in o for r, o in enumerate(out)), out
-    out = check(launch(WORKER, "resume_load,consensus,dead", 4, timeout=280, env=env))
+    out = check(launch(WORKER, "resume_load,consensus_scheduled,consensus,dead", 4, timeout=280, env=env))
     for r, o in enumerate(out):
-        assert f"ok resume_load {r}" in o and f"ok consensus {r}" in o, o
-        assert (f"ok dead {r}" in o) == (r != 3), o  # (3) rank 3 dies; the others go on and stop cleanly
-    line = next(ln for ln in out[0].splitlines() if ln.startswith("consensus "))
-    res = json.loads(line.split(" ", 1)[1])
-    mean = {a: sum(v["consensus"]) / len(v["consensus"]) for a, v in res.items()}
-    assert mean["acid"] < mean["gossip"], res
+        assert f"ok resume_load {r}" in o and f"ok consensus {r}" in o and f"ok consensus_scheduled {r}" in o, o
+        assert (f"ok dead {r}" in o) == (r != 3), o  # (4) rank 3 dies; the others go on and stop cleanly
+
+    def printed(prefix: str) -> dict:
+        line = next(ln for ln in out[0].splitlines() if ln.startswith(prefix + " "))
+        return json.loads(line.split(" ", 1)[1])
+
+    sched = printed("scheduled")
+    assert len(sched["acid"]) == len(sched["gossip"]) == 3, sched
+    assert all(a < g for a, g in zip(sched["acid"], sched["gossip"])), sched
+    res = printed("consensus")
     for algo, rec in res.items():
-        assert min(rec["comms_per_step"]) > 0.5, res
-        assert max(rec["loss"]) < 1.0, res  # ln(10) = 2.3 at chance
+        assert rec["comms_per_step"] > 0.5, res
+        assert rec["loss"] < 1.0, res  # ln(10) = 2.3 at chance
         assert rec["failed"] == 0, res
 
 
