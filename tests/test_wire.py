@@ -164,6 +164,23 @@ def test_p4_header_matches_python_definition() -> None:
         assert consts[f"DLCP_FLAG_{fl.name}"] == int(fl)
 
 
+def test_every_p4_program_uses_the_one_header() -> None:
+    """dlcp.p4 and its Tofino twin (p4src/tofino/) take the DLCP header from dlcp_headers.p4, the file checked above
+    against host.wire; none declares a DLCP header of its own, so all of them stay in lock-step with the Python
+    definition."""
+    programs = sorted((ROOT / "p4src").rglob("*.p4"))
+    mains = [p for p in programs if re.search(r"^\s*(V1Switch|Switch)\s*\(", p.read_text(), re.M)]
+    assert {p.relative_to(ROOT).as_posix() for p in mains} >= {"p4src/dlcp.p4", "p4src/tofino/dlcp_tna.p4"}
+    for prog in programs:
+        if prog == P4_HEADERS:
+            continue
+        text = prog.read_text()
+        assert not re.search(r"\bheader\s+dlcp_h\b", text), f"{prog} declares dlcp_h itself"
+        if prog in mains:
+            includes = [(prog.parent / inc).resolve() for inc in re.findall(r'#include\s+"([^"]+)"', text)]
+            assert P4_HEADERS.resolve() in includes, f"{prog} does not include {P4_HEADERS}"
+
+
 def test_p4_text_parser_rejects_drift() -> None:
     """The agreement check can fail: a reordered or resized field is caught."""
     text = P4_HEADERS.read_text()
