@@ -128,6 +128,33 @@ def p4c_action_order(p: ir.ProgramIR) -> list[ir.ActionIR]:
     return out
 
 
+def _calls_extern_function(node) -> bool:
+    from .analysis import children
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, T.Call) and n.kind == "efunc":
+            return True
+        stack.extend(children(n))
+    return False
+
+
+def _p4c_writes_type_info(p: ir.ProgramIR, in_tables: set[int]) -> bool:
+    """Whether p4c's P4Info has a ``type_info`` (empty or not): its serializer creates it on the first type it
+    converts, which happens for any table (its match fields), any action parameter it lists, any extern instance,
+    any controller header field, and any extern function called in a control's body or actions (digest()'s
+    check), whether or not a type is then recorded there."""
+    if p.tables or p.instances or any(ht.fields for _, ht, _ in p.controller_headers) or p.digests:
+        return True
+    if any(a.params for b in p.blocks.values() for a in b.actions if id(a) in in_tables):
+        return True
+    for b in p.blocks.values():
+        if b.kind == "control" and (_calls_extern_function(b.apply)
+                                    or any(a.body is not None and _calls_extern_function(a.body) for a in b.actions)):
+            return True
+    return False
+
+
 def _bytes(value: int, width: int) -> bytes:
     """A value as p4c writes it in P4Info (initial_default_action arguments): big-endian, padded to the width."""
     return int(value).to_bytes((width + 7) // 8, "big")
@@ -159,8 +186,9 @@ class P4InfoBuilder:
             fixed = {o.fqname: _annot_id(o.annots) for o in objs if _annot_id(o.annots) is not None}
             ids[kind] = assign_ids(kind, [o.fqname for o in objs], fixed, taken)
             all_names += [o.fqname for o in objs]
-        ids["controller_packet_metadata"] = assign_ids(
-            "controller_packet_metadata", [n for n, _, _ in p.controller_headers], {}, taken)
+        # p4c names a controller header's entity by its annotation but hashes its id from the header type's name
+        by_type = assign_ids("controller_packet_metadata", [ht.name for _, ht, _ in p.controller_headers], {}, taken)
+        ids["controller_packet_metadata"] = {n: by_type[ht.name] for n, ht, _ in p.controller_headers}
         ids["digests"] = assign_ids("digests", [d.name for d in p.digests], {}, taken)
         all_names += [n for n, _, _ in p.controller_headers] + [d.name for d in p.digests]
         al = aliases(sorted(set(all_names)))
@@ -180,7 +208,12 @@ class P4InfoBuilder:
                 f = m.match_fields.add()
                 f.id = i + 1
                 f.name = k.name
-                f.bitwidth = k.width
+                if isinstance(getattr(k.expr, "type", None), ir.ErrorT):
+                    # p4c: an error key has no bitwidth; its members are listed in type_info
+                    for member in p.errors.members:
+                        info.type_info.error.members.append(member)
+                else:
+                    f.bitwidth = k.width
                 if k.match_kind in ("exact", "lpm", "ternary", "range", "optional"):
                     f.match_type = getattr(p4info_pb2.MatchField, k.match_kind.upper())
                 else:
@@ -276,7 +309,7 @@ class P4InfoBuilder:
             m.size = vs.size
         for name, ht, annots in p.controller_headers:
             m = info.controller_packet_metadata.add()
-            pre(m, "controller_packet_metadata", name, [])
+            pre(m, "controller_packet_metadata", name, annots)
             for i, (fname, ft) in enumerate(ht.fields):
                 x = m.metadata.add()
                 x.id = i + 1
@@ -294,6 +327,8 @@ class P4InfoBuilder:
                     mem.type_spec.bool.SetInParent()
                 else:
                     mem.type_spec.bitstring.bit.bitwidth = ir.bit_width(ft)
+        if _p4c_writes_type_info(p, in_tables):
+            info.type_info.SetInParent()
         return info
 
 

@@ -23,6 +23,8 @@ from ..target import Switch
 from .codec import ControllerHeader, decode, encode
 
 INSERT, MODIFY, DELETE = p4r.Update.INSERT, p4r.Update.MODIFY, p4r.Update.DELETE
+#: bits of an ``error`` value on this target (an error-typed match field has no bitwidth in p4c's P4Info)
+ERROR_WIDTH = 32
 _MT = {getattr(p4i.MatchField, k.upper()): k for k in ("exact", "lpm", "ternary", "range", "optional")}
 _EXACT = p4i.MatchField.EXACT
 _SCOPE_TABLE_ONLY, _SCOPE_DEFAULT_ONLY = p4i.ActionRef.TABLE_ONLY, p4i.ActionRef.DEFAULT_ONLY
@@ -111,7 +113,9 @@ class Entities:
             want = _MT.get(f.match_type, f.other_match_type or "unknown")
             if kind != want:
                 raise _bad(f"table {tn}: match field {f.name} is {want}, got {kind or 'nothing'}")
-            w = f.bitwidth
+            # p4c's P4Info gives an error-typed key no bitwidth (its members are in type_info.error): its values
+            # are the errors' numbers, as wide as the target keeps them
+            w = f.bitwidth or ERROR_WIDTH
             what = f"table {tn} match field {f.name}"
             c = p4r.FieldMatch(field_id=fm.field_id)
             if kind == "exact":

@@ -315,7 +315,9 @@ def test_error_key_from_the_control_plane():
     sw = Switch(str(HERE / "error_key.p4"))
     info = P4InfoBuilder(sw.ir).build()
     (mf,) = [m for t in info.tables for m in t.match_fields]
-    assert (mf.name, mf.bitwidth) == ("sm.parser_error", 32)
+    # as p4c writes it: no bitwidth for an error key, the error's members (core.p4's order) in type_info
+    assert (mf.name, mf.bitwidth) == ("sm.parser_error", 0)
+    assert list(info.type_info.error.members)[:3] == ["NoError", "PacketTooShort", "NoMatch"]
     sw.insert_entry("Ing.by_error", {"sm.parser_error": 3}, "Ing.mark", {"v": 0x33})     # StackOutOfBounds
     pkt = h(2, 2, 3, 4, 5, 6, 7, 8, 9, 9, 9, 9)
     assert [(o.port, o.data) for o in sw.send(0, pkt)] == [(1, h(2, 2, 3, 0x33, 5, 6, 7, 8, 9, 9, 9, 9))]
