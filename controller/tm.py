@@ -20,17 +20,16 @@ with what a switch has.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .bmv2 import BMV2_CLI, Bmv2CliError, run_cli
 from .errors import SwitchUnreachable, TrafficManagerError
 from .netfile import LinkProps, Network, SwitchSpec
 
 __all__ = ["QueueSetting", "TmPlan", "TmState", "TmChange", "tm_changes", "read_tm", "desired_tm", "TrafficManager", "EmbeddedTM", "Bmv2TM", "open_tm",
            "apply_tm", "describe_plan", "BMV2_CLI"]
 
-BMV2_CLI = "simple_switch_CLI"
 
 
 @dataclass(frozen=True)
@@ -221,18 +220,10 @@ class Bmv2TM:
     def flush(self) -> None:
         if not self.commands:
             return
-        script = "\n".join(self.commands) + "\n"
         try:
-            done = subprocess.run([self.cli, "--thrift-port", str(self.spec.thrift_port)], input=script,
-                                  capture_output=True, text=True, timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            raise TrafficManagerError(f"switch {self.spec.name}: {BMV2_CLI} --thrift-port {self.spec.thrift_port} "
-                                      f"did not finish within {self.timeout:g} s") from None
-        bad = [line for line in (done.stdout + done.stderr).splitlines()
-               if "error" in line.lower() or "invalid" in line.lower()]
-        if done.returncode != 0 or bad:
-            raise TrafficManagerError(f"switch {self.spec.name}: {BMV2_CLI} --thrift-port {self.spec.thrift_port} "
-                                      f"failed (exit {done.returncode}): {'; '.join(bad) or done.stderr.strip()}")
+            run_cli(self.spec.thrift_port, self.commands, self.timeout)
+        except Bmv2CliError as e:
+            raise TrafficManagerError(f"switch {self.spec.name}: {e}") from None
         self.commands.clear()
 
     def close(self) -> None:
