@@ -23,7 +23,7 @@ from finsy.proto import p4d, p4r
 from . import netfile, state, tm as tmmod
 from .client import (Program, SwitchClient, load_p4info_program, load_program, send_packets,
                      writer_election_id)
-from .errors import ControllerError, ProgramError, UsageError
+from .errors import ControllerError, ProgramError, TrafficManagerError, UsageError
 from .netfile import format_mac
 from .topology import NextHop, Route, compute_routes, ecmp_groups, router_mac
 
@@ -250,6 +250,11 @@ class Network:
         program = self.program(switch)
         result = SwitchApplyResult(switch, dry_run=dry_run)
         result.pipeline_pushed = not await client.runs(program)
+        if result.pipeline_pushed and program.loaded_by_switch:
+            spec = client.spec
+            raise ProgramError(f"switch {switch} ({spec.address}, target {spec.target}) does not run the program of "
+                               f"{program.path}: a Tofino loads its pipeline from the compiler's output itself, and "
+                               f"dlcpctl pushes one only when the switch's device_config names it")
         if result.pipeline_pushed:
             result.pipeline_clears = await client.entries_lost_by_push(program)
             if not dry_run:
@@ -304,6 +309,14 @@ class Network:
         """Traffic-manager reconciliation of one switch (blocking: run in a thread)."""
         spec = self.spec.switches[switch]
         plan_tm = tmmod.desired_tm(self.spec, switch)
+        if spec.target == "tofino":
+            if plan_tm.links or plan_tm.queues:
+                raise TrafficManagerError(
+                    f"switch {spec.name} (target tofino): its traffic manager (queue depths and rates, strict "
+                    f"priority, the red drop limit of eligible packets) is configured through the switch's SDE "
+                    f"(BF Runtime tm tables), not by dlcpctl; remove rate, delay, loss, queue_depth and queues "
+                    f"rules for its ports (docs/p4-tofino.md)")
+            return []
         if spec.target == "bmv2" and not plan_tm.links and not plan_tm.queues and shutil.which(tmmod.BMV2_CLI) is None:
             return []  # nothing asked and no CLI to reset BMv2 with: leave its traffic manager alone
         if dry_run and spec.target == "bmv2":
@@ -483,8 +496,9 @@ class Network:
                 for p in (port_list if port_list is not None else list(self.spec.ports_of(switch))):
                     for q in prios:
                         for reg, v in (("drop_threshold", drop), ("mark_threshold", mark)):
-                            if v is not None:
-                                want[(schema.registers[reg].id, state.slot(p, q))] = v
+                            if v is not None:  # the target's unit (cells on a Tofino), as apply writes it
+                                want[(schema.registers[reg].id, state.slot(p, q))] = \
+                                    v * self.spec.switches[switch].cells_per_packet
                 have = {}
                 filters = [p4r.Entity(register_entry=p4r.RegisterEntry(register_id=rid, index=p4r.Index(index=i)))
                            for rid, i in want]
@@ -496,7 +510,7 @@ class Network:
                     if have.get((rid, i)) != v:
                         entity = p4r.Entity(register_entry=p4r.RegisterEntry(
                             register_id=rid, index=p4r.Index(index=i),
-                            data=p4d.P4Data(bitstring=v.to_bytes(3, "big").lstrip(b"\0") or b"\0")))
+                            data=p4d.P4Data(bitstring=v.to_bytes(4, "big").lstrip(b"\0") or b"\0")))
                         updates.append(p4r.Update(type=p4r.Update.MODIFY, entity=entity))
                 return updates
             return updates_for

@@ -71,10 +71,16 @@ class Program:
     #: other device configs that are the same program (the source before its includes were inlined, as another
     #: client such as p4runtime-shell pushes the file itself)
     same_configs: tuple[bytes, ...] = ()
+    #: the switch loads this pipeline itself (a Tofino's SDE, from the compiler's output) and dlcpctl has no device
+    #: config to push: the program is the P4Info alone, and a switch that runs another cannot be fixed by a push
+    loaded_by_switch: bool = False
 
     def is_config(self, config: p4r.ForwardingPipelineConfig) -> bool:
         """Whether a switch's pipeline config is this program by content: the same P4Info and a device config
-        that is this program's (whoever pushed it, with whatever cookie)."""
+        that is this program's (whoever pushed it, with whatever cookie); the P4Info alone for a program the switch
+        loads itself."""
+        if self.loaded_by_switch:
+            return config.p4info == self.p4info
         return config.p4info == self.p4info and config.p4_device_config in (self.device_config, *self.same_configs)
 
     @property
@@ -130,14 +136,15 @@ def load_program(path: Path, include_dirs: Iterable[Path] = (), bmv2_json: Path 
     return Program(path, info, inline_includes(path, include_dirs).encode(), (path.read_bytes(),))
 
 
-def load_p4info_program(p4info: Path, device_config: Path) -> Program:
+def load_p4info_program(p4info: Path, device_config: Path | None) -> Program:
     """A program from p4c's output: its P4Info (text format, e.g. ``--p4runtime-files x.p4info.txt``; binary
-    ``.bin``/``.pb``; or ``.json``) and the device config pushed as is (e.g. p4c-bm2-ss's BMv2 JSON)."""
+    ``.bin``/``.pb``; or ``.json``) and the device config pushed as is (e.g. p4c-bm2-ss's BMv2 JSON). Without a
+    device config the switch loads the pipeline itself (a Tofino): :attr:`Program.loaded_by_switch`."""
     from google.protobuf import json_format, text_format
 
     try:
         raw = p4info.read_bytes()
-        config = device_config.read_bytes()
+        config = device_config.read_bytes() if device_config is not None else b""
     except OSError as e:
         raise ProgramError(f"cannot read p4c's output: {e}") from None
     info = p4i.P4Info()
@@ -154,7 +161,7 @@ def load_p4info_program(p4info: Path, device_config: Path) -> Program:
         raise ProgramError(f"{p4info}: not a P4Info ({fmt}): {e}") from None
     if not info.tables and not info.registers:
         raise ProgramError(f"{p4info}: the P4Info holds no tables or registers (is it p4c's P4Info?)")
-    return Program(p4info, info, config)
+    return Program(p4info, info, config, loaded_by_switch=device_config is None)
 
 
 # ---- one switch session ------------------------------------------------------------------------------------------

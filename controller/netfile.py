@@ -24,7 +24,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from .netfile_model import (DEFAULT_PROGRAM, LB_MODES, MSG_TYPES, PRIORITY_ORDERS, TARGETS, ClassThresholdRule,
+from .netfile_model import (DEFAULT_PROGRAM, LB_MODES, MSG_TYPES, PRIORITY_ORDERS, TARGETS, TOFINO_CELLS_PER_PACKET,
+                            TOFINO_P4INFO, ClassThresholdRule,
                             DlcpRule, HostSpec,
                             LinkProps, LinkSpec, Network, NextHopSpec, QueueRule, QueueSelector, StaticRoute,
                             SwitchSpec, ThresholdRule, TLSSpec, default_dlcp_rules, default_dscp_map,
@@ -173,7 +174,7 @@ class _Checker:
             settings = self.mapping(settings, where, ("address", "device_id", "target", "tls", "mgmt_address",
                                                       "thrift_port", "bmv2_json", "cpu_port", "priority_queues",
                                                       "load_balancing", "mac_base", "p4info", "device_config",
-                                                      "priority_order"),
+                                                      "priority_order", "cells_per_packet"),
                                     required=("address",))
             addr = self.string(settings["address"], where + ("address",))
             if not re.fullmatch(r"(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}", addr):
@@ -201,7 +202,16 @@ class _Checker:
                 self.string(mgmt, where + ("mgmt_address",))
             bmv2_json = (self.path(settings["bmv2_json"], where + ("bmv2_json",)) if "bmv2_json" in settings
                          else None)
-            p4info, device_config = self.artifact_pair(settings, where)
+            if target == "tofino":
+                p4info, device_config = self.tofino_artifacts(settings, where)
+                cells = self.integer(settings.get("cells_per_packet", TOFINO_CELLS_PER_PACKET),
+                                     where + ("cells_per_packet",), 1, 4096)
+            else:
+                p4info, device_config = self.artifact_pair(settings, where)
+                if "cells_per_packet" in settings:
+                    raise self.error(where + ("cells_per_packet",), "only for target: tofino (whose queue depths "
+                                                                    "count cells, not packets)")
+                cells = 1
             if p4info is not None and bmv2_json is not None:
                 raise self.error(where + ("bmv2_json",), "give either bmv2_json (with the program's P4Info) or "
                                                          "p4info + device_config, not both")
@@ -218,8 +228,26 @@ class _Checker:
                 cpu_port=(self.integer(settings["cpu_port"], where + ("cpu_port",), 0, MAX_PORT)
                           if "cpu_port" in settings else None),
                 priority_queues=self.integer(settings.get("priority_queues", 8), where + ("priority_queues",), 1, 8),
-                lb_mode=lb_mode, mac_base=mac_base)
+                lb_mode=lb_mode, mac_base=mac_base, cells_per_packet=cells)
         return out
+
+    def tofino_artifacts(self, settings: dict, key: tuple) -> tuple[Path, Path | None]:
+        """A Tofino switch's P4Info (its own, else the twin's, TOFINO_P4INFO) and, optionally, the device config
+        dlcpctl may push; without one the switch loads its pipeline itself and dlcpctl only checks it runs it."""
+        if "bmv2_json" in settings:
+            raise self.error(key + ("bmv2_json",), "a tofino switch runs the Tofino back end's output, not BMv2 JSON")
+        if "p4info" in settings:
+            p4info = self.path(settings["p4info"], key + ("p4info",))
+        elif TOFINO_P4INFO.is_file():
+            p4info = TOFINO_P4INFO
+        else:
+            raise self.error(key + ("target",), f"no P4Info of the Tofino twin at {TOFINO_P4INFO}: make it with "
+                                                "python scripts/tofino_resources.py (p4c's Tofino back end: "
+                                                "scripts/build-tofino-backend.sh), or give p4info: (p4c-barefoot "
+                                                "--p4runtime-files FILE --p4runtime-force-std-externs)")
+        device_config = (self.path(settings["device_config"], key + ("device_config",))
+                         if "device_config" in settings else None)
+        return p4info, device_config
 
     def artifact_pair(self, settings: dict, key: tuple) -> tuple[Path | None, Path | None]:
         """``p4info`` and ``device_config`` of a mapping: both or neither."""

@@ -16,7 +16,8 @@ from typing import Any
 __all__ = [
     "Network", "SwitchSpec", "HostSpec", "LinkSpec", "LinkProps", "TLSSpec", "DlcpRule", "ThresholdRule", "ClassThresholdRule",
     "QueueRule", "QueueSelector", "StaticRoute", "NextHopSpec", "DEFAULT_PROGRAM", "MSG_TYPES", "LB_MODES", "TARGETS",
-    "PRIORITY_ORDERS", "default_dlcp_rules", "default_dscp_map", "default_mac_base",
+    "PRIORITY_ORDERS", "TOFINO_P4INFO", "TOFINO_CELLS_PER_PACKET", "default_dlcp_rules", "default_dscp_map",
+    "default_mac_base",
 ]
 
 #: The P4 program a network file gets when it names none: this checkout's ``p4src/dlcp.p4``.
@@ -25,8 +26,16 @@ DEFAULT_PROGRAM = Path(__file__).resolve().parent.parent / "p4src" / "dlcp.p4"
 MSG_TYPES = {"data": 0, "ack": 1, "nack": 2, "control": 3}
 #: Load-balancing modes and the value the controller writes into the ``lb_mode`` register.
 LB_MODES = {"spray": 0, "per-flow": 1}
-#: The switch kinds a network file may name (``target``): the embedded switch, or BMv2 simple_switch_grpc.
-TARGETS = ("embedded", "bmv2")
+#: The switch kinds a network file may name (``target``): the embedded switch, BMv2 simple_switch_grpc, or a Tofino
+#: running the twin p4src/tofino/dlcp_tna.p4 (docs/p4-tofino.md).
+TARGETS = ("embedded", "bmv2", "tofino")
+#: The P4Info a ``target: tofino`` switch gets when it names none: the twin's, as p4c's Tofino back end writes it
+#: for standard P4Runtime clients (scripts/tofino_resources.py).
+TOFINO_P4INFO = DEFAULT_PROGRAM.parent / "tofino" / "dlcp_tna.p4info.txt"
+#: Tofino queue depths count 80-byte cells (Tofino 1), not packets: the controller writes a threshold of N packets
+#: as N * cells_per_packet cells; 19 cells hold a 1518-byte frame. Jumbo frames or Tofino 2's 176-byte cells need
+#: the switch's own ``cells_per_packet``.
+TOFINO_CELLS_PER_PACKET = 19
 #: Which end of the queue numbers a target serves first (``priority_order``). The file always means "higher
 #: queue = more urgent" (dlcp.p4: 0 lowest); on a low-first target the controller writes queue N-1-q for q.
 PRIORITY_ORDERS = ("high-first", "low-first")
@@ -74,6 +83,7 @@ class SwitchSpec:
     priority_queues: int = 8
     lb_mode: str = "spray"
     mac_base: int = 0  # router MACs are mac_base | port
+    cells_per_packet: int = 1  # tofino: queue-depth cells per packet of the file's thresholds (registers hold cells)
 
 
 @dataclass(frozen=True)
@@ -182,9 +192,10 @@ class Network:
 
     def artifacts(self, switch: str) -> tuple[Path | None, Path | None]:
         """The (P4Info, device config) files a switch gets: its own pair, else the file's, else (None, None)
-        (compile ``program`` with the embedded front end)."""
+        (compile ``program`` with the embedded front end). A Tofino switch always has its own (the twin's P4Info,
+        and a device config only when the file gives one)."""
         spec = self.switches[switch]
-        if spec.p4info is not None:
+        if spec.p4info is not None or spec.target == "tofino":
             return spec.p4info, spec.device_config
         return self.p4info, self.device_config
 

@@ -101,7 +101,8 @@ def threshold_values(net: Network, switch: str) -> dict[tuple[str, int], int]:
     per magnitude class drop thresholds (index: the class).
 
     Slots covered: every priority of every connected port, plus any (port, priority) a rule names explicitly.
-    Rules apply in file order, later ones overriding earlier ones, field by field."""
+    Rules apply in file order, later ones overriding earlier ones, field by field. Values are in the target's unit:
+    the file's packets, times ``cells_per_packet`` on a Tofino (whose queue depths count cells)."""
     ports = threshold_ports(net, switch)
     values: dict[tuple[str, int], int] = {}
     spec = net.switches[switch]
@@ -116,9 +117,9 @@ def threshold_values(net: Network, switch: str) -> dict[tuple[str, int], int]:
                     drop = r.drop if r.drop is not None else drop
                     mark = r.mark if r.mark is not None else mark
             if drop:
-                values[("drop_threshold", slot(port, tq))] = drop
+                values[("drop_threshold", slot(port, tq))] = drop * spec.cells_per_packet
             if mark:
-                values[("mark_threshold", slot(port, tq))] = mark
+                values[("mark_threshold", slot(port, tq))] = mark * spec.cells_per_packet
     by_class: dict[int, int] = {}
     for rule in net.class_thresholds:
         if _selects(rule.switches, switch):
@@ -126,7 +127,7 @@ def threshold_values(net: Network, switch: str) -> dict[tuple[str, int], int]:
                 by_class[c] = rule.drop
     for c, drop in by_class.items():
         if drop:
-            values[("class_drop_threshold", c)] = drop
+            values[("class_drop_threshold", c)] = drop * spec.cells_per_packet
     return values
 
 
