@@ -13,6 +13,7 @@ help:
 	@echo "make test-fast  the quick subset (no tests marked slow)"
 	@echo "make test-shutdown-soak  20 runs of the shutdown-under-loss job (no rank may be reported dead)"
 	@echo "make test-loss-soak  the nftables loss scenarios at P=2..5, issue 43's two failures 20 times each (root)"
+	@echo "make test-tofino  the Tofino twin through p4c's Tofino back end (needs scripts/build-tofino-backend.sh's p4c-barefoot)"
 	@echo "make test-p4runtime-shell  p4runtime-shell (PyPI, own environment) driving dlcp-switch beside dlcpctl"
 	@echo "make test-loaded  tests beside a busy process per core (TESTS=paths, CPU_LOAD=per core; default: all, 1)"
 	@echo "make test-torch-suite  PyTorch's distributed test suite on gloo and dlcp, side by side (hours)"
@@ -36,6 +37,15 @@ test: setup
 
 test-fast: setup
 	$(PYTEST) -m "not slow" tests
+
+# The Tofino twin (p4src/tofino/) through p4c's open Tofino back end (tests/tofino/backend_suite.py, marker tofino;
+# docs/p4-tofino.md): it compiles for Tofino 1 and 2, the committed resource summary and P4Info are the compiler's,
+# dlcpctl's writes encode against that P4Info. p4c-barefoot: $$DLCP_P4C_TOFINO, PATH, or
+# $$P4TOOLS/build/p4c-tofino (scripts/build-tofino-backend.sh); without it the tests fail saying so. Not part of
+# `make test`, which checks the twin without the back end (tests/tofino/test_*.py).
+.PHONY: test-tofino
+test-tofino: setup
+	$(PYTEST) -m tofino tests/tofino/backend_suite.py
 
 # The job ending that used to kill ranks (P=3, 10% loss, all-reduces, barrier, destroy_process_group), 20 runs; make
 # test runs it 3 times (tests/host/test_clean_end.py, docs/transport.md "A clean end").

@@ -1,0 +1,129 @@
+"""The Tofino twin through p4c's open Tofino back end (`make test-tofino`; marker ``tofino``; not collected by
+`make test`, whose file names start with ``test_``). Needs p4c-barefoot (scripts/build-tofino-backend.sh); without
+it every test fails saying how to build it.
+
+- the twin compiles for Tofino 1 and Tofino 2 and fits (stages, tables placed);
+- the committed resource summary and P4Info are what the compiler makes now (scripts/tofino_resources.py --check);
+- dlcpctl's desired state for a tofino switch encodes against the back end's P4Info (every write it would make);
+- TNA's rule that a register belongs to one gress, which shaped the twin (docs/p4-tofino.md), is the compiler's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from controller import netfile, state
+from controller.api import Network
+
+pytestmark = pytest.mark.tofino
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("tofino_resources", ROOT / "scripts" / "tofino_resources.py")
+res = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(res)
+
+
+@pytest.fixture(scope="module")
+def compiler() -> Path:
+    try:
+        return res.find_compiler()
+    except res.CompilerMissing as e:
+        pytest.fail(f"make test-tofino needs p4c's Tofino back end: {e}")
+
+
+@pytest.fixture(scope="module")
+def compiled(compiler: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    work = tmp_path_factory.mktemp("tofino")
+    doc, p4info_text = res.run(compiler, work)
+    p4info = work / "twin.p4info.txt"
+    p4info.write_text(p4info_text)
+    return doc, p4info
+
+
+def test_the_twin_fits_tofino_and_tofino2(compiled: tuple[dict, Path]) -> None:
+    doc, _ = compiled
+    for target in ("tofino", "tofino2"):
+        s = doc["targets"][target]
+        assert 0 < s["stages_used"] <= s["stages_available"]
+        placed = {t.rsplit(".", 1)[-1] for t in s["tables"]}
+        assert {"ipv4_lpm", "ecmp_nhop", "dlcp_priority", "dscp_priority", "flow_index"} <= placed, sorted(placed)
+        assert s["used"]["tcam"] > 0 and s["used"]["stateful_alu"] >= 5  # 2 ingress + 3 egress registers
+
+
+def test_committed_figures_and_p4info_are_the_compilers(compiler: Path) -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "tofino_resources.py"), "--check"],
+                          capture_output=True, text=True, timeout=3600)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_dlcpctl_writes_encode_against_the_back_ends_p4info(compiled: tuple[dict, Path], tmp_path: Path) -> None:
+    _, p4info = compiled
+    spec = netfile.loads("\n".join([
+        "switches:",
+        f"  t1: {{address: 127.0.0.1:1, target: tofino, p4info: {p4info}, cpu_port: 64}}",
+        "  t2: {address: 127.0.0.1:2, target: tofino, p4info: " + str(p4info) + "}",
+        "hosts:",
+        '  h1: {ip: 10.0.0.1, mac: "02:00:00:00:00:01", attach: "t1:1"}',
+        '  h2: {ip: 10.0.0.2, mac: "02:00:00:00:00:02", attach: "t2:1"}',
+        "links:",
+        '  - between: ["t1:2", "t2:2"]',
+        '  - between: ["t1:3", "t2:3"]',
+        "thresholds:",
+        "  - {drop: 40, mark: 20}",
+        "class_thresholds:",
+        "  - {class: 0, drop: 8}",
+    ]) + "\n", base=tmp_path)
+    net = Network(spec)
+    program = net.program("t1")
+    assert program.loaded_by_switch
+    net.check_program(program)
+    desired = net.desired("t1")
+    plan = state.diff(desired, [], managed_tables=[program.schema.tables[t].id for t in state.MANAGED_TABLES],
+                      managed_registers=[program.schema.registers[r].id for r in state.MANAGED_REGISTERS],
+                      ecmp_table=program.schema.tables["ecmp_nhop"].id)
+    described = [state.describe_entity(u.entity, program.schema) for u in plan.updates]
+    assert any("ecmp_nhop" in d for d in described) and any("set_ecmp" in d for d in described)
+    assert f"drop_threshold[{state.slot(1, 0)}] = {40 * 19}" in described
+    assert f"class_drop_threshold[0] = {8 * 19}" in described
+
+
+TWO_GRESS_REGISTER = """
+#include <core.p4>
+#include <tna.p4>
+header eth_h { bit<48> dst; bit<48> src; bit<16> type; }
+struct h_t { eth_h eth; }
+struct m_t { }
+Register<bit<32>, bit<1>>(1) shared;
+parser IP(packet_in p, out h_t h, out m_t m, out ingress_intrinsic_metadata_t ig) {
+    state start { p.extract(ig); p.advance(PORT_METADATA_SIZE); p.extract(h.eth); transition accept; } }
+control I(inout h_t h, inout m_t m, in ingress_intrinsic_metadata_t ig, in ingress_intrinsic_metadata_from_parser_t pm,
+          inout ingress_intrinsic_metadata_for_deparser_t dm, inout ingress_intrinsic_metadata_for_tm_t tm) {
+    RegisterAction<bit<32>, bit<1>, bit<32>>(shared) bump = { void apply(inout bit<32> v, out bit<32> r) { v = v + 1; r = v; } };
+    apply { h.eth.src[31:0] = bump.execute(0); tm.ucast_egress_port = 1; } }
+control ID(packet_out p, inout h_t h, in m_t m, in ingress_intrinsic_metadata_for_deparser_t dm) { apply { p.emit(h); } }
+parser EP(packet_in p, out h_t h, out m_t m, out egress_intrinsic_metadata_t eg) {
+    state start { p.extract(eg); p.extract(h.eth); transition accept; } }
+control E(inout h_t h, inout m_t m, in egress_intrinsic_metadata_t eg, in egress_intrinsic_metadata_from_parser_t pm,
+          inout egress_intrinsic_metadata_for_deparser_t dm, inout egress_intrinsic_metadata_for_output_port_t op) {
+    RegisterAction<bit<32>, bit<1>, bit<32>>(shared) peek = { void apply(inout bit<32> v, out bit<32> r) { r = v; } };
+    apply { h.eth.dst[31:0] = peek.execute(0); } }
+control ED(packet_out p, inout h_t h, in m_t m, in egress_intrinsic_metadata_for_deparser_t dm) { apply { p.emit(h); } }
+Pipeline(IP(), I(), ID(), EP(), E(), ED()) pipe;
+Switch(pipe) main;
+"""
+
+
+def test_a_register_cannot_be_shared_by_ingress_and_egress(compiler: Path, tmp_path: Path) -> None:
+    """Why the twin has no queue_depth estimate (egress writes, ingress reads in dlcp.p4): the back end refuses a
+    register used from both gresses."""
+    src = tmp_path / "two_gress.p4"
+    src.write_text(TWO_GRESS_REGISTER)
+    proc = subprocess.run([str(compiler), "--target", "tofino", "--arch", "tna", "-o", str(tmp_path / "out"),
+                           str(src)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0, "the back end accepted a register shared by ingress and egress"
+    assert "shared" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
