@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dlcp-setup
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup test test-fast test-shutdown-soak test-loss-soak test-loaded test-torch-suite test-cuda bench report demo p4 proto clean help fuzz
+.PHONY: setup test test-fast test-bmv2 test-shutdown-soak test-loss-soak test-loaded test-torch-suite test-cuda bench report demo p4 proto clean help fuzz
 
 help:
 	@echo "make demo       run the main job (training over the emulated P4 network, compared with Gloo)"
@@ -13,6 +13,7 @@ help:
 	@echo "make test-fast  the quick subset (no tests marked slow)"
 	@echo "make test-shutdown-soak  20 runs of the shutdown-under-loss job (no rank may be reported dead)"
 	@echo "make test-loss-soak  the nftables loss scenarios at P=2..5, issue 43's two failures 20 times each (root)"
+	@echo "make test-bmv2  the embedded target against p4c and BMv2, differential (needs the P4 toolchain: P4TOOLS=dir)"
 	@echo "make test-tofino  the Tofino twin through p4c's Tofino back end (needs scripts/build-tofino-backend.sh's p4c-barefoot)"
 	@echo "make test-p4runtime-shell  p4runtime-shell (PyPI, own environment) driving dlcp-switch beside dlcpctl"
 	@echo "make test-loaded  tests beside a busy process per core (TESTS=paths, CPU_LOAD=per core; default: all, 1)"
@@ -37,6 +38,19 @@ test: setup
 
 test-fast: setup
 	$(PYTEST) -m "not slow" tests
+
+# The embedded target against the real P4 toolchain (tests/bmv2, marker bmv2; docs/switch-target.md "Against BMv2"):
+# p4c's P4Info, and differential runs of the same programs, P4Runtime writes and frames on BMv2 simple_switch_grpc
+# and dlcp-switch. The toolchain (p4c-bm2-ss, simple_switch_grpc, simple_switch_CLI) comes from P4TOOLS's
+# p4tools.env (build-p4-toolchain.sh); without it every test fails saying so. Its PYTHONPATH (BMv2's Python
+# packages) is handed only to simple_switch_CLI, run by the system python3 that has the Thrift module.
+# The counts go to results/bmv2_differential.json. Not part of `make test`.
+P4TOOLS ?= /work/p4tools
+test-bmv2: setup
+	@if [ -f $(P4TOOLS)/p4tools.env ]; then source $(P4TOOLS)/p4tools.env; \
+		else echo "make test-bmv2: no $(P4TOOLS)/p4tools.env (build the P4 toolchain, or give P4TOOLS=dir)"; fi; \
+	env -u PYTHONPATH BMV2_CLI_PYTHONPATH="$${PYTHONPATH:-}" BMV2_CLI_PYTHON=/usr/bin/python3 \
+		$(PYTEST) -m bmv2 tests/bmv2
 
 # The Tofino twin (p4src/tofino/) through p4c's open Tofino back end (tests/tofino/backend_suite.py, marker tofino;
 # docs/p4-tofino.md): it compiles for Tofino 1 and 2, the committed resource summary and P4Info are the compiler's,
