@@ -9,13 +9,12 @@
   both. :meth:`Twin.session` pushes one program to both (BMv2: p4c's JSON and P4Info; dlcp-switch: the source and
   its own P4Info) through ``dlcpctl``'s library (:class:`controller.client.SwitchClient`); :class:`Pair` then
   writes the same P4Runtime updates to both, sends the same frame into both and returns what each sent out, and
-  reads every counter (P4Runtime on both) and register (P4Runtime on dlcp-switch, the Thrift CLI on BMv2, whose
+  reads every counter and register (on BMv2 the client reads and writes registers through the Thrift CLI, as its
   P4Runtime server implements no register access: :mod:`controller.bmv2`).
 * :class:`Tally` counts the cases compared and the differences found, for the results file.
 """
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import socket
@@ -253,13 +252,9 @@ class Pair:
             await c.write(ups)
 
     async def register_write(self, cells: list[tuple[str, int, int]]) -> None:
-        """``(register, index, value)`` cells on both: P4Runtime on dlcp-switch, the Thrift CLI on BMv2 (see the
-        module docstring)."""
-        c = self.clients["dlcp-switch"]
-        await c.write([p4r.Update(type=p4r.Update.MODIFY, entity=fy.P4RegisterEntry(
-            name, index=index, data=value).encode(c.schema)) for name, index, value in cells])
-        await asyncio.to_thread(bmv2_cli.register_write, self.twin.bmv2.thrift_port,
-                                [(self.bmv2_name("registers", n), i, v) for n, i, v in cells])
+        """``(register, index, value)`` cells on both (on BMv2 the client goes through the Thrift CLI: its
+        P4Runtime server implements no register access; :class:`controller.client.SwitchClient`)."""
+        await self.modify([fy.P4RegisterEntry(name, index=index, data=value) for name, index, value in cells])
 
     async def apply(self, entities: list[fy.P4Entity]) -> None:
         """What ``dlcpctl apply`` writes to a fresh switch (:func:`controller.state.desired_entities`): table
@@ -279,10 +274,6 @@ class Pair:
                 tm.set_queue(port, priority, depth=depth, rate_pps=rate_pps)
             finally:
                 tm.close()
-
-    def bmv2_name(self, kind: str, name: str) -> str:
-        """The full name (as in p4c's P4Info and BMv2's JSON) of an entity given by its full name or alias."""
-        return getattr(self.clients["bmv2"].schema, kind)[name].name
 
     # -- reading state ------------------------------------------------------------------------------------------
     async def counters(self) -> dict[str, dict[str, dict]]:
@@ -312,18 +303,17 @@ class Pair:
 
     async def registers(self) -> dict[str, dict[str, list[int]]]:
         """Every register of the program on both switches: side -> name -> its cells."""
-        c = self.clients["dlcp-switch"]
-        ours: dict[str, list[int]] = {}
-        for reg in c.schema.registers:
-            cells = [0] * reg.size
-            for e in await c.read([p4r.Entity(register_entry=p4r.RegisterEntry(register_id=reg.id))]):
-                r = e.register_entry
-                cells[r.index.index] = int.from_bytes(r.data.bitstring, "big")
-            ours[reg.name] = cells
-        theirs = {}
-        for reg in self.clients["bmv2"].schema.registers:
-            theirs[reg.name] = await asyncio.to_thread(bmv2_cli.register_read, self.twin.bmv2.thrift_port, reg.name)
-        return {"bmv2": theirs, "dlcp-switch": ours}
+        out: dict[str, dict[str, list[int]]] = {}
+        for side, c in self.clients.items():
+            regs: dict[str, list[int]] = {}
+            for reg in c.schema.registers:
+                cells = [0] * reg.size
+                for e in await c.read([p4r.Entity(register_entry=p4r.RegisterEntry(register_id=reg.id))]):
+                    r = e.register_entry
+                    cells[r.index.index] = int.from_bytes(r.data.bitstring, "big")
+                regs[reg.name] = cells
+            out[side] = regs
+        return out
 
     # -- packets ------------------------------------------------------------------------------------------------
     def exchange(self, port: int, frames: bytes | list[bytes], *, quiet: float = 0.3,

@@ -160,3 +160,42 @@ def test_show_views() -> None:
     t = text(render.tables_view(tables))
     assert "dst_addr=10.0.0.1/32" in t and "set_nhop(port=1)" in t and "2/1" in t
     assert textwrap.dedent(t)
+
+
+def test_bmv2_registers_go_through_the_cli(tmp_path: Path, monkeypatch) -> None:
+    """BMv2's P4Runtime server has no register access: the client reads and writes registers through
+    simple_switch_CLI (a recording stand-in here: it answers register_read with 0, 5, 0, ... for every register)
+    and hands them back as P4Runtime entities, so apply and set-threshold work the same on both targets."""
+    import asyncio
+
+    from finsy.proto import p4d, p4r
+
+    from controller.client import SwitchClient, load_program
+    from controller.netfile_model import SwitchSpec
+
+    log = tmp_path / "stdin.txt"
+    cli = tmp_path / "simple_switch_CLI"
+    cli.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        tee -a {log} | while read cmd name rest; do
+          [ "$cmd" = register_read ] && echo "RuntimeCmd: $name= 0, 5, 0, 7"
+        done
+        exit 0
+        """))
+    cli.chmod(cli.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    root = Path(__file__).resolve().parents[2]
+    program = load_program(root / "p4src/dlcp.p4", [root / "p4src/include"])
+    client = SwitchClient(SwitchSpec("b1", "127.0.0.1:1", target="bmv2", thrift_port=9191), p4info=program.p4info)
+    rid = client.schema.registers["drop_threshold"].id
+    got = asyncio.run(client.read([p4r.Entity(register_entry=p4r.RegisterEntry(register_id=rid,
+                                                                                 index=p4r.Index(index=1)))]))
+    assert [(e.register_entry.register_id, e.register_entry.index.index, e.register_entry.data.bitstring)
+            for e in got] == [(rid, 1, b"\x05")]
+    whole = client._bmv2_registers([p4r.Entity(register_entry=p4r.RegisterEntry(register_id=rid))])
+    assert [int.from_bytes(e.register_entry.data.bitstring, "big") for e in whole] == [0, 5, 0, 7]
+    client._bmv2_register_write([p4r.Update(type=p4r.Update.MODIFY, entity=p4r.Entity(
+        register_entry=p4r.RegisterEntry(register_id=rid, index=p4r.Index(index=9),
+                                         data=p4d.P4Data(bitstring=b"\x01\x00"))))])
+    assert log.read_text().splitlines() == ["register_read drop_threshold", "register_read drop_threshold",
+                                            "register_write drop_threshold 9 256"]
