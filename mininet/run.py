@@ -493,6 +493,16 @@ def acid_workers(record: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _final_loss(iterations: list[dict[str, Any]]) -> float | None:
+    """Rank 0's mean training loss over the last tenth of its steps (at least one): a figure of where training
+    ended that moves with small changes, unlike a test accuracy that an evaluation rounds to whole samples."""
+    losses = [float(i["loss"]) for i in iterations if i.get("loss") is not None]
+    if not losses:
+        return None
+    tail = losses[-max(1, len(losses) // 10):]
+    return sum(tail) / len(tail)
+
+
 def summarise(spec: RunSpec, workers: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     """The numbers the comparison table shows. Iteration time per step is the slowest rank's (a synchronous step
     is as slow as its slowest worker), leaving out the first ``steps.WARMUP_STEPS`` (connection set-up, first-touch
@@ -525,7 +535,11 @@ def summarise(spec: RunSpec, workers: list[dict[str, Any]], wall_s: float) -> di
             "iter_p99_s": _percentile(per_step, 0.99), "iter_mean_s": sum(per_step) / max(1, len(per_step)),
             "train_time_s": r0["iterations"][-1]["start"] + r0["iterations"][-1]["dt"] if steps else 0.0,
             "time_to_target_s": ttt, "target_accuracy": spec.target_accuracy,
-            "final_accuracy": r0["final_accuracy"], "wall_s": wall_s, "zero_filled_elements": zero_filled,
+            "final_accuracy": r0["final_accuracy"], "final_loss": _final_loss(its),
+            # every rank's parameters equal bit for bit at the end (None: A²CiD², whose replicas differ by design)
+            "replicas_identical": (all(w["replicas_identical"] for w in workers)
+                                   if all("replicas_identical" in w for w in workers) else None),
+            "wall_s": wall_s, "zero_filled_elements": zero_filled,
             "zero_filled_fraction": zero_filled / elements if elements else 0.0, "zero_filled_step_max": worst,
             "loss_bound": spec.loss_bound,
             "retransmissions": retrans,

@@ -38,6 +38,9 @@ fired on this rank during it (the dlcp transport's and this namespace's TCP's). 
 all-reduces can be timed like the others, ``ddp-gloo`` registers torch's own ``allreduce_hook`` (the same
 all-reduce and division by the world size as DDP's built-in path, called from Python).
 
+Replicas: at the end every rank's parameters are compared bit for bit (a digest all-gathered):
+``replicas_identical`` in the record.
+
 Stopping: after ``spec.steps`` steps, or at the first evaluation reaching ``spec.target_accuracy`` (rank 0
 decides and broadcasts the decision, so every rank stops at the same step).
 """
@@ -45,6 +48,7 @@ decides and broadcasts the decision, so every rank stops at the same step).
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import os
 import sys
@@ -239,6 +243,24 @@ def make_trainer(spec: RunSpec, model: nn.Module) -> Trainer:
     raise ValueError(f"algorithm {spec.algorithm!r} has no synchronous trainer")
 
 
+def replica_digest(model: nn.Module) -> int:
+    """A 63-bit digest of the model's parameters, bit for bit (BLAKE2b of their bytes in order)."""
+    h = hashlib.blake2b(digest_size=8)
+    for p in model.parameters():
+        h.update(p.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return int.from_bytes(h.digest(), "big") >> 1
+
+
+def replicas_identical(model: nn.Module) -> bool:
+    """Whether every rank's model has the same parameters, bit for bit (a collective: every rank calls it).
+    Data-parallel training keeps replicas identical, bounded loss included (every rank applies the same
+    zero-filled average); a difference is a bug the run's record must show."""
+    mine = torch.tensor([replica_digest(model)], dtype=torch.int64)
+    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    return all(int(e) == int(mine) for e in every)
+
+
 def backend_for(spec: RunSpec) -> str:
     return "gloo" if spec.algorithm in ("ddp-gloo", "dear-gloo", "spardl-gloo", "topk-allgather-gloo") else "dlcp"
 
@@ -314,6 +336,7 @@ def train(spec: RunSpec, out: Path) -> dict[str, Any]:
     collectives = timer.snapshot()  # DeAR's last all-gathers completed in close()
     timer.uninstall()
     final = accuracy(trainer.eval_model(), data.x_test, data.y_test)
+    identical = replicas_identical(trainer.eval_model())
     stats: dict[str, Any] = {}
     if backend_for(spec) == "dlcp":
         from host.backend import transport_stats
@@ -327,7 +350,8 @@ def train(spec: RunSpec, out: Path) -> dict[str, Any]:
     dist.barrier()
     dist.destroy_process_group()
     result = {"rank": rank, "world": world, "algorithm": spec.algorithm, "iterations": iters, "evals": evals,
-              "final_accuracy": final, "wall_s": time.monotonic() - t0, "compute_s": compute_s,
+              "final_accuracy": final, "replicas_identical": identical, "wall_s": time.monotonic() - t0,
+              "compute_s": compute_s,
               "cpu_s": time.process_time() - cpu0, "collectives": collectives,
               "transport": _jsonable(stats)}
     out.write_text(json.dumps(result))
