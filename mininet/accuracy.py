@@ -8,7 +8,7 @@ case the bound allows: **every** drop-eligible packet is dropped (``DLCP_DROP_EL
 drops its eligible packets as it sends them, as a switch whose queue stays above the drop threshold would), so the
 zero-filled fraction is as large as the policy lets it be. Everything else is the real stack: the testbed's worker
 (:mod:`testbed.worker`: the model, the data shards, DDP with the dlcp comm hook, the transport on loopback), one
-process per worker on this machine. No switch is needed for this question, so none runs: the network only decides
+process per worker on this machine, packets cut for the testbed's MTU (1500). No switch is needed for this question, so none runs: the network only decides
 how much is lost, and here that is fixed at the bound.
 
 Design (paired): for each seed every cell (bound 0, the exact baseline, and each bound) trains from the same
@@ -78,7 +78,10 @@ def run_local(spec: RunSpec, *, drop_eligible: bool, workdir: Path, timeout: flo
     spec_file = workdir / "spec.json"
     spec_file.write_text(spec_to_json(spec))
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
-           "WORLD_SIZE": str(spec.workers), "OMP_NUM_THREADS": "1", "DLCP_DROP_ELIGIBLE": "1" if drop_eligible else "0"}
+           "WORLD_SIZE": str(spec.workers), "OMP_NUM_THREADS": "1", "DLCP_DROP_ELIGIBLE": "1" if drop_eligible else "0",
+           # packets as the testbed's links cut them (loopback's 64 KiB datagrams would make the loss granularity
+           # 16 Ki float32 elements: a bound under one packet of a bucket loses nothing)
+           "DLCP_MTU": str(spec.topology.mtu)}
     procs = [subprocess.Popen([sys.executable, "-m", "testbed.worker", str(spec_file), str(workdir / f"w{r}.json")],
                               cwd=ROOT, env={**env, "RANK": str(r)}, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True)

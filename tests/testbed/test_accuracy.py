@@ -1,0 +1,60 @@
+"""The accuracy study (testbed.accuracy): its paired statistics alone, and one small study on the real stack (worker
+processes on loopback, every eligible packet dropped): the lossy run zero-fills within its bound, the exact one
+nothing, replicas stay identical, and the report and JSON come out."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from testbed.accuracy import paired_stats, report_markdown, run_study, study_stats
+
+
+def test_paired_stats_is_the_mean_difference_with_a_student_t_interval() -> None:
+    st = paired_stats([1.0, 2.0, 3.0, 4.0], [1.5, 2.0, 3.5, 5.0])
+    d = [0.5, 0.0, 0.5, 1.0]
+    mean = sum(d) / 4
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / 3)
+    half = 3.182446 * sd / 2  # t(0.975, 3) = 3.1824
+    assert st["n"] == 4 and st["mean"] == pytest.approx(mean)
+    assert st["lo"] == pytest.approx(mean - half, rel=1e-5) and st["hi"] == pytest.approx(mean + half, rel=1e-5)
+    one = paired_stats([1.0], [3.0])
+    assert one["mean"] == 2.0 and one["lo"] is None and one["hi"] is None
+    with pytest.raises(ValueError, match="one value per seed"):
+        paired_stats([1.0, 2.0], [1.0])
+
+
+def test_stats_pair_each_cell_with_the_exact_run_of_its_seed() -> None:
+    runs = [{"workload": "w", "bound": b, "seed": s, "final_accuracy": acc, "final_loss": loss,
+             "zero_filled_fraction": zf, "replicas_identical": True}
+            for (b, s, acc, loss, zf) in [(0.0, 1, 0.80, 0.5, 0.0), (0.0, 2, 0.70, 0.6, 0.0),
+                                          (0.05, 1, 0.78, 0.55, 0.03), (0.05, 2, 0.69, 0.62, 0.02)]]
+    doc = {"workloads": {"w": {}}, "bounds": [0.05], "runs": runs, "workers": 2, "seeds": [1, 2],
+           "metadata": {"git_commit": "abc", "git_dirty": False}}
+    st = study_stats(doc)["w"]
+    assert st["exact"]["accuracy_diff_points"]["mean"] == 0.0
+    lossy = st["p=0.05"]
+    assert lossy["accuracy_diff_points"]["mean"] == pytest.approx(-1.5)  # (-2 + -1) / 2 points
+    assert lossy["loss_diff"]["mean"] == pytest.approx(0.035)
+    assert lossy["zero_filled_mean"] == pytest.approx(0.025)
+    doc["stats"] = {"w": st}
+    md = report_markdown(doc)
+    assert "| w | p=0.05 | 2.50% | 73.50% | -1.50 [" in md and "identical" in md
+
+
+@pytest.mark.slow
+def test_a_small_study_on_the_real_stack(tmp_path) -> None:
+    work = {"mlp": dict(model="mlp", dataset="synthetic-cifar", test_size=1000, hidden=64, lr=0.05, steps=12)}
+    lines: list[str] = []
+    doc = run_study(work, (0.05,), [1], workers=2, out=tmp_path, console=lines.append)
+    assert len(doc["runs"]) == 2 and len(lines) == 2, lines
+    exact, lossy = sorted(doc["runs"], key=lambda r: r["bound"])
+    assert exact["zero_filled_fraction"] == 0.0
+    assert 0.0 < lossy["zero_filled_fraction"] <= 0.05 and lossy["zero_filled_step_max"] <= 0.05, lossy
+    assert exact["replicas_identical"] is True and lossy["replicas_identical"] is True
+    assert exact["steps"] == lossy["steps"] == 12
+    saved = json.loads((tmp_path / "accuracy.json").read_text())
+    assert saved["stats"]["mlp"]["p=0.05"]["runs"] == 1
+    assert "| mlp | p=0.05 |" in (tmp_path / "accuracy-report.md").read_text()
