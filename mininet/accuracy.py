@@ -19,11 +19,14 @@ datasets' test sets are large (20 000 samples: one sample is 0.005 points), and 
 replicas ended identical bit for bit (``replicas_identical``). Cells run interleaved (seed-major), so drifts of the
 machine spread over all of them.
 
-Workloads (:data:`WORKLOADS`): the MLP on the synthetic CIFAR-like images and the transformer on the generated
-text, with the hyper-parameters of ``examples/testbed/workloads.yaml``. The CNN is not in the study: its whole
-gradient (one DDP bucket of under 64 KiB) takes the all-reduce that is always exact (recursive doubling below
-``Collectives.SMALL_ALLREDUCE_BYTES``), so a loss bound never applies to it; the study checks that claim for any
-workload it is given (``zero_filled_fraction`` is reported per cell).
+Workloads (:data:`WORKLOADS`): the MLP and the CNN on the synthetic CIFAR-like images and the transformer on the
+generated text; the CNN's and the transformer's hyper-parameters are those of ``examples/testbed/workloads.yaml``,
+the MLP's a smaller learning rate and larger batch than the testbed's demo (0.01, 64 per worker), with which its
+training converges within the run: at the demo's 0.05 and 32 the MLP's test accuracy after 300 steps moved by
+10 points between runs that differed in one dropped packet, so no number of seeds could bound the difference.
+
+Only accuracy is measured here: the wall times are not the transport's (the dropping socket wrapper sends from
+Python, without the C send lane, so lossy runs are slower than exact ones here, not on a switch).
 
 Output in ``--out`` (default ``results/evaluation``): ``accuracy.json`` (every run's summary, the statistics,
 version metadata) and ``accuracy-report.md`` (the table). ``--quick``: 2 seeds, fewer steps (a smoke test).
@@ -53,10 +56,11 @@ __all__ = ["WORKLOADS", "BOUNDS", "run_local", "paired_stats", "run_study", "rep
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: name -> the run spec's settings (examples/testbed/workloads.yaml's hyper-parameters, no emulated compute: only
-#: accuracy is measured here)
+#: name -> the run spec's settings (see the module's docstring; no emulated compute: only accuracy is measured here)
 WORKLOADS: dict[str, dict[str, Any]] = {
-    "mlp": dict(model="mlp", dataset="synthetic-cifar", test_size=20000, hidden=256, lr=0.05, steps=300),
+    "mlp": dict(model="mlp", dataset="synthetic-cifar", test_size=20000, hidden=256, lr=0.01, batch_size=64,
+                steps=300),
+    "cnn": dict(model="cnn", dataset="synthetic-cifar", test_size=20000, hidden=64, lr=0.02, steps=300),
     "transformer": dict(model="transformer", dataset="text", test_size=20000, hidden=64, optimizer="adam", lr=0.003,
                         steps=300),
 }
