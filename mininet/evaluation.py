@@ -14,7 +14,9 @@ The goals sweep (``examples/testbed/goals.yaml``) pairs a baseline cell with a m
 interval ends" when even the baseline's lowest value over the method's highest is. The workloads sweep
 (``examples/testbed/workloads.yaml``) has ``<workload>-ddp`` and ``<workload>-dear`` cells. A pressure regime's
 sweep (``--pressure``, repeatable; ``examples/testbed/pressure/``) has ``gloo-fair``, ``dlcp`` and ``dlcp-no-loss``
-cells and gets its tails table and the issue-45 goals (:data:`P99_GOAL`, :data:`TTA_GOAL`).
+cells and gets its tails table and the issue-45 goals (:data:`P99_GOAL`, :data:`TTA_GOAL`). The accuracy study
+(``--accuracy``, ``python -m testbed.accuracy``) gets its table and a verdict per workload and loss bound
+(:func:`accuracy_verdict`).
 """
 
 from __future__ import annotations
@@ -388,10 +390,64 @@ def pressure_section(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+#: half-width, in accuracy points, within which issue 45 asks the difference to lossless training to be known
+ACCURACY_RESOLUTION = 0.5
+
+
+def accuracy_verdict(st: dict[str, Any]) -> str:
+    """What a cell's paired accuracy difference to exact training says (its 95% interval, in points):
+    unchanged (the interval inside +-ACCURACY_RESOLUTION), lower or higher (it excludes 0), or not resolved."""
+    d = st["accuracy_diff_points"]
+    if d["lo"] is None:
+        return "not resolved (one seed)"
+    r = ACCURACY_RESOLUTION
+    if -r <= d["lo"] and d["hi"] <= r:
+        return f"unchanged within +-{r:g} points"
+    if d["hi"] < 0:
+        return f"**lower** by {-d['mean']:.2f} points"
+    if d["lo"] > 0:
+        return f"higher by {d['mean']:.2f} points"
+    return f"not resolved: the interval is wider than +-{r:g} points and contains 0"
+
+
+def accuracy_section(doc: dict[str, Any]) -> list[str]:
+    """The accuracy study (``python -m testbed.accuracy``): its table and, per workload, a verdict per bound and
+    the smallest bound at which accuracy is lower."""
+    from .accuracy import report_markdown
+
+    table = report_markdown(doc).splitlines()
+    body = [ln for ln in table[2:]]  # (the report's own title replaced by this section's)
+    out = ["## Accuracy under bounded loss: every eligible packet dropped, paired over seeds", "",
+           f"{len(doc['seeds'])} seeds per cell, {doc['workers']} workers; each lossy run against the exact run of "
+           "the same seed (same initial model, shards and batches), the worst case each bound allows (every "
+           "drop-eligible packet dropped as it is sent). Produced by `python -m testbed.accuracy` "
+           "(mininet/accuracy.py says how and why; test sets of 20,000 samples, no stop at a target accuracy).", ""]
+    out += body
+    out += ["", "Generated verdicts (95% interval of the paired difference in test accuracy):", ""]
+    for wname, per in doc["stats"].items():
+        first_lower = None
+        for cname, st in per.items():
+            if st["bound"] == 0:
+                continue
+            v = accuracy_verdict(st)
+            out.append(f"- {wname} at {cname} ({100 * st['zero_filled_mean']:.2f}% zero-filled): {v}.")
+            if first_lower is None and v.startswith("**lower**"):
+                first_lower = cname
+        tested = ", ".join(c for c, st in per.items() if st["bound"])
+        out.append(f"- {wname}: " + (f"accuracy first drops at {first_lower}." if first_lower else
+                                     f"no bound tested ({tested}) lowered accuracy by a resolved amount."))
+    if not all(st["replicas_identical"] for per in doc["stats"].values() for st in per.values()):
+        out.append("- **replicas differed** in at least one run (see the table).")
+    else:
+        out.append("- every run's replicas ended identical bit for bit.")
+    out.append("")
+    return out
+
+
 def render(demo: dict[str, Any] | None, ablation: dict[str, Any] | None, sources: dict[str, str],
            rates: dict[str, Any] | None = None, goals: dict[str, Any] | list[dict[str, Any]] | None = None,
            workloads: dict[str, Any] | None = None, ablation_load: dict[str, Any] | None = None,
-           pressure: list[dict[str, Any]] | None = None) -> str:
+           pressure: list[dict[str, Any]] | None = None, accuracy: dict[str, Any] | None = None) -> str:
     """The whole document. ``sources``: what each section was made from, for the header (a mapping, or (key,
     path) pairs when a key repeats); ``goals`` may be several sweeps of the goals spec, each shown in turn."""
     pairs = list(sources.items()) if isinstance(sources, dict) else list(sources)
@@ -467,6 +523,8 @@ def render(demo: dict[str, Any] | None, ablation: dict[str, Any] | None, sources
         out += workloads_section(workloads)
     for doc in pressure or []:
         out += pressure_section(doc)
+    if accuracy:
+        out += accuracy_section(accuracy)
     worse, section = [], ""
     for line in out:
         if line.startswith("## "):
@@ -509,8 +567,9 @@ def main(argv: list[str] | None = None) -> int:
                                             "several background loads)")
     ap.add_argument("--pressure", action="append", help="sweep.json of a pressure regime's sweep "
                                                         "(examples/testbed/pressure/); repeat for several")
+    ap.add_argument("--accuracy", help="accuracy.json of `python -m testbed.accuracy`")
     args = ap.parse_args(argv)
-    names = ("demo", "ablation", "ablation_load", "rates", "goals", "workloads", "pressure")
+    names = ("demo", "ablation", "ablation_load", "rates", "goals", "workloads", "pressure", "accuracy")
     if not any(getattr(args, n) for n in names):
         ap.error("give at least one of --demo, --ablation, --ablation-load, --rates, --goals, --workloads")
     load = lambda p: json.loads(Path(p).read_text()) if p else None  # noqa: E731
@@ -519,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
                for v in ((getattr(args, n) or []) if n in ("goals", "pressure") else [getattr(args, n)]) if v]
     sys.stdout.write(render(load(args.demo), load(args.ablation), sources, load(args.rates),
                             [load(g) for g in args.goals or []], load(args.workloads), load(args.ablation_load),
-                            [load(g) for g in args.pressure or []]))
+                            [load(g) for g in args.pressure or []], load(args.accuracy)))
     return 0
 
 

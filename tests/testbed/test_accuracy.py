@@ -58,3 +58,24 @@ def test_a_small_study_on_the_real_stack(tmp_path) -> None:
     saved = json.loads((tmp_path / "accuracy.json").read_text())
     assert saved["stats"]["mlp"]["p=0.05"]["runs"] == 1
     assert "| mlp | p=0.05 |" in (tmp_path / "accuracy-report.md").read_text()
+
+
+def test_evaluation_renders_the_study_with_a_verdict_per_bound() -> None:
+    from testbed.evaluation import accuracy_section, accuracy_verdict
+
+    def cell(bound, lo, hi, mean, zf=0.01):
+        return {"bound": bound, "runs": 8, "accuracy_mean": 0.9, "zero_filled_mean": zf, "replicas_identical": True,
+                "accuracy_diff_points": {"n": 8, "mean": mean, "lo": lo, "hi": hi, "sd": 0.1},
+                "loss_diff": {"n": 8, "mean": 0.0, "lo": -0.01, "hi": 0.01, "sd": 0.01}}
+
+    assert accuracy_verdict(cell(0.01, -0.3, 0.4, 0.05)) == "unchanged within +-0.5 points"
+    assert accuracy_verdict(cell(0.2, -3.0, -1.0, -2.0)) == "**lower** by 2.00 points"
+    assert accuracy_verdict(cell(0.05, -0.9, 0.2, -0.3)).startswith("not resolved")
+    doc = {"workers": 2, "seeds": list(range(1, 9)), "bounds": [0.01, 0.2],
+           "metadata": {"git_commit": "abc", "started": "t", "load_start": [1], "load_end": [1]},
+           "stats": {"mlp": {"exact": cell(0.0, 0.0, 0.0, 0.0, 0.0), "p=0.01": cell(0.01, -0.3, 0.4, 0.05),
+                             "p=0.2": cell(0.2, -3.0, -1.0, -2.0)}}}
+    text = "\n".join(accuracy_section(doc))
+    assert "- mlp at p=0.01 (1.00% zero-filled): unchanged within +-0.5 points." in text
+    assert "- mlp: accuracy first drops at p=0.2." in text
+    assert "| mlp | p=0.2 |" in text and "every run's replicas ended identical" in text
