@@ -221,6 +221,40 @@ def cpu_seconds(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def flood_through(net, d, ndst: int):
+    """One flood from h1 to h2 of ``net`` (a ``switchd.Net``; to ``ndst`` addresses in turn), counted by h2's sink;
+    with a switch process ``d`` (``switchd.Daemon`` or ``tests.bmv2.twin.Bmv2``: ``proc`` and ``log()``), its CPU
+    time per received packet."""
+    from switchd import wait_ready
+
+    def run():
+        sink = net.tool(2, "sink", 5000, 1.0)
+        wait_ready(sink)
+        cpu0 = cpu_seconds(d.proc.pid) if d is not None else 0.0
+        if ndst == 1:
+            flood = net.tool(1, "flood", net.ip(2), 5000, FLOOD_SECONDS, PAYLOAD)
+        else:
+            flood = net.tool(1, "flood", "10.128.0.0", 5000, FLOOD_SECONDS, PAYLOAD, ndst, 256)
+        sent = json.loads(flood.communicate(timeout=60)[0])["sent"]
+        got = json.loads(sink.communicate(timeout=60)[0])
+        if not got["n"]:
+            raise RuntimeError("nothing crossed" + (f" the switch:\n{d.log()}" if d else " the kernel router"))
+        m = {"pps": got["n"] / got["t"] if got["t"] else 0.0, "received": got["n"], "sent": sent}
+        if d is not None:
+            m["daemon_cpu_us_per_packet"] = (cpu_seconds(d.proc.pid) - cpu0) / got["n"] * 1e6
+        return m
+    return run
+
+
+def cpu_per_packet(case: dict) -> None:
+    """Keep the medians of the switches' CPU time per packet with the case (results/ keeps one metric per
+    repetition)."""
+    for role, runs in case["repetitions"].items():
+        us = [r["daemon_cpu_us_per_packet"] for r in runs if "daemon_cpu_us_per_packet" in r]
+        if us:
+            case["params"][f"daemon_cpu_us_per_packet_{role}"] = statistics.median(us)
+
+
 def daemon_case(rep) -> None:
     """The daemon between two namespaces against the kernel forwarding the same traffic, the daemon's batched
     port I/O against per-frame socket calls, and 10,000 routes against 10 (see the module docstring)."""
@@ -230,7 +264,7 @@ def daemon_case(rep) -> None:
     sys.path.insert(0, str(ROOT / "tests/switch"))
     import finsy as fy
     from finsy import P4TableAction, P4TableEntry, P4TableMatch
-    from switchd import ROUTER_MAC, Daemon, Net, p4info_file, sh, wait_ready
+    from switchd import ROUTER_MAC, Daemon, Net, p4info_file, sh
 
     def program(d: Daemon, net: Net, info: Path, routes: list[tuple[str, int]]) -> None:
         async def push():
@@ -246,27 +280,6 @@ def daemon_case(rep) -> None:
                     await sw.insert(entries[i:i + 1000])
         asyncio.run(asyncio.wait_for(push(), 300))
 
-    def flood_through(net: Net, d: Daemon | None, ndst: int):
-        """One flood from h1 to h2 (to ``ndst`` addresses in turn), counted by h2's sink; with a daemon, its CPU
-        time per received packet."""
-        def run():
-            sink = net.tool(2, "sink", 5000, 1.0)
-            wait_ready(sink)
-            cpu0 = cpu_seconds(d.proc.pid) if d is not None else 0.0
-            if ndst == 1:
-                flood = net.tool(1, "flood", net.ip(2), 5000, FLOOD_SECONDS, PAYLOAD)
-            else:
-                flood = net.tool(1, "flood", "10.128.0.0", 5000, FLOOD_SECONDS, PAYLOAD, ndst, 256)
-            sent = json.loads(flood.communicate(timeout=60)[0])["sent"]
-            got = json.loads(sink.communicate(timeout=60)[0])
-            if not got["n"]:
-                raise RuntimeError("nothing crossed" + (f" the daemon:\n{d.log()}" if d else " the kernel router"))
-            m = {"pps": got["n"] / got["t"] if got["t"] else 0.0, "received": got["n"], "sent": sent}
-            if d is not None:
-                m["daemon_cpu_us_per_packet"] = (cpu_seconds(d.proc.pid) - cpu0) / got["n"] * 1e6
-            return m
-        return run
-
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         info = p4info_file(Path(PROGRAM), tmp)
@@ -281,14 +294,6 @@ def daemon_case(rep) -> None:
             program(d, net, info, scale_routes(routes))
         common = {"program": "tests/switch/programs/l3_router.p4", "flood_seconds": FLOOD_SECONDS,
                   "frame_bytes": PAYLOAD + 42, "sender": "netns_tool.py flood (Python, one core)"}
-        def cpu_per_packet(case: dict) -> None:
-            """Keep the medians of the daemons' CPU time per packet with the case (results/ keeps one metric
-            per repetition)."""
-            for role, runs in case["repetitions"].items():
-                us = [r["daemon_cpu_us_per_packet"] for r in runs if "daemon_cpu_us_per_packet" in r]
-                if us:
-                    case["params"][f"daemon_cpu_us_per_packet_{role}"] = statistics.median(us)
-
         cpu_per_packet(rep.compare("daemon vs kernel forwarding, 1 destination", candidate=flood_through(nets["batched"],
                     daemons["batched"], 1), baseline=flood_through(kernel, None, 1), metric="pps",
                     higher_is_better=True, repetitions=3, warmup=1, candidate_name="dlcp-switch daemon",
@@ -303,6 +308,77 @@ def daemon_case(rep) -> None:
                     metric="pps", higher_is_better=True, repetitions=3, warmup=1,
                     candidate_name=f"{SCALE_ROUTES:,} routes, {SCALE_ROUTES:,} destinations",
                     baseline_name="10 routes, 10 destinations", params=dict(common, prefix_lengths=[24, 28, 30, 32])))
+
+
+BMV2_PROGRAMS = {"l3": (PROGRAM, "tests/switch/programs/l3_router.p4"), "dlcp": (DLCP_PROGRAM, "p4src/dlcp.p4")}
+
+
+def bmv2_case(rep) -> None:
+    """dlcp-switch against BMv2 ``simple_switch_grpc`` (p4c-bm2-ss's JSON and P4Info) on the same program: the same
+    hosts (``switchd.Net``), the same routes written over P4Runtime by ``dlcpctl``'s library, every queue 1,024
+    packets deep (the management service; BMv2's Thrift CLI), the same flood, alternating in one run."""
+    import asyncio
+    import contextlib
+    import tempfile
+    sys.path.insert(0, str(ROOT / "tests/switch"))
+    import finsy as fy
+    from finsy import P4TableAction, P4TableEntry, P4TableMatch
+    from switchd import ROUTER_MAC, Daemon, Net
+
+    from controller.client import SwitchClient, load_p4info_program, load_program, writer_election_id
+    from controller.netfile_model import SwitchSpec
+    from controller.tm import open_tm
+    from tests.bmv2.twin import Bmv2, missing_binaries, p4c
+
+    missing = missing_binaries()
+    if missing:
+        raise SystemExit(f"switch_pps --bmv2: not on PATH: {', '.join(missing)} (source the P4 toolchain's "
+                         f"p4tools.env; docs/development.md)")
+
+    def program(spec: SwitchSpec, prog, net: Net, field: str, extra: dict) -> None:
+        async def push():
+            async with SwitchClient(spec, p4info=prog.p4info, election_id=writer_election_id(), timeout=30) as c:
+                await c.ensure_pipeline(prog)
+                entries = [P4TableEntry("ipv4_lpm", match=P4TableMatch({field: f"10.77.{i}.0/24"}),
+                                        action=P4TableAction("set_nhop", dmac=net.mac(i), smac=ROUTER_MAC, port=i,
+                                                             **{k: v(i) for k, v in extra.items()}))
+                           for i in net.hosts]
+                await c.write([fy.proto.p4r.Update(type=fy.proto.p4r.Update.INSERT, entity=e.encode(c.schema))
+                               for e in entries])
+        asyncio.run(asyncio.wait_for(push(), 120))
+        tm = open_tm(spec)
+        try:
+            for port in net.hosts:
+                tm.set_queue(port, None, depth=1024)
+        finally:
+            tm.close()
+
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        for key, (path, label) in BMV2_PROGRAMS.items():
+            dlcp = key == "dlcp"
+            include = (Path(path).parent, ROOT / "p4src/include")
+            out = p4c(Path(path), tmp / key, include)
+            field, extra = ("dst_addr", {"nhop_id": lambda i: i}) if dlcp else ("dstAddr", {})
+            qargs = ["--priority-queues", "8"] if dlcp else ["--priority-queues", "1"]
+            net_d = stack.enter_context(Net(2, tag=f"{key[0]}d"))
+            d = stack.enter_context(Daemon(*net_d.port_args(), *qargs))
+            program(SwitchSpec("dlcp-switch", d.addr), load_program(Path(path), include), net_d, field, extra)
+            net_b = stack.enter_context(Net(2, tag=f"{key[0]}b"))
+            b = Bmv2({i: net_b.ifs[i] for i in net_b.hosts}, priority_queues=8 if dlcp else 1)
+            stack.callback(b.close)
+            program(SwitchSpec("bmv2", b.addr, target="bmv2", thrift_port=b.thrift_port),
+                    load_p4info_program(out.p4info, out.json), net_b, field, extra)
+            version = subprocess.run(["simple_switch_grpc", "--version"], capture_output=True,
+                                     text=True).stdout.strip()
+            cpu_per_packet(rep.compare(
+                f"{label}: dlcp-switch vs BMv2", candidate=flood_through(net_d, d, 1),
+                baseline=flood_through(net_b, b, 1), metric="pps", higher_is_better=True, repetitions=5, warmup=1,
+                candidate_name="dlcp-switch daemon", baseline_name=f"BMv2 simple_switch_grpc {version}",
+                params={"program": label, "flood_seconds": FLOOD_SECONDS, "frame_bytes": PAYLOAD + 42,
+                        "queue_depth": 1024, "priority_queues": 8 if dlcp else 1,
+                        "sender": "netns_tool.py flood (Python, one core)",
+                        "p4c": "p4c-bm2-ss (BMv2 JSON, P4Info)"}))
 
 
 CASES = {
@@ -379,6 +455,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--daemon", action="store_true", help="only the daemon case")
     ap.add_argument("--no-daemon", action="store_true", help="skip the daemon case (it needs root)")
+    ap.add_argument("--bmv2", action="store_true",
+                    help="only dlcp-switch against BMv2 simple_switch_grpc (root; the P4 toolchain on PATH)")
     ap.add_argument("--profile", action="store_true", help="only print a profile of each program (no report)")
     ap.add_argument("--against", type=Path, metavar="DIR",
                     help="compare this tree's switch package with the one in DIR (CPU time, in-process cases)")
@@ -389,6 +467,14 @@ def main() -> None:
         return
     if a.profile:
         profile()
+        return
+    if a.bmv2:
+        if os.geteuid() != 0:
+            raise SystemExit("switch_pps --bmv2 creates network namespaces and needs root")
+        rep = Report("switch_pps_bmv2", params={"metric": "pps: UDP datagrams per second received through the "
+                                                          "switch (wall clock)", "routes": 2})
+        bmv2_case(rep)
+        rep.write()
         return
     if a.against:
         rep = Report("switch_pps_against", params={"other": str(a.against), "packets": N})
