@@ -23,7 +23,8 @@ Bursts leave through ``transmit.Transmitter``; a burst the full send buffer refu
 :meth:`Sender.unsend`. Everything here runs under the endpoint's lock, which the sender shares.
 
 Promises: a send's handle is finished exactly once (:meth:`Sender.finish`); ``PeerState.inflight`` is the payload
-bytes of its packets in flight; the window cannot wedge: a NACKed packet is queued within :func:`nack_gap` (or at
+bytes of its packets in flight, drop-eligible packets sent for the first time not counted (they never hold the
+window: ``OutTransfer.n_elig``); the window cannot wedge: a NACKed packet is queued within :func:`nack_gap` (or at
 the next timeout) and sent before any new data, and a window full of lost packets times out an RTO after the last
 progress (``tests/host/test_loss_recovery.py``); an ACK never counts a packet that was not sent;
 :func:`on_cum_ack` leaves exactly the state :func:`on_ack` leaves for the ACKs it takes
@@ -97,6 +98,12 @@ class OutTransfer:
         self.anc = tuple([(socket.IPPROTO_IP, socket.IP_TOS, bytes([t]))] for t in self.tos)
         # per-seq flags: rows of one allocation (each numpy call costs 5-20 us on the cold cache a send starts on)
         self.acked, self.inflight, self.queued, self.retx = np.zeros((4, n), bool)
+        # drop-eligible packets are the seqs below this (chunking's seq order: eligible positions first). They are
+        # never counted in flight: they do not hold the window (pacing alone spaces them), so a run of them dropped
+        # (a congested switch drops exactly those, every one of them at worst) cannot leave a window full of
+        # packets that no ACK will free. Only a NACK (a receiver whose own bound is tighter) puts one in flight,
+        # as a retransmission.
+        self.n_elig = int(np.count_nonzero(plan.eligible))
         self.sent_order = np.full(n, -1, np.int64)
         self.sent_time = np.zeros(n, np.float64)
         self.retxq: deque[int] = deque()
@@ -549,9 +556,10 @@ class Sender:
                     o.sent_order[s0:s1] = np.arange(o.order, o.order + m)
                     o.order += m
                     o.sent_time[s0:s1] = now
-                    o.inflight[s0:s1] = True  # (never sent, so none was in flight)
+                    e = min(max(s0, o.n_elig), s1)  # s0..e-1 are drop-eligible: not in flight (see n_elig)
+                    o.inflight[e:s1] = True  # (never sent, so none was in flight)
                     nbytes = cum[s1] - cum[s0]
-                    p.inflight += nbytes
+                    p.inflight += cum[s1] - cum[e]
                     o.pkts_sent += m
                     seqs = list(range(s0, s1))
                     pace(p, nbytes, now)
@@ -566,8 +574,9 @@ class Sender:
             o.sent_time[arr] = now
             if nretx:
                 o.retx[arr[:nretx]] = True
-            newly = arr[~o.inflight[arr]]
-            o.inflight[arr] = True
+            track = arr[(arr >= o.n_elig) | o.retx[arr]] if o.n_elig else arr  # (new eligible ones: see n_elig)
+            newly = track[~o.inflight[track]]
+            o.inflight[track] = True
             p.inflight += int(o.plan.lengths[newly].sum())
             o.pkts_sent += len(seqs)
             o.retransmissions += nretx

@@ -209,3 +209,27 @@ def test_regime_loss_too_heavy_to_finish_fails_with_the_peer_timeout():
     want = (r"transfer \d from rank 0: peer rank 0 at 127\.0\.0\.1 sent nothing for 1\.\d+s \(peer_timeout 1\.0s\) "
             r"with \d+/200 packets received")
     assert errs and all(re.fullmatch(want, e) for e in errs), errs
+
+
+@pytest.mark.parametrize("bound", [0.05, 0.2, 0.4])
+def test_every_eligible_packet_dropped_never_holds_the_window(bound):
+    """A lossy transfer whose drop-eligible packets are all dropped (a congested switch's worst case under the
+    bound): they go first (chunking's seq order) and nothing answers them. Counted in flight, they filled the
+    window (32 packets initially) with packets no ACK would free: one RTO per window, backed off each time, and a
+    20% bound of 1000 packets ran into the peer timeout (the accuracy study's failure, testbed.accuracy). They never
+    hold the window now: no timeout fires, the transfer ends within a few round trips of its lossless time, and
+    exactly the eligible packets are zero-filled, within the bound."""
+    t = transfer(1, 1000, loss_bound=bound, seed=5)
+
+    def loss(now, kind, info):
+        return kind == "data" and t.o is not None and info[1] < t.o.n_elig and not info[2]
+
+    sim = SimLink([t], loss, delay=0.005)
+    sim.run(20.0)
+    sim.check_results()
+    assert t.o.n_elig >= 0.8 * bound * 1000, t.o.n_elig  # (most of the budget is eligible packets)
+    assert sim.sc.c["rto_timeouts"] == 0
+    lossless = SimLink([transfer(1, 1000, seed=5)], lambda now, kind, info: False, delay=0.005)
+    lossless.run(20.0)
+    assert t.done_at < lossless.transfers[0].done_at + 0.05, (t.done_at, lossless.transfers[0].done_at)
+    assert sim.sc.c["retransmissions"] == 0
