@@ -30,6 +30,7 @@ Python, without the C send lane, so lossy runs are slower than exact ones here, 
 
 Output in ``--out`` (default ``results/evaluation``): ``accuracy.json`` (every run's summary, the statistics,
 version metadata) and ``accuracy-report.md`` (the table). ``--quick``: 2 seeds, fewer steps (a smoke test).
+``--merge A.json B.json ...``: one document from studies of other workloads run separately (in parallel).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ from .spec import RunSpec
 from .sweep import metadata
 from .worker import spec_to_json
 
-__all__ = ["WORKLOADS", "BOUNDS", "run_local", "paired_stats", "run_study", "report_markdown", "main"]
+__all__ = ["WORKLOADS", "BOUNDS", "run_local", "paired_stats", "run_study", "merge_studies", "study_stats",
+           "report_markdown", "main"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -173,6 +175,30 @@ def run_study(workloads: dict[str, dict[str, Any]], bounds: tuple[float, ...], s
     return doc
 
 
+def merge_studies(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One document from studies of different workloads run separately (at the same time, on the same seeds and
+    worker count): their runs together, the bounds' union, each part's metadata kept (``parts``), the statistics
+    recomputed. Raises ValueError when they cannot be one study (other seeds or workers, a workload twice)."""
+    if not docs:
+        raise ValueError("nothing to merge")
+    first = docs[0]
+    for d in docs[1:]:
+        if d["seeds"] != first["seeds"] or d["workers"] != first["workers"]:
+            raise ValueError(f"studies with other seeds or worker counts cannot be merged: {d['seeds']} x "
+                             f"{d['workers']} workers against {first['seeds']} x {first['workers']}")
+    names = [w for d in docs for w in d["workloads"]]
+    if len(set(names)) != len(names):
+        raise ValueError(f"a workload is in two of the studies: {names}")
+    out = {**{k: v for k, v in first.items() if k not in ("stats", "runs", "workloads", "bounds", "metadata")},
+           "workloads": {w: s for d in docs for w, s in d["workloads"].items()},
+           "bounds": sorted({b for d in docs for b in d["bounds"]}),
+           "runs": [r for d in docs for r in d["runs"]],
+           "metadata": first["metadata"], "parts": [{"workloads": list(d["workloads"]), "bounds": d["bounds"],
+                                                     "metadata": d["metadata"]} for d in docs]}
+    out["stats"] = study_stats(out)
+    return out
+
+
 def study_stats(doc: dict[str, Any]) -> dict[str, Any]:
     """Per workload and bound: the mean accuracy, the zero-filled fraction, and the paired differences to the
     exact runs of the same seeds (accuracy in points, final loss); whether every run's replicas were identical."""
@@ -236,7 +262,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="override every workload's steps")
     ap.add_argument("--quick", action="store_true", help="2 seeds, 40 steps, bounds 0.05 (a smoke test)")
     ap.add_argument("--out", default=str(ROOT / "results" / "evaluation"))
+    ap.add_argument("--merge", nargs="+", metavar="ACCURACY_JSON",
+                    help="instead of running: merge studies of other workloads run separately into one")
     a = ap.parse_args(argv)
+    if a.merge:
+        try:
+            doc = merge_studies([json.loads(Path(p).read_text()) for p in a.merge])
+        except (OSError, ValueError, KeyError) as e:
+            ap.error(f"--merge: {e}")
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "accuracy.json").write_text(json.dumps(doc, indent=1))
+        (out / "accuracy-report.md").write_text(report_markdown(doc))
+        return 0
     names = [w for w in a.workloads.split(",") if w]
     unknown = [w for w in names if w not in WORKLOADS]
     if unknown:

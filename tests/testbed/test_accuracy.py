@@ -79,3 +79,23 @@ def test_evaluation_renders_the_study_with_a_verdict_per_bound() -> None:
     assert "- mlp at p=0.01 (1.00% zero-filled): unchanged within +-0.5 points." in text
     assert "- mlp: accuracy first drops at p=0.2." in text
     assert "| mlp | p=0.2 |" in text and "every run's replicas ended identical" in text
+
+
+def test_studies_of_other_workloads_merge_into_one() -> None:
+    from testbed.accuracy import merge_studies
+
+    def study(w, bounds, seeds=(1, 2)):
+        runs = [{"workload": w, "bound": b, "seed": s, "final_accuracy": 0.9 - b, "final_loss": 0.1 + b,
+                 "zero_filled_fraction": b / 2, "replicas_identical": True} for s in seeds for b in (0.0, *bounds)]
+        return {"name": "accuracy", "workers": 2, "seeds": list(seeds), "bounds": list(bounds),
+                "workloads": {w: {}}, "metadata": {"git_commit": w}, "runs": runs}
+
+    doc = merge_studies([study("mlp", [0.01, 0.2]), study("cnn", [0.05])])
+    assert doc["bounds"] == [0.01, 0.05, 0.2] and list(doc["workloads"]) == ["mlp", "cnn"]
+    assert set(doc["stats"]["mlp"]) == {"exact", "p=0.01", "p=0.2"} and set(doc["stats"]["cnn"]) == {"exact", "p=0.05"}
+    assert doc["stats"]["cnn"]["p=0.05"]["accuracy_diff_points"]["mean"] == pytest.approx(-5.0)
+    assert [p["metadata"]["git_commit"] for p in doc["parts"]] == ["mlp", "cnn"]
+    with pytest.raises(ValueError, match="other seeds"):
+        merge_studies([study("mlp", [0.01]), study("cnn", [0.05], seeds=(1, 2, 3))])
+    with pytest.raises(ValueError, match="in two of the studies"):
+        merge_studies([study("mlp", [0.01]), study("mlp", [0.05])])
