@@ -72,8 +72,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "machine": {"hostname": platform.node(), "python": platform.python_version(), "commit": commit,
                     "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "p4c": _version("p4c-bm2-ss"), "bmv2": _version("simple_switch_grpc")},
-        "groups": {g: {"cases": t.cases, "differences": len(t.differences), "details": t.differences}
-                   for g, t in sorted(TALLIES.items())},
+        "groups": {g: {"cases": t.cases, "differences": len(t.differences), "details": t.differences,
+                       **({"notes": t.notes} if t.notes else {})} for g, t in sorted(TALLIES.items())},
         "total": {"cases": sum(t.cases for t in TALLIES.values()),
                   "differences": sum(len(t.differences) for t in TALLIES.values())},
         "exit_status": int(exitstatus),
