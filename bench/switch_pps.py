@@ -325,10 +325,11 @@ def bmv2_case(rep) -> None:
     from finsy import P4TableAction, P4TableEntry, P4TableMatch
     from switchd import ROUTER_MAC, Daemon, Net
 
+    from controller.bmv2 import compile_p4c
     from controller.client import SwitchClient, load_p4info_program, load_program, writer_election_id
     from controller.netfile_model import SwitchSpec
     from controller.tm import open_tm
-    from tests.bmv2.twin import Bmv2, missing_binaries, p4c
+    from tests.bmv2.twin import Bmv2, missing_binaries
 
     missing = missing_binaries()
     if missing:
@@ -358,7 +359,7 @@ def bmv2_case(rep) -> None:
         for key, (path, label) in BMV2_PROGRAMS.items():
             dlcp = key == "dlcp"
             include = (Path(path).parent, ROOT / "p4src/include")
-            out = p4c(Path(path), tmp / key, include)
+            out = compile_p4c(Path(path), tmp / key, include)
             field, extra = ("dst_addr", {"nhop_id": lambda i: i}) if dlcp else ("dstAddr", {})
             qargs = ["--priority-queues", "8"] if dlcp else ["--priority-queues", "1"]
             net_d = stack.enter_context(Net(2, tag=f"{key[0]}d"))

@@ -17,10 +17,13 @@ import os
 import re
 import shutil
 import subprocess
+from dataclasses import dataclass
+from pathlib import Path
 
 from .errors import TrafficManagerError
 
-__all__ = ["BMV2_CLI", "Bmv2CliError", "cli_available", "run_cli", "register_read", "register_write"]
+__all__ = ["BMV2_CLI", "Bmv2CliError", "cli_available", "run_cli", "register_read", "register_write", "P4cRefused",
+           "P4cOutput", "compile_p4c"]
 
 BMV2_CLI = "simple_switch_CLI"
 
@@ -83,3 +86,31 @@ def register_write(thrift_port: int, writes: list[tuple[str, int, int]]) -> None
     """Write ``(register, index, value)`` cells, all in one CLI session."""
     if writes:
         run_cli(thrift_port, [f"register_write {name} {index} {value}" for name, index, value in writes])
+
+
+class P4cRefused(Exception):
+    """p4c-bm2-ss refused the program (or is not installed); the message is its diagnostics."""
+
+
+@dataclass(frozen=True)
+class P4cOutput:
+    """What a ``target: bmv2`` switch is given: the BMv2 JSON (its device config) and p4c's P4Info."""
+
+    json: Path
+    p4info: Path
+
+
+def compile_p4c(program: Path, out_dir: Path, include_dirs: tuple[Path, ...] = ()) -> P4cOutput:
+    """``p4c-bm2-ss`` on ``program``: ``<stem>.json`` and ``<stem>.p4info.txtpb`` (``--p4runtime-files``) in
+    ``out_dir``."""
+    if shutil.which("p4c-bm2-ss") is None:
+        raise P4cRefused("p4c-bm2-ss is not on PATH: a BMv2 switch runs p4c's output (build p4c from p4lang's "
+                         "sources, docs/development.md)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    js, info = out_dir / f"{program.stem}.json", out_dir / f"{program.stem}.p4info.txtpb"
+    cmd = ["p4c-bm2-ss", *[f"-I{d}" for d in include_dirs], "--p4runtime-files", str(info), "-o", str(js),
+           str(program)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise P4cRefused(f"p4c-bm2-ss refused {program.name}:\n{done.stderr.strip()[-3000:]}")
+    return P4cOutput(js, info)

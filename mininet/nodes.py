@@ -155,7 +155,9 @@ class Bmv2Switch(_P4Switch):
                 f"switch {name}: BMv2's {self.binary} is not on PATH (install behavioral-model from p4lang, or use "
                 f"`switch: embedded` in the run spec for dlcp's own target)")
         super().__init__(name, **params)
-        self.thrift_port = 9090 + self.device_id
+        from .netfile import BMV2_THRIFT_BASE
+
+        self.thrift_port = BMV2_THRIFT_BASE + self.device_id  # what the network file names
 
     def command(self) -> list[str]:
         cmd = [self.binary, "--device-id", str(self.device_id), "--thrift-port", str(self.thrift_port),

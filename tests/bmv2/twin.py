@@ -1,7 +1,7 @@
 """BMv2 and dlcp-switch side by side, for the differential tests of ``make test-bmv2`` (docs/switch-target.md,
 "Against BMv2").
 
-* :func:`p4c` compiles a program with ``p4c-bm2-ss`` (BMv2 JSON and, with ``--p4runtime-files``, p4c's P4Info).
+* :func:`controller.bmv2.compile_p4c` compiles a program with ``p4c-bm2-ss`` (BMv2 JSON, p4c's P4Info).
 * :class:`Bmv2` is one ``simple_switch_grpc`` process (no program: the controller pushes it), on the command line
   convention the testbed's ``Bmv2Switch`` uses.
 * :class:`Twin` is both switches, each on its own veth pairs in the root namespace (IPv6 off, offloads off), with
@@ -32,6 +32,7 @@ from finsy.proto import p4r
 from google.protobuf import text_format
 
 from controller import bmv2 as bmv2_cli
+from controller.bmv2 import P4cOutput, compile_p4c as p4c
 from controller.client import Program, SwitchClient, load_p4info_program, load_program, writer_election_id
 from controller.netfile_model import SwitchSpec
 from controller.tm import open_tm
@@ -48,28 +49,6 @@ SIDES = ("bmv2", "dlcp-switch")
 
 def missing_binaries() -> list[str]:
     return [b for b in BINARIES if shutil.which(b) is None]
-
-
-class P4cRefused(Exception):
-    """p4c-bm2-ss refused the program; the message is its diagnostics."""
-
-
-@dataclass(frozen=True)
-class P4cOutput:
-    json: Path
-    p4info: Path
-
-
-def p4c(program: Path, out_dir: Path, include_dirs: tuple[Path, ...] = ()) -> P4cOutput:
-    """``p4c-bm2-ss`` on ``program``: the BMv2 JSON and p4c's P4Info (text format) in ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    js, info = out_dir / f"{program.stem}.json", out_dir / f"{program.stem}.p4info.txtpb"
-    cmd = ["p4c-bm2-ss", *[f"-I{d}" for d in include_dirs], "--p4runtime-files", str(info), "-o", str(js),
-           str(program)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        raise P4cRefused(f"p4c-bm2-ss refused {program.name}:\n{done.stderr.strip()[-3000:]}")
-    return P4cOutput(js, info)
 
 
 def free_port() -> int:
