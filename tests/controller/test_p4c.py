@@ -2,13 +2,15 @@
 (``target: bmv2``: device config pushed as is, queues through simple_switch_CLI) and a target that serves queue
 0 first (``priority_order: low-first``). Without BMv2 on this machine, the BMv2 path runs against our switch,
 which speaks the same P4Runtime; the P4Info file is written from our front end in p4c's text format, and the
-Thrift CLI is a recording stand-in."""
+Thrift CLI, through which registers and queues go on BMv2 (its P4Runtime server has no register access), is a
+stand-in that records the commands and keeps the registers."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import stat
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -16,6 +18,7 @@ from pathlib import Path
 import finsy as fy
 import pytest
 from finsy.p4schema import P4ConfigResponseType
+from finsy.proto import p4i
 from google.protobuf import text_format
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
@@ -66,7 +69,28 @@ def test_bmv2_path_with_p4c_output_and_low_first_queues(tmp_path: Path, monkeypa
     info, config = p4c_output(tmp_path)
     log = tmp_path / "cli.txt"
     cli = tmp_path / "simple_switch_CLI"
-    cli.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'args.txt'}\ncat >> {log}\necho 'RuntimeCmd: '\n")
+    # BMv2's P4Runtime server has no register access: the controller reads and writes registers through the CLI,
+    # so the stand-in keeps the registers (sizes from the P4Info) and answers register_read as BMv2's CLI does
+    sizes = {r.preamble.name: r.size for r in text_format.Parse(info.read_text(), p4i.P4Info()).registers}
+    cli.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import json, sys
+        from pathlib import Path
+        state = Path({str(tmp_path / "registers.json")!r})
+        regs = json.loads(state.read_text()) if state.exists() else {{}}
+        with open({str(tmp_path / "args.txt")!r}, "a") as f:
+            f.write(" ".join(sys.argv[1:]) + "\\n")
+        with open({str(log)!r}, "a") as log:
+            for line in sys.stdin:
+                log.write(line)
+                cmd = line.split()
+                if cmd and cmd[0] == "register_write":
+                    regs.setdefault(cmd[1], {{}})[cmd[2]] = int(cmd[3])
+                elif cmd and cmd[0] == "register_read":
+                    cells = [regs.get(cmd[1], {{}}).get(str(i), 0) for i in range({sizes!r}[cmd[1]])]
+                    print(f"RuntimeCmd: {{cmd[1]}}= " + ", ".join(map(str, cells)))
+        state.write_text(json.dumps(regs))
+        """))
     cli.chmod(cli.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     d = start_daemon("s1", "--priority-queues", "4")
@@ -104,13 +128,14 @@ def test_bmv2_path_with_p4c_output_and_low_first_queues(tmp_path: Path, monkeypa
         # queue numbers mirrored for a target that serves queue 0 first (4 queues: q -> 3 - q)
         dscp = {e.match["dscp"]: e.action.args["prio"] for e in finsy_read(d.address, fy.P4TableEntry("dscp_priority"))}
         assert dscp == {46: 0, 8: 2}
-        regs = {e.index: e.data for e in finsy_read(d.address, fy.P4RegisterEntry("drop_threshold")) if e.data}
-        assert regs == {state.slot(1, 0): 10}
-        # BMv2's queues through its Thrift CLI: every queue of every port, file values mirrored, others default
+        # registers through BMv2's Thrift CLI, mirrored too (file queue 3 is the target's queue 0)
         cmds = log.read_text().splitlines()
+        assert [c for c in cmds if c.startswith("register_write")] == [
+            f"register_write drop_threshold {state.slot(1, 0)} 10"]
+        # BMv2's queues through its Thrift CLI: every queue of every port, file values mirrored, others default
         assert "set_queue_depth 9 2 0" in cmds and "set_queue_depth 64 2 3" in cmds
         assert len([c for c in cmds if c.startswith("set_queue_depth")]) == 2 * 4
-        assert (tmp_path / "args.txt").read_text().split() == ["--thrift-port", "9191"]
+        assert set((tmp_path / "args.txt").read_text().splitlines()) == {"--thrift-port 9191"}
         # a packet in DSCP 46 (file queue 3, the most urgent) leaves in the target's queue 0
         before = finsy_read(d.address, fy.P4CounterEntry("port_forwarded", index=state.slot(2, 0)))[0].packet_count
         pkt = bytes(Ether(dst="02:00:00:00:00:01", src="00:00:0a:00:00:01")
