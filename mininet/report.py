@@ -74,6 +74,8 @@ DEFAULT_CHANGES: list[tuple[str, str, frozenset[str]]] = [
      frozenset({"collectives", "keyed_tag", "bounded_loss"})),
     ("2026-11-27T23:00:00+0000", "a synchronous collective runs on its caller's thread (host/backend.py, _Runner)",
      frozenset({"collectives", "cpu_profile", "bounded_loss"})),
+    ("2026-11-28T01:35:00+0000", "drop-eligible packets no longer hold the sender's window "
+     "(host/transport/sender.py, OutTransfer.n_elig)", frozenset({"bounded_loss"})),
 ]
 
 
