@@ -26,5 +26,8 @@ def test_selected_without_the_toolchain_fails_naming_it(tmp_path):
     done = pytest_run("-m", "bmv2", "tests/bmv2/test_p4info.py", "-k", "dlcp", path=str(tmp_path))  # nothing there
     assert done.returncode == 1, done.stdout[-2000:]
     assert "1 error" in done.stdout or "1 failed" in done.stdout, done.stdout[-2000:]
+    assert "make test-bmv2 needs the P4 toolchain on PATH, missing: p4c-bm2-ss." in done.stdout, done.stdout[-2000:]
+    done = pytest_run("-m", "bmv2", "tests/bmv2/test_dlcp.py", "-k", "forwarding", path=str(tmp_path))
+    assert done.returncode == 1, done.stdout[-2000:]
     assert "make test-bmv2 needs the P4 toolchain on PATH, missing: p4c-bm2-ss, simple_switch_grpc, " \
            "simple_switch_CLI" in done.stdout, done.stdout[-2000:]

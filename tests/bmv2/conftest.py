@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from .twin import BINARIES, ROOT, Tally, missing_binaries
+from .twin import BINARIES, ROOT, Tally
 
 TALLIES: dict[str, Tally] = {}
 
@@ -32,15 +32,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
-@pytest.fixture(scope="session")
-def toolchain(root_required) -> dict[str, str]:
-    """The toolchain's binaries (fails, naming what is missing, when they are not on PATH)."""
-    missing = missing_binaries()
+def _require(binaries: tuple[str, ...]) -> dict[str, str]:
+    missing = [b for b in binaries if shutil.which(b) is None]
     if missing:
         pytest.fail(f"make test-bmv2 needs the P4 toolchain on PATH, missing: {', '.join(missing)}. Build it with "
                     f"build-p4-toolchain.sh (p4c and BMv2 from p4lang's sources, docs/development.md) and run "
                     f"`make test-bmv2 P4TOOLS=<its folder>` (default /work/p4tools; its p4tools.env sets PATH)")
-    return {b: shutil.which(b) or "" for b in BINARIES}
+    return {b: shutil.which(b) or "" for b in binaries}
+
+
+@pytest.fixture(scope="session")
+def p4c_tool() -> dict[str, str]:
+    """p4c-bm2-ss alone (the P4Info tests; fails naming it when it is not on PATH)."""
+    return _require(BINARIES[:1])
+
+
+@pytest.fixture(scope="session")
+def toolchain(root_required) -> dict[str, str]:
+    """The toolchain's binaries (fails, naming what is missing, when they are not on PATH)."""
+    return _require(BINARIES)
 
 
 def tally(group: str) -> Tally:
@@ -49,10 +59,12 @@ def tally(group: str) -> Tally:
 
 
 def _version(binary: str) -> str:
+    if shutil.which(binary) is None:
+        return "not on PATH"
     try:
         out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=20)
-        return (out.stdout or out.stderr).strip().splitlines()[0]
-    except (OSError, subprocess.TimeoutExpired, IndexError):
+        return " ".join((out.stdout + out.stderr).split()) or "unknown"
+    except (OSError, subprocess.SubprocessError):
         return "unknown"
 
 
@@ -60,15 +72,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not TALLIES:
         return
     out = os.environ.get("BMV2_RESULTS")
+    full = not session.config.option.keyword and session.config.args == ["tests/bmv2"]
     if out is None:
-        if session.config.option.keyword or session.config.args != ["tests/bmv2"]:
+        if not full:
             return                                   # a partial run: keep the committed full run
         out = str(ROOT / "results" / "bmv2_differential.json")
+    command = "make test-bmv2" if full else " ".join(
+        ["python -m pytest -m bmv2", *(["-k", repr(session.config.option.keyword)] if session.config.option.keyword
+                                       else []), *session.config.args])
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
     data = {
         "name": "bmv2_differential",
-        "command": "make test-bmv2",
+        "command": command,
         "machine": {"hostname": platform.node(), "python": platform.python_version(), "commit": commit,
                     "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "p4c": _version("p4c-bm2-ss"), "bmv2": _version("simple_switch_grpc")},

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.bmv2
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=cmp.reference_name)
-def test_p4info_against_p4c(toolchain, program: Path):
+def test_p4info_against_p4c(p4c_tool, program: Path):
     name = cmp.reference_name(program)
     want, error = cmp.p4c_p4info(program)
     if want is None:
