@@ -139,18 +139,19 @@ def _calls_extern_function(node) -> bool:
     return False
 
 
-def _p4c_writes_type_info(p: ir.ProgramIR, in_tables: set[int]) -> bool:
+def _p4c_writes_type_info(p: ir.ProgramIR, in_tables: set[int], listed: set[int]) -> bool:
     """Whether p4c's P4Info has a ``type_info`` (empty or not): its serializer creates it on the first type it
     converts, which happens for any table (its match fields), any action parameter it lists, any extern instance,
-    any controller header field, and any extern function called in a control's body or actions (digest()'s
-    check), whether or not a type is then recorded there."""
+    any controller header field, and any extern function called in a control's body or in an action it keeps
+    (``listed``: p4c removes unused actions first), whether or not a type is then recorded there."""
     if p.tables or p.instances or any(ht.fields for _, ht, _ in p.controller_headers) or p.digests:
         return True
     if any(a.params for b in p.blocks.values() for a in b.actions if id(a) in in_tables):
         return True
     for b in p.blocks.values():
         if b.kind == "control" and (_calls_extern_function(b.apply)
-                                    or any(a.body is not None and _calls_extern_function(a.body) for a in b.actions)):
+                                    or any(a.body is not None and id(a) in listed and _calls_extern_function(a.body)
+                                           for a in b.actions)):
             return True
     return False
 
@@ -327,7 +328,7 @@ class P4InfoBuilder:
                     mem.type_spec.bool.SetInParent()
                 else:
                     mem.type_spec.bitstring.bit.bitwidth = ir.bit_width(ft)
-        if _p4c_writes_type_info(p, in_tables):
+        if _p4c_writes_type_info(p, in_tables, {id(a) for a in used_actions}):
             info.type_info.SetInParent()
         return info
 
