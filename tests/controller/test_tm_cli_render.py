@@ -112,9 +112,9 @@ def test_usage_errors_exit_2(argv, capsys) -> None:
 
 
 def test_invalid_file_in_process(tmp_path: Path, capsys) -> None:
-    (tmp_path / "n.yaml").write_text("switches:\n  s1: {address: 127.0.0.1:1, target: tofino}\n")
+    (tmp_path / "n.yaml").write_text("switches:\n  s1: {address: 127.0.0.1:1, target: netfpga}\n")
     assert main(["apply", str(tmp_path / "n.yaml")]) == 3
-    assert "n.yaml:2: switches.s1.target: expected one of embedded, bmv2, got 'tofino'" in capsys.readouterr().err
+    assert "n.yaml:2: switches.s1.target: expected one of embedded, bmv2, tofino, got 'netfpga'" in capsys.readouterr().err
     for cmd in (["diff"], ["run"]):  # run exits at once too: a controller needs a valid file to start from
         assert main([*cmd, str(tmp_path / "n.yaml")]) == 3
         assert "switches.s1.target" in capsys.readouterr().err
