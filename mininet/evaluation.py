@@ -400,6 +400,8 @@ def accuracy_verdict(st: dict[str, Any]) -> str:
     d = st["accuracy_diff_points"]
     if d["lo"] is None:
         return "not resolved (one seed)"
+    if d["sd"] == 0 and d["mean"] == 0 and st["loss_diff"]["sd"] == 0 and st["loss_diff"]["mean"] == 0:
+        return "identical to the exact runs on every seed (accuracy and final loss): what was zero-filled was zero"
     r = ACCURACY_RESOLUTION
     if -r <= d["lo"] and d["hi"] <= r:
         return f"unchanged within +-{r:g} points"

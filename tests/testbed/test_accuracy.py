@@ -71,6 +71,10 @@ def test_evaluation_renders_the_study_with_a_verdict_per_bound() -> None:
     assert accuracy_verdict(cell(0.01, -0.3, 0.4, 0.05)) == "unchanged within +-0.5 points"
     assert accuracy_verdict(cell(0.2, -3.0, -1.0, -2.0)) == "**lower** by 2.00 points"
     assert accuracy_verdict(cell(0.05, -0.9, 0.2, -0.3)).startswith("not resolved")
+    same = cell(0.05, 0.0, 0.0, 0.0)
+    same["accuracy_diff_points"]["sd"] = same["loss_diff"]["sd"] = 0.0
+    same["loss_diff"].update(mean=0.0, lo=0.0, hi=0.0)
+    assert accuracy_verdict(same).startswith("identical to the exact runs on every seed")
     doc = {"workers": 2, "seeds": list(range(1, 9)), "bounds": [0.01, 0.2],
            "metadata": {"git_commit": "abc", "started": "t", "load_start": [1], "load_end": [1]},
            "stats": {"mlp": {"exact": cell(0.0, 0.0, 0.0, 0.0, 0.0), "p=0.01": cell(0.01, -0.3, 0.4, 0.05),
