@@ -239,11 +239,16 @@ def _interval(st: dict[str, Any], digits: int) -> str:
 def report_markdown(doc: dict[str, Any]) -> str:
     """The study's table: per workload and bound, zero-filled fraction, mean accuracy, and the paired
     differences to the exact runs with their 95% intervals."""
-    md = doc["metadata"]
+    def made(md: dict[str, Any]) -> str:
+        return (f"commit `{md.get('git_commit', '')[:12]}`{' (dirty)' if md.get('git_dirty') else ''}, started "
+                f"{md.get('started')}, load {md.get('load_start')} -> {md.get('load_end')}")
+
+    parts = doc.get("parts") or [{"workloads": list(doc.get("workloads") or doc["stats"]),
+                                  "metadata": doc["metadata"]}]
     lines = [f"# Accuracy under bounded loss ({doc['workers']} workers, every eligible packet dropped)", "",
-             f"Seeds {doc['seeds']}; commit `{md.get('git_commit', '')[:12]}`{' (dirty)' if md.get('git_dirty') else ''}"
-             f", started {md.get('started')}, load {md.get('load_start')} -> {md.get('load_end')}. Regenerate: "
-             f"`python -m testbed.accuracy` (mininet/accuracy.py says how).", "",
+             f"Seeds {doc['seeds']}; " + "; ".join(f"{', '.join(p['workloads'])}: {made(p['metadata'])}"
+                                                  for p in parts)
+             + ". Regenerate: `python -m testbed.accuracy` (mininet/accuracy.py says how).", "",
              "| workload | cell | zero-filled | accuracy | Δ accuracy, points [95%] | Δ final loss [95%] | replicas |",
              "|---|---|---|---|---|---|---|"]
     for wname, per in doc["stats"].items():
