@@ -93,6 +93,36 @@ stage_src() {
   stamp src
 }
 
+# The shared script builds p4c against Debian's protobuf 3.21 and wraps the protobuf string setters of p4c's
+# control-plane/ (pbstr_shim.py: 3.21's setters take std::string, p4c passes P4::cstring); the back end's own
+# control plane (bf-p4c/control-plane/) needs the same wrapping. Idempotent (the shim skips files it changed).
+shim_backend_control_plane() {
+  [[ -e $SRC/control-plane/pbstr.h ]] || return 0   # p4c built with its bundled protobuf: nothing to adapt
+  local shim=${PBSTR_SHIM:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/shared/tools/p4c-compat/pbstr_shim.py}
+  [[ -e $shim ]] || { echo "tofino: $shim not found (set PBSTR_SHIM)" >&2; return 1; }
+  python3 - "$shim" "$SRC" <<'EOPY'
+import importlib.util
+import sys
+from pathlib import Path
+
+spec = importlib.util.spec_from_file_location("pbstr_shim", sys.argv[1])
+shim = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(shim)
+root = Path(sys.argv[2])
+for f in sorted((root / "backends/tofino/bf-p4c/control-plane").glob("*.[ch]*")):
+    if f.suffix not in (".cpp", ".h"):
+        continue
+    text = f.read_text()
+    if shim.INCLUDE in text:
+        continue
+    new, n = shim.wrap(text)
+    if n:
+        first = new.index("#include")
+        f.write_text(new[:first] + shim.INCLUDE + new[first:])
+        print(f"pbstr_shim: {f.relative_to(root)}: {n} calls wrapped")
+EOPY
+}
+
 stage_configure() {
   have_stamp configure && return 0
   mkdir -p "$BLD"
@@ -124,6 +154,7 @@ stage_build() {
       "(TOFINO_NO_WAIT=1 overrides)" >&2
     return 1
   fi
+  shim_backend_control_plane
   log "build p4c-barefoot (log: $LOGS/tofino-build.log)"
   (cd "$BLD" && PATH="$VENV/bin:$PATH" timed tofino-build "${NICE[@]}" make -j"$JOBS" p4c-barefoot \
     >>"$LOGS/tofino-build.log" 2>&1) || { tail -40 "$LOGS/tofino-build.log"; return 1; }
