@@ -20,7 +20,8 @@
 #   - Z3: Debian bookworm ships 4.8.12; p4c asks for >= 4.8.14 (below 4.12) or downloads a prebuilt one. The back
 #     end uses Z3's C++ API for bridged-metadata packing only; the floor is lowered to 4.8.12 and the Debian
 #     library used (USE_PREINSTALLED_Z3).
-# Outputs: $P4TOOLS/build/p4c-tofino/p4c-barefoot (finds tna.p4 in p4include/ beside it), logs in
+# Outputs: $P4TOOLS/build/p4c-tofino/backends/tofino/bf-p4c/p4c-barefoot (core.p4, tna.p4: -I the source's
+#   p4include/ and backends/tofino/bf-p4c/p4include/), logs in
 #   $P4TOOLS/logs/tofino-*.log, seconds per step in $P4TOOLS/logs/times.txt, $P4TOOLS/p4c-tofino.env.
 # Resume after an interruption: run the same command again; make resumes where it stopped.
 set -euo pipefail
@@ -173,8 +174,9 @@ stage_bfas() {
 stage_env() {
   cat >"$ENVFILE" <<EOF
 # source this file to use p4c's Tofino back end built by dlcp's scripts/build-tofino-backend.sh
-export PATH="$BLD\${PATH:+:\$PATH}"
-export DLCP_P4C_TOFINO="$BLD/p4c-barefoot"
+export PATH="$BLD/backends/tofino/bf-p4c\${PATH:+:\$PATH}"
+export DLCP_P4C_TOFINO="$BLD/backends/tofino/bf-p4c/p4c-barefoot"
+export DLCP_P4C_TOFINO_INCLUDE="$SRC/p4include:$SRC/backends/tofino/bf-p4c/p4include"
 EOF
   log "env file: $ENVFILE"
 }

@@ -21,8 +21,8 @@
  *   thresholds hold cells, and there is no ingress estimate (queue_depth register): the early drop of eligible
  *   packets is the TM's, by colour: eligible DLCP data is queued RED, and a queue's red drop limit drops it at
  *   admission before it takes buffer;
- * - registers and counters belong to one gress, so the thresholds and eligible_drops live in DlcpEgress (the
- *   early drops are the TM's, counted by the TM);
+ * - the thresholds and eligible_drops live in DlcpEgress, the only gress that uses them (the early drops are the
+ *   TM's, counted by the TM);
  * - no run-time modulo: a sprayed group's round-robin position wraps inside its RegisterAction, and the per-flow
  *   member is chosen by the const table flow_index (groups of up to 16 members);
  * - registers are 8, 16 or 32 bits wide (bit<32> thresholds, bit<16> spray positions);
@@ -135,16 +135,16 @@ header packet_out_h {
 @controller_header("packet_in")
 header packet_in_h {
     port_t  ingress_port;
-    bit<7>  _pad;
+    @padding bit<7> _pad;
 }
 
 /* What egress needs from ingress (TNA passes no metadata between the gresses): the port the frame came in on (for
  * packet_in) and its queue (for the per-(port, queue) thresholds and counters). Emitted first by the ingress
  * deparser, extracted first by the egress parser, never sent on a wire. */
 header bridge_h {
-    bit<7>  _pad0;
+    @padding bit<7> _pad0;
     port_t  ingress_port;
-    bit<5>  _pad1;
+    @padding bit<5> _pad1;
     bit<3>  prio;
 }
 
@@ -380,14 +380,14 @@ control DlcpIngress(inout headers_t hdr, inout metadata_t meta,
         }
     }
 
+    /* The queue is set once, from meta.prio, after the priority tables (ig_tm_md.qid = meta.prio below): copying a
+     * DLCP header field straight into qid ties the header's PHV packing to the intrinsic metadata's. */
     action set_priority(bit<3> prio) {
-        ig_tm_md.qid = (QueueId_t)prio;
         meta.prio = prio;
     }
 
     /* Use the priority the sender wrote in the DLCP header. */
     action trust_dlcp_priority() {
-        ig_tm_md.qid = (QueueId_t)hdr.dlcp.priority;
         meta.prio = hdr.dlcp.priority;
     }
 
@@ -417,7 +417,6 @@ control DlcpIngress(inout headers_t hdr, inout metadata_t meta,
                 /* A controller's frame for one port: out as it is, whatever it holds, from queue 0. */
                 direct = true;
                 ig_tm_md.ucast_egress_port = hdr.packet_out.egress_port;
-                ig_tm_md.qid = 0;
                 meta.prio = 0;
             }
             hdr.packet_out.setInvalid();
@@ -473,14 +472,13 @@ control DlcpIngress(inout headers_t hdr, inout metadata_t meta,
                 }
             }
         }
+        ig_tm_md.qid = (QueueId_t)meta.prio;
         if (meta.drop == 1) {
             ingress_drops.count(meta.drop_reason);
             ig_dprsr_md.drop_ctl = 1;
         } else {
             hdr.bridge.setValid();
-            hdr.bridge._pad0 = 0;
             hdr.bridge.ingress_port = ig_intr_md.ingress_port;
-            hdr.bridge._pad1 = 0;
             hdr.bridge.prio = meta.prio;
         }
     }
@@ -563,7 +561,6 @@ control DlcpEgress(inout headers_t hdr, inout metadata_t meta,
             /* To the controller: the target turns this header into the PacketIn's metadata. */
             hdr.packet_in.setValid();
             hdr.packet_in.ingress_port = hdr.bridge.ingress_port;
-            hdr.packet_in._pad = 0;
         }
         bool dropped = false;
         if (hdr.dlcp.isValid() && hdr.dlcp.msg_type == DLCP_MSG_DATA
