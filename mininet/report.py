@@ -526,6 +526,32 @@ def torch_suite_table(result: Result) -> str:
     return "\n".join(lines)
 
 
+#: Resource kinds of the Tofino summary (scripts/tofino_resources.py), in table order, with their column titles.
+TOFINO_KINDS = (("sram", "SRAM blocks"), ("tcam", "TCAM blocks"), ("map_ram", "map RAMs"),
+                ("stateful_alu", "stateful ALUs"), ("stats_alu", "statistics ALUs"), ("gateway", "gateways"),
+                ("xbar_bytes", "match crossbar bytes"), ("vliw", "VLIW instructions"))
+
+
+def tofino_resources_table(result: Result) -> str:
+    """``scripts/tofino_resources.py``: what the twin takes of each Tofino, from p4c's Tofino back end, and where its
+    tables sit."""
+    head = "| target | MAU stages | " + " | ".join(title for _, title in TOFINO_KINDS) + " |"
+    rows = [head, "|---|---|" + "---|" * len(TOFINO_KINDS)]
+    for target, s in result["targets"].items():
+        used, avail = s["used"], s["available"]
+        rows.append(f"| {target} (`--arch {s['arch']}`) | {s['stages_used']} of {s['stages_available']} | "
+                    + " | ".join(f"{used[k]} of {avail[k]}" for k, _ in TOFINO_KINDS) + " |")
+    lines = [f"Compiled by `{result['command']}` at commit `{result['commit']}` with {result['compiler']}, "
+             f"{result['time']}.", "", *rows]
+    for target, s in result["targets"].items():
+        lines += ["", f"Tables per stage, {target}:", "", "| stage | tables | SRAM | TCAM | stateful ALUs |",
+                  "|---|---|---|---|---|"]
+        for st in s["stages"]:
+            lines.append(f"| {st['stage']} | {', '.join(f'`{t}`' for t in st['tables'])} | {st['sram']} | "
+                         f"{st['tcam']} | {st['stateful_alu']} |")
+    return "\n".join(lines)
+
+
 REGIONS: dict[str, Region] = {r.name: r for r in (
     Region("transport", "docs/transport.md", ("results/transport.json",), transport_table),
     Region("collectives", "docs/backend.md", ("results/collectives.json",), collectives_tables),
@@ -545,6 +571,7 @@ REGIONS: dict[str, Region] = {r.name: r for r in (
     Region("switch-pps", "docs/switch-target.md", ("results/switch_pps.json",), switch_pps_target_table),
     Region("switch-pps-daemon", "docs/switch-target.md", ("results/switch_pps.json",), switch_pps_daemon_table),
     Region("torch-suite", "docs/torch-suite.md", ("results/torch_suite.json",), torch_suite_table),
+    Region("tofino-resources", "docs/p4-tofino.md", ("results/tofino/resources.json",), tofino_resources_table),
 )}
 
 #: Documents generated whole by another module, which names its sources in its first lines.
