@@ -538,9 +538,9 @@ def tofino_resources_table(result: Result) -> str:
     head = "| target | MAU stages | " + " | ".join(title for _, title in TOFINO_KINDS) + " |"
     rows = [head, "|---|---|" + "---|" * len(TOFINO_KINDS)]
     for target, s in result["targets"].items():
-        used, avail = s["used"], s["available"]
+        used, avail, share = s["used"], s["available"], s["share"]
         rows.append(f"| {target} (`--arch {s['arch']}`) | {s['stages_used']} of {s['stages_available']} | "
-                    + " | ".join(f"{used[k]} of {avail[k]}" for k, _ in TOFINO_KINDS) + " |")
+                    + " | ".join(f"{used[k]} of {avail[k]} ({100 * share[k]:.1f}%)" for k, _ in TOFINO_KINDS) + " |")
     lines = [f"Compiled by `{result['command']}` at commit `{result['commit']}` with {result['compiler']}, "
              f"{result['time']}.", "", *rows]
     for target, s in result["targets"].items():

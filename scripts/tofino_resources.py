@@ -146,6 +146,8 @@ def summarize(resources: dict[str, Any]) -> dict[str, Any]:
                                                                                           for t in s["tables"]})},
         "used": {k: sum(s[k] for s in stages) for k in kinds},
         "available": {k: per_stage[k] * n_stages for k in kinds},
+        "share": {k: round(sum(s[k] for s in stages) / (per_stage[k] * n_stages), 4) if per_stage[k] else 0.0
+                  for k in kinds},
         "stages": used,
         "compiler_version": resources.get("compiler_version", ""),
     }

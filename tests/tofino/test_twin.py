@@ -157,3 +157,4 @@ def test_resource_summary_adds_up_the_back_ends_stages() -> None:
     assert s["used"]["sram"] == 6 and s["available"]["sram"] == 80 * 12
     assert s["used"]["tcam"] == 4 and s["available"]["tcam"] == 24 * 12
     assert s["used"]["stateful_alu"] == 1 and s["available"]["stateful_alu"] == 48
+    assert s["share"]["sram"] == round(6 / 960, 4)
