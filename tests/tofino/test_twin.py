@@ -101,7 +101,6 @@ def test_p4runtime_names_are_dlcp_p4s_where_tna_allows() -> None:
     assert V1MODEL_ONLY <= v1["registers"] and not V1MODEL_ONLY & twin["registers"]
 
 
-@pytest.mark.skipif(not TWIN_P4INFO.is_file(), reason="no committed P4Info of the twin yet")
 def test_committed_p4info_has_the_names_the_source_declares() -> None:
     """The P4Info the Tofino back end wrote (committed) agrees with the source's declarations, so the checks above
     speak about what a P4Runtime client sees."""
