@@ -159,8 +159,9 @@ def load_p4info_program(p4info: Path, device_config: Path | None) -> Program:
             text_format.Parse(raw.decode(), info)
     except (text_format.ParseError, json_format.ParseError, UnicodeDecodeError, ValueError) as e:
         raise ProgramError(f"{p4info}: not a P4Info ({fmt}): {e}") from None
-    if not info.tables and not info.registers:
-        raise ProgramError(f"{p4info}: the P4Info holds no tables or registers (is it p4c's P4Info?)")
+    if info.ByteSize() == 0:  # (an empty or blank file parses as an empty P4Info; a program without tables does not:
+        # p4c always writes pkg_info, and its actions, counters or controller headers)
+        raise ProgramError(f"{p4info}: an empty P4Info (is it p4c's P4Info?)")
     return Program(p4info, info, config, loaded_by_switch=device_config is None)
 
 

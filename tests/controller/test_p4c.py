@@ -62,6 +62,19 @@ def test_p4info_pair_validation(tmp_path: Path) -> None:
     r = dlcpctl("apply", str(tmp_path / "n.yaml"))
     assert r.returncode == EXIT_CODES["program"] == 6, r.stderr
     assert f"{bad}: not a P4Info (text format)" in r.stderr, r.stderr
+    # an empty file parses as an empty P4Info: refused; a program without tables or registers is a P4Info all the
+    # same (p4c writes its pkg_info and actions: the conformance programs of make test-bmv2 have such)
+    from controller.client import load_p4info_program
+    from controller.errors import ProgramError
+
+    empty = tmp_path / "empty.p4info.txt"
+    empty.write_text("\n")
+    with pytest.raises(ProgramError, match="an empty P4Info"):
+        load_p4info_program(empty, None)
+    tableless = tmp_path / "tableless.p4info.txt"
+    tableless.write_text('pkg_info { arch: "v1model" }\nactions { preamble { id: 16800567 name: "NoAction" '
+                         'alias: "NoAction" } }\n')
+    assert not load_p4info_program(tableless, None).p4info.tables
 
 
 @pytest.mark.slow
