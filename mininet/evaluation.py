@@ -418,7 +418,7 @@ def accuracy_section(doc: dict[str, Any]) -> list[str]:
     from .accuracy import report_markdown
 
     table = report_markdown(doc).splitlines()
-    body = [ln for ln in table[2:]]  # (the report's own title replaced by this section's)
+    body = table[2:]  # (the report's own title replaced by this section's)
     out = ["## Accuracy under bounded loss: every eligible packet dropped, paired over seeds", "",
            f"{len(doc['seeds'])} seeds per cell, {doc['workers']} workers; each lossy run against the exact run of "
            "the same seed (same initial model, shards and batches), the worst case each bound allows (every "
