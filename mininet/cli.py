@@ -2,7 +2,8 @@
 
     dlcp-testbed run SPEC.yaml [--out DIR] [--set key=value ...]
     dlcp-testbed compare A.json B.json [...]
-    dlcp-testbed sweep SWEEP.yaml [--out DIR]
+    dlcp-testbed sweep SWEEP.yaml [--out DIR] [--seeds 1,2,...]
+    dlcp-testbed merge --out DIR PART_DIR [PART_DIR ...] [--source SWEEP.yaml]
     dlcp-testbed demo [--out DIR] [--steps N] [--repetitions N] [--handicapped]
     dlcp-testbed clean
     dlcp-testbed hosts NET.yaml [--switch S] [--delete]
@@ -68,6 +69,12 @@ def cmd_sweep(args) -> int:
     from .sweep import load_sweep, run_sweep
 
     sweep = load_sweep(args.sweep)
+    if args.seeds:
+        try:
+            seeds = [int(x) for x in args.seeds.split(",")]
+        except ValueError:
+            raise SpecError("--seeds", "", f"expected integers separated by commas, got {args.seeds!r}") from None
+        sweep = sweep.part(seeds)  # to be joined with the other parts by `dlcp-testbed merge`
     console = _console()
     out = Path(args.out or f"/tmp/dlcp-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     console.print(f"sweep {args.sweep}: {len(sweep.cells)} cell(s) x {sweep.repetitions} repetition(s), "
@@ -75,6 +82,29 @@ def cmd_sweep(args) -> int:
     run_sweep(sweep, out, console=console, name=Path(args.sweep).stem)
     console.print((out / "report.md").read_text())
     console.print(f"report: {out / 'report.md'}  raw: {out / 'sweep.json'}")
+    return 0
+
+
+def cmd_merge(args) -> int:
+    import json
+
+    from .sweep import merge_sweeps, write_sweep
+
+    parts = []
+    for d in args.parts:
+        path = Path(d) / "sweep.json" if Path(d).is_dir() else Path(d)
+        try:
+            parts.append((str(path.parent), json.loads(path.read_text())))
+        except (OSError, ValueError) as e:
+            raise ResultError(f"{path}: cannot read a sweep.json: {e}") from None
+    try:
+        doc = merge_sweeps(parts, source=args.source)
+    except ValueError as e:
+        raise ResultError(str(e)) from None
+    out = Path(args.out)
+    write_sweep(doc, out)
+    _console().print((out / "report.md").read_text())
+    print(f"merged {len(parts)} part(s), {len(doc['runs'])} runs: {out / 'sweep.json'}")
     return 0
 
 
@@ -228,7 +258,14 @@ def main(argv: list[str] | None = None) -> int:
     w = sub.add_parser("sweep", help="a matrix of runs with repetitions: medians, intervals, report, plots")
     w.add_argument("sweep")
     w.add_argument("--out", help="results directory (default: a new /tmp/dlcp-sweep-* directory)")
+    w.add_argument("--seeds", help="run only these seeds, one interleaved repetition each (comma-separated): one "
+                                   "part of a sweep run in several sittings, joined by `dlcp-testbed merge`")
     w.set_defaults(fn=cmd_sweep)
+    m = sub.add_parser("merge", help="join the parts of a sweep run in several sittings (sweep --seeds) into one")
+    m.add_argument("parts", nargs="+", metavar="PART", help="a part's results directory (or its sweep.json)")
+    m.add_argument("--out", required=True, help="directory for the merged sweep.json, report.md and plots")
+    m.add_argument("--source", help="the sweep file to record as the source (default: the first part's)")
+    m.set_defaults(fn=cmd_merge)
     d = sub.add_parser("demo", help="fair Gloo vs DLCP on the same congested leaf-spine network, repeated")
     d.add_argument("--spec", default=str(DEMO_SPEC))
     d.add_argument("--out")

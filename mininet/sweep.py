@@ -27,6 +27,12 @@ completion time and the steps that waited on a retransmission timeout.
 Output in DIR: ``sweep.json`` (every run's summary, the statistics, version metadata: git commit, package
 versions, CPU, load), ``report.md`` (the table), ``sweep_<metric>.png`` (medians with their intervals as error
 bars), and each run's own directory.
+
+A sweep too long for one sitting runs in parts: ``dlcp-testbed sweep SWEEP.yaml --seeds 1,2`` runs one interleaved
+repetition per seed given (the file's cells, its ``seeds`` and ``repetitions`` replaced), and ``dlcp-testbed merge
+--out DIR PART...`` (:func:`merge_sweeps`) joins the parts' runs into one ``sweep.json`` with the statistics over
+all of them, after checking that the parts ran the same cells with the same overrides on the same base; each
+part's metadata (commit, load at its start and end, time) is kept in ``parts``.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from .spec import RunSpec, SpecError, load_spec
 from .tails import quantile_ci
 
 __all__ = ["Sweep", "Cell", "load_sweep", "make_sweep", "run_sweep", "median_ci", "cell_stats", "report_markdown",
-           "format_stat", "plot_sweep", "METRICS", "TAIL_METRICS", "metadata"]
+           "format_stat", "plot_sweep", "METRICS", "TAIL_METRICS", "metadata", "merge_sweeps", "write_sweep"]
 
 #: (summary key, label, unit scale, unit) of the metrics a sweep summarises.
 METRICS: tuple[tuple[str, str, float, str], ...] = (
@@ -90,6 +96,13 @@ class Sweep:
     def order(self) -> list[tuple[int, int, Cell]]:
         """(repetition, seed, cell) in run order: interleaved, every cell once per repetition."""
         return [(r, self.seeds[r % len(self.seeds)], c) for r in range(self.repetitions) for c in self.cells]
+
+    def part(self, seeds: list[int]) -> "Sweep":
+        """The part of this sweep that runs one interleaved repetition per seed of ``seeds`` (``sweep --seeds``);
+        the parts' results are joined by :func:`merge_sweeps`."""
+        if not seeds:
+            raise SpecError(self.source, "seeds", "a part needs at least one seed")
+        return Sweep(self.base, self.cells, len(seeds), list(seeds), self.source)
 
 
 def _cell_name(parts: list[str]) -> str:
@@ -296,6 +309,51 @@ def metadata() -> dict[str, Any]:
 
 # -- running ------------------------------------------------------------------------------------------------------
 
+def write_sweep(doc: dict[str, Any], out: Path) -> None:
+    """Write ``doc`` (its statistics already computed) into ``out``: sweep.json, report.md and the plots."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.json").write_text(json.dumps(doc, indent=1, default=str))
+    (out / "report.md").write_text(report_markdown(doc))
+    if doc["runs"]:
+        doc["plots"] = [str(p) for p in plot_sweep(doc, out)]
+        (out / "sweep.json").write_text(json.dumps(doc, indent=1, default=str))
+
+
+def merge_sweeps(parts: list[tuple[str, dict[str, Any]]], source: str | None = None) -> dict[str, Any]:
+    """One sweep document from the parts of a sweep run in several sittings: ``parts`` is (where each part's
+    results are, its ``sweep.json`` document) in the order they ran. The parts must have the same base spec and the
+    same cells with the same overrides (a ValueError names the first part that differs) and none may have failed.
+    Runs keep their order (each part's after the previous part's) and their results path, prefixed with the part's
+    location; ``repetitions`` and ``seeds`` are the parts' together; the statistics are recomputed over every run.
+    ``metadata`` is the first part's, with the last part's ``load_end``; ``parts`` lists each part's location,
+    seeds and metadata. ``source``: the sweep file to name as the source (default: the first part's)."""
+    if not parts:
+        raise ValueError("merge: no sweep to merge")
+    first_where, first = parts[0]
+    for where, doc in parts:
+        if doc.get("failed"):
+            raise ValueError(f"merge: {where}: the part is incomplete (run {doc['failed']['run']} failed: "
+                             f"{doc['failed']['error']})")
+        if doc.get("base") != first.get("base"):
+            raise ValueError(f"merge: {where}: base spec {doc.get('base')!r} is not {first_where}'s "
+                             f"{first.get('base')!r}")
+        if doc.get("cell_overrides") != first.get("cell_overrides"):
+            raise ValueError(f"merge: {where}: its cells or their overrides differ from {first_where}'s "
+                             f"({sorted(doc.get('cell_overrides') or {})} vs {sorted(first.get('cell_overrides') or {})})")
+    runs = [{**r, "results": f"{where}/{r['results']}"} for where, doc in parts for r in doc["runs"]]
+    meta = {**first["metadata"], "load_end": parts[-1][1]["metadata"].get("load_end")}
+    merged: dict[str, Any] = {
+        "name": first.get("name", ""), "source": source or first.get("source"), "base": first.get("base"),
+        "repetitions": sum(d["repetitions"] for _w, d in parts), "seeds": [s for _w, d in parts for s in d["seeds"]],
+        "cell_overrides": first.get("cell_overrides"), "metadata": meta,
+        "parts": [{"results": where, "seeds": d["seeds"], "repetitions": d["repetitions"],
+                   "source": d.get("source"), "metadata": d["metadata"]} for where, d in parts],
+        "runs": runs, "cells": {}}
+    for cell in first["cells"]:
+        merged["cells"][cell] = cell_stats([r["summary"] for r in runs if r["cell"] == cell])
+    return merged
+
+
 def run_sweep(sweep: Sweep, out: Path, *, console=None, name: str = "",
               on_run: Callable[[int, int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Run every cell ``sweep.repetitions`` times in interleaved order; write sweep.json, report.md and plots into
@@ -331,9 +389,5 @@ def run_sweep(sweep: Sweep, out: Path, *, console=None, name: str = "",
         doc["metadata"]["load_end"] = _load()
         for cell in sweep.cells:
             doc["cells"][cell.name] = cell_stats([r["summary"] for r in doc["runs"] if r["cell"] == cell.name])
-        (out / "sweep.json").write_text(json.dumps(doc, indent=1, default=str))
-        (out / "report.md").write_text(report_markdown(doc))
-        if doc["runs"]:
-            doc["plots"] = [str(p) for p in plot_sweep(doc, out)]
-            (out / "sweep.json").write_text(json.dumps(doc, indent=1, default=str))
+        write_sweep(doc, out)
     return doc
