@@ -324,7 +324,7 @@ def merge_sweeps(parts: list[tuple[str, dict[str, Any]]], source: str | None = N
     results are, its ``sweep.json`` document) in the order they ran. The parts must have the same base spec and the
     same cells with the same overrides (a ValueError names the first part that differs) and none may have failed.
     Runs keep their order (each part's after the previous part's) and their results path, prefixed with the part's
-    location; ``repetitions`` and ``seeds`` are the parts' together; the statistics are recomputed over every run.
+    location; their repetitions are numbered on (a second part's first is the first part's count); ``repetitions`` and ``seeds`` are the parts' together; the statistics are recomputed over every run.
     ``metadata`` is the first part's, with the last part's ``load_end``; ``parts`` lists each part's location,
     seeds and metadata. ``source``: the sweep file to name as the source (default: the first part's)."""
     if not parts:
@@ -340,7 +340,11 @@ def merge_sweeps(parts: list[tuple[str, dict[str, Any]]], source: str | None = N
         if doc.get("cell_overrides") != first.get("cell_overrides"):
             raise ValueError(f"merge: {where}: its cells or their overrides differ from {first_where}'s "
                              f"({sorted(doc.get('cell_overrides') or {})} vs {sorted(first.get('cell_overrides') or {})})")
-    runs = [{**r, "results": f"{where}/{r['results']}"} for where, doc in parts for r in doc["runs"]]
+    runs, offset = [], 0
+    for where, doc in parts:  # repetitions numbered on across the parts, so (repetition, cell) stays a key
+        runs += [{**r, "repetition": r["repetition"] + offset, "results": f"{where}/{r['results']}"}
+                 for r in doc["runs"]]
+        offset += doc["repetitions"]
     meta = {**first["metadata"], "load_end": parts[-1][1]["metadata"].get("load_end")}
     merged: dict[str, Any] = {
         "name": first.get("name", ""), "source": source or first.get("source"), "base": first.get("base"),

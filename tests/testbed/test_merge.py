@@ -39,6 +39,7 @@ def test_merged_statistics_are_over_every_part(tmp_path):
     assert m["cells"]["dlcp"]["iter_p99_s"]["median"] == pytest.approx(0.62)
     assert m["cells"]["dlcp"]["runs"] == 5
     assert m["runs"][6]["results"] == f"{tmp_path / 'b'}/000-gloo-fair/results.json"
+    assert [r["repetition"] for r in m["runs"]] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
     assert m["metadata"]["load_start"] == [1.0] * 3 and m["metadata"]["load_end"] == [6.0] * 3
     assert [p["metadata"]["started"] for p in m["parts"]] == ["t1", "t4"] and m["parts"][1]["seeds"] == [4, 5]
     assert "| dlcp | 5 | 310 ms [290, 400]" in (tmp_path / "m" / "report.md").read_text()
