@@ -14,7 +14,9 @@ The goals sweep (``examples/testbed/goals.yaml``) pairs a baseline cell with a m
 interval ends" when even the baseline's lowest value over the method's highest is. The workloads sweep
 (``examples/testbed/workloads.yaml``) has ``<workload>-ddp`` and ``<workload>-dear`` cells. A pressure regime's
 sweep (``--pressure``, repeatable; ``examples/testbed/pressure/``) has ``gloo-fair``, ``dlcp`` and ``dlcp-no-loss``
-cells and gets its tails table and the issue-45 goals (:data:`P99_GOAL`, :data:`TTA_GOAL`). The accuracy study
+cells and gets its tails table, bounded loss's speed-up paired by repetition (:func:`paired_speedup`) and the
+issue-45 goals (:data:`P99_GOAL`, :data:`TTA_GOAL`); the regimes together get a summary table. A pressure
+regime's ablation (``--pressure-ablation``) compares each cell with full DLCP the same way. The accuracy study
 (``--accuracy``, ``python -m testbed.accuracy``) gets its table and a verdict per workload and loss bound
 (:func:`accuracy_verdict`).
 """
@@ -43,6 +45,8 @@ CELL_NOTES = {
     "dlcp-no-loss": "DLCP without bounded loss (`loss_bound: 0`)",
     "dlcp-no-dear": "DLCP all-reduce hook instead of DeAR",
     "dlcp-no-rate-control": "DLCP without its ECN rate control (`congestion_control: off`)",
+    "dlcp-class-thresholds": "DLCP with per-class drop thresholds (`thresholds.classes`): eligible packets of the "
+                             "lowest magnitude classes dropped first",
     "ddp-4": "DDP over Gloo, 4 workers, 20 Mb/s",
     "dear-4": "DeAR over Gloo, 4 workers, 20 Mb/s",
     "ddp-4-50mbit": "DDP over Gloo, 4 workers, 50 Mb/s",
@@ -126,6 +130,12 @@ def _meta(doc: dict[str, Any]) -> str:
     incomplete = (f"**Incomplete sweep**: {', '.join(short)} ran fewer than {doc['repetitions']} times "
                   f"(a run failed and stopped the sweep{': ' + doc['failed']['error'] if doc.get('failed') else ''})."
                   " " if short else "")
+    parts = doc.get("parts") or []
+    if len(parts) > 1:  # a sweep run in parts (dlcp-testbed merge): each part's commit, load and start
+        incomplete += (f"Run in {len(parts)} parts, joined by `dlcp-testbed merge`: " + "; ".join(
+            f"seeds {p['seeds']} at git `{p['metadata'].get('git_commit', '?')[:12]}`, started "
+            f"{p['metadata'].get('started')}, load {p['metadata'].get('load_start')} -> {p['metadata'].get('load_end')}"
+            for p in parts) + ". ")
     return incomplete + (f"git `{m.get('git_commit', '?')[:12]}`{' (sources modified)' if m.get('git_dirty') else ''}, "
             f"torch {m.get('packages', {}).get('torch')}, kernel {m.get('kernel')}, {m.get('cpu_count')} x "
             f"{m.get('cpu_model')}, load average {m.get('load_start')} at the start, {m.get('load_end')} at the end "
@@ -329,13 +339,88 @@ def _ratio(base: dict[str, Any] | None, method: dict[str, Any] | None) -> str:
     return f"{b / m:.2f}x" if m else "undefined (the method's median is 0)"
 
 
+def paired_speedup(doc: dict[str, Any], base: str, method: str, key: str) -> dict[str, Any]:
+    """``method``'s speed-up over ``base`` on metric ``key``, paired by repetition: for every repetition that ran
+    both cells (the same seed, back to back), base's value over method's; the median of these ratios with the
+    distribution-free interval of :func:`testbed.tails.quantile_ci` (``n`` pairs). Pairing takes out what the
+    repetitions share (the seed, the machine's load at that moment), which the ratio of the cells' medians keeps."""
+    from .tails import quantile_ci
+
+    per: dict[tuple[int, str], float] = {}
+    for r in doc.get("runs", []):
+        v = r["summary"].get(key)
+        if r["cell"] in (base, method) and v is not None:
+            per[(r["repetition"], r["cell"])] = float(v)
+    ratios = [per[(rep, base)] / per[(rep, method)] for rep in sorted({k[0] for k in per})
+              if (rep, base) in per and (rep, method) in per and per[(rep, method)] > 0]
+    return quantile_ci(ratios, 0.5)
+
+
+def speedup_text(st: dict[str, Any]) -> str:
+    """``1.05x [0.98, 1.10] (99% CI, 8 pairs)`` of a :func:`paired_speedup`, or why there is none."""
+    if not st["n"]:
+        return "not measured"
+    cov = f"{st['coverage']:.0%} CI" if st["n"] > 1 else "one pair"
+    return f"{st['value']:.2f}x [{st['lo']:.2f}, {st['hi']:.2f}] ({cov}, {st['n']} pairs)"
+
+
+def speedup_verdict(st: dict[str, Any]) -> str:
+    """Faster (the whole interval above 1), slower (below 1) or no resolved difference; an interval of less than
+    95% coverage (fewer than 6 pairs) says so."""
+    if not st["n"] or st["n"] < 2:
+        return "not resolved (fewer than 2 pairs)"
+    weak = f" (an interval of only {st['coverage']:.0%} coverage)" if st["coverage"] < 0.95 else ""
+    if st["lo"] > 1:
+        return "**faster**" + weak
+    if st["hi"] < 1:
+        return "**slower**" + weak
+    return "no resolved difference (the interval contains 1)"
+
+
+#: (summary key, what) of the step-time figures a pressure regime's bounded-loss verdict is given for.
+PAIRED_KEYS = (("iter_p50_s", "iteration time (p50)"), ("iter_p99_s", "iteration time (p99)"),
+               ("coll_p99_s", "collective call (p99)"))
+
+
+def _regime(doc: dict[str, Any]) -> str:
+    return (Path(str(doc.get("source", "pressure"))).stem.removesuffix("-small").removesuffix("-sweep")
+            .removesuffix("-ablation"))
+
+
+def pressure_summary(docs: list[dict[str, Any]]) -> list[str]:
+    """One row per pressure regime: does bounded loss help (DLCP without it over DLCP, paired by repetition) at
+    the median and at the tail, and DLCP's speed-up over fair Gloo, each with its interval."""
+    out = ["## Pressure regimes: does bounded loss help?", "",
+           "Per regime (sections below), DLCP's speed-up from bounded loss, the time of DLCP without it (`dlcp-no-loss`) "
+           "over DLCP's, and DLCP's speed-up over fair Gloo, each paired by repetition (the same seed, run back to "
+           "back): the median of the per-repetition ratios and its distribution-free interval (order statistics; "
+           "with 8 pairs [min, max], 99% coverage). Above 1: DLCP is faster. A verdict is given only where the "
+           "interval excludes 1; a question mark where it covers less than 95% (fewer than 6 pairs).", "",
+           "| regime | runs per cell | bounded loss: p50 | bounded loss: p99 | verdict at p50 / p99 | DLCP vs fair "
+           "Gloo: p50 | DLCP vs fair Gloo: p99 | zero-filled (DLCP) |", "|" + "---|" * 8]
+    for doc in docs:
+        cells = doc["cells"]
+        if not {"dlcp", "dlcp-no-loss"} <= set(cells):
+            continue
+        runs = min(st["runs"] for st in cells.values())
+        bl = [paired_speedup(doc, "dlcp-no-loss", "dlcp", k) for k in ("iter_p50_s", "iter_p99_s")]
+        gl = [paired_speedup(doc, "gloo-fair", "dlcp", k) for k in ("iter_p50_s", "iter_p99_s")]
+        verdict = " / ".join(speedup_verdict(st).split(" (")[0] + ("" if st["coverage"] is None or
+                             st["coverage"] >= 0.95 else "?") for st in bl)
+        out.append(f"| `{_regime(doc)}` | {runs} | {speedup_text(bl[0])} | {speedup_text(bl[1])} | {verdict} | "
+                   + " | ".join(speedup_text(st) if "gloo-fair" in cells else "-" for st in gl) + " | "
+                   + format_stat(cells["dlcp"].get("zero_filled_fraction"), 100.0, "%") + " |")
+    out.append("")
+    return out
+
+
 def pressure_section(doc: dict[str, Any]) -> list[str]:
     """A pressure regime's sweep (``examples/testbed/pressure/<regime>-sweep.yaml``: ``gloo-fair``, ``dlcp``,
     ``dlcp-no-loss``): the usual table, the tails table, and whether bounded loss cut the tail there."""
     from .sweep import TAIL_METRICS
 
     cells = doc["cells"]
-    regime = Path(str(doc.get("source", "pressure"))).stem.removesuffix("-small").removesuffix("-sweep")
+    regime = _regime(doc)
     out = [f"## Pressure regime `{regime}`: does bounded loss cut the tail?", "", _meta(doc) + ".", "",
            f"Sweep `{doc.get('source')}` on `{Path(str(doc.get('base', ''))).name}` "
            "([testbed.md](testbed.md), Pressure regimes).", ""]
@@ -365,6 +450,16 @@ def pressure_section(doc: dict[str, Any]) -> list[str]:
                                  ("final_accuracy", "final accuracy", False)):
             if (cells["dlcp"].get(key) or {}).get("median") is not None:
                 out.append(_compare("dlcp vs gloo-fair", cells["dlcp"][key], cells["gloo-fair"][key], what, lower))
+    if "dlcp" in cells and "dlcp-no-loss" in cells:
+        out += ["", "Paired by repetition (the same seed, run back to back; the median of the per-repetition ratios "
+                "and its interval), bounded loss's speed-up (DLCP without it over DLCP):", ""]
+        for key, what in PAIRED_KEYS:
+            st = paired_speedup(doc, "dlcp-no-loss", "dlcp", key)
+            out.append(f"- {what}: {speedup_text(st)}: {speedup_verdict(st)}.")
+        if "gloo-fair" in cells:
+            for key, what in PAIRED_KEYS[:2]:
+                st = paired_speedup(doc, "gloo-fair", "dlcp", key)
+                out.append(f"- DLCP over fair Gloo, {what}: {speedup_text(st)}: {speedup_verdict(st)}.")
     runs = min((st["runs"] for st in cells.values()), default=0)
     p99 = _ratio((cells.get("dlcp-no-loss") or {}).get("iter_p99_s"), (cells.get("dlcp") or {}).get("iter_p99_s"))
     tta = _ratio((cells.get("gloo-fair") or {}).get("time_to_target_s"),
@@ -387,6 +482,41 @@ def pressure_section(doc: dict[str, Any]) -> list[str]:
     if all((st.get("time_to_target_s") or {}).get("median") is None for st in cells.values()):
         out += ["No run had a target accuracy, so time to accuracy is not measured here: the runs train a fixed "
                 "number of steps and their final accuracy is compared.", ""]
+    return out
+
+
+def pressure_ablation_section(doc: dict[str, Any]) -> list[str]:
+    """The parts of value-aware dropping one at a time in a pressure regime
+    (``examples/testbed/pressure/<regime>-ablation.yaml``: a ``dlcp`` cell and cells that each change one part):
+    the table, the tails, and every cell's speed-up over full DLCP paired by repetition."""
+    from .sweep import TAIL_METRICS
+
+    cells = doc["cells"]
+    out = [f"## Pressure regime `{_regime(doc)}`: each part of value-aware dropping", "", _meta(doc) + ".", "",
+           f"Sweep `{doc.get('source')}` on `{Path(str(doc.get('base', ''))).name}`: full DLCP against DLCP with one "
+           "part changed. The host always chooses the eligible packets by magnitude (the smallest mean |x| of each "
+           "tensor, within the loss bound; `host/policy.py`): the dlcp backend has no other policy, so that part "
+           "is not varied here.", ""]
+    out += _table(doc, "dlcp" if "dlcp" in cells else None)
+    tail = list(TAIL_METRICS)
+    out += ["", "| cell | " + " | ".join(label for _k, label, _s, _u in tail) + " |", "|" + "---|" * (len(tail) + 1)]
+    for name, st in cells.items():
+        out.append(f"| `{name}` | " + " | ".join(format_stat(st.get(key), scale, unit)
+                                                 for key, _l, scale, unit in tail) + " |")
+    if "dlcp" in cells:
+        out += ["", "Each cell's speed-up over full DLCP (DLCP's time over the cell's, paired by repetition; above 1 "
+                "the cell is faster), and its zero-filled fraction and RTO-waited steps against DLCP's:", ""]
+        for name in cells:
+            if name == "dlcp":
+                continue
+            parts = [f"{what} {speedup_text(st)}, {speedup_verdict(st)}"
+                     for key, what in PAIRED_KEYS for st in [paired_speedup(doc, "dlcp", name, key)]]
+            out.append(f"- `{name}`: " + "; ".join(parts) + ".")
+            for key, what, lower in (("zero_filled_fraction", "zero-filled fraction", True),
+                                     ("rto_steps", "steps that waited on an RTO", True)):
+                if (cells[name].get(key) or {}).get("median") is not None and cells["dlcp"][key]["median"]:
+                    out.append("  " + _compare(f"{name} vs dlcp", cells[name][key], cells["dlcp"][key], what, lower))
+    out.append("")
     return out
 
 
@@ -449,7 +579,8 @@ def accuracy_section(doc: dict[str, Any]) -> list[str]:
 def render(demo: dict[str, Any] | None, ablation: dict[str, Any] | None, sources: dict[str, str],
            rates: dict[str, Any] | None = None, goals: dict[str, Any] | list[dict[str, Any]] | None = None,
            workloads: dict[str, Any] | None = None, ablation_load: dict[str, Any] | None = None,
-           pressure: list[dict[str, Any]] | None = None, accuracy: dict[str, Any] | None = None) -> str:
+           pressure: list[dict[str, Any]] | None = None, accuracy: dict[str, Any] | None = None,
+           pressure_ablation: dict[str, Any] | None = None) -> str:
     """The whole document. ``sources``: what each section was made from, for the header (a mapping, or (key,
     path) pairs when a key repeats); ``goals`` may be several sweeps of the goals spec, each shown in turn."""
     pairs = list(sources.items()) if isinstance(sources, dict) else list(sources)
@@ -523,8 +654,12 @@ def render(demo: dict[str, Any] | None, ablation: dict[str, Any] | None, sources
         out += goals_section(g, f"sweep {i + 1} of {len(goal_docs)}" if len(goal_docs) > 1 else "")
     if workloads:
         out += workloads_section(workloads)
+    if pressure:
+        out += pressure_summary(pressure)
     for doc in pressure or []:
         out += pressure_section(doc)
+    if pressure_ablation:
+        out += pressure_ablation_section(pressure_ablation)
     if accuracy:
         out += accuracy_section(accuracy)
     worse, section = [], ""
@@ -569,9 +704,12 @@ def main(argv: list[str] | None = None) -> int:
                                             "several background loads)")
     ap.add_argument("--pressure", action="append", help="sweep.json of a pressure regime's sweep "
                                                         "(examples/testbed/pressure/); repeat for several")
+    ap.add_argument("--pressure-ablation", help="sweep.json of a pressure regime's ablation "
+                                                "(examples/testbed/pressure/incast-ablation.yaml)")
     ap.add_argument("--accuracy", help="accuracy.json of `python -m testbed.accuracy`")
     args = ap.parse_args(argv)
-    names = ("demo", "ablation", "ablation_load", "rates", "goals", "workloads", "pressure", "accuracy")
+    names = ("demo", "ablation", "ablation_load", "rates", "goals", "workloads", "pressure", "pressure_ablation",
+             "accuracy")
     if not any(getattr(args, n) for n in names):
         ap.error("give at least one of --demo, --ablation, --ablation-load, --rates, --goals, --workloads")
     load = lambda p: json.loads(Path(p).read_text()) if p else None  # noqa: E731
@@ -580,7 +718,8 @@ def main(argv: list[str] | None = None) -> int:
                for v in ((getattr(args, n) or []) if n in ("goals", "pressure") else [getattr(args, n)]) if v]
     sys.stdout.write(render(load(args.demo), load(args.ablation), sources, load(args.rates),
                             [load(g) for g in args.goals or []], load(args.workloads), load(args.ablation_load),
-                            [load(g) for g in args.pressure or []], load(args.accuracy)))
+                            [load(g) for g in args.pressure or []], load(args.accuracy),
+                            load(args.pressure_ablation)))
     return 0
 
 

@@ -125,3 +125,55 @@ def test_pressure_section_reports_tails_and_the_goals_from_the_cells():
     # p99 speed-up: 0.9 / 0.42; time to target (10 x p50): 6.1 / 3.1
     assert "bounded loss's p99 speed-up (DLCP without it over DLCP) 2.14x, goal 1.3x" in text
     assert "DLCP's time to accuracy over fair Gloo 1.97x, goal 1.84x" in text
+
+
+def _paired_doc(cells: dict[str, list[tuple[float, float]]]) -> dict:
+    """A pressure sweep whose runs have the given (p50, p99) per repetition, with the tails the tables read."""
+    def run(p50, p99):
+        return {**_summary(p50, 1e6), "iter_p90_s": p99, "iter_p99_s": p99, "coll_p50_s": p50 / 4,
+                "coll_p90_s": p50 / 2, "coll_p99_s": p99 / 2, "rto_steps": 1, "zero_filled_fraction": 0.003}
+
+    doc = _doc({c: [run(*v) for v in vs] for c, vs in cells.items()})
+    doc["repetitions"], doc["seeds"] = len(next(iter(cells.values()))), list(range(1, 9))
+    doc["source"] = "examples/testbed/pressure/incast-sweep.yaml"
+    doc["base"] = "/x/examples/testbed/pressure/incast.yaml"
+    return doc
+
+
+def test_bounded_loss_speedup_is_paired_by_repetition_and_judged_by_its_interval():
+    from testbed.evaluation import paired_speedup, speedup_verdict
+
+    # repetition i: DLCP without bounded loss takes 1.5x DLCP's p99 (whatever the repetition's own speed) and the
+    # same p50; unpaired, the cells' spread would hide the p99 difference
+    base = [(0.3 + 0.05 * i, 0.5 + 0.2 * i) for i in range(8)]
+    doc = _paired_doc({"gloo-fair": [(2 * a, 2 * b) for a, b in base], "dlcp": base,
+                       "dlcp-no-loss": [(a * (1.02 if i % 2 else 0.98), 1.5 * b) for i, (a, b) in enumerate(base)]})
+    p99 = paired_speedup(doc, "dlcp-no-loss", "dlcp", "iter_p99_s")
+    assert (p99["n"], round(p99["value"], 6), round(p99["lo"], 6), round(p99["hi"], 6)) == (8, 1.5, 1.5, 1.5)
+    assert speedup_verdict(p99) == "**faster**"
+    p50 = paired_speedup(doc, "dlcp-no-loss", "dlcp", "iter_p50_s")
+    assert (round(p50["lo"], 6), round(p50["hi"], 6)) == (0.98, 1.02) and speedup_verdict(p50).startswith("no resolved")
+    assert p99["coverage"] > 0.99  # 8 pairs: [min, max] covers the median with 1 - 2/256
+    text = render(None, None, {"pressure": "p.json"}, pressure=[doc])
+    row = next(line for line in text.splitlines() if line.startswith("| `incast` |"))
+    assert "| 8 | 1.00x [0.98, 1.02] (99% CI, 8 pairs) | 1.50x [1.50, 1.50] (99% CI, 8 pairs) | no resolved " \
+           "difference / **faster** | 2.00x [2.00, 2.00] (99% CI, 8 pairs) |" in row
+    assert "- iteration time (p99): 1.50x [1.50, 1.50] (99% CI, 8 pairs): **faster**." in text
+    # a missing run leaves its repetition out of the pairs; 3 pairs give a verdict that says how weak it is
+    three = _paired_doc({"dlcp": base[:3], "dlcp-no-loss": [(a, 0.5 * b) for a, b in base[:3]]})
+    st = paired_speedup(three, "dlcp-no-loss", "dlcp", "iter_p99_s")
+    assert st["n"] == 3 and speedup_verdict(st) == "**slower** (an interval of only 75% coverage)"
+    three["runs"] = [r for r in three["runs"] if not (r["cell"] == "dlcp" and r["repetition"] == 1)]
+    assert paired_speedup(three, "dlcp-no-loss", "dlcp", "iter_p99_s")["n"] == 2
+
+
+def test_pressure_ablation_compares_each_part_with_full_dlcp():
+    base = [(0.3 + 0.01 * i, 0.5 + 0.01 * i) for i in range(4)]
+    doc = _paired_doc({"dlcp": base, "dlcp-class-thresholds": [(a / 1.1, b / 1.4) for a, b in base],
+                       "dlcp-no-loss": [(a, b) for a, b in base]})
+    doc["source"] = "examples/testbed/pressure/incast-ablation.yaml"
+    text = render(None, None, {"pressure-ablation": "a.json"}, pressure_ablation=doc)
+    assert "## Pressure regime `incast`: each part of value-aware dropping" in text
+    assert ("- `dlcp-class-thresholds`: iteration time (p50) 1.10x [1.10, 1.10] (88% CI, 4 pairs), **faster** (an "
+            "interval of only 88% coverage); iteration time (p99) 1.40x [1.40, 1.40]") in text
+    assert "- `dlcp-no-loss`: iteration time (p50) 1.00x [1.00, 1.00] (88% CI, 4 pairs), no resolved difference" in text
