@@ -17,6 +17,11 @@ rules, each with the p4c source that makes it:
   Two applies are taken as having one successor when both are statements followed by the same statement
   (e.g. one in each branch of an ``if``); an apply in an ``if`` condition or a ``switch`` has the branches as
   successors, so never shares them.
+* A ``for`` loop over a range, ``for (T x in lo .. hi)`` (P4-16 1.2.4), is refused
+  (``backends/bmv2/common/check_unsupported.h``: "BMV2 does not support for-in loops", for every for-in loop,
+  before any unrolling); the three-part form ``for (init; cond; update)`` is taken.  Refused rather than
+  accepted behind an option: the target exists to run what BMv2 runs, and a program developed here must not
+  meet the refusal only when it is moved to BMv2.
 """
 from __future__ import annotations
 
@@ -48,6 +53,15 @@ def check_next_member(e: A.Member) -> None:
     if isinstance(inner, A.Member) and inner.name == "next" and isinstance(inner.expr.type, ir.StackT):
         raise P4Error(e.loc, "a field of a header stack's 'next' element is refused by p4c's BMv2 back end "
                              "('next field read'): extract into hs.next, then use hs.last")
+
+
+def check_for_in(s: A.For | None) -> None:
+    """A located error for a ``for (T x in lo .. hi)`` loop (``s``, the program's first, or None), which
+    p4c-bm2-ss refuses."""
+    if s is not None:
+        raise P4Error(s.loc, "a for-in loop (for (T x in lo .. hi)) is refused by p4c's BMv2 back end ('BMV2 does "
+                             "not support for-in loops'); write for (T x = lo; x <= hi; x = x + 1), with hi below "
+                             "the largest value of T")
 
 
 def check_table_sites(body: A.Block) -> None:

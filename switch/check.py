@@ -94,6 +94,9 @@ class Checker:
         self.main: A.Instance | None = None
         self.locals_all: list[Sym] = []
         self.block_kind = ""          # "parser" or "control" while checking one (see member())
+        # the first for-in loop met: refused for BMv2 once the whole program is checked, so that the front end's
+        # errors come first, as p4c's front end runs before its back end
+        self.for_in: A.For | None = None
 
     # ---------------------------------------------------------------------------------------
     def run(self) -> ir.ProgramIR:
@@ -101,7 +104,9 @@ class Checker:
             self.declaration(d)
         if self.main is None:
             raise P4Error(Loc(self.path, 1, 1), "no 'main' package instantiation (expected 'V1Switch(...) main;')")
-        return self.bind_main()
+        program = self.bind_main()
+        bmv2_rules.check_for_in(self.for_in)
+        return program
 
     def declaration(self, d) -> None:
         g = self.globals
@@ -833,6 +838,12 @@ class Checker:
         while isinstance(base, (A.Member, A.Index, A.Slice)):
             if isinstance(base, A.Member) and isinstance(base.expr.type, ir.StackT) and base.name in ("size", "lastIndex"):
                 raise P4Error(e.loc, f"{what} is not assignable")
+            if isinstance(base, A.Member) and isinstance(base.expr.type, ir.StackT) and base.name == "last":
+                # P4-16 6.7 lists hs.last among the l-values, but p4c's type checker makes only hs.next one
+                # (typeCheckExpr.cpp): "Expression hs.last.f cannot be the target of an assignment"
+                raise P4Error(e.loc, f"{what} is not assignable: a header stack's 'last' element is read-only in "
+                                     f"p4c, which refuses the write ('cannot be the target of an assignment'); "
+                                     f"write the element by its index")
             base = base.expr
         if isinstance(base, A.Default):
             return
@@ -942,6 +953,8 @@ class Checker:
                 self.stmt(s.body, Scope(inner), ctx)
             finally:
                 ctx.loops -= 1
+            if s.in_range and self.for_in is None:
+                self.for_in = s
         elif isinstance(s, (A.Break, A.Continue)):
             if not ctx.loops:
                 raise P4Error(s.loc, f"'{'break' if isinstance(s, A.Break) else 'continue'}' outside a for loop")

@@ -133,8 +133,7 @@ def _lower_returns(stmts: list[A.Stmt], done: str, result: str | None, in_loop: 
     inside a for loop the return also leaves the loop (and every enclosing one)."""
     def one(s: A.Stmt) -> A.Stmt:
         if isinstance(s, A.For):
-            return A.For(s.loc, s.init, s.cond, s.update,
-                         A.Block(s.loc, _lower_returns([s.body], done, result, True)))
+            return dataclasses.replace(s, body=A.Block(s.loc, _lower_returns([s.body], done, result, True)))
         if isinstance(s, A.Return):
             out: list[A.Stmt] = []
             if s.expr is not None:

@@ -230,11 +230,13 @@ class Exit(Stmt):
 
 @dataclass
 class For(Stmt):
-    """P4-16 1.2.4 ``for (init; cond; update) body``; ``for (T x in lo .. hi)`` is parsed into this form."""
+    """P4-16 1.2.4 ``for (init; cond; update) body``; ``for (T x in lo .. hi)`` is parsed into this form with
+    ``in_range`` set, so that the checker can type its parts and then refuse it for BMv2 (switch.bmv2_rules)."""
     init: list[Stmt]
     cond: Expr | None
     update: list[Stmt]
     body: Stmt
+    in_range: bool = False
 
 
 @dataclass

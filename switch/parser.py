@@ -768,7 +768,8 @@ class Parser:
 
     def for_stmt(self) -> A.For:
         """``for (init; cond; update) stmt`` and ``for (T x in lo .. hi) stmt`` (P4-16 1.2.4); the range form
-        becomes ``for (T x = lo; x <= hi; x = x + 1)`` (a range ending at the type's maximum never ends)."""
+        becomes ``for (T x = lo; x <= hi; x = x + 1)`` marked ``in_range``: the checker types it like any loop,
+        then refuses it as p4c's BMv2 back end does (switch.bmv2_rules.check_for_in)."""
         t = self.tok
         self.i += 1
         self.expect("(")
@@ -788,7 +789,8 @@ class Parser:
             var = A.Name(n.loc, n.text)
             init = A.VarDecl(n.loc, ty, n.text, lo) if ty is not None else A.Assign(n.loc, var, lo)
             step = A.Assign(n.loc, A.Name(n.loc, n.text), A.Binary(n.loc, "+", A.Name(n.loc, n.text), A.Lit(n.loc, 1)))
-            return A.For(t.loc, [init], A.Binary(n.loc, "<=", A.Name(n.loc, n.text), hi), [step], body)
+            return A.For(t.loc, [init], A.Binary(n.loc, "<=", A.Name(n.loc, n.text), hi), [step], body,
+                         in_range=True)
         init: list[A.Stmt] = []
         while not self.at(";"):
             if self.tok.kind in ("id", "kw") and (self.is_type_name(self.tok.text) or self.tok.text in BASE_TYPE_KW) \

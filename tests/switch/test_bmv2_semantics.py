@@ -95,7 +95,7 @@ def test_stack_next_past_the_end_is_stack_out_of_bounds(mode):
     assert sw.send(1, frame(0x8847, bytes([5, 0]) + b"rest")) == []
     assert sw.parser_errors == 2 and sw.drop_total("pipeline_drop") == 1
     # one label that ends the stack (v == 0): the marker state extracts "r" into labels[1], inside the stack, and
-    # overwrites it with the marker through labels.last: no error
+    # overwrites it with the marker through labels[1]: no error
     ok = sw.send(1, frame(0x8847, bytes([0]) + b"rest"))
     assert sw.parser_errors == 2
     assert [o.data[12:] for o in ok] == [b"\x88\x47" + bytes([0, 0xEE]) + b"est"]

@@ -1,5 +1,7 @@
-/* P4-16 1.2.4 for loops in controls, actions and functions: the three-part form with several updates,
- * the range form (lo .. hi inclusive), break, continue, and return from inside a loop in a function. */
+/* P4-16 1.2.4 for loops in controls, actions and functions: the three-part form (a declaration in init, a bound
+ * from an action parameter, several updates), break, continue, and return from inside a loop in a function.
+ * The range form (for (T x in lo .. hi)) is refused, as p4c's BMv2 back end refuses it: sum_to writes
+ * 1 .. n as a three-part loop. */
 #include "common.p4"
 
 struct H { h_t h; }
@@ -24,7 +26,7 @@ parser P(packet_in pkt, out H hdr, inout meta_t meta, inout standard_metadata_t 
 control Ing(inout H hdr, inout meta_t meta, inout standard_metadata_t sm) {
     action sum_to(bit<8> n) {
         bit<8> acc = 0;
-        for (bit<8> i in 1 .. n) {
+        for (bit<8> i = 1; i <= n; i = i + 1) {
             acc = acc + i;
         }
         hdr.h.b = acc;

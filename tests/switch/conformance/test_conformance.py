@@ -123,7 +123,7 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(9, 2, 0, 0, 0x11, 0x22, 0x33), [(1, h(9, 2, 0, 0, 0x22, 0x33))]),     # st[1], st[2] invalid
         (h(9, 3, 0, 0, 0x11, 0x22), [(1, h(1, 2, 3, 9, 0x11, 0x22))]),
     ],
-    # b = 1 + ... + a (range loop in an action); c = odd j < min(a, 5) (continue, break) + the final k
+    # b = 1 + ... + a (a loop bounded by an action parameter); c = odd j < min(a, 5) (continue, break) + the final k
     # (10 - iterations run); d = lowest_set(d) (return from inside a loop in a function)
     "for_loops.p4": [
         (h(0, 0, 0, 0), [(1, h(0, 0, 10, 8))]),

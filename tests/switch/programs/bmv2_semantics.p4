@@ -2,8 +2,8 @@
  *  - egress_spec is 0 when egress starts (egress copies egress_spec and egress_port into the Ethernet addresses;
  *    EtherType 0xE0E0 is dropped in egress with mark_to_drop);
  *  - hs.next past the end of a header stack is StackOutOfBounds, never a write into the header after the stack:
- *    after two labels the parser extracts into labels.next, then marks it via labels.last; ingress drops packets
- *    with a parser error (0x8847) or keeps them and marks them 0xDEAD (0x8848) to show what the headers hold;
+ *    after two labels the parser extracts into labels.next, then overwrites labels[1] (p4c: labels.last is read-only);
+ *    ingress drops packets with a parser error (0x8847) or keeps them and marks them 0xDEAD (0x8848);
  *  - non-const `entries` (in_port) are ordinary entries a controller reads, modifies and deletes; `const entries`
  *    (fixed) are read-only. */
 #include <core.p4>
@@ -27,7 +27,7 @@ parser P(packet_in pkt, out headers_t h, inout meta_t m, inout standard_metadata
     state marker {
         /* after two labels nextIndex == 2 == size: StackOutOfBounds, h.tag stays invalid */
         pkt.extract(h.labels.next);
-        h.labels.last.v = 0xEE;
+        h.labels[1].v = 0xEE;
         transition accept;
     }
     state labels_keep {
@@ -36,7 +36,7 @@ parser P(packet_in pkt, out headers_t h, inout meta_t m, inout standard_metadata
     }
     state marker_keep {
         pkt.extract(h.labels.next);
-        h.labels.last.v = 0xEE;
+        h.labels[1].v = 0xEE;
         transition accept;
     }
 }

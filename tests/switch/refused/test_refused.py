@@ -107,6 +107,9 @@ def run(path: str, *data: int) -> bytes:
     # an in parameter that is a path argument, substituted in place
     ("control S(in h_t h) { apply { h.a = 1; } }", "        S.apply(hdr.h);", 3, 31,
      "cannot assign to 'h', an 'in' parameter of control S"),
+    # a for-in loop: p4c-bm2-ss "BMV2 does not support for-in loops" (the three-part form is taken)
+    ("", "        for (bit<8> i in 1 .. hdr.h.a) {\n            hdr.h.b = hdr.h.b + i;\n        }", 7, 9,
+     "a for-in loop (for (T x in lo .. hi)) is refused by p4c's BMv2 back end"),
     ("", "        hdr.h.a = hdr.h.b % hdr.h.c;", 7, 27, "'%' by a value not known at compile time"),
     ("", "        hdr.h.a = hdr.h.b / 0;", 7, 29, "division by zero"),
     ("", "        int<8> s = (int<8>)hdr.h.b;\n        hdr.h.a = (bit<8>)(s / 2);", 8, 30,
@@ -115,6 +118,40 @@ def run(path: str, *data: int) -> bytes:
 def test_refusal_edges(tmp_path, decls, body, line, col, words):
     e = refused(program(tmp_path, body, decls))
     assert (e.loc.line, e.loc.col) == (line, col), str(e)
+    assert words in e.message
+
+
+def test_for_in_is_refused_after_the_front_end_rules(tmp_path):
+    """p4c's front end runs before its back end: for_loops.p4 here is refused first for its write to an 'in'
+    parameter (line 13, REFUSED); once that is legal, for the for-in loop of its action (line 25)."""
+    src = (HERE / "for_loops.p4").read_text()
+    assert src.count("bit<8> lowest_set(in bit<8> x)") == 1
+    f = tmp_path / "for_loops.p4"
+    f.write_text(src.replace("bit<8> lowest_set(in bit<8> x)", "bit<8> lowest_set(inout bit<8> x)"))
+    e = refused(str(f))
+    assert (e.loc.file, e.loc.line, e.loc.col) == (str(f), 25, 9), str(e)
+    assert "for-in loop" in e.message and "BMV2 does not support for-in loops" in e.message
+
+
+# p4c's type checker (typeCheckExpr.cpp) makes hs.next a left-value and hs.last not, although P4-16 6.7 lists
+# both among the l-values; p4c: "Expression h.labels.last.v cannot be the target of an assignment", "must be
+# applied to a left-value", "Read-only value used for out/inout parameter 'hdr'"
+@pytest.mark.parametrize("stmt, col, words", [
+    ("h.labels.last.v = 0xEE;", 9, "left-hand side is not assignable: a header stack's 'last' element is read-only"),
+    ("h.labels.last.v[3:0] = 1;", 9, "left-hand side is not assignable: a header stack's 'last' element"),
+    ("h.labels.last = h.labels[0];", 9, "left-hand side is not assignable: a header stack's 'last' element"),
+    ("h.labels.last.setValid();", 9, "target of setValid() is not assignable: a header stack's 'last' element"),
+    ("pkt.extract(h.labels.last);", 21, "argument for 'out hdr' is not assignable: a header stack's 'last'"),
+])
+def test_stack_last_is_not_an_lvalue(tmp_path, stmt, col, words):
+    src = (HERE.parent / "programs" / "bmv2_semantics.p4").read_text()
+    lines = src.splitlines(keepends=True)
+    assert lines[29] == "        h.labels[1].v = 0xEE;\n"           # line 30, in the parser's marker state
+    lines[29] = "        " + stmt + "\n"
+    f = tmp_path / "last.p4"
+    f.write_text("".join(lines))
+    e = refused(str(f))
+    assert (e.loc.file, e.loc.line, e.loc.col) == (str(f), 30, col), str(e)
     assert words in e.message
 
 
