@@ -369,6 +369,9 @@ class Switch:
             if eport == DROP_PORT:
                 tm_drop(port, prio, "pipeline_drop")
                 return
+            # BMv2 sets instance_type to NORMAL when a unicast packet leaves ingress (simple_switch.cpp,
+            # ingress_thread): egress sees 0 for a resubmitted or recirculated packet too
+            s[ITYPE] = INSTANCE_NORMAL
             # queued as a tuple: it holds only ints, bools, bytes and tuples, so the garbage collector
             # stops tracking it (thousands of queued packets would otherwise make every collection slow)
             s[PAY] = data

@@ -263,10 +263,11 @@ def v1_paths(sw) -> list:
     clone session 5 -> port 7 (simple_switch.cpp's ingress_thread/egress_thread order)."""
     return [
         (h(0, 0, 0, 0), [(1, h(0, 0, 0, 0))]),
-        # resubmit: ingress again with instance_type 6, kept (field list 1) = 0x4B, lost reset to 0
-        (h(1, 0, 0, 0), [(2, h(1, 0, 6, 0x4B))]),
-        # recirculate from egress: the deparsed packet through ingress again, instance_type 4
-        (h(2, 0, 0, 0), [(2, h(2, 0, 4, 0x4B))]),
+        # resubmit: ingress again with instance_type 6, kept (field list 1) = 0x4B, lost reset to 0; egress then
+        # sees instance_type 0 (b = 0xE0 | 0): BMv2 sets NORMAL when a unicast packet leaves ingress
+        (h(1, 0, 0, 0), [(2, h(1, 0xE0, 6, 0x4B))]),
+        # recirculate from egress: the deparsed packet through ingress again, instance_type 4; egress again 0
+        (h(2, 0, 0, 0), [(2, h(2, 0xE0, 4, 0x4B))]),
         # I2E clone: the original (b = 0x33) to port 1, and the packet as received to session 5's port 7
         (h(3, 0, 0, 0), [(1, h(3, 0x33, 0, 0)), (7, h(3, 0, 1, 0))]),
         # E2E clone of a packet egress drops: the clone (with egress's d = 0x44) still leaves on port 7

@@ -2,7 +2,10 @@
  * resubmit (the packet as received, through ingress again, instance_type 6, @field_list metadata kept),
  * recirculate (the deparsed packet back to ingress, instance_type 4), clone I2E (the packet as received,
  * parsed again, to the clone session's port, instance_type 1), clone E2E (the headers as egress left them,
- * instance_type 2) and truncate. The first byte of h selects what the packet asks for. */
+ * instance_type 2) and truncate. The first byte of h selects what the packet asks for. A resubmitted or
+ * recirculated packet has its instance type (6, 4) in ingress only: BMv2 sets instance_type to NORMAL (0) when a
+ * unicast packet leaves ingress for its queue, so egress sees 0 (written to b as 0xE0 | instance_type) and
+ * recirculates a packet only when ingress has not marked it (c == 0), else it would recirculate for ever. */
 #include "common.p4"
 
 struct H { h_t h; }
@@ -44,6 +47,8 @@ control Eg(inout H hdr, inout M meta, inout standard_metadata_t sm) {
     apply {
         if (sm.instance_type == 1 || sm.instance_type == 2) {
             hdr.h.c = (bit<8>)sm.instance_type;       // the clones
+        } else if (hdr.h.c != 0) {
+            hdr.h.b = 0xE0 | (bit<8>)sm.instance_type;   // resubmitted or recirculated: NORMAL again in egress
         } else if (sm.instance_type == 0 && hdr.h.a == 2) {
             meta.kept = 0x4B;
             meta.lost = 0x4C;
