@@ -11,10 +11,16 @@
   writes the same P4Runtime updates to both, sends the same frame into both and returns what each sent out, and
   reads every counter and register (on BMv2 the client reads and writes registers through the Thrift CLI, as its
   P4Runtime server implements no register access: :mod:`controller.bmv2`).
+* A switch a test leaves dead or stuck fails that test and no other: when a session ends, the harness checks
+  that both processes still run and that BMv2 can still load a pipeline (simple_switch swaps one only when no
+  packet is inside it, so a packet the program recirculates for ever, or a BMv2 that stopped answering, makes
+  every later push hang); if not, it restarts the switch on the same interfaces and raises
+  :class:`SwitchFailure` in the test that was running, with BMv2's log.
 * :class:`Tally` counts the cases compared and the differences found, for the results file.
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -34,6 +40,7 @@ from google.protobuf import text_format
 from controller import bmv2 as bmv2_cli
 from controller.bmv2 import P4cOutput, compile_p4c as p4c
 from controller.client import Program, SwitchClient, load_p4info_program, load_program, writer_election_id
+from controller.errors import ControllerError, SwitchUnreachable
 from controller.netfile_model import SwitchSpec
 from controller.tm import open_tm
 from switch.portio import Port
@@ -45,6 +52,16 @@ from switchd import Daemon, sh, wait_up  # noqa: E402
 #: what make test-bmv2 needs on PATH (the toolchain's p4tools.env puts them there)
 BINARIES = ("p4c-bm2-ss", "simple_switch_grpc", bmv2_cli.BMV2_CLI)
 SIDES = ("bmv2", "dlcp-switch")
+#: seconds BMv2 gets to load a pipeline when a session ends before it counts as stuck (a load takes well under one;
+#: a stuck one answers DEADLINE_EXCEEDED after about 10 s)
+SETTLE_S = 20.0
+#: BMv2's log level (its log goes to the test's failure message when it dies or sticks); "debug" logs each packet
+LOG_LEVEL = os.environ.get("BMV2_LOG_LEVEL", "info")
+
+
+class SwitchFailure(Exception):
+    """A switch of the twin died, or BMv2 could no longer load a pipeline, during the test that ran on it (the
+    harness restarted it, so later tests get a working one)."""
 
 
 def missing_binaries() -> list[str]:
@@ -68,7 +85,7 @@ class Bmv2:
         cmd = ["simple_switch_grpc", "--device-id", "0", "--thrift-port", str(self.thrift_port)]
         for port, ifname in sorted(ports.items()):
             cmd += ["-i", f"{port}@{ifname}"]
-        cmd += ["--no-p4", "--", "--grpc-server-addr", self.addr]
+        cmd += ["--log-console", "-L", LOG_LEVEL, "--no-p4", "--", "--grpc-server-addr", self.addr]
         if cpu_port is not None:
             cmd += ["--cpu-port", str(cpu_port)]
         if priority_queues is not None:
@@ -135,6 +152,9 @@ class Twin:
         self.bmv2: Bmv2 | None = None
         self.daemon: Daemon | None = None
         self.sessions = 0
+        self.bmv2_options = {"cpu_port": cpu_port, "priority_queues": priority_queues}
+        #: why each switch was restarted, in order (the results file's notes)
+        self.restarts: list[str] = []
         try:
             for near, far in self.pairs.values():
                 sh("ip", "link", "del", near, check=False)
@@ -145,15 +165,16 @@ class Twin:
                        "gro", "off", check=False)
                     sh("ip", "link", "set", ifn, "up")
             wait_up(*[ifn for pair in self.pairs.values() for ifn in pair])
-            near = {side: {p: self.pairs[side, p][0] for p in ports} for side in SIDES}
-            self.bmv2 = Bmv2(near["bmv2"], cpu_port=cpu_port, priority_queues=priority_queues)
-            args = [a for p, ifn in near["dlcp-switch"].items() for a in ("-i", f"{p}@{ifn}")]
+            self.near = {side: {p: self.pairs[side, p][0] for p in ports} for side in SIDES}
+            self.bmv2 = Bmv2(self.near["bmv2"], **self.bmv2_options)
+            args = [a for p, ifn in self.near["dlcp-switch"].items() for a in ("-i", f"{p}@{ifn}")]
             if cpu_port is not None:
                 args += ["--cpu-port", str(cpu_port)]
             if priority_queues is not None:
                 args += ["--priority-queues", str(priority_queues)]
             for d in include_dirs:
                 args += ["-I", str(d)]
+            self.daemon_args = args
             self.daemon = Daemon(*args)
             for side in SIDES:
                 self.taps[side] = {p: Port(p, self.pairs[side, p][1]) for p in ports}
@@ -172,11 +193,63 @@ class Twin:
         return (f"--- bmv2 log:\n{self.bmv2.log() if self.bmv2 else ''}\n"
                 f"--- dlcp-switch log:\n{self.daemon.log()[-4000:] if self.daemon else ''}")
 
+    def restart(self, side: str, why: str) -> str:
+        """Replace ``side``'s switch process by a fresh one on the same interfaces; its log before that."""
+        self.restarts.append(f"{side} restarted: {why}"[:500])
+        if side == "bmv2":
+            old, log = self.bmv2, self.bmv2.log() if self.bmv2 else ""
+            self.bmv2 = None
+            if old is not None:
+                old.close()
+            self.bmv2 = Bmv2(self.near["bmv2"], **self.bmv2_options)
+            return log
+        old_d, log = self.daemon, self.daemon.log()[-4000:] if self.daemon else ""
+        self.daemon = None
+        if old_d is not None:
+            old_d.close()
+        self.daemon = Daemon(*self.daemon_args)
+        return log
+
+    def _exited(self) -> dict[str, int]:
+        """The sides whose process has exited, with its status."""
+        procs = {"bmv2": self.bmv2.proc if self.bmv2 else None,
+                 "dlcp-switch": self.daemon.proc if self.daemon else None}
+        return {side: (p.poll() if p is not None else -1) for side, p in procs.items()
+                if p is None or p.poll() is not None}
+
+    async def _settled(self, client: SwitchClient, program: Program) -> str | None:
+        """None when both processes still run and BMv2 still loads a pipeline (``program`` again, which also
+        clears what the test left); else what is wrong."""
+        if exited := self._exited():
+            return f"exited during the test: {exited}"
+        again = replace(program, device_config=program.device_config + b"\n")
+        try:
+            await asyncio.wait_for(client.ensure_pipeline(again), SETTLE_S)
+        except (ControllerError, asyncio.TimeoutError) as e:
+            return (f"BMv2 could not load a pipeline after the test ({type(e).__name__}: {e}): a packet never left "
+                    f"it (simple_switch swaps a pipeline only when no packet is inside it, bm_sim's "
+                    f"SwitchWContexts::do_swap), e.g. one the program recirculates or resubmits for ever, or BMv2 "
+                    f"stopped answering")
+        return None
+
+    def _kill(self, side: str) -> None:
+        proc = (self.bmv2 if side == "bmv2" else self.daemon)
+        if proc is not None and proc.proc.poll() is None:
+            proc.proc.kill()
+
+    def _fail(self, why: str, sides: tuple[str, ...]) -> SwitchFailure:
+        """Restart ``sides``' switches; the error the test fails with (the switch's log in it)."""
+        logs = "".join(f"\n--- {side} log before the restart:\n{self.restart(side, why)}" for side in sides)
+        return SwitchFailure(f"{why}; restarted {', '.join(sides)}{logs}")
+
     @asynccontextmanager
     async def session(self, program: Path, tmp: Path, include_dirs: tuple[Path, ...] = ()) -> AsyncIterator["Pair"]:
         """Push ``program`` to both switches (p4c's output to BMv2, the source to dlcp-switch); a :class:`Pair`
-        of primary sessions."""
+        of primary sessions. When it ends, both switches must still run and BMv2 must still load a pipeline, or
+        the session raises :class:`SwitchFailure` after restarting what failed (module docstring)."""
         out = p4c(program, tmp / "p4c", include_dirs)
+        for side, status in self._exited().items():     # not caught when it happened (between sessions)
+            self.restart(side, f"found exited (status {status}) before {program.name}")
         # every session starts from an empty pipeline: a config that differs from the running one by trailing
         # whitespace (harmless in P4 source and in JSON) makes ensure_pipeline push it again, which clears all state
         self.sessions += 1
@@ -184,14 +257,31 @@ class Twin:
         programs = {side: replace(prog, device_config=prog.device_config + pad) for side, prog in
                     (("bmv2", load_p4info_program(out.p4info, out.json)),
                      ("dlcp-switch", load_program(program, include_dirs)))}
-        async with AsyncExitStack() as stack:
-            clients = {}
-            for side in SIDES:
-                c = SwitchClient(self.spec(side), p4info=programs[side].p4info, election_id=writer_election_id(),
-                                 timeout=30.0)
-                clients[side] = await stack.enter_async_context(c)
-                await clients[side].ensure_pipeline(programs[side])
-            yield Pair(self, clients, programs, out)
+        failure: tuple[str, tuple[str, ...]] | None = None
+        try:
+            async with AsyncExitStack() as stack:
+                clients = {}
+                for side in SIDES:
+                    c = SwitchClient(self.spec(side), p4info=programs[side].p4info,
+                                     election_id=writer_election_id(), timeout=30.0)
+                    try:
+                        clients[side] = await stack.enter_async_context(c)
+                        await clients[side].ensure_pipeline(programs[side])
+                    except SwitchUnreachable as e:             # not a refusal: no answer
+                        failure = (f"{side} did not take the program: {e}", (side,))
+                        self._kill(side)              # so that closing the sessions does not wait on it
+                        raise
+                try:
+                    yield Pair(self, clients, programs, out)
+                finally:
+                    why = await self._settled(clients["bmv2"], programs["bmv2"])
+                    if why is not None:
+                        failure = (why, tuple(self._exited()) or ("bmv2",))
+                        for side in failure[1]:
+                            self._kill(side)
+        finally:
+            if failure is not None:
+                raise self._fail(f"{program.name}: {failure[0]}", failure[1])
 
     def close(self) -> None:
         for taps in self.taps.values():
