@@ -11,12 +11,14 @@ rules, each with the p4c source that makes it:
   (an error key takes the error's number).
 * ``hs.next`` may be only the argument of ``extract``: a field of it, read or written, is refused
   (``backends/bmv2/common/expression.cpp``: "next field read").
-* A table applied at several places must be followed by the same statement at each
-  (``backends/bmv2/common/controlFlowGraph.cpp``: "table has multiple successors"), which rules out one
-  sub-control instance with a table applied at two places (its apply body, copies and all, is inlined at each).
-  Two applies are taken as having one successor when both are statements followed by the same statement
-  (e.g. one in each branch of an ``if``); an apply in an ``if`` condition or a ``switch`` has the branches as
-  successors, so never shares them.
+* A table may be applied at several places only in exclusive branches (of an ``if`` or a ``switch``) and
+  followed by the same statement at each (``backends/bmv2/common/controlFlowGraph.cpp``: two applies one after
+  the other are "a path from table t back to itself", checked first; applies in exclusive branches with
+  different statements after are "table t has multiple successors"), which rules out one sub-control instance
+  with a table applied at two places (its apply body, copies and all, is inlined at each).  Two applies are
+  taken as having one successor when both are statements followed by the same statement (e.g. one in each
+  branch of an ``if``); an apply in an ``if`` condition or a ``switch`` has the branches as successors, so never
+  shares them.
 * A ``for`` loop over a range, ``for (T x in lo .. hi)`` (P4-16 1.2.4), is refused
   (``backends/bmv2/common/check_unsupported.h``: "BMV2 does not support for-in loops", for every for-in loop,
   before any unrolling); the three-part form ``for (init; cond; update)`` is taken.  Refused rather than
@@ -65,47 +67,64 @@ def check_for_in(s: A.For | None) -> None:
 
 
 def check_table_sites(body: A.Block) -> None:
-    """A located error when one table is applied at two places with different successors (see the module
-    docstring), for a control's apply body after the checker has resolved its calls."""
-    sites: dict[int, list[tuple[Any, Any]]] = {}
+    """A located error when one table is applied at two places that p4c-bm2-ss cannot merge into one node of
+    BMv2's control graph (see the module docstring), for a control's apply body after the checker has resolved
+    its calls.  Each site records its successor and its branches (``(id of the if/switch, branch)`` pairs from
+    the body down): two sites are exclusive when they part at some ``if`` or ``switch``."""
+    sites: dict[int, list[tuple[Any, Any, Any, tuple]]] = {}
 
     def applies(node: Any) -> list[A.Call]:
         return [n for n in _nodes(node) if isinstance(n, A.Call) and getattr(n, "kind", None) == "table"]
 
-    def walk(stmts: list[A.Stmt], after: Any, site: Any) -> None:
+    def walk(stmts: list[A.Stmt], after: Any, site: Any, path: tuple) -> None:
         for i, s in enumerate(stmts):
             nxt = ("stmt", id(stmts[i + 1])) if i + 1 < len(stmts) else after
             if isinstance(s, A.CallStmt) and getattr(s.call, "kind", None) == "table":
-                sites.setdefault(id(s.call.target), []).append((s.call, nxt, site))
+                sites.setdefault(id(s.call.target), []).append((s.call, nxt, site, path))
                 continue
-            own = [(c, ("own", id(c)), site) for c in applies(s.cond if isinstance(s, A.If) else
-                                                                s.expr if isinstance(s, A.Switch) else
-                                                                [] if isinstance(s, (A.Block, A.For)) else s)]
-            for c, n, st in own:
-                sites.setdefault(id(c.target), []).append((c, n, st))
+            own = [(c, ("own", id(c)), site, path) for c in applies(s.cond if isinstance(s, A.If) else
+                                                                      s.expr if isinstance(s, A.Switch) else
+                                                                      [] if isinstance(s, (A.Block, A.For)) else s)]
+            for found in own:
+                sites.setdefault(id(found[0].target), []).append(found)
             if isinstance(s, A.Block):
-                walk(s.stmts, nxt, s.site or site)
+                walk(s.stmts, nxt, s.site or site, path)
             elif isinstance(s, A.If):
-                walk([s.then], nxt, site)
+                walk([s.then], nxt, site, path + ((id(s), 0),))
                 if s.other is not None:
-                    walk([s.other], nxt, site)
+                    walk([s.other], nxt, site, path + ((id(s), 1),))
             elif isinstance(s, A.Switch):
-                for case in s.cases:
+                for k, case in enumerate(s.cases):
                     if case.body is not None:
-                        walk([case.body], nxt, site)
+                        walk([case.body], nxt, site, path + ((id(s), k),))
             elif isinstance(s, A.For):
-                walk([s.body], ("loop", id(s)), site)
+                walk([s.body], ("loop", id(s)), site, path)
 
-    walk(body.stmts, ("end",), None)
+    def exclusive(a: tuple, b: tuple) -> bool:
+        return any(x[0] == y[0] and x[1] != y[1] for x, y in zip(a, b))
+
+    def where(found: tuple) -> Any:
+        return found[2] or found[0].loc
+
+    walk(body.stmts, ("end",), None, ())
+    for found in sites.values():            # p4c's order: a path back to the table first, then the successors
+        for j, later in enumerate(found):
+            for earlier in found[:j]:
+                if not exclusive(earlier[3], later[3]):
+                    raise P4Error(where(later), f"table {later[0].target.fqname} is applied at {where(later)} "
+                                                f"after its apply at {where(earlier)}: p4c's BMv2 back end refuses "
+                                                f"it ('contains a path from table {later[0].target.fqname} back "
+                                                f"to itself'); a table, or a sub-control instance with a table, "
+                                                f"can be applied at one place only, or in exclusive branches")
     for found in sites.values():
-        first_call, first_next, first_site = found[0]
-        for call, nxt, site in found[1:]:
-            if nxt != first_next:
-                where = site or call.loc
-                raise P4Error(where, f"table {call.target.fqname} is applied at {where} and at "
-                                     f"{first_site or first_call.loc} with different statements after each: p4c's "
-                                     f"BMv2 back end refuses it ('table has multiple successors'); a sub-control "
-                                     f"instance with a table can be applied at one place only")
+        first = found[0]
+        for later in found[1:]:
+            if later[1] != first[1]:
+                raise P4Error(where(later), f"table {later[0].target.fqname} is applied at {where(later)} and at "
+                                            f"{where(first)} with different statements after each: p4c's BMv2 "
+                                            f"back end refuses it ('table {later[0].target.fqname} has multiple "
+                                            f"successors'); applies in exclusive branches must be followed by "
+                                            f"the same statement")
 
 
 def _nodes(node: Any):

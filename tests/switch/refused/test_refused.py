@@ -34,8 +34,8 @@ REFUSED: dict[str, tuple[int, int, str, str]] = {
     "error_key.p4": (38, 13, "an error constant as a table entry key is refused by p4c's BMv2 back end",
                      "error.NoError: unsupported exact key expression"),
     "subcontrol_shared.p4": (36, 9, "table Ing.inc.t is applied at",
-                             "Program is not supported by this target, because table Ing.inc.t has multiple "
-                             "successors"),
+                             "Program can not be implemented on this target since it contains a path from table "
+                             "Ing.inc.t back to itself"),
     "bmv2_semantics.p4": (30, 9, "a field of a header stack's 'next' element is refused by p4c's BMv2 back end",
                           "h.labels.next uninitialized: next field read"),
     "stack_counter.p4": (43, 35, "a bool literal as the entry key of an optional field is refused",
@@ -90,8 +90,9 @@ def run(path: str, *data: int) -> bytes:
 
 
 # line 3 of a generated program is the first line of ``decls``, line 7 the first of ``body`` (no
-# ``locals_``); a binary operator's error points at the operator
-@pytest.mark.parametrize("decls, body, line, col, words", [
+# ``locals_``); a binary operator's error points at the operator.  (decls, body, line, col, words); make
+# test-bmv2 checks that p4c refuses each at the same line (tests/bmv2/test_p4c_refusals.py)
+EDGES: list[tuple[str, str, int, int, str]] = [
     # an in parameter passed on as out/inout: p4c "Read-only value used for out/inout parameter"
     ("void g(inout bit<8> y) { y = 1; }\nvoid f(in bit<8> x) { g(x); }", "        f(hdr.h.a);", 4, 25,
      "cannot assign to 'x', an 'in' parameter of function f"),
@@ -114,7 +115,10 @@ def run(path: str, *data: int) -> bytes:
     ("", "        hdr.h.a = hdr.h.b / 0;", 7, 29, "division by zero"),
     ("", "        int<8> s = (int<8>)hdr.h.b;\n        hdr.h.a = (bit<8>)(s / 2);", 8, 30,
      "'/' is not defined on signed values"),
-])
+]
+
+
+@pytest.mark.parametrize("decls, body, line, col, words", EDGES)
 def test_refusal_edges(tmp_path, decls, body, line, col, words):
     e = refused(program(tmp_path, body, decls))
     assert (e.loc.line, e.loc.col) == (line, col), str(e)
@@ -135,23 +139,32 @@ def test_for_in_is_refused_after_the_front_end_rules(tmp_path):
 
 # p4c's type checker (typeCheckExpr.cpp) makes hs.next a left-value and hs.last not, although P4-16 6.7 lists
 # both among the l-values; p4c: "Expression h.labels.last.v cannot be the target of an assignment", "must be
-# applied to a left-value", "Read-only value used for out/inout parameter 'hdr'"
-@pytest.mark.parametrize("stmt, col, words", [
+# applied to a left-value", "Read-only value used for out/inout parameter 'hdr'".  (statement, col, words),
+# each put at line 30 of tests/switch/programs/bmv2_semantics.p4 by ``last_write``
+LAST_WRITES: list[tuple[str, int, str]] = [
     ("h.labels.last.v = 0xEE;", 9, "left-hand side is not assignable: a header stack's 'last' element is read-only"),
     ("h.labels.last.v[3:0] = 1;", 9, "left-hand side is not assignable: a header stack's 'last' element"),
     ("h.labels.last = h.labels[0];", 9, "left-hand side is not assignable: a header stack's 'last' element"),
     ("h.labels.last.setValid();", 9, "target of setValid() is not assignable: a header stack's 'last' element"),
     ("pkt.extract(h.labels.last);", 21, "argument for 'out hdr' is not assignable: a header stack's 'last'"),
-])
-def test_stack_last_is_not_an_lvalue(tmp_path, stmt, col, words):
-    src = (HERE.parent / "programs" / "bmv2_semantics.p4").read_text()
-    lines = src.splitlines(keepends=True)
-    assert lines[29] == "        h.labels[1].v = 0xEE;\n"           # line 30, in the parser's marker state
+]
+
+
+def last_write(tmp_path: Path, stmt: str) -> str:
+    """bmv2_semantics.p4 with ``stmt`` in place of line 30's write to labels[1] (in the parser's marker state)."""
+    lines = (HERE.parent / "programs" / "bmv2_semantics.p4").read_text().splitlines(keepends=True)
+    assert lines[29] == "        h.labels[1].v = 0xEE;\n"
     lines[29] = "        " + stmt + "\n"
     f = tmp_path / "last.p4"
     f.write_text("".join(lines))
-    e = refused(str(f))
-    assert (e.loc.file, e.loc.line, e.loc.col) == (str(f), 30, col), str(e)
+    return str(f)
+
+
+@pytest.mark.parametrize("stmt, col, words", LAST_WRITES)
+def test_stack_last_is_not_an_lvalue(tmp_path, stmt, col, words):
+    f = last_write(tmp_path, stmt)
+    e = refused(f)
+    assert (e.loc.file, e.loc.line, e.loc.col) == (f, 30, col), str(e)
     assert words in e.message
 
 
@@ -169,8 +182,9 @@ def test_what_p4c_accepts_still_compiles(tmp_path):
 
 
 def test_one_table_applied_where_the_successor_is_the_same(tmp_path):
-    """BMv2 takes a table applied in both branches of an if (one successor); a second apply followed by another
-    statement is refused at the second apply."""
+    """BMv2 takes a table applied in both branches of an if (one successor); an apply after another is refused at
+    the later one as p4c refuses it (a path from the table back to itself), and so are applies in exclusive
+    branches with different statements after (multiple successors), as p4c-bm2-ss 1.2.5.16 says for each."""
     locals_ = ("    action set(bit<8> v) { hdr.h.d = v; }\n"
                "    table t { key = { hdr.h.a: exact; } actions = { set; NoAction; } default_action = set(7); }")
     ok = program(tmp_path, "        if (hdr.h.b == 1) {\n            t.apply();\n        } else {\n"
@@ -178,7 +192,23 @@ def test_one_table_applied_where_the_successor_is_the_same(tmp_path):
     assert run(ok, 1, 1, 0, 0) == bytes([1, 1, 0, 7])
     e = refused(program(tmp_path, "        t.apply();\n        hdr.h.c = 1;\n        t.apply();", locals_=locals_))
     assert (e.loc.line, e.loc.col) == (10, 9), str(e)
-    assert "table Ing.t is applied at" in e.message and "multiple successors" in e.message
+    assert "table Ing.t is applied at" in e.message and "after its apply at" in e.message
+    assert "contains a path from table Ing.t back to itself" in e.message
+    # both branches of an if, then once more after it: the third apply follows the first
+    e = refused(program(tmp_path, "        if (hdr.h.b == 1) {\n            t.apply();\n        } else {\n"
+                                  "            t.apply();\n        }\n        hdr.h.c = 2;\n        t.apply();",
+                        locals_=locals_))
+    assert (e.loc.line, e.loc.col) == (14, 9), str(e)
+    assert "back to itself" in e.message
+    # exclusive branches (of an if, of a switch) with different statements after the apply
+    e = refused(program(tmp_path, "        if (hdr.h.b == 1) {\n            t.apply();\n            hdr.h.c = 1;\n"
+                                  "        } else {\n            t.apply();\n        }", locals_=locals_))
+    assert (e.loc.line, e.loc.col) == (12, 13), str(e)
+    assert "with different statements after each" in e.message and "table Ing.t has multiple successors" in e.message
+    e = refused(program(tmp_path, "        switch (hdr.h.b) {\n            1: { t.apply(); }\n"
+                                  "            2: { t.apply(); hdr.h.c = 3; }\n        }", locals_=locals_))
+    assert (e.loc.line, e.loc.col) == (10, 18), str(e)
+    assert "table Ing.t has multiple successors" in e.message
 
 
 def test_entry_keys_bmv2_can_hold(tmp_path):
