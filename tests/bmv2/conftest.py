@@ -89,9 +89,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                     "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "p4c": _version("p4c-bm2-ss"), "bmv2": _version("simple_switch_grpc")},
         "groups": {g: {"cases": t.cases, "differences": len(t.differences), "details": t.differences,
+                       **({"documented_deviations": len(t.deviations), "deviation_details": t.deviations}
+                          if t.deviations else {}),
                        **({"notes": t.notes} if t.notes else {})} for g, t in sorted(TALLIES.items())},
         "total": {"cases": sum(t.cases for t in TALLIES.values()),
-                  "differences": sum(len(t.differences) for t in TALLIES.values())},
+                  "differences": sum(len(t.differences) for t in TALLIES.values()),
+                  "documented_deviations": sum(len(t.deviations) for t in TALLIES.values())},
         "exit_status": int(exitstatus),
     }
     Path(out).write_text(json.dumps(data, indent=1) + "\n")
