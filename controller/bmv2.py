@@ -50,7 +50,9 @@ def _command(thrift_port: int) -> tuple[list[str], dict[str, str]]:
     return cmd, env
 
 
-_ERROR = re.compile(r"error|invalid|exception|usage:", re.IGNORECASE)
+#: what the CLI prints for a failed command ("Error: ...", "Invalid table operation (...)", a Thrift exception,
+#: a usage line); a word, so that a name holding one ("Ing.by_error") is not taken for it
+_ERROR = re.compile(r"\b(error|invalid)\b|exception|usage:", re.IGNORECASE)
 
 
 def run_cli(thrift_port: int, commands: list[str], timeout: float = 10.0) -> str:

@@ -22,6 +22,8 @@ import pytest
 from finsy import P4CloneSessionEntry, P4TableAction, P4TableEntry, P4TableMatch
 from finsy.proto import p4r
 
+from controller.bmv2 import run_cli
+
 from .conftest import tally
 from .test_dlcp import same_state
 from .twin import ROOT, Deviation
@@ -41,8 +43,11 @@ for _name, _rows in ENTRIES.items():
 
 
 def error_key_entries(schema) -> list[p4r.Entity]:
-    """error_key.p4's entries as raw P4Runtime: p4c's P4Info gives an error-typed key no bitwidth (finsy cannot
-    encode a value for it), so the error's number goes as 4 bytes, the width both targets keep errors in."""
+    """error_key.p4's entries as raw P4Runtime for dlcp-switch: p4c's P4Info gives an error-typed key no bitwidth
+    (finsy cannot encode a value for it), so the error's number goes as 4 bytes, the width both targets keep
+    errors in.  BMv2's P4Runtime server refuses them (PI takes the missing bitwidth as 0: "Bytestring provided
+    does not fit within 0 bits"), so BMv2 gets the same entries through its Thrift CLI
+    (:func:`error_key_cli`)."""
     t = schema.tables["Ing.by_error"]
     a = schema.actions["Ing.mark"]
     out = []
@@ -75,6 +80,11 @@ def loops_dropped(program: str, frame: bytes) -> bytes:
 #: documented BMv2 deviations: program -> (why, BMv2's output frame for an input frame)
 DEVIATIONS = {p: (LOOPS_DROPPED, lambda frame, p=p: loops_dropped(p, frame))
               for p in ("for_loops.p4", "for_nested_return.p4")}
+def error_key_cli() -> list[str]:
+    """error_key.p4's entries as simple_switch_CLI commands (the error's number as the key)."""
+    return [f"table_add {t} {a} {m['sm.parser_error']} => {p['v']}" for t, m, a, p in ENTRIES["error_key.p4"]]
+
+
 # the programs with packets that p4c accepts (tests/switch/p4c_p4info/index.json; test_p4info.py checks it)
 PROGRAMS = sorted(p for p in PACKETS if INDEX[cmp.reference_name(CONFORMANCE / p)] == "reference")
 REFUSED = sorted(set(PACKETS) - set(PROGRAMS))
@@ -87,7 +97,10 @@ def test_conformance_program(twin, program: str, tmp_path: Path):
         before = len(t.differences)
         async with twin.session(CONFORMANCE / program, tmp_path, (CONFORMANCE,)) as pair:
             if program == "error_key.p4":
-                await pair.insert(error_key_entries(pair.clients["dlcp-switch"].schema))
+                ours = pair.clients["dlcp-switch"]
+                await ours.write([p4r.Update(type=p4r.Update.INSERT, entity=e)
+                                  for e in error_key_entries(ours.schema)])
+                await asyncio.to_thread(run_cli, twin.bmv2.thrift_port, error_key_cli())
             elif STATE.get(program):
                 await pair.insert(STATE[program])
             for pkt, want in PACKETS[program]:

@@ -199,3 +199,30 @@ def test_bmv2_registers_go_through_the_cli(tmp_path: Path, monkeypatch) -> None:
                                          data=p4d.P4Data(bitstring=b"\x01\x00"))))])
     assert log.read_text().splitlines() == ["register_read drop_threshold", "register_read drop_threshold",
                                             "register_write drop_threshold 9 256"]
+
+
+def test_bmv2_cli_errors_are_words(tmp_path: Path, monkeypatch) -> None:
+    """run_cli fails on the CLI's error answers (it exits 0 after them), not on a name that holds "error"
+    (error_key.p4's table Ing.by_error; a stand-in CLI that answers each line with what the real one prints)."""
+    from controller.bmv2 import Bmv2CliError, run_cli
+
+    cli = tmp_path / "simple_switch_CLI"
+    cli.write_text(textwrap.dedent("""\
+        #!/bin/sh
+        while read cmd table rest; do
+          case "$table" in
+            Ing.by_error) echo "RuntimeCmd: Adding entry to exact match table $table"
+                          echo "Entry has been added with handle 0";;
+            bad) echo "RuntimeCmd: Invalid table operation (BAD_MATCH_KEY)";;
+            *) echo "RuntimeCmd: Error: Invalid table name ($table)";;
+          esac
+        done
+        exit 0
+        """))
+    cli.chmod(cli.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert "handle 0" in run_cli(9191, ["table_add Ing.by_error Ing.mark 1 => 34"])
+    with pytest.raises(Bmv2CliError, match="BAD_MATCH_KEY"):
+        run_cli(9191, ["table_add bad Ing.mark 1 => 34"])
+    with pytest.raises(Bmv2CliError, match="Invalid table name"):
+        run_cli(9191, ["table_add nothere Ing.mark 1 => 34"])
