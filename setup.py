@@ -1,6 +1,7 @@
 """Only the C extensions live here; everything else about the package is in pyproject.toml.
 
 The transport's two fast lanes: receive records (_rxlane) and send runs (_txlane); see docs/transport.md.
+The collectives' bf16 reductions (host/_elementwise; see host/elementwise.py).
 The switch daemon's batched port I/O (_portio: recvmmsg/sendmmsg on AF_PACKET sockets); see docs/switch-daemon.md."""
 from setuptools import Extension, setup
 
@@ -9,4 +10,5 @@ setup(ext_modules=[Extension(f"host.transport.{name}", [f"host/transport/{name}.
                              depends=["host/transport/_siphash.h", "host/transport/_tag.h",
                                       "host/transport/_tagkey.h"])  # the keyed tag, in both lanes
                    for name in ("_rxlane", "_txlane")]
+      + [Extension("host._elementwise", ["host/_elementwise.c"], extra_compile_args=_FLAGS)]
       + [Extension("switch._portio", ["switch/_portio.c"], extra_compile_args=_FLAGS)])

@@ -61,7 +61,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from host import wire
+from host import elementwise, wire
 from host.collectives import Collectives, EndpointLink, LossStats, Outcome, RecvReport, ReduceOp, check_loss
 from host.staging import DeviceStreams, Staged, operation_device, tensors_in
 from host.transport.cc import CCParams, params_for_mode
@@ -535,7 +535,7 @@ def _flat_views(tensors: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.T
 def _copy_back(pairs) -> None:
     for orig, flat in pairs:
         if flat.data_ptr() != orig.data_ptr():
-            orig.copy_(flat.view_as(orig))
+            elementwise.copy_into(orig, flat.view_as(orig))
 
 
 @dataclass
@@ -777,11 +777,15 @@ class DlcpBackend:
             check_loss(op, t, bound)
 
         def run():
-            flat = torch.cat([t.reshape(-1) for t in tensors]) if tensors else torch.empty(0)
+            flat = torch.empty(sum(t.numel() for t in tensors), dtype=tensors[0].dtype if tensors else torch.float32)
+            pos = 0
+            for t in tensors:
+                elementwise.copy_into(flat[pos:pos + t.numel()], t.reshape(-1))
+                pos += t.numel()
             out = self._coll.allreduce(flat, op, layer=layer, loss_bound=bound)
             pos = 0
             for t in tensors:
-                t.copy_(flat[pos:pos + t.numel()].view_as(t))
+                elementwise.copy_into(t, flat[pos:pos + t.numel()].view_as(t))
                 pos += t.numel()
             return out
         return self._submit(_recorded(run, stats, bound), result, opts=opts)
@@ -1073,7 +1077,7 @@ class DlcpBackend:
             res = h.wait(timeout)
             out.add(0, RecvReport(lost=list(res.report.lost_ranges)))
             if buf.data_ptr() != pairs[0][1].data_ptr():
-                pairs[0][1].copy_(buf)
+                elementwise.copy_into(pairs[0][1], buf)
             _copy_back(pairs)
             return out
         work = DlcpWork([t], finish=finish, ready=h.done, cancel=h.cancel)
@@ -1122,7 +1126,7 @@ class DlcpBackend:
                 raise ValueError(f"recv from any source on tag {tag}: rank {src}'s message was received for "
                                  f"{cands[src].buf.numel()} x {cands[src].buf.dtype}, this recv wants "
                                  f"{t.numel()} x {t.dtype}")
-            pairs[0][1].copy_(cands[src].buf)
+            elementwise.copy_into(pairs[0][1], cands[src].buf)
             _copy_back(pairs)
             work.source = src
             out = Outcome()

@@ -76,6 +76,7 @@ from typing import Protocol, Sequence
 
 import torch
 
+from host import elementwise
 from host.transport.chunking import chunk_elems
 
 __all__ = ["check_loss", "loss_allowances", "LOSSY_OPS", "LossStats", "Link", "EndpointLink", "SendHandle", "RecvHandle", "RecvReport", "ReduceOp", "Outcome", "Collectives",
@@ -187,6 +188,11 @@ class ReduceOp(enum.Enum):
                              f"(supported: {', '.join(m.name for m in cls)})") from None
 
 
+_KIND = {ReduceOp.SUM: "sum", ReduceOp.AVG: "sum", ReduceOp.PRODUCT: "product", ReduceOp.MIN: "min",
+         ReduceOp.MAX: "max"}
+"""The element-wise reduction of each op (AVG sums; its division is :func:`_finish`'s)."""
+
+
 def _combine(op: ReduceOp, acc: torch.Tensor, other: torch.Tensor) -> None:
     """``acc = other op acc`` in place (commutative ops: the operand order only documents the convention)."""
     _combine_into(op, acc, acc, other)
@@ -195,16 +201,7 @@ def _combine(op: ReduceOp, acc: torch.Tensor, other: torch.Tensor) -> None:
 def _combine_into(op: ReduceOp, out: torch.Tensor, local: torch.Tensor, other: torch.Tensor) -> None:
     """``out = other op local``; ``out`` may be ``local`` (in place) or another tensor (``local`` then stays as it
     is). One elementwise kernel either way, so the bits are the same."""
-    if op in (ReduceOp.SUM, ReduceOp.AVG):
-        torch.add(local, other, out=out)
-    elif op is ReduceOp.PRODUCT:
-        torch.mul(local, other, out=out)
-    elif op is ReduceOp.MIN:
-        torch.minimum(local, other, out=out)
-    elif op is ReduceOp.MAX:
-        torch.maximum(local, other, out=out)
-    else:  # pragma: no cover
-        raise AssertionError(op)
+    elementwise.combine_into(_KIND[op], out, local, other)  # not torch's kernels: host/elementwise.py says why
 
 
 Placed = tuple[int, torch.Tensor]
@@ -221,7 +218,7 @@ def _finish(op: ReduceOp, t: torch.Tensor, size: int) -> None:
     if op is ReduceOp.AVG:
         if not t.is_floating_point():
             raise TypeError(f"AVG needs a floating-point tensor, got {t.dtype}")
-        t.div_(size)
+        elementwise.divide_(t, size)
 
 
 def _divides_first(op: ReduceOp, t: torch.Tensor) -> bool:
@@ -754,7 +751,7 @@ class Collectives:
             if src is not None and not steps[0][2]:
                 for k in range(K):
                     a, b = plan.region(steps[0][0], k)
-                    view(a, b).copy_(_placed(src, a, b))
+                    elementwise.copy_into(view(a, b), _placed(src, a, b))
             for j in range(N):
                 g, k = divmod(j, K)
                 _, rc, red = steps[g]
@@ -953,7 +950,7 @@ class Collectives:
             own = buf[bounds[0]:bounds[1]]
             if src is not None:
                 own = out if out is not None else own
-                own.copy_(src[bounds[0]:bounds[1]])
+                elementwise.copy_into(own, src[bounds[0]:bounds[1]])
             if finish:
                 _finish(op, own, 1)
             return own
@@ -976,7 +973,7 @@ class Collectives:
         base = self._take_ids(plan.messages if plan else 1) if base is None else base
         if plan is None:
             if src is not None:
-                buf[src[0]:src[0] + src[1].numel()].copy_(src[1])
+                elementwise.copy_into(buf[src[0]:src[0] + src[1].numel()], src[1])
             return
         self._run_ring(plan, buf, None, base=base, layer=layer, outcome=Outcome(), finish=False, src=src)
 
@@ -1029,7 +1026,7 @@ class Collectives:
             data = _placed(src, ma, mb) if src is not None and d == 1 else buf[ma:mb]
             self._exchange(r ^ d, data, r ^ d, buf[ta:tb], self._tid_at(base, j), layer)
             if src is not None and d == 1:
-                buf[ma:mb].copy_(data)
+                elementwise.copy_into(buf[ma:mb], data)
             d *= 2
             j += 1
 
@@ -1049,7 +1046,7 @@ class Collectives:
         out = Outcome(elements=t.numel())
         self._check_op(op, t, loss_bound)
         if _divides_first(op, t) and self.size > 1:
-            t.div_(self.size)
+            elementwise.divide_(t, self.size)
             op = ReduceOp.SUM
         if self.size == 1:
             self._take_ids(1)
@@ -1141,17 +1138,18 @@ class Collectives:
         src = None if first else _consecutive(inputs, bounds, output.dtype)
         work = self._scratch("work", bounds[-1], output.dtype)
         if src is None:
-            torch.cat([x.reshape(-1) for x in inputs], out=work)
+            for i, x in enumerate(inputs):
+                elementwise.copy_into(work[bounds[i]:bounds[i + 1]], x.reshape(-1))
         if first:  # (the inputs stay as they are: the quotients are the working copy's)
             check_loss(op, output, loss_bound)
-            work.div_(self.size)
+            elementwise.divide_(work, self.size)
             op = ReduceOp.SUM
         direct = src is not None and output.is_contiguous() and not _shares_storage(output, src)
         res = Outcome(elements=bounds[-1])
         own = self.reduce_scatter_flat(work, bounds, op, layer=layer, loss_bound=loss_bound, outcome=res, src=src,
                                        out=output.view(-1) if direct else None, per_shard=True)
         if not direct:
-            output.copy_(own.view_as(output))
+            elementwise.copy_into(output, own.view_as(output))
         budget, per_packet = self._budget(loss_bound, bounds[-1], output.element_size())
         if budget >= per_packet:
             self._share_losses(res)
@@ -1179,12 +1177,12 @@ class Collectives:
             if inp.is_contiguous() and not _shares_storage(inp, buf):
                 src = (lo, inp.view(-1))  # sent from ``inp``; copied into place while the wire is busy
             else:
-                mine.copy_(inp.reshape(-1))
+                elementwise.copy_into(mine, inp.reshape(-1))
         out = Outcome(elements=bounds[-1])
         self.all_gather_flat(buf, bounds, layer=layer, src=src)
         if not in_place:
             for i, o in enumerate(outputs):
-                o.copy_(buf[bounds[i]:bounds[i + 1]].view_as(o))
+                elementwise.copy_into(o, buf[bounds[i]:bounds[i + 1]].view_as(o))
         return out
 
     # --- rooted collectives ---------------------------------------------------------------------------------
@@ -1247,7 +1245,9 @@ class Collectives:
         src = None if self.rank == root else t
         work = t if src is None else self._scratch("work", t.numel(), t.dtype)
         if _divides_first(op, t):  # (a non-root's t stays as it is: the quotients are the working copy's)
-            torch.div(t, self.size, out=work)
+            if work is not t:
+                elementwise.copy_into(work, t)
+            elementwise.divide_(work, self.size)
             src, op = None, ReduceOp.SUM
         self.reduce_scatter_flat(work, bounds, op, layer=layer, loss_bound=loss_bound, base=base, outcome=out,
                                  src=src)
@@ -1278,13 +1278,13 @@ class Collectives:
                         flat = o.reshape(-1) if o.is_contiguous() else torch.empty(o.numel(), dtype=o.dtype)
                         posted.append((i, o, flat, self.link.irecv(self._peer(i), flat, self._tid(seq, 0),
                                                                    timeout=self.timeout)))
-                outputs[root].copy_(inp.view_as(outputs[root]))
+                elementwise.copy_into(outputs[root], inp.view_as(outputs[root]))
                 while posted:
                     i, o, flat, h = posted[0]
                     out.add(sum(x.numel() for x in outputs[:i]), h.wait())
                     posted.pop(0)
                     if flat.data_ptr() != o.data_ptr():
-                        o.copy_(flat.view_as(o))
+                        elementwise.copy_into(o, flat.view_as(o))
             except BaseException:
                 for *_, h in posted:
                     h.cancel()
@@ -1303,14 +1303,14 @@ class Collectives:
                 raise ValueError(f"scatter at the root needs {self.size} input tensors")
             handles = [self.link.isend(self._peer(i), x.reshape(-1).contiguous(), self._tid(seq, 0), layer=layer)
                        for i, x in enumerate(inputs) if i != root and x.numel()]
-            output.copy_(inputs[root].view_as(output))
+            elementwise.copy_into(output, inputs[root].view_as(output))
             for h in handles:
                 h.wait(self.timeout)
         elif output.numel():
             flat = output.reshape(-1) if output.is_contiguous() else torch.empty(output.numel(), dtype=output.dtype)
             self.link.recv(self._peer(root), flat, self._tid(seq, 0), timeout=self.timeout)
             if flat.data_ptr() != output.data_ptr():
-                output.copy_(flat.view_as(output))
+                elementwise.copy_into(output, flat.view_as(output))
         return out
 
     def all_to_all(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], *,
@@ -1320,14 +1320,14 @@ class Collectives:
             raise ValueError(f"all_to_all needs {self.size} input and output tensors")
         out = Outcome()
         seq = self._next_seq()
-        outputs[self.rank].copy_(inputs[self.rank].view_as(outputs[self.rank]))
+        elementwise.copy_into(outputs[self.rank], inputs[self.rank].view_as(outputs[self.rank]))
         for k in range(1, self.size):
             dst, src = (self.rank + k) % self.size, (self.rank - k) % self.size
             o = outputs[src]
             flat = o.reshape(-1) if o.is_contiguous() else torch.empty(o.numel(), dtype=o.dtype)
             self._exchange(dst, inputs[dst].reshape(-1).contiguous(), src, flat, self._tid(seq, k), layer)
             if flat.data_ptr() != o.data_ptr():
-                o.copy_(flat.view_as(o))
+                elementwise.copy_into(o, flat.view_as(o))
         return out
 
     def barrier(self) -> None:
@@ -1346,5 +1346,5 @@ class Collectives:
         out = Outcome()
         out.add(0, self.link.recv(self._peer(src), flat, tid, timeout=self.timeout))
         if flat.data_ptr() != t.data_ptr():
-            t.copy_(flat.view_as(t))
+            elementwise.copy_into(t, flat.view_as(t))
         return out
