@@ -76,6 +76,8 @@ DEFAULT_CHANGES: list[tuple[str, str, frozenset[str]]] = [
      frozenset({"collectives", "cpu_profile", "bounded_loss"})),
     ("2026-11-28T01:35:00+0000", "drop-eligible packets no longer hold the sender's window "
      "(host/transport/sender.py, OutTransfer.n_elig)", frozenset({"bounded_loss"})),
+    ("2026-11-28T04:10:00+0000", "the collectives' reductions and copies run outside torch's OpenMP pool "
+     "(host/elementwise.py)", frozenset({"collectives", "cpu_profile", "bounded_loss"})),
 ]
 
 
