@@ -94,7 +94,7 @@ def cmd_merge(args) -> int:
     for d in args.parts:
         path = Path(d) / "sweep.json" if Path(d).is_dir() else Path(d)
         try:
-            parts.append((str(path.parent), json.loads(path.read_text())))
+            parts.append((str(path.parent.resolve()), json.loads(path.read_text())))
         except (OSError, ValueError) as e:
             raise ResultError(f"{path}: cannot read a sweep.json: {e}") from None
     try:
