@@ -388,6 +388,25 @@ class Pair:
             out[side] = per
         return out
 
+    async def clear_tables(self) -> None:
+        """Delete every table entry the control plane wrote, on each switch on its own (so that entries one side
+        took and the other refused, or a write that failed half-way, leave nothing behind)."""
+        for c in self.clients.values():
+            got = await c.read([p4r.Entity(table_entry=p4r.TableEntry())])
+            await c.write([p4r.Update(type=p4r.Update.DELETE, entity=p4r.Entity(table_entry=p4r.TableEntry(
+                table_id=e.table_entry.table_id, match=e.table_entry.match, priority=e.table_entry.priority)))
+                for e in got if not e.table_entry.is_const])
+
+    async def table_entries(self) -> dict[str, list[str]]:
+        """Every table entry the control plane wrote (const entries left out), on both switches: side -> the
+        entries in text form, sorted."""
+        out: dict[str, list[str]] = {}
+        for side, c in self.clients.items():
+            got = await c.read([p4r.Entity(table_entry=p4r.TableEntry())])
+            out[side] = sorted(text_format.MessageToString(e.table_entry, as_one_line=True) for e in got
+                               if not e.table_entry.is_const)
+        return out
+
     async def registers(self) -> dict[str, dict[str, list[int]]]:
         """Every register of the program on both switches: side -> name -> its cells."""
         out: dict[str, dict[str, list[int]]] = {}
