@@ -122,6 +122,21 @@ static int record_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, uin
     return 1;
 }
 
+/* The keyed tag of every datagram of a record that passed record_ok (checked without the key): the expensive part of
+ * the checks (one pass over the payload), run with the GIL released. */
+static int record_tags_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, const uint8_t *key)
+{
+    if (seg == 0 || seg > nbytes)
+        seg = nbytes;
+    for (Py_ssize_t s = 0; s < nbytes; s += seg) {
+        Py_ssize_t ln = nbytes - s < seg ? nbytes - s : seg;
+        const uint8_t *h = base + s;
+        if (dlcp_tag(key, h, h + HEADER_LEN, (size_t)(ln - HEADER_LEN)) != dlcp_be64(h + O_TAG))
+            return 0;
+    }
+    return 1;
+}
+
 /* Pass 2 of a record that passed record_ok: copy each new payload to its offset, record it, count duplicates.
  * ``nacked`` (a set of seqs, or NULL): the first new packet that is an original (RETRANSMIT clear) of a NACKed seq
  * sets ``*premature`` -- that NACK came too early, as the Python path detects it. */
@@ -283,7 +298,16 @@ typedef struct {
     Py_ssize_t cum;
     Py_buffer dst, arrived, offsets, counts;
     Acc acc;
+    long long ncand;  /* records of this transfer that passed the checks made with the GIL held */
 } Entry;
+
+/* A record that passed every check but the keyed tag's, waiting for the GIL-free phase. */
+typedef struct {
+    Py_ssize_t rec;    /* its row in recs */
+    Entry *e;
+    int state;         /* 0: to apply with the GIL (its transfer has NACKs: the premature test needs Python sets),
+                        * 1: applied, 2: a datagram's tag was wrong (the record goes to Python, which counts it) */
+} Cand;
 
 /* element bytes by host/wire.py's DType code (uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64,
  * bool); exported as ITEMSIZE, which tests/host/test_rxlane.py compares with wire.DType */
@@ -420,7 +444,8 @@ PyDoc_STRVAR(fast_pass_doc,
 "cum, ce, premature) summed over its records (cum: the first seq at or after the transfer's cum that has not\n"
 "arrived; premature: a new packet was an original of a seq in the transfer's ``nacked`` set, so that NACK came\n"
 "too early); the other records as (position, bytes, tos, seg, rank or None) in arrival order, for the Python\n"
-"path; and the datagrams and GRO buffers taken. Call with the endpoint's lock held.");
+"path; and the datagrams and GRO buffers taken. Call with the endpoint's lock held: the keyed tags and the copies\n"
+"(those of transfers with NACKs outstanding excepted) run with the GIL released.");
 
 static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -454,7 +479,9 @@ static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     PyObject *result = NULL, *slow = NULL, *prog = NULL;
     Entry *ents = NULL;
-    Py_ssize_t nents = 0;
+    Cand *cands = NULL;
+    PyObject **srcs = NULL;  /* per record: its source rank (a new reference), or NULL */
+    Py_ssize_t nents = 0, ncands = 0;
     if (n < 0 || vr.len < (Py_ssize_t)(5 * sizeof(int64_t)) * n) {
         PyErr_SetString(PyExc_ValueError, "fast_pass: n must be >= 0 and recs at least n rows");
         goto done;
@@ -464,8 +491,10 @@ static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nar
     slow = PyList_New(0);
     prog = PyList_New(0);
     ents = PyMem_Calloc(n ? (size_t)n : 1, sizeof(Entry));
-    if (slow == NULL || prog == NULL || ents == NULL) {
-        if (ents == NULL)
+    cands = PyMem_Calloc(n ? (size_t)n : 1, sizeof(Cand));
+    srcs = PyMem_Calloc(n ? (size_t)n : 1, sizeof(PyObject *));
+    if (slow == NULL || prog == NULL || ents == NULL || cands == NULL || srcs == NULL) {
+        if (ents == NULL || cands == NULL || srcs == NULL)
             PyErr_NoMemory();
         goto done;
     }
@@ -485,6 +514,7 @@ static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nar
         Py_DECREF(key);
         if (src == NULL && PyErr_Occurred())
             goto done;
+        srcs[i] = Py_XNewRef(src);  /* (a new reference: the GIL is released before the slow list is built) */
         const uint8_t *h = buf + pos;
         if (src != NULL && nbytes >= HEADER_LEN && h[O_VT] == ((VERSION << 4) | MT_DATA)) {
             long rank = PyLong_AsLong(src);
@@ -519,7 +549,7 @@ static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nar
             }
             int ce = (tos & 3) == 3;
             if (e->inc != NULL && !e->slow_rest && ce != e->ce_state) {
-                if (e->acc.ndg == 0)
+                if (e->ncand == 0)
                     e->ce_state = ce;  /* reported back: the caller ACKs what came before, as the Python path does */
                 else
                     e->slow_rest = 1;
@@ -527,18 +557,54 @@ static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nar
             if (e->inc != NULL && !e->slow_rest
                 && record_ok(h, nbytes, seg, (uint32_t)job, (uint32_t)nonce, (uint32_t)rank, (uint64_t)tid,
                              (uint32_t)e->total, (uint32_t)e->elig, (uint32_t)e->dtype, (uint32_t)e->itemsize,
-                             e->dst.len, tag_key)) {
-                long long before = e->acc.ndg;
-                record_apply(h, nbytes, seg, (uint8_t *)e->dst.buf, (uint8_t *)e->arrived.buf,
-                             (int64_t *)e->offsets.buf, (int64_t *)e->counts.buf, &e->acc, e->nacked, &e->premature);
-                dgrams += e->acc.ndg - before;
-                if (seg && nbytes > seg)
+                             e->dst.len, NULL)) {
+                e->ncand++;
+                cands[ncands].rec = i;
+                cands[ncands].e = e;
+                ncands++;
+            }
+        }
+    }
+    /* The payload passes -- keyed tags, and the copies of transfers without NACKs -- with the GIL released, so the
+     * caller's thread runs Python meanwhile (the endpoint's lock, held by our caller, keeps every other thread off
+     * the transfers' state; the buffers stay exported until the end). Records keep their order per transfer. */
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t c = 0; c < ncands; c++) {
+        Cand *cd = &cands[c];
+        const int64_t *row = rows + 5 * cd->rec;
+        const uint8_t *h = buf + row[0];
+        if (tag_key != NULL && !record_tags_ok(h, row[1], row[3], tag_key)) {
+            cd->state = 2;
+            continue;
+        }
+        if (cd->e->nacked == NULL) {
+            Entry *e = cd->e;
+            record_apply(h, row[1], row[3], (uint8_t *)e->dst.buf, (uint8_t *)e->arrived.buf,
+                         (int64_t *)e->offsets.buf, (int64_t *)e->counts.buf, &e->acc, NULL, &e->premature);
+            cd->state = 1;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    Py_ssize_t c = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const int64_t *row = rows + 5 * i;
+        if (c < ncands && cands[c].rec == i) {
+            Cand *cd = &cands[c++];
+            if (cd->state != 2) {
+                Entry *e = cd->e;
+                if (cd->state == 0)
+                    record_apply(buf + row[0], row[1], row[3], (uint8_t *)e->dst.buf, (uint8_t *)e->arrived.buf,
+                                 (int64_t *)e->offsets.buf, (int64_t *)e->counts.buf, &e->acc, e->nacked,
+                                 &e->premature);
+                Py_ssize_t seg = row[3] == 0 || row[3] > row[1] ? row[1] : row[3];
+                dgrams += (row[1] + seg - 1) / seg;
+                if (row[3] && row[1] > row[3])
                     gro++;
                 continue;
             }
         }
-        PyObject *t = Py_BuildValue("(LLLLO)", (long long)pos, (long long)nbytes, (long long)tos, (long long)seg,
-                                    src != NULL ? src : Py_None);
+        PyObject *t = Py_BuildValue("(LLLLO)", (long long)row[0], (long long)row[1], (long long)row[2],
+                                    (long long)row[3], srcs[i] != NULL ? srcs[i] : Py_None);
         if (t == NULL || PyList_Append(slow, t) < 0) {
             Py_XDECREF(t);
             goto done;
@@ -570,6 +636,11 @@ done:
             entry_release(&ents[k]);
         PyMem_Free(ents);
     }
+    PyMem_Free(cands);
+    if (srcs != NULL)
+        for (Py_ssize_t i = 0; i < n; i++)
+            Py_XDECREF(srcs[i]);
+    PyMem_Free(srcs);
     Py_XDECREF(prog);
     Py_XDECREF(slow);
     PyBuffer_Release(&vr);
