@@ -48,7 +48,6 @@ def _import(name: str, path: Path) -> ModuleType:
 def load() -> ModuleType:
     """The compiled extension module (``DlcpBackend``, ``DlcpWork``), built if needed."""
     import torch
-    from torch.utils.cpp_extension import load as _build
 
     key = hashlib.sha256(SOURCE.read_bytes() + f"{torch.__version__}|{sys.version}|{CFLAGS}".encode()).hexdigest()
     name = f"dlcp_c10d_{key[:16]}"  # also the module's name inside the file (TORCH_EXTENSION_NAME)
@@ -62,6 +61,9 @@ def load() -> ModuleType:
         if built.exists():  # another process built it while this one waited
             return _import(name, built)
         with tempfile.TemporaryDirectory(dir=cache, prefix=f"{name}.build-") as tmp:
+            # (imported only to build: it pulls in setuptools, a tenth of a second of every rank's start)
+            from torch.utils.cpp_extension import load as _build
+
             try:
                 mod = _build(name=name, sources=[str(SOURCE)], extra_cflags=CFLAGS, build_directory=tmp,
                              verbose=False)
