@@ -456,6 +456,16 @@ def pressure_section(doc: dict[str, Any]) -> list[str]:
         for key, what in PAIRED_KEYS:
             st = paired_speedup(doc, "dlcp-no-loss", "dlcp", key)
             out.append(f"- {what}: {speedup_text(st)}: {speedup_verdict(st)}.")
+        # the transport's retransmission timeouts (every rank, measured steps): what bounded loss spares when a
+        # step's tail is a lost eligible packet; in the runs' summaries, not among the sweep's cell statistics
+        from .sweep import median_ci
+
+        rto = {c: median_ci([r["summary"].get("rto_timeouts") for r in doc.get("runs", []) if r["cell"] == c])
+               for c in ("dlcp", "dlcp-no-loss")}
+        if rto["dlcp"]["median"] is not None and rto["dlcp-no-loss"]["median"] is not None:
+            out.append(f"- retransmission timeouts per run (every rank): `dlcp` {format_stat(rto['dlcp'], 1.0, '')}, "
+                       f"`dlcp-no-loss` {format_stat(rto['dlcp-no-loss'], 1.0, '')}; "
+                       + _compare("dlcp vs dlcp-no-loss", rto["dlcp"], rto["dlcp-no-loss"], "timeouts", True)[2:])
         if "gloo-fair" in cells:
             for key, what in PAIRED_KEYS[:2]:
                 st = paired_speedup(doc, "gloo-fair", "dlcp", key)

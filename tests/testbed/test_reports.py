@@ -131,7 +131,8 @@ def _paired_doc(cells: dict[str, list[tuple[float, float]]]) -> dict:
     """A pressure sweep whose runs have the given (p50, p99) per repetition, with the tails the tables read."""
     def run(p50, p99):
         return {**_summary(p50, 1e6), "iter_p90_s": p99, "iter_p99_s": p99, "coll_p50_s": p50 / 4,
-                "coll_p90_s": p50 / 2, "coll_p99_s": p99 / 2, "rto_steps": 1, "zero_filled_fraction": 0.003}
+                "coll_p90_s": p50 / 2, "coll_p99_s": p99 / 2, "rto_steps": 1, "zero_filled_fraction": 0.003,
+                "rto_timeouts": round(10 * p99)}
 
     doc = _doc({c: [run(*v) for v in vs] for c, vs in cells.items()})
     doc["repetitions"], doc["seeds"] = len(next(iter(cells.values()))), list(range(1, 9))
@@ -159,6 +160,9 @@ def test_bounded_loss_speedup_is_paired_by_repetition_and_judged_by_its_interval
     assert "| 8 | 1.00x [0.98, 1.02] (99% CI, 8 pairs) | 1.50x [1.50, 1.50] (99% CI, 8 pairs) | no resolved " \
            "difference / **faster** | 2.00x [2.00, 2.00] (99% CI, 8 pairs) |" in row
     assert "- iteration time (p99): 1.50x [1.50, 1.50] (99% CI, 8 pairs): **faster**." in text
+    # timeouts 10 x p99: DLCP 5..19 (median 12), without bounded loss 8..28 (median 18)
+    assert ("- retransmission timeouts per run (every rank): `dlcp` 12 [5, 19], `dlcp-no-loss` 18 [8, 28]; dlcp vs "
+            "dlcp-no-loss, timeouts: ratio of medians 0.67, within the run-to-run spread") in text
     # a missing run leaves its repetition out of the pairs; 3 pairs give a verdict that says how weak it is
     three = _paired_doc({"dlcp": base[:3], "dlcp-no-loss": [(a, 0.5 * b) for a, b in base[:3]]})
     st = paired_speedup(three, "dlcp-no-loss", "dlcp", "iter_p99_s")
