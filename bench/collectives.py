@@ -171,11 +171,12 @@ def run_world(net_kind: str, world: int, plan: list, tune: dict, timeout: float 
 
 
 def spawn_world(net_kind: str, world: int, worker_args: list[str], timeout: float = 900,
-                script: Path | None = None) -> dict:
+                script: Path | None = None, env_overrides: dict[str, str | None] | None = None) -> dict:
     """Run ``script --worker --out FILE *worker_args`` (default: this file) as ``world`` ranks on the network
     ``net_kind`` and return the JSON rank 0 wrote to FILE. Networks: ``loopback`` (one private namespace, its own
     lo), ``veth`` (one namespace per rank on a bridge, unshaped veth links, MTU 9000) and ``1Gb/s`` (the same
-    links shaped by tbf); without root only loopback, in the root namespace."""
+    links shaped by tbf); without root only loopback, in the root namespace. The ranks run with
+    ``OMP_NUM_THREADS=1``; ``env_overrides`` changes their environment after that (None: unset the variable)."""
     from harness import wait_ranks
 
     net = None
@@ -204,6 +205,11 @@ def spawn_world(net_kind: str, world: int, worker_args: list[str], timeout: floa
                     argv = net.cmd(0 if net_kind == "loopback" else r, argv)
                 env = {**os.environ, "MASTER_ADDR": master, "MASTER_PORT": str(port), "RANK": str(r),
                        "WORLD_SIZE": str(world), "OMP_NUM_THREADS": "1", **env_extra}
+                for k, v in (env_overrides or {}).items():
+                    if v is None:
+                        env.pop(k, None)
+                    else:
+                        env[k] = v
                 procs.append(subprocess.Popen(argv, cwd=ROOT, env=env))
             wait_ranks(procs, timeout, f"{net_kind} P={world}")
             return json.loads(Path(out).read_text())

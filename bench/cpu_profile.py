@@ -18,7 +18,14 @@ A thread's time while another backend's call runs is not counted (every call has
 threads of the other backend do not blur the figures. Cases: P=2 on loopback (one private namespace) and on
 unshaped veth links between namespaces (``veth``), 64 KiB, 1 MiB and 16 MiB; each twice, on an otherwise idle
 machine and with one busy process per core beside the ranks (``busy``), which is what a training host's data
-loaders and model do to a transport's threads.
+loaders and model do to a transport's threads. These ranks run one torch thread (``torch.set_num_threads(1)``,
+as the project's other benchmarks and the testbed's workers do).
+
+The ``x8 torch-default`` cases are a training script as its user writes it: torch's own intra-op threads (no
+``set_num_threads``, no ``OMP_NUM_THREADS``) and 8 all-reduces back to back in each window (as DDP issues its
+buckets); times and CPU are per call. That is where torch's OpenMP pool meets the transport: a collective that ran
+its reductions and copies through torch's kernels left the pool's threads spinning through the next calls
+(``host/elementwise.py``).
 
 ``--quick``: fewer repetitions. ``--only TEXT``: cases whose name contains TEXT.
 """
@@ -39,6 +46,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SIZES = [64 << 10, 1 << 20, 16 << 20]
 NETS = ["loopback", "veth"]
 LOADS = ["idle", "busy"]
+#: The user's-defaults cases: sizes, calls per window (back to back), on loopback, under each load.
+DEFAULT_THREADS_SIZES = [1 << 20, 16 << 20]
+BACK_TO_BACK = 8
 
 
 def _reps(nbytes: int, quick: bool) -> int:
@@ -92,8 +102,9 @@ def _worker(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    plan = json.loads(args.plan)  # [[nbytes, reps], ...]
+    if not args.torch_default:
+        torch.set_num_threads(1)
+    plan = json.loads(args.plan)  # [[nbytes, reps, calls per window], ...]
     dist.init_process_group("dlcp")
     gloo = dist.new_group(backend="gloo")
     # Reading /proc costs the reading thread (the caller's) CPU inside the window; measured on empty windows and
@@ -103,7 +114,7 @@ def _worker(args: argparse.Namespace) -> None:
         _delta(_snapshot(), _snapshot(), probe)
     probe_ms = probe.get("MainThread", [0.0])[0] / 20
     out: dict = {"times": [], "threads": [], "probe_ms": probe_ms}
-    for nbytes, reps in plan:
+    for nbytes, reps, calls in plan:
         x = torch.randn(nbytes // 4)
         times = {"dlcp": [], "gloo": []}
         threads: dict[str, dict[str, list[float]]] = {"dlcp": {}, "gloo": {}}
@@ -113,17 +124,18 @@ def _worker(args: argparse.Namespace) -> None:
                 dist.barrier(group=gloo)
                 s0 = _snapshot()
                 t0 = time.perf_counter()
-                dist.all_reduce(x, group=g)
+                for _ in range(calls):
+                    dist.all_reduce(x, group=g)
                 dt = time.perf_counter() - t0
                 s1 = _snapshot()
                 if rnd:  # round 0 warms up
-                    times[label].append(dt)
+                    times[label].append(dt / calls)
                     _delta(s0, s1, threads[label])
                     threads[label]["MainThread"][0] -= probe_ms
         t = torch.tensor(times["dlcp"] + times["gloo"], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=gloo)  # a call ends when the slowest rank is done
         per_rank = [None] * dist.get_world_size()
-        dist.all_gather_object(per_rank, {b: {k: [v / reps for v in acc] for k, acc in threads[b].items()}
+        dist.all_gather_object(per_rank, {b: {k: [v / (reps * calls) for v in acc] for k, acc in threads[b].items()}
                                           for b in threads}, group=gloo)
         summed: dict[str, dict[str, list[float]]] = {"dlcp": {}, "gloo": {}}
         for rank_threads in per_rank:
@@ -152,6 +164,7 @@ def main() -> None:
     ap.add_argument("--plan")
     ap.add_argument("--quick", action="store_true", help="half the repetitions")
     ap.add_argument("--only", action="append", default=[], help="run only cases whose name contains this text")
+    ap.add_argument("--torch-default", action="store_true", help=argparse.SUPPRESS)  # (the worker: torch's threads)
     args = ap.parse_args()
     if args.worker:
         from host.procexit import exit_process
@@ -170,38 +183,44 @@ def main() -> None:
         "per_thread": "cpu_ms, wakeups (voluntary context switches), preempted (involuntary), per call, summed "
                       "over the ranks; threads named by Python's thread name or the kernel's; the caller's CPU "
                       "less what reading /proc costs it (probe_ms, measured on empty windows)"})
-    for load in LOADS:
-        for net in nets:
-            plan = [[s, _reps(s, args.quick)] for s in SIZES
-                    if not args.only or any(o in f"{net} {load} P={world} all_reduce {size_label(s)}"
-                                            for o in args.only)]
-            if not plan:
-                continue
-            hogs = _busy(os.cpu_count() or 1) if load == "busy" else []
-            try:
-                got = spawn_world(net, world, ["--plan", json.dumps(plan)], script=Path(__file__))
-            finally:
-                for h in hogs:
-                    h.kill()
-                    h.wait()
-            for (nbytes, reps), t, threads in zip(plan, got["times"], got["threads"]):
-                name = f"{net} {load} P={world} all_reduce {size_label(nbytes)}"
-                it_c, it_b = iter(t[:reps]), iter(t[reps:])
-                params = {"bytes": nbytes, "network": net, "load": load, "world": world,
-                          "probe_ms": round(got["probe_ms"], 4),
-                          "threads": {b: {k: {"cpu_ms": round(v[0], 4), "wakeups": round(v[1], 2),
-                                              "preempted": round(v[2], 2)} for k, v in sorted(threads[b].items())
-                                          if v[0] >= 0.001 or v[1] >= 0.05}
-                                      for b in threads}}
-                for b in ("dlcp", "gloo"):
-                    params[f"cpu_ms_{b}"] = round(sum(v[0] for v in threads[b].values()), 4)
-                    params[f"wakeups_{b}"] = round(sum(v[1] for v in threads[b].values()), 2)
-                rep.compare(name, candidate=lambda: {"seconds": next(it_c)}, baseline=lambda: {"seconds": next(it_b)},
-                            metric="seconds", higher_is_better=False, repetitions=reps, warmup=0,
-                            candidate_name="dlcp", baseline_name="gloo", params=params)
-                print(f"{name:40} dlcp {statistics.median(t[:reps]) * 1e3:8.2f} ms cpu {params['cpu_ms_dlcp']:7.2f} ms"
-                      f" wake {params['wakeups_dlcp']:6.1f} | gloo {statistics.median(t[reps:]) * 1e3:8.2f} ms cpu "
-                      f"{params['cpu_ms_gloo']:7.2f} ms wake {params['wakeups_gloo']:6.1f}", flush=True)
+    groups = [(load, net, SIZES, 1, False) for load in LOADS for net in nets]
+    groups += [(load, "loopback", DEFAULT_THREADS_SIZES, BACK_TO_BACK, True) for load in LOADS]
+    for load, net, sizes, calls, torch_default in groups:
+        def case(nbytes: int) -> str:
+            return f"{net} {load} P={world} all_reduce {size_label(nbytes)}" + (
+                f" x{calls} torch-default" if torch_default else "")
+
+        plan = [[s, _reps(s, args.quick), calls] for s in sizes
+                if not args.only or any(o in case(s) for o in args.only)]
+        if not plan:
+            continue
+        hogs = _busy(os.cpu_count() or 1) if load == "busy" else []
+        try:
+            got = spawn_world(net, world, ["--plan", json.dumps(plan)] + ["--torch-default"] * torch_default,
+                              script=Path(__file__), env_overrides={"OMP_NUM_THREADS": None} if torch_default else None)
+        finally:
+            for h in hogs:
+                h.kill()
+                h.wait()
+        for (nbytes, reps, _), t, threads in zip(plan, got["times"], got["threads"]):
+            name = case(nbytes)
+            it_c, it_b = iter(t[:reps]), iter(t[reps:])
+            params = {"bytes": nbytes, "network": net, "load": load, "world": world, "calls_per_window": calls,
+                      "torch_threads": "torch's default" if torch_default else 1,
+                      "probe_ms": round(got["probe_ms"], 4),
+                      "threads": {b: {k: {"cpu_ms": round(v[0], 4), "wakeups": round(v[1], 2),
+                                          "preempted": round(v[2], 2)} for k, v in sorted(threads[b].items())
+                                      if v[0] >= 0.001 or v[1] >= 0.05}
+                                  for b in threads}}
+            for b in ("dlcp", "gloo"):
+                params[f"cpu_ms_{b}"] = round(sum(v[0] for v in threads[b].values()), 4)
+                params[f"wakeups_{b}"] = round(sum(v[1] for v in threads[b].values()), 2)
+            rep.compare(name, candidate=lambda: {"seconds": next(it_c)}, baseline=lambda: {"seconds": next(it_b)},
+                        metric="seconds", higher_is_better=False, repetitions=reps, warmup=0,
+                        candidate_name="dlcp", baseline_name="gloo", params=params)
+            print(f"{name:40} dlcp {statistics.median(t[:reps]) * 1e3:8.2f} ms cpu {params['cpu_ms_dlcp']:7.2f} ms"
+                  f" wake {params['wakeups_dlcp']:6.1f} | gloo {statistics.median(t[reps:]) * 1e3:8.2f} ms cpu "
+                  f"{params['cpu_ms_gloo']:7.2f} ms wake {params['wakeups_gloo']:6.1f}", flush=True)
     rep.write()
 
 
