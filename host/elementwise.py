@@ -14,7 +14,12 @@ do their element-wise work here instead:
   element-wise IEEE arithmetic as torch's kernels (float16 widened to float32 and rounded back to nearest even);
 * bf16, which numpy lacks, in ``host/_elementwise.c`` (float32 arithmetic, round to nearest even, as
   ``c10::BFloat16`` element by element, so as gloo's bf16 reduction);
-* torch's op where neither applies (a non-contiguous bf16 view, or a build without the C extension).
+* torch's op where neither applies (a non-contiguous bf16 view, or a build without the C extension), and for
+  tensors small enough that torch runs them on the calling thread anyway (:data:`SERIAL_BELOW`).
+
+The price: one thread instead of the pool's two on a large tensor on an idle machine (a 16 MiB sum 1.55 against
+1.18 ms here); what it buys is no spinning pool and no wait for a preempted pool thread (``bench/elementwise.py``,
+results/elementwise.json, has both).
 
 ``tests/host/test_elementwise.py`` holds every function bit-for-bit equal to the torch op it replaces, on every
 dtype the transport carries, with NaN, infinities, signed zeros and integer overflow.
@@ -32,7 +37,13 @@ try:  # built by setup.py (make setup); without it bf16 falls back to torch's ke
 except ImportError:  # pragma: no cover - a broken install
     _native = None
 
-__all__ = ["REDUCTIONS", "as_array", "combine_into", "copy_into", "divide_"]
+__all__ = ["REDUCTIONS", "SERIAL_BELOW", "as_array", "combine_into", "copy_into", "divide_"]
+
+#: Below this many elements torch's CPU kernels run on the calling thread (``at::internal::GRAIN_SIZE``), and with
+#: less overhead per call than three numpy views (3.5 against 9 us for a 64 KiB sum, bench/elementwise.py): such
+#: tensors take torch's op. From it up, torch would split the work over its pool, and the functions here keep it
+#: on the calling thread.
+SERIAL_BELOW = 32768
 
 #: The reductions :func:`combine_into` knows, by name: numpy's ufunc and the C kernel's op code.
 REDUCTIONS: dict[str, tuple[Callable, int]] = {
@@ -58,6 +69,9 @@ def combine_into(kind: str, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor)
     """``out = a <kind> b`` element by element (``kind`` a key of :data:`REDUCTIONS`); ``out`` may be ``a`` or
     ``b``. All three have the same dtype and number of elements."""
     ufunc, code = REDUCTIONS[kind]
+    if out.numel() < SERIAL_BELOW:
+        _TORCH_OPS[kind](a, b, out=out)
+        return
     if out.dtype == torch.bfloat16:
         if _bf16_native(out, a, b):
             _native.bf16_combine(code, as_array(out), as_array(a), as_array(b))
@@ -70,8 +84,8 @@ def combine_into(kind: str, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor)
 
 def copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
     """``dst.copy_(src)`` for tensors of one dtype and shape, as one memory copy on this thread."""
-    if dst.dtype != src.dtype:
-        dst.copy_(src)  # a conversion: not on the collectives' path
+    if dst.dtype != src.dtype or dst.numel() < SERIAL_BELOW:
+        dst.copy_(src)  # (a conversion is not on the collectives' path)
         return
     np.copyto(as_array(dst), as_array(src), casting="no")
 
@@ -80,6 +94,9 @@ def divide_(t: torch.Tensor, d: int) -> None:
     """``t.div_(d)`` in place for a floating-point ``t`` (an AVG's division by the group size)."""
     if not t.is_floating_point():
         raise TypeError(f"dividing needs a floating-point tensor, got {t.dtype}")
+    if t.numel() < SERIAL_BELOW:
+        t.div_(d)
+        return
     if t.dtype == torch.bfloat16:
         if _bf16_native(t):
             _native.bf16_divide(as_array(t), float(d))

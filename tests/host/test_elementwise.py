@@ -14,6 +14,7 @@ from host.elementwise import as_array, combine_into, copy_into, divide_
 FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 INTS = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
 N = 70_001  # above torch's 32768-element grain (its parallel kernels) and not a multiple of any vector width
+assert N >= elementwise.SERIAL_BELOW
 
 
 def _values(dtype: torch.dtype, seed: int) -> torch.Tensor:
