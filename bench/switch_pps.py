@@ -366,7 +366,7 @@ def bmv2_case(rep) -> None:
             d = stack.enter_context(Daemon(*net_d.port_args(), *qargs))
             program(SwitchSpec("dlcp-switch", d.addr), load_program(Path(path), include), net_d, field, extra)
             net_b = stack.enter_context(Net(2, tag=f"{key[0]}b"))
-            b = Bmv2({i: net_b.ifs[i] for i in net_b.hosts}, priority_queues=8 if dlcp else 1)
+            b = Bmv2({i: net_b.ifs[i] for i in net_b.hosts}, priority_queues=8 if dlcp else 1, log_level=None)
             stack.callback(b.close)
             program(SwitchSpec("bmv2", b.addr, target="bmv2", thrift_port=b.thrift_port),
                     load_p4info_program(out.p4info, out.json), net_b, field, extra)

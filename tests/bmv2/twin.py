@@ -78,14 +78,16 @@ class Bmv2:
     """A running ``simple_switch_grpc`` with no program, P4Runtime on ``addr``, Thrift on ``thrift_port``."""
 
     def __init__(self, ports: dict[int, str], *, cpu_port: int | None = None, priority_queues: int | None = None,
-                 timeout: float = 30.0):
+                 timeout: float = 30.0, log_level: str | None = LOG_LEVEL):
         self.grpc_port, self.thrift_port = free_port(), free_port()
         self.addr = f"127.0.0.1:{self.grpc_port}"
         self.log_file = tempfile.NamedTemporaryFile(prefix="bmv2-", suffix=".log", delete=False)
         cmd = ["simple_switch_grpc", "--device-id", "0", "--thrift-port", str(self.thrift_port)]
         for port, ifname in sorted(ports.items()):
             cmd += ["-i", f"{port}@{ifname}"]
-        cmd += ["--log-console", "-L", LOG_LEVEL, "--no-p4", "--", "--grpc-server-addr", self.addr]
+        if log_level is not None:                     # None: no logger at all (speed measurements)
+            cmd += ["--log-console", "-L", log_level]
+        cmd += ["--no-p4", "--", "--grpc-server-addr", self.addr]
         if cpu_port is not None:
             cmd += ["--cpu-port", str(cpu_port)]
         if priority_queues is not None:
