@@ -36,8 +36,10 @@ class Token:
 #: The longest integer literal accepted (the widest bit<W> the checker accepts is 4096 bits).
 MAX_LITERAL_BITS = 8192
 
+#: p4c's lexer makes each compound assignment operator (P4-16 1.2.4: ``+=`` ... ``|-|=``) one token, as here
 _OPS = sorted("""
-&&& |+| |-| ... .. ++ << <= >= == != && || += -= ( ) { } [ ] < > ; : , . = + - * / % & | ^ ~ ! ? @ #
+&&& |+| |-| ... .. ++ << <= >= == != && || ( ) { } [ ] < > ; : , . = + - * / % & | ^ ~ ! ? @ #
++= -= *= /= %= &= |= ^= <<= >>= |+|= |-|=
 """.split(), key=len, reverse=True)
 _OP_RE = "|".join(re.escape(o) for o in _OPS)
 _TOKEN_RE = re.compile(

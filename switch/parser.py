@@ -7,6 +7,8 @@ the supported subset raise ``unsupported: <construct> at file:line:col``.
 """
 from __future__ import annotations
 
+import copy
+
 from . import p4ast as A
 from .errors import Loc, P4Error, unsupported
 from .lexer import Token
@@ -16,6 +18,8 @@ BINARY_PREC = {
     "<": 8, ">": 8, "<=": 8, ">=": 8, "<<": 9, ">>": 9,
     "++": 10, "+": 10, "-": 10, "|+|": 10, "|-|": 10, "*": 11, "/": 11, "%": 11,
 }
+#: compound assignment operators (P4-16 1.2.4), each ``op=`` for a binary operator ``op``
+COMPOUND_ASSIGN = {"+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "|+|=", "|-|="}
 BASE_TYPE_KW = {"bit", "int", "varbit", "bool", "error", "void", "string", "match_kind", "tuple"}
 
 
@@ -747,10 +751,10 @@ class Parser:
                 raise unsupported("instantiation inside a block", t.loc)
             return self.var_decl(annots)
         e = self.expression()
-        if self.accept("="):
-            rhs = self.expression()
+        a = self._assignment(t, e)
+        if a is not None:
             self.expect(";")
-            return A.Assign(t.loc, e, rhs)
+            return a
         if not isinstance(e, A.Call):
             raise P4Error(t.loc, "expression is not a statement (expected an assignment or a call)")
         self.expect(";")
@@ -760,11 +764,28 @@ class Parser:
         """An assignment or call, as in a for loop's init and update lists (no ';')."""
         t = self.tok
         e = self.expression()
-        if self.accept("="):
-            return A.Assign(t.loc, e, self.expression())
+        a = self._assignment(t, e)
+        if a is not None:
+            return a
         if not isinstance(e, A.Call):
             raise P4Error(t.loc, "expected an assignment or a call")
         return A.CallStmt(t.loc, e)
+
+    def _assignment(self, t: Token, lhs: A.Expr) -> A.Assign | None:
+        """The rest of an assignment to ``lhs`` (``= e``, or a compound ``op= e``), or None when no assignment
+        operator follows.  ``a op= b`` becomes ``a = a op b`` (P4-16 1.2.4, 12.1: the operator's typing rules
+        apply, and ``a`` is evaluated once): ``a`` is read and written at the same place, which is one
+        evaluation unless ``a`` holds a call (an index computed by a function), refused as not evaluated once."""
+        op = self.tok
+        if self.accept("="):
+            return A.Assign(t.loc, lhs, self.expression())
+        if op.kind != "op" or op.text not in COMPOUND_ASSIGN:
+            return None
+        self.i += 1
+        if _holds_call(lhs):
+            raise unsupported(f"'{op.text}' on a left-hand side that calls a function", op.loc)
+        rhs = self.expression()
+        return A.Assign(t.loc, lhs, A.Binary(op.loc, op.text[:-1], copy.deepcopy(lhs), rhs))
 
     def for_stmt(self) -> A.For:
         """``for (init; cond; update) stmt`` and ``for (T x in lo .. hi) stmt`` (P4-16 1.2.4); the range form
@@ -1000,3 +1021,15 @@ class Parser:
 def parse(tokens: list[Token]) -> A.Program:
     """Parse a preprocessed token list into a :class:`~switch.p4ast.Program`."""
     return Parser(tokens).program()
+
+
+def _holds_call(e: A.Expr) -> bool:
+    """Whether expression ``e`` contains a call (of a function, method or action) anywhere."""
+    if isinstance(e, A.Call):
+        return True
+    for v in vars(e).values():
+        if isinstance(v, A.Expr) and _holds_call(v):
+            return True
+        if isinstance(v, list) and any(isinstance(x, A.Expr) and _holds_call(x) for x in v):
+            return True
+    return False

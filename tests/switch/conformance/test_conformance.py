@@ -145,6 +145,18 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(0b10010000, 5, 0, 0), [(1, h(0b10010000, 5, 7, 0))]),
         (h(0, 0, 0, 0), [(1, h(0, 0, 0xFF, 0))]),
     ],
+    # compound assignment, r_t's 13 results after h (a, b, c, d; d[3:0] += 1): add sub mul bits shl shr sadd ssub
+    # ssig loop tbl divmod prs, as r_t's comments in the program say
+    "compound_assign.p4": [
+        (h(1, 2, 3, 0x0F) + bytes(13),      # 1 - 2 wraps to 255, |-| stops at 0; the slice 0xF + 1 wraps to 0
+         [(1, h(1, 2, 3, 0x00, 3, 255, 2, 0x81, 8, 0, 3, 0, 256 - 97, 6, 1 + 5, 0, 0x1C))]),
+        (h(200, 100, 9, 0x3A) + bytes(13),  # shifts by 9 >= 8 give 0; 300 saturates; -56 |-| 100 stops at -128
+         [(1, h(200, 100, 9, 0x3B, 44, 100, 32, 0x41 ^ 0x80, 0, 0, 255, 100, 256 - 28, 45, 201, 4, 0x8E))]),
+        (h(2, 255, 8, 0xF7) + bytes(13),    # a shift by exactly 8 gives 0; the second entry adds 7
+         [(1, h(2, 255, 8, 0xF8, 1, 3, 254, 0x83, 0, 0, 255, 0, 256 - 99, 36, 9, 1, 0x1A))]),
+        (h(0x7F, 0x80, 0, 0) + bytes(13),   # 127 + 128 = 255 exactly; a loop to 0 runs no pass; 127 % 16 / 2
+         [(1, h(0x7F, 0x80, 0, 1, 255, 255, 128, 0x81, 0x7F, 0x7F, 255, 0, 256 - 101, 0, 128, 7, 0xE0))]),
+    ],
     # d bits: 1 first == second, 2 first != third, 4 {first, second} == {second, first}, 8 invalid == invalid
     "header_eq.p4": [
         (h(0, 1, 2, 3, 0, 1, 2, 3), [(1, h(0, 1, 2, 0x0F))]),
@@ -422,6 +434,15 @@ ERRORS = {
         ingress("        switch (hdr.h.a) { 1: { } 8w1: { } }"), "duplicate switch label"),
     "switch on a bool": (
         ingress("        switch (hdr.h.a == 1) { default: { } }"), "switch needs a bit<W>"),
+    "compound assignment on a left-hand side with a call": (
+        ingress("        meta.s[f(hdr.h.a)].a += 1;", decls="struct M2 { h_t[2] s; }\nbit<8> f(bit<8> x) { return x; }",
+                locals_="    M2 meta2;").replace("meta.s", "meta2.s"),
+        "unsupported: '+=' on a left-hand side that calls a function"),
+    "compound assignment operand width": (
+        ingress("        hdr.h.a += 16w1;"), "width mismatch"),
+    "compound assignment to an in parameter": (
+        ingress("        a(hdr.h.b);", locals_="    action a(in bit<8> x) { x |+|= 1; }"),
+        "cannot assign to action parameter 'x'"),
     "comparing different header types": (
         ingress("        if (hdr.h == meta) { }"), "type mismatch"),
 }
