@@ -501,6 +501,26 @@ def switch_pps_daemon_table(result: Result) -> str:
         f"about {_kpps(1e6 / min(cpu_us))} packets per second."])
 
 
+def switch_pps_bmv2_table(result: Result) -> str:
+    """``bench/switch_pps.py --bmv2``: the dlcp-switch daemon against BMv2 ``simple_switch_grpc`` on the same
+    program, hosts, routes and flood, alternating in one run: packets per wall-clock second and each switch's own
+    CPU time per forwarded packet."""
+    rows = ["| program | dlcp-switch | BMv2 | dlcp-switch / BMv2 | CPU per packet, dlcp-switch / BMv2 |",
+            "|---|---|---|---|---|"]
+    floods, names = set(), set()
+    for case in result["cases"]:
+        params, med = case["params"], case["median"]
+        floods |= {len(runs) for runs in case["repetitions"].values()}
+        names.add(case["baseline_name"])
+        us = [params[f"daemon_cpu_us_per_packet_{role}"] for role in ("candidate", "baseline")]
+        rows.append(f"| `{params['program']}` | {_kpps(med['candidate'])} | {_kpps(med['baseline'])} | "
+                    f"{case['ratio']:.1f}x | {us[0]:.1f} us / {us[1]:.0f} us ({us[1] / us[0]:.0f}x) |")
+    return "\n".join([
+        provenance(result), "",
+        f"Against {', '.join(sorted(names))}, medians of {'/'.join(map(str, sorted(floods)))} floods each "
+        f"(packets per wall-clock second; CPU per packet is each switch process's own):", "", *rows])
+
+
 def torch_suite_table(result: Result) -> str:
     """``tests/host/torch_suite.py`` (``results/torch_suite.json``): PyTorch's ``DistributedTest`` suite on gloo and
     dlcp side by side -- every test that passed or failed on either backend, with the reason recorded for each
@@ -572,6 +592,7 @@ REGIONS: dict[str, Region] = {r.name: r for r in (
     Region("switch-tables", "docs/switch-target.md", ("results/switch_tables.json",), switch_tables_table),
     Region("switch-pps", "docs/switch-target.md", ("results/switch_pps.json",), switch_pps_target_table),
     Region("switch-pps-daemon", "docs/switch-target.md", ("results/switch_pps.json",), switch_pps_daemon_table),
+    Region("switch-pps-bmv2", "docs/switch-target.md", ("results/switch_pps_bmv2.json",), switch_pps_bmv2_table),
     Region("torch-suite", "docs/torch-suite.md", ("results/torch_suite.json",), torch_suite_table),
     Region("tofino-resources", "docs/p4-tofino.md", ("results/tofino/resources.json",), tofino_resources_table),
 )}
