@@ -170,13 +170,18 @@ def run_world(net_kind: str, world: int, plan: list, tune: dict, timeout: float 
     return rows
 
 
+#: Shaped networks other than the default 1 Gb/s at MTU 9000: (tc rate, MTU). ``20Mb/s`` is the demo's link
+#: (examples/testbed/demo.yaml), where a transfer is many small, paced datagrams.
+SHAPED = {"20Mb/s": ("20mbit", 1500)}
+
+
 def spawn_world(net_kind: str, world: int, worker_args: list[str], timeout: float = 900,
                 script: Path | None = None, env_overrides: dict[str, str | None] | None = None) -> dict:
     """Run ``script --worker --out FILE *worker_args`` (default: this file) as ``world`` ranks on the network
     ``net_kind`` and return the JSON rank 0 wrote to FILE. Networks: ``loopback`` (one private namespace, its own
-    lo), ``veth`` (one namespace per rank on a bridge, unshaped veth links, MTU 9000) and ``1Gb/s`` (the same
-    links shaped by tbf); without root only loopback, in the root namespace. The ranks run with
-    ``OMP_NUM_THREADS=1``; ``env_overrides`` changes their environment after that (None: unset the variable)."""
+    lo), ``veth`` (one namespace per rank on a bridge, unshaped veth links, MTU 9000), ``1Gb/s`` (the same
+    links shaped by tbf) and those of :data:`SHAPED`; without root only loopback, in the root namespace. The ranks
+    run with ``OMP_NUM_THREADS=1``; ``env_overrides`` changes their environment after that (None: unset it)."""
     from harness import wait_ranks
 
     net = None
@@ -187,7 +192,8 @@ def spawn_world(net_kind: str, world: int, worker_args: list[str], timeout: floa
             net = Star(1, rate=None)
             master, env_extra["GLOO_SOCKET_IFNAME"] = "127.0.0.1", "lo"
         else:
-            net = Star(world, rate=None if net_kind == "veth" else "1gbit", mtu=9000)
+            rate, mtu = SHAPED.get(net_kind, (None, 9000) if net_kind == "veth" else ("1gbit", 9000))
+            net = Star(world, rate=rate, mtu=mtu)
             master, env_extra["GLOO_SOCKET_IFNAME"] = net.hosts[0].ip, "eth0"
     elif net_kind != "loopback":
         raise SystemExit("the shaped cases need root (network namespaces)")

@@ -21,6 +21,10 @@ machine and with one busy process per core beside the ranks (``busy``), which is
 loaders and model do to a transport's threads. These ranks run one torch thread (``torch.set_num_threads(1)``,
 as the project's other benchmarks and the testbed's workers do).
 
+``dlcp_transport`` in each case's params: dlcp's datagrams, GRO and GSO buffers, ACKs and retransmissions per
+call, summed over the ranks. The ``20Mb/s`` cases run on the demo's links (20 Mb/s tbf, MTU 1500), idle only:
+a transfer is hundreds of paced datagrams, each received, checked and acknowledged on its own.
+
 The ``x8 torch-default`` cases are a training script as its user writes it: torch's own intra-op threads (no
 ``set_num_threads``, no ``OMP_NUM_THREADS``) and 8 all-reduces back to back in each window (as DDP issues its
 buckets); times and CPU are per call. That is where torch's OpenMP pool meets the transport: a collective that ran
@@ -46,12 +50,21 @@ ROOT = Path(__file__).resolve().parent.parent
 SIZES = [64 << 10, 1 << 20, 16 << 20]
 NETS = ["loopback", "veth"]
 LOADS = ["idle", "busy"]
+#: The demo's links (20 Mb/s, MTU 1500: bench/collectives.SHAPED): sizes, idle only (a call takes about 0.45 s
+#: per MiB, so the run stays short).
+SLOW_NET, SLOW_SIZES = "20Mb/s", [64 << 10, 1 << 20]
+#: dlcp's transport counters per call, summed over the ranks (host.backend.transport_stats): how many datagrams,
+#: GRO/GSO buffers, ACKs and retransmissions the CPU above pays for.
+EVENTS = ("tx_datagrams", "rx_datagrams", "tx_gso_sends", "rx_gro_buffers", "acks_sent", "acks_rx",
+          "retransmissions", "rto_timeouts")
 #: The user's-defaults cases: sizes, calls per window (back to back), on loopback, under each load.
 DEFAULT_THREADS_SIZES = [1 << 20, 16 << 20]
 BACK_TO_BACK = 8
 
 
-def _reps(nbytes: int, quick: bool) -> int:
+def _reps(nbytes: int, quick: bool, net: str = "") -> int:
+    if net == SLOW_NET:
+        return 4 // (2 if quick else 1)
     return (12 if nbytes <= 1 << 20 else 6) // (2 if quick else 1)
 
 
@@ -113,15 +126,19 @@ def _worker(args: argparse.Namespace) -> None:
     for _ in range(20):
         _delta(_snapshot(), _snapshot(), probe)
     probe_ms = probe.get("MainThread", [0.0])[0] / 20
-    out: dict = {"times": [], "threads": [], "probe_ms": probe_ms}
+    from host.backend import transport_stats
+
+    out: dict = {"times": [], "threads": [], "probe_ms": probe_ms, "transport": []}
     for nbytes, reps, calls in plan:
         x = torch.randn(nbytes // 4)
         times = {"dlcp": [], "gloo": []}
         threads: dict[str, dict[str, list[float]]] = {"dlcp": {}, "gloo": {}}
+        events = dict.fromkeys(EVENTS, 0)
         for rnd in range(reps + 1):
             order = [("dlcp", None), ("gloo", gloo)]
             for label, g in (order if rnd % 2 == 0 else order[::-1]):
                 dist.barrier(group=gloo)
+                c0 = transport_stats() if label == "dlcp" else None
                 s0 = _snapshot()
                 t0 = time.perf_counter()
                 for _ in range(calls):
@@ -132,6 +149,10 @@ def _worker(args: argparse.Namespace) -> None:
                     times[label].append(dt / calls)
                     _delta(s0, s1, threads[label])
                     threads[label]["MainThread"][0] -= probe_ms
+                    if c0 is not None:
+                        c1 = transport_stats()
+                        for k in EVENTS:
+                            events[k] += c1.get(k, 0) - c0.get(k, 0)
         t = torch.tensor(times["dlcp"] + times["gloo"], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=gloo)  # a call ends when the slowest rank is done
         per_rank = [None] * dist.get_world_size()
@@ -144,8 +165,11 @@ def _worker(args: argparse.Namespace) -> None:
                     acc = summed[b].setdefault(k, [0.0, 0.0, 0.0])
                     for i in range(3):
                         acc[i] += v[i]
+        ev = [None] * dist.get_world_size()
+        dist.all_gather_object(ev, {k: v / (reps * calls) for k, v in events.items()}, group=gloo)
         out["times"].append(t.tolist())
         out["threads"].append(summed)
+        out["transport"].append({k: round(sum(e[k] for e in ev), 2) for k in EVENTS})
     if dist.get_rank() == 0:
         Path(args.out).write_text(json.dumps(out))
     dist.barrier(group=gloo)
@@ -185,12 +209,14 @@ def main() -> None:
                       "less what reading /proc costs it (probe_ms, measured on empty windows)"})
     groups = [(load, net, SIZES, 1, False) for load in LOADS for net in nets]
     groups += [(load, "loopback", DEFAULT_THREADS_SIZES, BACK_TO_BACK, True) for load in LOADS]
+    if os.geteuid() == 0:
+        groups.append(("idle", SLOW_NET, SLOW_SIZES, 1, False))
     for load, net, sizes, calls, torch_default in groups:
         def case(nbytes: int) -> str:
             return f"{net} {load} P={world} all_reduce {size_label(nbytes)}" + (
                 f" x{calls} torch-default" if torch_default else "")
 
-        plan = [[s, _reps(s, args.quick), calls] for s in sizes
+        plan = [[s, _reps(s, args.quick, net), calls] for s in sizes
                 if not args.only or any(o in case(s) for o in args.only)]
         if not plan:
             continue
@@ -202,11 +228,11 @@ def main() -> None:
             for h in hogs:
                 h.kill()
                 h.wait()
-        for (nbytes, reps, _), t, threads in zip(plan, got["times"], got["threads"]):
+        for (nbytes, reps, _), t, threads, events in zip(plan, got["times"], got["threads"], got["transport"]):
             name = case(nbytes)
             it_c, it_b = iter(t[:reps]), iter(t[reps:])
             params = {"bytes": nbytes, "network": net, "load": load, "world": world, "calls_per_window": calls,
-                      "torch_threads": "torch's default" if torch_default else 1,
+                      "torch_threads": "torch's default" if torch_default else 1, "dlcp_transport": events,
                       "probe_ms": round(got["probe_ms"], 4),
                       "threads": {b: {k: {"cpu_ms": round(v[0], 4), "wakeups": round(v[1], 2),
                                           "preempted": round(v[2], 2)} for k, v in sorted(threads[b].items())

@@ -184,16 +184,18 @@ def cpu_profile_table(result: Result) -> str:
     """``bench/cpu_profile.py``: per case, the all-reduce's time and CPU per call (both ranks) for dlcp and gloo,
     and how dlcp's CPU splits over its threads, with their wake-ups."""
     rows = ["| case | time, dlcp / gloo | CPU ms per call, dlcp / gloo | wake-ups per call, dlcp / gloo | "
-            "dlcp's CPU ms by thread (wake-ups) |", "|---|---|---|---|---|"]
+            "dlcp's CPU ms by thread (wake-ups) | dlcp's datagrams out / in, ACKs sent |", "|---|---|---|---|---|---|"]
     for case in result["cases"]:
         p, med = case["params"], case["median"]
         split = ", ".join(f"{name} {t['cpu_ms']:.2f} ({t['wakeups']:.0f})"
                           for name, t in sorted(p["threads"]["dlcp"].items(), key=lambda kv: -kv[1]["cpu_ms"])
                           if t["cpu_ms"] >= 0.05)
+        ev = p.get("dlcp_transport")  # (results made before the counters were recorded have none)
+        events = f"{ev['tx_datagrams']:.0f} / {ev['rx_datagrams']:.0f}, {ev['acks_sent']:.0f}" if ev else "-"
         rows.append(f"| {case['case']} | {med['candidate'] * 1e3:.2f} / {med['baseline'] * 1e3:.2f} ms "
                     f"({case['ratio']:.2f}x) | {p['cpu_ms_dlcp']:.2f} / {p['cpu_ms_gloo']:.2f} "
                     f"({p['cpu_ms_dlcp'] / p['cpu_ms_gloo']:.2f}x) | {p['wakeups_dlcp']:.0f} / "
-                    f"{p['wakeups_gloo']:.0f} | {split} |")
+                    f"{p['wakeups_gloo']:.0f} | {split} | {events} |")
     reps = sorted({len(c["repetitions"]["candidate"]) for c in result["cases"]})
     return "\n".join([provenance(result) + f" Medians of {'-'.join(map(str, reps))} alternated calls; CPU and "
                       "wake-ups are means per call, summed over both ranks.", "", *rows])
