@@ -3,7 +3,8 @@ the embedded target.  They run only when the marker is selected (``-m bmv2``); u
 and ``make test-fast`` they are deselected here, so the suite never needs the toolchain.  Selected without the
 toolchain on PATH, each fails saying what is missing and how to get it (never a skip that reads as a pass).
 
-The cases compared and the differences found are written to ``results/bmv2_differential.json`` at the end of a
+The cases compared, the differences found and the documented BMv2 deviations seen (``twin.Deviation``), and every
+switch restart, are written to ``results/bmv2_differential.json`` at the end of a
 ``make test-bmv2`` session that ran them all (``BMV2_RESULTS`` overrides the path; a partial run, e.g. with
 ``-k``, writes nothing unless it is set)."""
 from __future__ import annotations
