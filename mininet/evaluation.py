@@ -483,7 +483,10 @@ def pressure_section(doc: dict[str, Any]) -> list[str]:
                 f"{bounds[-1]:.0%} of a call's elements (its smallest values); a step whose protected packets (or "
                 "their ACKs) are lost still waits for their retransmission, with or without it, so where the "
                 "pressure loses packets of every kind alike the two DLCP cells can only differ by the eligible "
-                "share.", ""]
+                "share. It also costs something: every lossy call ends with a round of small loss-report messages "
+                "([bounded-loss.md](bounded-loss.md)), sent to peers the exact call does not send to, and such a "
+                "message lost on the way waits for a retransmission timeout like any other; the timeouts per run "
+                "above count both.", ""]
     if runs < 8:
         out += [f"This is a demonstration, not the issue's measurement: {runs} run(s) per cell, where the goals ask "
                 f"for at least 8 seeds per cell (`examples/testbed/pressure/{regime}-sweep.yaml`: 3 cells x 8 "
