@@ -177,6 +177,7 @@ class Inliner:
         self.functions: dict[str, A.FunctionDecl] = {}
         self.blocks: dict[str, A.ParserDecl | A.ControlDecl] = {}
         self.global_actions: dict[str, A.ActionDecl] = {}    # top-level actions with out/inout parameters
+        self.top_actions: dict[str, A.ActionDecl] = {}       # every top-level action (copied where bound)
         self.cur_actions: dict[str, A.ActionDecl] = {}       # those visible in the block being processed
         self.called: list[tuple[A.ActionDecl, bool]] | None = None   # actions a control's apply body calls
         self.n = 0
@@ -198,6 +199,7 @@ class Inliner:
             if isinstance(d, A.ActionDecl):
                 self.cur_actions = self.global_actions
                 d.body = self.stmt_list_block(d.body)
+                self.top_actions[d.name] = d
                 if _writes_params(d):
                     self.global_actions[d.name] = d   # called directly only (a table cannot bind it): inlined
                     continue
@@ -412,9 +414,10 @@ class Inliner:
                 name = ar.name.lstrip(".")
                 listed.add(name)
                 a = local.get(name)
-                if a is None and name in self.global_actions:
-                    raise unsupported(f"action {name}, declared outside control {d.name} with out/inout "
-                                      "parameters, in a table", ar.loc)
+                top = self.top_actions.get(name)
+                if a is None and top is not None and (ar.args or _writes_params(top)):
+                    a = local[name] = self.localize(top)
+                    d.locals.insert(sum(1 for x in d.locals if isinstance(x, A.ActionDecl) and x.localized), a)
                 ndir = sum(1 for p in a.params if p.direction) if a is not None else 0
                 if not ar.args:
                     if ndir:
@@ -422,8 +425,7 @@ class Inliner:
                                               f"{t.name}'s action list, e.g. {name}(hdr.x)")
                     continue
                 if a is None:
-                    raise unsupported(f"arguments bound to action {name}, declared outside control {d.name}",
-                                      ar.loc)
+                    raise P4Error(ar.loc, f"unknown action {name}")
                 if len(ar.args) != ndir:
                     raise P4Error(ar.loc, f"action {name} has {ndir} directional parameter(s), "
                                           f"{len(ar.args)} argument(s) bound")
@@ -466,6 +468,24 @@ class Inliner:
                             ar.args = None
         d.locals = [x for x in d.locals if not (isinstance(x, A.ActionDecl) and x.name not in listed
                                                 and x.name not in binding and _writes_params(x))]
+
+    @staticmethod
+    def localize(a: A.ActionDecl) -> A.ActionDecl:
+        """A control's own copy of top-level action ``a`` (one with out/inout parameters that a table of the
+        control lists), so that the table's action list can bind its directional parameters there, as p4c's
+        LocalizeAllActions copies every top-level action into the controls using it.  The copy keeps the
+        top-level name (``@name(".a")``, or ``a``'s own ``@name`` made absolute) for P4Info and P4Runtime;
+        each control binds its copy to its own arguments."""
+        c = copy.deepcopy(a)
+        c.localized = True
+        n = A.annot(c.annots, "name")
+        if n is not None and n.args and isinstance(n.args[0], A.StrLit):
+            if not n.args[0].value.startswith("."):
+                n.args[0].value = "." + n.args[0].value
+        else:
+            c.annots = [x for x in c.annots if x.name != "name"]
+            c.annots.append(A.Annotation(a.loc, "name", [A.StrLit(a.loc, "." + a.name)]))
+        return c
 
     def direct_invocations(self, d, body: Any) -> None:
         """P4-16 15.1 direct type invocation: ``T.apply(...)`` of a parser/control type ``T`` without

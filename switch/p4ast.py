@@ -385,6 +385,7 @@ class BlockTypeDecl(Decl):
 class ActionDecl(Decl):
     params: list[Param] = field(default_factory=list)
     body: Block | None = None
+    localized: bool = False           # a control's copy of a top-level action (switch.inline.Inliner.localize)
 
 
 @dataclass

@@ -102,7 +102,8 @@ def _direct_calls(node) -> list[ir.ActionIR]:
 def p4c_action_order(p: ir.ProgramIR) -> list[ir.ActionIR]:
     """The actions P4Info lists, in p4c's order: control by control (V1Switch's order), first the top-level
     actions the control uses, in the order of their first use (p4c's front end copies each into the control, ahead
-    of its own declarations: LocalizeAllActions), then the control's own actions in declaration order; only
+    of its own declarations: LocalizeAllActions; the midend's own copies of those a table binds count as top-level
+    ones), then the control's own actions in declaration order; only
     actions a table lists or the control's body calls directly (p4c removes the others; a call inside an action
     is inlined into it), each once."""
     local_ids = {id(a) for b in p.blocks.values() for a in b.actions}
@@ -113,7 +114,7 @@ def p4c_action_order(p: ir.ProgramIR) -> list[ir.ActionIR]:
             continue
         uses = [a for t in b.tables for a in t.actions] + _direct_calls(b.apply)
         used = {id(a) for a in uses}
-        own = [a for a in b.actions if id(a) in used]
+        own = [a for a in b.actions if id(a) in used and not a.decl.localized]
         for a, top in b.inlined_actions:        # inlined by the midend: placed by their source position
             if top:
                 uses.append(a)
@@ -121,7 +122,7 @@ def p4c_action_order(p: ir.ProgramIR) -> list[ir.ActionIR]:
             after = [i for i, x in enumerate(own) if x.decl.loc.file == a.decl.loc.file
                      and (x.decl.loc.line, x.decl.loc.col) > (a.decl.loc.line, a.decl.loc.col)]
             own.insert(after[0] if after else len(own), a)
-        for a in [a for a in uses if id(a) not in local_ids] + own:
+        for a in [a for a in uses if id(a) not in local_ids or a.decl.localized] + own:
             if a.fqname not in seen:
                 seen.add(a.fqname)
                 out.append(a)

@@ -492,9 +492,11 @@ class Switch:
             raise SwitchError("NOT_FOUND", f"no table {table!r}")
         return t
 
-    def _action(self, t: runtime.Table | None, action: str | int) -> ir.ActionIR:
+    def _action(self, t: runtime.Table | None, action: str | int, prefer: tuple = ()) -> ir.ActionIR:
         name = self.ids.name("actions", action)
-        for a in self.ir.actions:
+        # the table's own (or ``prefer``'s) first: a top-level action bound by tables of two controls has a copy
+        # in each control, under one name (switch.inline.Inliner.localize)
+        for a in (t.ir.actions if t is not None else list(prefer)) + self.ir.actions:
             if a.fqname == name:
                 if t is not None and a not in t.ir.actions:
                     raise SwitchError("INVALID_ARGUMENT", f"action {name} is not an action of table {t.name}")
@@ -713,7 +715,7 @@ class Switch:
             raise SwitchError("ALREADY_EXISTS", f"member {member_id} exists")
         if len(p.members) >= p.size:
             raise SwitchError("RESOURCE_EXHAUSTED", f"{p.name} is full")
-        a = self._action(None, action)
+        a = self._action(None, action, tuple(x for tb in p.tables for x in tb.ir.actions))
         p.members[member_id] = (a.index, self._args(a, params))
         p.changed()
 
@@ -721,7 +723,7 @@ class Switch:
         p = self._profile(profile)
         if member_id not in p.members:
             raise SwitchError("NOT_FOUND", f"no member {member_id}")
-        a = self._action(None, action)
+        a = self._action(None, action, tuple(x for tb in p.tables for x in tb.ir.actions))
         p.members[member_id] = (a.index, self._args(a, params))
         p.changed()
 

@@ -157,6 +157,14 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(0x7F, 0x80, 0, 0) + bytes(13),   # 127 + 128 = 255 exactly; a loop to 0 runs no pass; 127 % 16 / 2
          [(1, h(0x7F, 0x80, 0, 1, 255, 255, 128, 0x81, 0x7F, 0x7F, 255, 0, 256 - 101, 0, 128, 7, 0xE0))]),
     ],
+    # top-level actions: Ing.t a == 1: d += 3, a == 2: c = b + 9, a == 4 (ENTRIES): d += 20; fwd: port b (1, 2) or 7;
+    # then b += 0x10 (a direct call); Eg.e binds the same bump to a: a == 1: a += 100, a == 4 (ENTRIES): a += 1
+    "top_level_actions.p4": [
+        (h(1, 1, 0, 0), [(1, h(101, 0x11, 0, 3))]),
+        (h(2, 2, 0, 0), [(2, h(2, 0x12, 11, 0))]),
+        (h(4, 7, 0, 5), [(7, h(5, 0x17, 0, 25))]),
+        (h(9, 1, 0, 0), [(1, h(9, 0x11, 0, 0))]),           # both tables miss: nop
+    ],
     # d bits: 1 first == second, 2 first != third, 4 {first, second} == {second, first}, 8 invalid == invalid
     "header_eq.p4": [
         (h(0, 1, 2, 3, 0, 1, 2, 3), [(1, h(0, 1, 2, 0x0F))]),
@@ -177,6 +185,9 @@ ENTRIES: dict[str, list[tuple[str, dict, str, dict]]] = {
     # error numbers: NoError 0, PacketTooShort 1 (core.p4's order)
     "error_key.p4": [("Ing.by_error", {"sm.parser_error": 0}, "Ing.mark", {"v": 0x11}),
                      ("Ing.by_error", {"sm.parser_error": 1}, "Ing.mark", {"v": 0x22})],
+    # one P4Runtime name for the top-level bump, bound to d in Ing.t and to a in Eg.e
+    "top_level_actions.p4": [("Ing.t", {"hdr.h.a": 4}, "bump", {"k": 20}),
+                             ("Eg.e", {"hdr.h.a": 4}, "bump", {"k": 1})],
 }
 
 _compiled: dict[tuple[str, str], Switch] = {}
@@ -239,6 +250,17 @@ def test_bound_action_parameters_are_not_in_p4info():
     assert [list(a.params) for a in info.actions if a.preamble.name in ("Ing.split", "bump")] == [[], []]
     sw.insert_entry("Ing.t", {"hdr.h.a": 0x2A}, "Ing.set_b", {"v": 100})
     assert [(o.port, o.data) for o in sw.send(0, h(0x2A, 5, 0, 0))] == [(1, h(0x2A, 108, 0x12, 0x0B))]
+
+
+def test_top_level_actions_in_p4info():
+    """Top-level actions are listed once, by their own names, in p4c's order (Ing's uses first, then Eg's), with
+    only their directionless parameters (as p4c-bm2-ss lists them); the register one writes is the top-level one."""
+    sw = Switch(str(HERE / "top_level_actions.p4"))
+    info = P4InfoBuilder(sw.ir).build()
+    assert [(a.preamble.name, [p.name for p in a.params]) for a in info.actions] == [
+        ("bump", ["k"]), ("put", ["k"]), ("nop", []), ("to_port", ["p"])]
+    sw.send(0, h(2, 40, 0, 0))
+    assert sw.register_read("last_put", 0) == 49
 
 
 def test_value_set_through_p4runtime(tmp_path):
@@ -443,6 +465,18 @@ ERRORS = {
     "compound assignment to an in parameter": (
         ingress("        a(hdr.h.b);", locals_="    action a(in bit<8> x) { x |+|= 1; }"),
         "cannot assign to action parameter 'x'"),
+    "arguments bound to an unknown action": (
+        ingress("        t.apply();", locals_="    table t { key = { hdr.h.a: exact; } actions = { nope(hdr.h.b); } }"),
+        "unknown action nope"),
+    "top-level action bound differently by two tables": (
+        ingress("        t.apply(); u.apply();", decls="action a(inout bit<8> x) { x = 1; }",
+                locals_="    table t { key = { hdr.h.a: exact; } actions = { a(hdr.h.b); } }\n"
+                "    table u { key = { hdr.h.a: exact; } actions = { a(hdr.h.c); } }"),
+        "unsupported: action a bound to different arguments by two tables"),
+    "top-level action with directional parameters unbound": (
+        ingress("        t.apply();", decls="action a(inout bit<8> x) { x = 1; }",
+                locals_="    table t { key = { hdr.h.a: exact; } actions = { a; } }"),
+        "action a has directional parameters: bind them"),
     "comparing different header types": (
         ingress("        if (hdr.h == meta) { }"), "type mismatch"),
 }

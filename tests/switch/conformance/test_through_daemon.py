@@ -19,14 +19,14 @@ import time
 from pathlib import Path
 
 import pytest
-from finsy import P4CloneSessionEntry
+from finsy import P4CloneSessionEntry, P4TableAction, P4TableEntry, P4TableMatch
 
 from switch.mgmt import MgmtClient
 from switch.portio import Port
 
 from p4rt_local import connect
 from switchd import Daemon, sh, wait_up
-from test_conformance import CASES, CATALOGUE, CHECK, HERE, crc_fields, crc_packet, v1_paths
+from test_conformance import CASES, CATALOGUE, CHECK, ENTRIES, HERE, crc_fields, crc_packet, v1_paths
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns]
 
@@ -34,7 +34,8 @@ PORTS = (0, 1, 2, 7)
 # every program of the in-process CASES but the two with PacketTooShort cases (parser_features, error_key)
 PROGRAMS = ["functions.p4", "subcontrol.p4", "subcontrol_shared.p4", "switch_values.p4", "action_params.p4",
             "arguments.p4", "for_loops.p4", "macros.p4", "for_nested_return.p4", "header_eq.p4", "value_set.p4",
-            "subparser.p4", "subparser_twice.p4", "header_union.p4", "struct_stack_ops.p4", "compound_assign.p4"]
+            "subparser.p4", "subparser_twice.p4", "header_union.p4", "struct_stack_ops.p4", "compound_assign.p4",
+            "top_level_actions.p4"]
 assert not set(PROGRAMS) - set(CASES) and set(CASES) - set(PROGRAMS) == {"parser_features.p4", "error_key.p4"}
 FILL = 0xA5
 MIN_FRAME = 14
@@ -109,7 +110,9 @@ def push_and_check(rig, program: str, cases, tmp_path, entities=()) -> None:
 
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_program_through_the_daemon(rig, program, tmp_path):
-    push_and_check(rig, program, CASES[program], tmp_path)
+    entries = [P4TableEntry(t, match=P4TableMatch(m), action=P4TableAction(a, **p))
+               for t, m, a, p in ENTRIES.get(program, [])]
+    push_and_check(rig, program, CASES[program], tmp_path, entries)
 
 
 def test_v1model_packet_paths_through_the_daemon(rig, tmp_path):
