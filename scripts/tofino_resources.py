@@ -1,6 +1,6 @@
 """Compile the Tofino twin (p4src/tofino/dlcp_tna.p4) with p4c's open Tofino back end and commit what it reports.
 
-    python scripts/tofino_resources.py            # compile for Tofino 1, write the two files below
+    python scripts/tofino_resources.py            # compile for Tofino 1 and 2, write the two files below
     python scripts/tofino_resources.py --check    # compile, and exit 1 when the committed files differ
 
 Writes
@@ -8,9 +8,12 @@ Writes
     are, the tables in each stage, SRAM / TCAM / map RAM blocks, stateful and statistics ALUs, gateways, match
     crossbar bytes, VLIW instructions), summed from the back end's ``resources.json`` (``-g``), with the command,
     the compiler's version and the commit that made it; docs/p4-tofino.md shows it (``make report``);
-  - ``p4src/tofino/dlcp_tna.p4info.txt``: the twin's P4Info as the back end writes it for standard P4Runtime clients
-    (``--p4runtime-force-std-externs``: registers and counters as P4Runtime ``Register`` / ``Counter``), which
-    ``dlcpctl`` uses for a ``target: tofino`` switch (docs/controller.md).
+  - ``p4src/tofino/dlcp_tna.p4info.txt`` (Tofino 1) and ``dlcp_t2na.p4info.txt`` (Tofino 2): the twin's P4Info as
+    the back end writes it for standard P4Runtime clients (``--p4runtime-force-std-externs``: registers and counters
+    as P4Runtime ``Register`` / ``Counter``). ``dlcpctl`` uses the first for a ``target: tofino`` switch
+    (docs/controller.md), a Tofino 2 names the second (``p4info:``). The two may differ only in
+    ``pkg_info.arch`` (``tna`` / ``t2na``), so every entity and id is the same on both chips; the script refuses
+    to write them otherwise.
 
 The compiler is ``$DLCP_P4C_TOFINO``, else ``p4c-barefoot`` on ``PATH``, else
 ``$P4TOOLS/build/p4c-tofino/backends/tofino/bf-p4c/p4c-barefoot`` (P4TOOLS defaults to /work/p4tools), as
@@ -35,9 +38,11 @@ ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "p4src" / "tofino" / "dlcp_tna.p4"
 P4INFO = ROOT / "p4src" / "tofino" / "dlcp_tna.p4info.txt"
 RESULTS = ROOT / "results" / "tofino" / "resources.json"
-#: Targets compiled, each with its architecture; the P4Info committed is the first target's. Tofino 2 is not among
-#: them yet: for --target tofino2 the back end refuses the egress drop (docs/p4-tofino.md, "Open").
-TARGETS = (("tofino", "tna"),)
+#: Targets compiled, each with its architecture (the twin includes tna.p4 or t2na.p4 by __TARGET_TOFINO__, which
+#: --target sets), in the order of the results document.
+TARGETS = (("tofino", "tna"), ("tofino2", "t2na"))
+#: The committed P4Info of each target.
+P4INFOS = {"tofino": P4INFO, "tofino2": ROOT / "p4src" / "tofino" / "dlcp_t2na.p4info.txt"}
 COMMAND = "python scripts/tofino_resources.py"
 P4TOOLS = Path(os.environ.get("P4TOOLS", "/work/p4tools"))
 
@@ -161,17 +166,34 @@ def _git_commit() -> str:
         return ""
 
 
-def run(compiler: Path, workdir: Path) -> tuple[dict[str, Any], str]:
-    """Compile for every target in :data:`TARGETS`: the results document and the P4Info text."""
+def p4info_but_arch(text: str) -> Any:
+    """A P4Info (text format) with ``pkg_info.arch`` cleared: what must be the same on every chip."""
+    from finsy.proto import p4i
+    from google.protobuf import text_format
+
+    info = text_format.Parse(text, p4i.P4Info())
+    info.pkg_info.ClearField("arch")
+    return info
+
+
+def run(compiler: Path, workdir: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """Compile for every target in :data:`TARGETS`: the results document and each target's P4Info text.
+
+    RuntimeError when two targets' P4Info differ in more than ``pkg_info.arch`` (the controller encodes the same
+    writes for either chip only if every entity and id is the same)."""
     targets: dict[str, Any] = {}
-    p4info_text = ""
-    for i, (target, arch) in enumerate(TARGETS):
+    p4infos: dict[str, str] = {}
+    for target, arch in TARGETS:
         out = workdir / target
-        p4info = workdir / f"{target}.p4info.txt" if i == 0 else None
+        p4info = workdir / f"{target}.p4info.txt"
         res_path = compile_twin(compiler, target, arch, out, p4info)
         targets[target] = {"arch": arch, **summarize(json.loads(res_path.read_text()))}
-        if p4info is not None:
-            p4info_text = p4info.read_text()
+        p4infos[target] = p4info.read_text()
+    first = TARGETS[0][0]
+    for target, text in p4infos.items():
+        if p4info_but_arch(text) != p4info_but_arch(p4infos[first]):
+            raise RuntimeError(f"the twin's P4Info for {target} differs from {first}'s in more than pkg_info.arch "
+                               f"(compare {workdir / target}.p4info.txt with {workdir / first}.p4info.txt)")
     doc = {
         "name": "tofino_resources",
         "command": COMMAND,
@@ -182,7 +204,7 @@ def run(compiler: Path, workdir: Path) -> tuple[dict[str, Any], str]:
         "host": platform.node(),
         "targets": targets,
     }
-    return doc, p4info_text
+    return doc, p4infos
 
 
 def _comparable(doc: dict[str, Any]) -> dict[str, Any]:
@@ -203,23 +225,26 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="dlcp-tofino-") as tmp:
         workdir = args.keep or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        doc, p4info_text = run(compiler, workdir)
+        doc, p4infos = run(compiler, workdir)
     if args.check:
         stale = []
         if not RESULTS.is_file() or _comparable(json.loads(RESULTS.read_text())) != _comparable(doc):
             stale.append(str(RESULTS.relative_to(ROOT)))
-        if not P4INFO.is_file() or P4INFO.read_text() != p4info_text:
-            stale.append(str(P4INFO.relative_to(ROOT)))
+        for target, text in p4infos.items():
+            path = P4INFOS[target]
+            if not path.is_file() or path.read_text() != text:
+                stale.append(str(path.relative_to(ROOT)))
         for s in stale:
             print(f"tofino_resources: {s} differs from what {compiler} makes now (run {COMMAND})", file=sys.stderr)
         return 1 if stale else 0
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
-    P4INFO.write_text(p4info_text)
+    for target, text in p4infos.items():
+        P4INFOS[target].write_text(text)
     for target, s in doc["targets"].items():
         print(f"{target}: {s['stages_used']} of {s['stages_available']} stages, SRAM {s['used']['sram']}/"
               f"{s['available']['sram']}, TCAM {s['used']['tcam']}/{s['available']['tcam']}")
-    print(f"wrote {RESULTS.relative_to(ROOT)} and {P4INFO.relative_to(ROOT)}")
+    print(f"wrote {RESULTS.relative_to(ROOT)}, " + ", ".join(str(p.relative_to(ROOT)) for p in P4INFOS.values()))
     return 0
 
 

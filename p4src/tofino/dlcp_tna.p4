@@ -1,7 +1,7 @@
-/* dlcp_tna.p4: the Tofino twin of p4src/dlcp.p4, for the Tofino Native Architecture (tna.p4; Tofino 1 and, with
- * -D__TARGET_TOFINO__=2 as p4c-barefoot --target tofino2 sets it, Tofino 2). Compiled by p4c's open Tofino back
- * end (scripts/build-tofino-backend.sh, scripts/tofino_resources.py); docs/p4-tofino.md says where and why it
- * differs from dlcp.p4.
+/* dlcp_tna.p4: the Tofino twin of p4src/dlcp.p4, one source for both chips: Tofino 1 (p4c-barefoot --target tofino
+ * --arch tna: tna.p4) and Tofino 2 (--target tofino2 --arch t2na: t2na.p4), chosen by __TARGET_TOFINO__, which the
+ * compiler's --target sets. Compiled by p4c's open Tofino back end (scripts/build-tofino-backend.sh,
+ * scripts/tofino_resources.py); docs/p4-tofino.md says where and why it differs from dlcp.p4.
  *
  * The same as dlcp.p4:
  * - headers (dlcp_h from include/dlcp_headers.p4; the others declared as in dlcp.p4: tests/test_wire.py checks
@@ -29,7 +29,11 @@
  * - ingress metadata reaches egress only in a bridged header (ingress port, queue).
  */
 #include <core.p4>
+#if __TARGET_TOFINO__ == 2
+#include <t2na.p4>
+#else
 #include <tna.p4>
+#endif
 #include "../include/dlcp_headers.p4"
 
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
@@ -46,10 +50,14 @@ const bit<8>  LB_SPRAY = 0;
 #define MAX_NHOPS 1024
 #define MAX_ECMP_GROUPS 1024
 
-/* The switch's PCIe CPU port (the SDE's bf_pcie_cpu_port_get(): 64 on a 2-pipe Tofino 1, 192 on a 4-pipe one);
- * a switch with another CPU port compiles this program with -DCPU_PORT=N. */
+/* The switch's PCIe CPU port (the SDE's bf_pcie_cpu_port_get(): 64 on a 2-pipe Tofino 1, 192 on a 4-pipe one, 0
+ * on Tofino 2); a switch with another CPU port compiles this program with -DCPU_PORT=N. */
 #ifndef CPU_PORT
+#if __TARGET_TOFINO__ == 2
+#define CPU_PORT 0
+#else
 #define CPU_PORT 64
+#endif
 #endif
 
 /* Reasons counted in ingress_drops (as in dlcp.p4; reason 4, the early drop of eligible packets, is the TM's here). */
@@ -570,7 +578,6 @@ control DlcpEgress(inout headers_t hdr, inout metadata_t meta,
             if (meta.queue_hit == 1 || meta.class_hit == 1) {
                 dropped = true;
                 eligible_drops.count(slot);
-                eg_dprsr_md.drop_ctl = 1;
             }
         } else if (hdr.ipv4.isValid() && hdr.ipv4.ecn != ECN_NOT_ECT && hdr.ipv4.ecn != ECN_CE) {
             if (mark_hit.execute(slot) == 1) {
@@ -578,7 +585,14 @@ control DlcpEgress(inout headers_t hdr, inout metadata_t meta,
                 ecn_marks.count(slot);
             }
         }
-        if (!dropped) {
+        /* drop_ctl is set in an action of its own, not beside the eligible_drops count: a counter indexed by
+         * slot needs the hash distribution unit, which only a table's hit path reaches, and a keyless table that
+         * also needs action data runs on the miss path. Tofino 2's PHV allocation puts `dropped` and drop_ctl in
+         * one mocha container, where the two constants together (0b1001) exceed what an instruction can hold
+         * (-4..7 on Tofino 2, -8..7 on Tofino 1) and would become action data (docs/p4-tofino.md). */
+        if (dropped) {
+            eg_dprsr_md.drop_ctl = 1;
+        } else {
             port_forwarded.count(slot);
         }
     }
