@@ -193,12 +193,15 @@ def main() -> None:
                                       "repetitions": reps, "baseline": "Python TCP stream (sendall/recv_into)",
                                       "candidate": "DLCP endpoint, loss_bound=0"})
 
-    def case(name: str, n_hosts: int, mtu: int, nbytes: int, all_to_all: bool, shaped: bool,
+    def case(name: str, n_hosts: int, mtu: int, nbytes: int, all_to_all: bool, link: str,
              cc: str = "default") -> None:
+        """``link``: "tbf" (namespaces on a bridge, links shaped to ``rate``), "veth" (the same, unshaped) or
+        "loopback" (addresses of 127/8 in this namespace)."""
         if args.only not in name:
             return
-        if shaped:
-            net = Star(n_hosts, rate=rate, mtu=mtu)
+        shaped = link == "tbf"
+        if link in ("tbf", "veth"):
+            net = Star(n_hosts, rate=rate if shaped else None, mtu=mtu)
             addrs = [h.ip for h in net.hosts]
             cmd_for = net.cmd
         else:
@@ -225,11 +228,12 @@ def main() -> None:
             if net is not None:
                 net.close()
 
-    case("p2p 1Gb/s tbf, MTU 9000", 2, 9000, p2p_bytes, False, True)
-    case("p2p 1Gb/s tbf, MTU 1500", 2, 1500, p2p_bytes, False, True)
-    case("all-to-all 4 hosts 1Gb/s tbf, MTU 9000", 4, 9000, a2a_bytes, True, True)
-    case("all-to-all 4 hosts 1Gb/s tbf, MTU 9000, FAST cc", 4, 9000, a2a_bytes, True, True, cc="fast")
-    case("p2p loopback unshaped, MTU 9000", 2, 9000, p2p_bytes, False, False)
+    case("p2p 1Gb/s tbf, MTU 9000", 2, 9000, p2p_bytes, False, "tbf")
+    case("p2p 1Gb/s tbf, MTU 1500", 2, 1500, p2p_bytes, False, "tbf")
+    case("all-to-all 4 hosts 1Gb/s tbf, MTU 9000", 4, 9000, a2a_bytes, True, "tbf")
+    case("all-to-all 4 hosts 1Gb/s tbf, MTU 9000, FAST cc", 4, 9000, a2a_bytes, True, "tbf", cc="fast")
+    case("p2p loopback unshaped, MTU 9000", 2, 9000, p2p_bytes, False, "loopback")
+    case("p2p veth unshaped, MTU 9000", 2, 9000, p2p_bytes, False, "veth")
     rep.write()
 
 
