@@ -25,6 +25,8 @@ MAX_STACK = 1024
 MAX_EXTERN_SIZE = 1 << 22
 MAX_TABLE_SIZE = 1 << 24
 MAX_CONST_BITS = 8192
+#: BMv2's largest entry priority (PI's pivot: a P4Runtime priority p is BMv2's 2**31 - 1 - p, lowest BMv2 wins)
+BMV2_MAX_PRIORITY = (1 << 31) - 1
 COMPARE = {"==", "!=", "<", ">", "<=", ">="}
 SUPPORTED_EXTERNS = {"packet_in", "packet_out", "counter", "direct_counter", "meter", "direct_meter",
                      "register", "action_profile", "action_selector"}
@@ -1100,6 +1102,11 @@ class Checker:
             return None
         if isinstance(k, A.Mask):
             v, m = val(k.value), val(k.mask)
+            if mk == "lpm":                       # a prefix: the mask's leading ones (p4c-bm2-ss's prefix_length)
+                plen = w - ((m ^ full) & full).bit_length()
+                if m != full ^ ((1 << (w - plen)) - 1):
+                    raise P4Error(k.loc, f"invalid mask for an lpm key: {m:#x} is not a prefix of {w} bits")
+                return ("lpm", v & m, plen)
             return ("ternary", v & m, m)
         if isinstance(k, A.Range):
             return ("range", val(k.lo), val(k.hi))
@@ -1214,6 +1221,10 @@ class Checker:
             ents = []
             seen: dict[tuple, Loc] = {}
             needs_prio = any(k.match_kind in ("ternary", "range", "optional") for k in keys)
+            explicit = [en for en in d.entries if en.priority is not None]
+            if explicit and d.const_entries:         # p4c's EntryPriorities
+                raise P4Error(explicit[0].priority.loc, "a table with const entries cannot have priorities "
+                                                        "(priority=); use @priority(n) after the action")
             for i, en in enumerate(d.entries):
                 if len(en.keys) != len(keys):
                     raise P4Error(en.loc, f"entry has {len(en.keys)} key(s) but table {d.name} has {len(keys)}")
@@ -1224,11 +1235,18 @@ class Checker:
                     vals.append(self.keyset_value(kx, kt, kir.match_kind, scope))
                 a, args = action_call(en.action, "action")
                 prio = None
+                pa = A.annot(en.annots, "priority")
+                if pa is not None and explicit:
+                    raise unsupported("@priority in a table whose entries have priority=", pa.loc)
                 if en.priority is not None:
                     self.expr(en.priority, scope)
                     prio = int(self.const_eval(en.priority, scope))
-                elif needs_prio:
+                elif needs_prio and explicit:
                     prio = len(d.entries) - i      # p4c: earlier entries win
+                elif needs_prio:
+                    # BMv2's order (p4c-bm2-ss: an entry's priority is its @priority or its position from 1; the
+                    # lowest wins, the earlier of equal ones), as the P4Runtime priority BMv2 reports for it
+                    prio = BMV2_MAX_PRIORITY - (self.entry_priority(pa, scope) if pa is not None else i + 1)
                 # the table's own key of an entry (runtime.Table.entry_key): the same twice is an error
                 k = (tuple(vals), (prio or 0) if needs_prio else 0)
                 if k in seen:
@@ -1240,6 +1258,17 @@ class Checker:
             t.entries = ents
         self.tables.append(t)
         return t
+
+    def entry_priority(self, pa: A.Annotation, scope: Scope) -> int:
+        """The value of an entry's ``@priority(n)`` (BMv2's priority: the lowest wins): a compile-time integer
+        from 0 to BMV2_MAX_PRIORITY."""
+        if len(pa.args) != 1 or not isinstance(pa.args[0], A.Expr):
+            raise P4Error(pa.loc, "@priority takes one compile-time integer")
+        self.expr(pa.args[0], scope)
+        v = self.const_eval(pa.args[0], scope)
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= BMV2_MAX_PRIORITY:
+            raise P4Error(pa.loc, f"@priority must be an integer from 0 to {BMV2_MAX_PRIORITY}")
+        return v
 
     def expr_text(self, e: A.Expr) -> str:
         if isinstance(e, A.Name):

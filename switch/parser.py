@@ -586,7 +586,9 @@ class Parser:
                 td.entries = []
                 td.const_entries = is_const
                 while not self.at("}"):
-                    ea = self.annotations()
+                    if self.at("@"):
+                        raise P4Error(self.tok.loc, "an entry's annotations go after its action, as in "
+                                                    "'key : action(args) @priority(1);' (P4-16 14.2.1.4)")
                     prio = None
                     if self.at("priority") and self.peek().text == "=":
                         self.i += 2
@@ -596,6 +598,7 @@ class Parser:
                     self.expect(":")
                     an = self.dotted_name()
                     args = self.arguments() if self.at("(") else []
+                    ea = self.annotations()
                     self.expect(";")
                     keys = ks.items if isinstance(ks, A.ListExpr) else [ks]
                     td.entries.append(A.EntryDecl(ks.loc, keys, A.ActionRef(an[1], an[0], args), prio, ea))

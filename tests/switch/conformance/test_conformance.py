@@ -165,6 +165,16 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(4, 7, 0, 5), [(7, h(5, 0x17, 0, 25))]),
         (h(9, 1, 0, 0), [(1, h(9, 0x11, 0, 0))]),           # both tables miss: nop
     ],
+    # entry priorities as BMv2 orders them: r = (t_tern, t_range, t_lpm) after h (a: ternary and lpm key, b: range)
+    "entry_priority.p4": [
+        (h(0x11, 10, 0, 0, 0, 0, 0), [(1, h(0x11, 10, 0, 0, 3, 1, 1))]),     # @priority(1) beats position 2, @3
+        (h(0x12, 60, 0, 0, 0, 0, 0), [(1, h(0x12, 60, 0, 0, 1, 2, 1))]),     # @priority(0) beats position 1
+        (h(0x22, 160, 0, 0, 0, 0, 0), [(1, h(0x22, 160, 0, 0, 4, 2, 3))]),   # @5 and position 5: the earlier
+        (h(0x21, 220, 0, 0, 0, 0, 0), [(1, h(0x21, 220, 0, 0, 3, 3, 2))]),   # /4 beats /2 despite @priority
+        (h(0x2F, 0, 0, 0, 0, 0, 0), [(1, h(0x2F, 0, 0, 0, 5, 1, 2))]),
+        (h(0x31, 255, 0, 0, 0, 0, 0), [(1, h(0x31, 255, 0, 0, 3, 3, 1))]),
+        (h(0x80, 100, 0, 0, 0, 0, 0), [(1, h(0x80, 100, 0, 0, 0, 2, 0))]),   # t_tern, t_lpm miss
+    ],
     # d bits: 1 first == second, 2 first != third, 4 {first, second} == {second, first}, 8 invalid == invalid
     "header_eq.p4": [
         (h(0, 1, 2, 3, 0, 1, 2, 3), [(1, h(0, 1, 2, 0x0F))]),
@@ -261,6 +271,17 @@ def test_top_level_actions_in_p4info():
         ("bump", ["k"]), ("put", ["k"]), ("nop", []), ("to_port", ["p"])]
     sw.send(0, h(2, 40, 0, 0))
     assert sw.register_read("last_put", 0) == 49
+
+
+def test_const_entry_priorities_read_as_bmv2s():
+    """Const entries read back with the P4Runtime priority BMv2's server reports for them (PI: 2**31 - 1 minus
+    BMv2's priority, which is the entry's @priority or its position); LPM entries have none."""
+    sw = Switch(str(HERE / "entry_priority.p4"))
+    top = (1 << 31) - 1
+    assert [e["priority"] for e in sw.entries("Ing.t_tern")] == [top - 3, top - 2, top - 1, top - 5, top - 5]
+    assert [e["priority"] for e in sw.entries("Ing.t_range")] == [top - 1, top - 0, top - 3]
+    assert [e["match"][1] for e in sw.entries("Ing.t_lpm")] == [("lpm", b"\x00", 2), ("lpm", b"\x20", 4),
+                                                                ("lpm", b"\x22", 8)]
 
 
 def test_value_set_through_p4runtime(tmp_path):
@@ -477,6 +498,26 @@ ERRORS = {
         ingress("        t.apply();", decls="action a(inout bit<8> x) { x = 1; }",
                 locals_="    table t { key = { hdr.h.a: exact; } actions = { a; } }"),
         "action a has directional parameters: bind them"),
+    "entry annotation before the key": (
+        ingress("        t.apply();", locals_="    action s() { }\n    table t { key = { hdr.h.a: ternary; } "
+                "actions = { s; } const entries = { @priority(1) 1 &&& 1 : s(); } }"),
+        "an entry's annotations go after its action"),
+    "@priority out of range": (
+        ingress("        t.apply();", locals_="    action s() { }\n    table t { key = { hdr.h.a: ternary; } "
+                "actions = { s; } const entries = { 1 &&& 1 : s() @priority(-1); } }"),
+        "@priority must be an integer from 0 to 2147483647"),
+    "@priority not a constant": (
+        ingress("        t.apply();", locals_="    action s() { }\n    table t { key = { hdr.h.a: ternary; } "
+                "actions = { s; } const entries = { 1 &&& 1 : s() @priority(hdr.h.b); } }"),
+        "not a compile-time constant"),
+    "priority= in const entries": (
+        ingress("        t.apply();", locals_="    action s() { }\n    table t { key = { hdr.h.a: ternary; } "
+                "actions = { s; } const entries = { priority=1: 1 &&& 1 : s(); } }"),
+        "a table with const entries cannot have priorities"),
+    "lpm entry mask not a prefix": (
+        ingress("        t.apply();", locals_="    action s() { }\n    table t { key = { hdr.h.a: lpm; } "
+                "actions = { s; } const entries = { 0xA0 &&& 0xA0 : s(); } }"),
+        "invalid mask for an lpm key: 0xa0 is not a prefix of 8 bits"),
     "comparing different header types": (
         ingress("        if (hdr.h == meta) { }"), "type mismatch"),
 }
