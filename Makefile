@@ -53,8 +53,8 @@ test-bmv2: setup
 		$(PYTEST) -m bmv2 tests/bmv2
 
 # The Tofino twin (p4src/tofino/) through p4c's open Tofino back end (tests/tofino/backend_suite.py, marker tofino;
-# docs/p4-tofino.md): it compiles for Tofino 1, the committed resource summary and P4Info are the compiler's,
-# dlcpctl's writes encode against that P4Info. p4c-barefoot: $$DLCP_P4C_TOFINO, PATH, or
+# docs/p4-tofino.md): it compiles for Tofino 1 (tna) and Tofino 2 (t2na), the committed resource summary and both
+# P4Infos are the compiler's, dlcpctl's writes encode against each. p4c-barefoot: $$DLCP_P4C_TOFINO, PATH, or
 # $$P4TOOLS/build/p4c-tofino (scripts/build-tofino-backend.sh); without it the tests fail saying so. Not part of
 # `make test`, which checks the twin without the back end (tests/tofino/test_*.py).
 .PHONY: test-tofino

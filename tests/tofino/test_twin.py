@@ -113,6 +113,18 @@ def test_committed_p4info_has_the_names_the_source_declares() -> None:
     assert {c.preamble.alias for c in info.counters} == declared["counters"]
 
 
+def test_committed_p4infos_of_both_chips_differ_only_in_the_architecture() -> None:
+    """dlcpctl writes the same entities and ids to a Tofino 1 and a Tofino 2 (docs/controller.md): the committed
+    P4Infos (scripts/tofino_resources.py) differ in pkg_info.arch alone."""
+    res = _load("tofino_resources", ROOT / "scripts" / "tofino_resources.py")
+    assert res.P4INFOS["tofino"] == TWIN_P4INFO
+    texts = {t: p.read_text() for t, p in res.P4INFOS.items()}
+    assert set(texts) == {"tofino", "tofino2"}
+    assert res.p4info_but_arch(texts["tofino"]) == res.p4info_but_arch(texts["tofino2"])
+    assert [res.p4info_but_arch(t).pkg_info.arch for t in texts.values()] == ["", ""]
+    assert 'arch: "tna"' in texts["tofino"] and 'arch: "t2na"' in texts["tofino2"]
+
+
 def test_flow_index_entries_are_generated_and_partition_the_hash() -> None:
     gen = _load("gen_flow_index", ROOT / "p4src" / "tofino" / "gen_flow_index.py")
     assert gen.OUT.read_text() == gen.render(), "flow_index_entries.p4 is stale: python p4src/tofino/gen_flow_index.py"
