@@ -1143,8 +1143,9 @@ class Checker:
             acts.append(s.decl)
             scopes[s.decl.fqname] = ("DEFAULT_ONLY" if A.annot(ar.annots, "defaultonly") else
                                      "TABLE_ONLY" if A.annot(ar.annots, "tableonly") else "TABLE_AND_DEFAULT")
-        if not acts:
-            raise P4Error(d.loc, f"table {d.name} has no actions")
+        if not d.has_actions:                     # p4c: "expected 'actions' property"
+            raise P4Error(d.loc, f"table {d.name} has no 'actions' property (it may be empty: actions = {{ }})")
+        # an empty list leaves the table NoAction, as its default only (below), as p4c does
         byname = {a.name: a for a in acts}
 
         def action_call(ar: A.ActionRef, what: str):

@@ -439,6 +439,7 @@ class TableDecl(Decl):
     meters: Expr | None = None
     props: dict[str, Any] = field(default_factory=dict)
     has_key: bool = False
+    has_actions: bool = False         # an 'actions' property, maybe empty (p4c requires one)
 
 
 @dataclass

@@ -566,6 +566,7 @@ class Parser:
             elif p == "actions":
                 self.expect("=")
                 self.expect("{")
+                td.has_actions = True
                 while not self.at("}"):
                     aa = self.annotations()
                     an = self.dotted_name()

@@ -17,7 +17,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
 
 from p4rt_local import connect, local_server  # noqa: E402
-from switch.errors import P4Error  # noqa: E402
+from switch.errors import P4Error, SwitchError  # noqa: E402
 from switch.p4info import P4InfoBuilder  # noqa: E402
 from switch.target import Switch  # noqa: E402
 
@@ -175,6 +175,19 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(0x31, 255, 0, 0, 0, 0, 0), [(1, h(0x31, 255, 0, 0, 3, 3, 1))]),
         (h(0x80, 100, 0, 0, 0, 0, 0), [(1, h(0x80, 100, 0, 0, 0, 2, 0))]),   # t_tern, t_lpm miss
     ],
+    # actions = { }: none always misses (c = 2); keyless's action_run is NoAction (d = b + 1)
+    "empty_actions.p4": [
+        (h(1, 2, 0, 0), [(1, h(1, 2, 2, 3))]),
+        (h(0, 255, 9, 9), [(1, h(0, 255, 2, 0))]),
+    ],
+    # b = the first byte's top 3 bits ++ its top 5 bits; first nibble 4: d = low nibble; second byte 0xFF: c = the
+    # first byte + the byte after h; otherwise c = the fifth byte after h
+    "lookahead_bits.p4": [
+        (bytes.fromhex("450000001122334455"), [(1, bytes.fromhex("454800051122334455"))]),     # 2 ++ 8
+        (bytes.fromhex("12ff00007f80030405"), [(1, bytes.fromhex("120291007f80030405"))]),     # 0x12 + 0x7F
+        (bytes.fromhex("1234000001020304050607"), [(1, bytes.fromhex("1202050001020304050607"))]),
+        (bytes.fromhex("4fff0000aabbccddee"), [(1, bytes.fromhex("4f49000faabbccddee"))]),     # (4, _) first
+    ],
     # d bits: 1 first == second, 2 first != third, 4 {first, second} == {second, first}, 8 invalid == invalid
     "header_eq.p4": [
         (h(0, 1, 2, 3, 0, 1, 2, 3), [(1, h(0, 1, 2, 0x0F))]),
@@ -282,6 +295,16 @@ def test_const_entry_priorities_read_as_bmv2s():
     assert [e["priority"] for e in sw.entries("Ing.t_range")] == [top - 1, top - 0, top - 3]
     assert [e["match"][1] for e in sw.entries("Ing.t_lpm")] == [("lpm", b"\x00", 2), ("lpm", b"\x20", 4),
                                                                 ("lpm", b"\x22", 8)]
+
+
+def test_empty_action_list():
+    """A table with 'actions = { }' lists NoAction as its default only (P4Info as p4c's); no entry can be written."""
+    sw = Switch(str(HERE / "empty_actions.p4"))
+    info = P4InfoBuilder(sw.ir).build()
+    (t, _) = info.tables
+    assert [(r.id, r.scope) for r in t.action_refs] == [(info.actions[0].preamble.id, 2)]     # DEFAULT_ONLY
+    with pytest.raises(SwitchError, match="defaultonly"):
+        sw.insert_entry("Ing.none", {"hdr.h.a": 1}, "NoAction")
 
 
 def test_value_set_through_p4runtime(tmp_path):
@@ -518,6 +541,9 @@ ERRORS = {
         ingress("        t.apply();", locals_="    action s() { }\n    table t { key = { hdr.h.a: lpm; } "
                 "actions = { s; } const entries = { 0xA0 &&& 0xA0 : s(); } }"),
         "invalid mask for an lpm key: 0xa0 is not a prefix of 8 bits"),
+    "table without an actions property": (
+        ingress("        t.apply();", locals_="    table t { key = { hdr.h.a: exact; } }"),
+        "table t has no 'actions' property"),
     "comparing different header types": (
         ingress("        if (hdr.h == meta) { }"), "type mismatch"),
 }
