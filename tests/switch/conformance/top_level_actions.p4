@@ -1,8 +1,8 @@
 /* P4-16 14.1 actions declared at top level, outside any control: listed by tables of two controls and called
  * directly.  A table's action list binds their directional parameters (14.2.1.2), each control to its own
- * arguments (p4c's LocalizeAllActions gives each control a copy); directionless ones come from entries and from
- * the control plane; one writes a top-level register.  P4Info and P4Runtime name them without a control prefix
- * (bump, put, to_port, nop), as p4c does. */
+ * arguments (p4c's LocalizeAllActions gives each control a copy); directionless ones come from entries (and
+ * from the control plane: test_conformance.py); one writes a top-level register.  P4Info and P4Runtime name
+ * them without a control prefix (bump, put, to_port, nop), as p4c does. */
 #include "common.p4"
 
 struct H { h_t h; }
@@ -22,7 +22,7 @@ parser P(packet_in pkt, out H hdr, inout meta_t meta, inout standard_metadata_t 
 }
 
 control Ing(inout H hdr, inout meta_t meta, inout standard_metadata_t sm) {
-    // a == 1: d += 3; a == 2: c = b + 9 (and last_put[0] = c); the control plane adds a == 4: d += 20
+    // a == 1: d += 3; a == 2: c = b + 9 (and last_put[0] = c)
     table t {
         key = { hdr.h.a: exact; }
         actions = { bump(hdr.h.d); put(hdr.h, hdr.h.b); nop; }
@@ -44,7 +44,7 @@ control Ing(inout H hdr, inout meta_t meta, inout standard_metadata_t sm) {
 }
 
 control Eg(inout H hdr, inout meta_t meta, inout standard_metadata_t sm) {
-    // the same top-level bump, bound to a: a == 1: a += 100; the control plane adds a == 4: a += 1
+    // the same top-level bump, bound to a: a == 1: a += 100
     table e {
         key = { hdr.h.a: exact; }
         actions = { bump(hdr.h.a); nop; }
