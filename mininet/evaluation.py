@@ -464,8 +464,9 @@ def pressure_section(doc: dict[str, Any]) -> list[str]:
                for c in ("dlcp", "dlcp-no-loss")}
         if rto["dlcp"]["median"] is not None and rto["dlcp-no-loss"]["median"] is not None:
             out.append(f"- retransmission timeouts per run (every rank): `dlcp` {format_stat(rto['dlcp'], 1.0, '')}, "
-                       f"`dlcp-no-loss` {format_stat(rto['dlcp-no-loss'], 1.0, '')}; "
-                       + _compare("dlcp vs dlcp-no-loss", rto["dlcp"], rto["dlcp-no-loss"], "timeouts", True)[2:])
+                       f"`dlcp-no-loss` {format_stat(rto['dlcp-no-loss'], 1.0, '')}"
+                       + ("; " + _compare("dlcp vs dlcp-no-loss", rto["dlcp"], rto["dlcp-no-loss"], "timeouts",
+                                          True)[2:] if rto["dlcp-no-loss"]["median"] else "."))
         if "gloo-fair" in cells:
             for key, what in PAIRED_KEYS[:2]:
                 st = paired_speedup(doc, "gloo-fair", "dlcp", key)
