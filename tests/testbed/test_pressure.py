@@ -186,3 +186,20 @@ def test_class_thresholds_reach_the_network_file(tmp_path):
         with pytest.raises(SpecError) as e:
             load_spec(bad)
         assert (e.value.key, e.value.where) == (key, f"{bad}:{line}"), str(e.value)
+
+
+def test_incast_ablation_changes_one_part_per_cell():
+    """examples/testbed/pressure/incast-ablation.yaml: each cell differs from full DLCP in the one part it names, and
+    the per-class thresholds reach every switch's network file below the queue threshold."""
+    sweep = load_sweep(PRESSURE / "incast-ablation.yaml")
+    cells = {c.name: c.spec for c in sweep.cells}
+    assert list(cells) == ["dlcp", "dlcp-class-thresholds", "dlcp-no-priorities", "dlcp-no-loss"]
+    full = cells["dlcp"]
+    assert full.thresholds.classes is None and full.loss_bound == 0.02 and full.priority_mode == "trust"
+    assert cells["dlcp-class-thresholds"].thresholds.classes == {0: 2, 1: 4, 2: 6}
+    assert cells["dlcp-class-thresholds"].thresholds.drop == full.thresholds.drop == 8
+    assert (cells["dlcp-no-priorities"].priority_mode, cells["dlcp-no-priorities"].loss_bound) == ("single", 0.02)
+    assert (cells["dlcp-no-loss"].loss_bound, cells["dlcp-no-loss"].thresholds.classes) == (0, None)
+    spec = cells["dlcp-class-thresholds"]
+    doc = yaml.safe_load(network_yaml(plan(spec.topology), spec))
+    assert doc["class_thresholds"] == [{"class": 0, "drop": 2}, {"class": 1, "drop": 4}, {"class": 2, "drop": 6}]
