@@ -1,14 +1,14 @@
 """The collectives' element-wise work (reduce, copy, divide) on the calling thread, outside PyTorch's OpenMP pool.
 
 Why not torch's own ops: a CPU kernel of torch splits any tensor over 32768 elements across its intra-op OpenMP
-threads, and when the parallel region ends those threads spin (libgomp's default wait policy) before they sleep.
-A collective runs such ops on every step (each received segment is reduced into the buffer, regions are copied),
-so each rank kept its second core spinning through the whole call, where the other rank's I/O thread needed it.
-Measured (P=2 all-reduce of 1 MiB on loopback, back to back, 2 cores): 76% of a rank's CPU samples were in
-libgomp's spin loop; the same run with ``OMP_WAIT_POLICY=passive`` went from 19.6 to 3.1 ms per call and from 8.4
-to 1.4 ms of CPU per rank. Gloo reduces in its own loops on its own threads, which is one reason it looked cheap.
-Changing the user's OpenMP settings is not ours to do (the model's own kernels want the pool), so the collectives
-do their element-wise work here instead:
+threads; the region ends only when every pool thread has done its part, and the pool's threads spin after it
+(libgomp's default wait policy). A collective runs such ops on every step, from whatever thread runs it, while the
+model's kernels use the same pool. Once, on an idle machine, perf put 76% of a rank's CPU in libgomp's spin loop
+during a back-to-back all-reduce loop (9.4 ms per 1 MiB call against 3.1 ms with ``OMP_WAIT_POLICY=passive``);
+that was not reproduced later, and on a machine shared with other work a 1 MiB ``torch.add`` averaged 711 us
+(the pool's waits) where this module's sum took 71 us, while on a quiet one torch's two threads are the faster
+(docs/decisions.md has the figures). Changing the user's OpenMP settings is not ours to do, so the collectives do
+their element-wise work here, on the calling thread:
 
 * numpy ufuncs on zero-copy views of the tensors: one thread, the GIL released for large arrays, and the same
   element-wise IEEE arithmetic as torch's kernels (float16 widened to float32 and rounded back to nearest even);
@@ -17,9 +17,9 @@ do their element-wise work here instead:
 * torch's op where neither applies (a non-contiguous bf16 view, or a build without the C extension), and for
   tensors small enough that torch runs them on the calling thread anyway (:data:`SERIAL_BELOW`).
 
-The price: one thread instead of the pool's two on a large tensor on an idle machine (a 16 MiB sum 1.55 against
-1.18 ms here); what it buys is no spinning pool and no wait for a preempted pool thread (``bench/elementwise.py``,
-results/elementwise.json, has both).
+The price: one thread instead of the pool's two on a large tensor on a quiet machine (a 16 MiB sum 1.23 against
+0.94 ms here); what it buys is no spinning pool and no wait for a preempted pool thread (``bench/elementwise.py``,
+results/elementwise.json).
 
 ``tests/host/test_elementwise.py`` holds every function bit-for-bit equal to the torch op it replaces, on every
 dtype the transport carries, with NaN, infinities, signed zeros and integer overflow.
