@@ -13,7 +13,8 @@
  * the Python path does (version, message type DATA, reserved bits, dtype, seq < total, offset aligned, payload
  * length == count * itemsize, job id, nonce, and the keyed tag when the job has a key) and that each belongs to the
  * transfer (rank, transfer id, total, dtype) and fits its buffer; if any check fails, nothing is written and the record goes back to Python, which
- * names the bad field, counts the foreign packet, fails the transfer, grows a staging buffer, and so on. Otherwise
+ * names the bad field, counts the foreign packet, fails the transfer, grows a staging buffer, and so on. The
+ * header checks run with the GIL held; the keyed tags, and the copies below, with it released. Otherwise
  * a second pass copies each new payload to its offset and records it in the Reassembly arrays (arrived, offsets,
  * counts); a seq already arrived (or repeated in the record) is a duplicate and only counted. The scalar
  * bookkeeping is summed per transfer and returned for ``Reassembly.add_counted``.
@@ -68,11 +69,11 @@ static inline uint64_t tid64(const uint8_t *h)
     return ((uint64_t)be32(h + O_TID_HI) << 32) | be32(h + O_TID);
 }
 
-/* Does the datagram at h (ln bytes) pass the checks for the given transfer? ``key`` (NULL: unkeyed job): its tag
- * must be the keyed tag of its bytes; checked last, after every cheap check passed. */
+/* Does the datagram at h (ln bytes) pass the header checks for the given transfer? (Its keyed tag, the expensive
+ * check, is record_tags_ok's, made afterwards without the GIL.) */
 static inline int datagram_ok(const uint8_t *h, Py_ssize_t ln, uint32_t job, uint32_t nonce, uint32_t rank,
                               uint64_t tid, uint32_t total, uint32_t elig, uint32_t dtype, uint32_t itemsize,
-                              Py_ssize_t cap, const uint8_t *key)
+                              Py_ssize_t cap)
 {
     if (ln < HEADER_LEN)
         return 0;
@@ -87,9 +88,7 @@ static inline int datagram_ok(const uint8_t *h, Py_ssize_t ln, uint32_t job, uin
         return 0;
     if (((h[O_FLAGS] & F_ELIGIBLE) != 0) != (seq < elig))  /* eligible exactly below the eligible count */
         return 0;
-    if ((Py_ssize_t)off + plen > cap)
-        return 0;
-    return key == NULL || dlcp_tag(key, h, h + HEADER_LEN, (size_t)plen) == dlcp_be64(h + O_TAG);
+    return (Py_ssize_t)off + plen <= cap;
 }
 
 /* The totals over the fresh packets of one or more records, for Reassembly.add_counted: max_seq = -1 when there
@@ -105,10 +104,10 @@ static inline void acc_init(Acc *a)
 }
 
 /* Pass 1 of a record: every datagram (``seg`` bytes each, the last shorter; 0 = one) is a valid DATA packet of the
- * transfer that fits ``cap`` bytes (and carries its keyed tag, with a ``key``). Nothing is written. */
+ * transfer that fits ``cap`` bytes. Nothing is written. */
 static int record_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, uint32_t job, uint32_t nonce,
                      uint32_t rank, uint64_t tid, uint32_t total, uint32_t elig, uint32_t dtype, uint32_t itemsize,
-                     Py_ssize_t cap, const uint8_t *key)
+                     Py_ssize_t cap)
 {
     if (nbytes <= 0)
         return 0;
@@ -116,14 +115,14 @@ static int record_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, uin
         seg = nbytes;
     for (Py_ssize_t s = 0; s < nbytes; s += seg) {
         Py_ssize_t ln = nbytes - s < seg ? nbytes - s : seg;
-        if (!datagram_ok(base + s, ln, job, nonce, rank, tid, total, elig, dtype, itemsize, cap, key))
+        if (!datagram_ok(base + s, ln, job, nonce, rank, tid, total, elig, dtype, itemsize, cap))
             return 0;
     }
     return 1;
 }
 
-/* The keyed tag of every datagram of a record that passed record_ok (checked without the key): the expensive part of
- * the checks (one pass over the payload), run with the GIL released. */
+/* The keyed tag of every datagram of a record that passed record_ok: the expensive check (one pass over the
+ * payload), run with the GIL released. */
 static int record_tags_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, const uint8_t *key)
 {
     if (seg == 0 || seg > nbytes)
@@ -557,7 +556,7 @@ static PyObject *fast_pass(PyObject *self, PyObject *const *args, Py_ssize_t nar
             if (e->inc != NULL && !e->slow_rest
                 && record_ok(h, nbytes, seg, (uint32_t)job, (uint32_t)nonce, (uint32_t)rank, (uint64_t)tid,
                              (uint32_t)e->total, (uint32_t)e->elig, (uint32_t)e->dtype, (uint32_t)e->itemsize,
-                             e->dst.len, NULL)) {
+                             e->dst.len)) {
                 e->ncand++;
                 cands[ncands].rec = i;
                 cands[ncands].e = e;
