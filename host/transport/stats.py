@@ -25,7 +25,7 @@ NAMES = (
     "send_errors", "recv_timeouts", "peer_timeouts", "rto_timeouts", "internal_errors", "tx_gso_sends",
     "rx_gro_buffers", "rx_fast_datagrams", "premature_nacks", "tx_buffer_full", "staged_transfers",
     "rejected", "expired_unposted", "peers_dead", "dead_notices_sent", "dead_notices_rx", "probes_sent",
-    "probes_rx", "refused", "tail_probes", "byes_sent", "byes_rx")
+    "probes_rx", "refused", "tail_probes", "byes_sent", "byes_rx", "tx_local_drops")
 
 
 class Counters:

@@ -17,6 +17,7 @@ datagram at a time. Send errors are counted (``send_errors``), never raised.
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import struct
@@ -178,6 +179,13 @@ class Transmitter:
             self.full = True
             return None
         except OSError as e:
+            if e.errno == errno.ENOBUFS:
+                # A queue on this host (a qdisc: tbf, htb) dropped the datagram(s): congestion, not a refused
+                # offload. They count as sent and lost, as a drop on the wire would (loss detection resends what
+                # must arrive); GSO stays on. (With IP_RECVERR the kernel reports such drops to the sender.)
+                with self._lock:
+                    self._c["tx_local_drops"] += 1
+                return True
             if gso and self.gso and e.errno not in ICMP_ERRNOS:
                 self.gso = False
                 log.info("dlcp rank %d: UDP segmentation offload refused (%s); sending datagrams one by one",

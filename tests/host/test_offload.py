@@ -294,3 +294,48 @@ def test_the_host_queue_is_kept_shallow_while_sending_to_several_peers(root_requ
         assert res["max_backlog"] > opts.send_buf, res
     else:
         assert 0 < res["max_backlog"] <= 2 * opts.send_buf_shared + (128 << 10), res
+
+
+TWICE = """
+import json, sys
+import numpy as np
+sys.path.insert(0, {root!r})
+from host.transport import Endpoint, Options
+from host.transport.cc import CCParams
+rank, addrs = int(sys.argv[1]), sys.argv[2].split(",")
+ep = Endpoint(rank, dict(enumerate(addrs)), 9, 9, Options(peer_timeout=10, {options}))
+print("ready", flush=True)
+sys.stdin.readline()
+x = np.arange({n}, dtype=np.float32)
+seen = []
+for tid in (1, 2):
+    if rank == 0:
+        ep.send(1, x, transfer_id=tid).wait(30)
+    else:
+        out = np.empty_like(x)
+        ep.recv(0, tid, out=out, timeout=30)
+        assert np.array_equal(out, x), "data differs"
+    seen.append(ep.stats())
+print(json.dumps(seen), flush=True)
+ep.close()
+"""
+
+
+@pytest.mark.netns
+def test_drops_in_the_host_queue_leave_gso_on(root_required):
+    """A window larger than the host's tbf queue (a 32 MiB send buffer lets it reach the queue): the qdisc drops
+    whole GSO runs, and with IP_RECVERR the kernel reports each drop to the sender as ENOBUFS. That is congestion
+    (the packets count as lost and are resent), not a refused offload: the second transfer still goes out in GSO
+    runs. (Taken for a refusal, the first drop had turned GSO off for the endpoint's life: on the demo's 20 Mb/s
+    links every later packet then cost a send call and a wake-up of its own.)"""
+    options = ("mtu=9000, send_buf=32 << 20, "
+               "cc=CCParams(mss=8964, init_cwnd_pkts=1000, max_cwnd_bytes=16 << 20, rto_init=0.5)")
+    with Star(2, rate="1gbit", mtu=9000) as net:
+        addrs = ",".join(h.ip for h in net.hosts)
+        out = run_on_hosts(net, TWICE.format(root=str(ROOT), options=options, n=4 << 20),
+                           {1: ["1", addrs], 0: ["0", addrs]}, timeout=90)
+    first, second = out[0]
+    assert first["tx_local_drops"] > 0 and first["retransmissions"] > 0, first  # the queue overflowed
+    assert first["send_errors"] == second["send_errors"] == 0  # a drop in a queue is no send error
+    assert second["tx_gso_sends"] > first["tx_gso_sends"], (first, second)  # GSO still on for the second
+    assert out[1][1]["transfers_received"] == 2
