@@ -58,13 +58,26 @@ clock passed in, never sockets, so it is tested alone (``tests/host/test_cc.py``
   (up to ``rto_max``); the next ACK resets the backoff. As F-RTO/Eifel, a timeout is undone (window, threshold
   and rto restored) when the first ACK after it acknowledges data sent *before* it that was never resent: the
   path had delivered; the sender or receiver had only stalled (on a loaded host, a descheduled Python thread).
+* **The first RTO of a new peer** comes from the peers already measured (:func:`seed_rto`, applied by
+  :meth:`DctcpWindow.seed`), not from the fixed ``rto_init``: the median (the upper one of an even count) of their
+  own RTOs, ``srtt + 4 rttvar`` clamped to ``rto_min..rto_max``, taken over the measured peers at the new peer's
+  host when there are any, else over all of them. A collective's peers sit behind the same switch, so what the
+  endpoint measured to one is the best guess for another; Linux seeds a new connection's RTO from its destination
+  cache the same way (``tcp_init_metrics``). Why it matters: a lossy collective ends with a round of one-packet
+  loss reports to peers the call itself never sent to (docs/bounded-loss.md); a lost packet there (or its ACK)
+  has no later packet to reveal it, so only the RTO recovers it, and with ``rto_init`` (2.5 times the 20 ms floor
+  every measured loopback or LAN peer has) and its doublings that cost up to hundreds of ms. The median, not the
+  smallest, so that one peer whose samples a stall shrank or inflated does not decide; only the RTO is seeded,
+  as Linux does: ``srtt`` stays unset, so pacing, the NACK wait and the delay signal use the peer's own samples
+  only, and its first sample replaces the seed (RFC 6298). Without any measured peer ``rto_init`` stays.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
-__all__ = ["CCParams", "DctcpWindow", "FAST_ALPHA", "params_for_mode"]
+__all__ = ["CCParams", "DctcpWindow", "FAST_ALPHA", "params_for_mode", "seed_rto"]
 
 FAST_ALPHA = 256 << 10  # bytes per flow for CCParams.fast_alpha: 2 ms of a 1 Gb/s link (see the module docstring)
 
@@ -108,6 +121,25 @@ def params_for_mode(mode: str, mss: int) -> CCParams | None:
     raise ValueError(f"congestion control mode {mode!r}: expected on, fast, ecn or off")
 
 
+def seed_rto(host: str, measured: Iterable[tuple[str, float, float]], p: CCParams) -> float | None:
+    """The initial RTO of a peer at ``host`` that has no RTT sample of its own, from the peers that have:
+    ``measured`` holds their ``(host, srtt, rttvar)``. Each one's RTO is ``srtt + 4 rttvar`` clamped to
+    ``p.rto_min..p.rto_max`` (RFC 6298, as :meth:`DctcpWindow.on_rtt`); the seed is the median of those at ``host``
+    if any, else of all (the upper one of an even count: of two paths, the slower). None when no peer was measured
+    (the caller keeps ``rto_init``). Why the median, and why only the RTO: the module's docstring."""
+    known = [(h, s, v) for h, s, v in measured]
+    for h, s, v in known:
+        if not (s > 0 and v >= 0):  # (NaN fails both)
+            raise ValueError(f"seed_rto: peer at {h!r} has srtt {s!r} and rttvar {v!r}: expected srtt > 0, "
+                             f"rttvar >= 0")
+    same = [(s, v) for h, s, v in known if h == host]
+    pool = same or [(s, v) for _, s, v in known]
+    if not pool:
+        return None
+    rtos = sorted(min(p.rto_max, max(p.rto_min, s + 4 * v)) for s, v in pool)
+    return rtos[len(rtos) // 2]
+
+
 @dataclass
 class DctcpWindow:
     """Window/rate state for one destination. All times in seconds, sizes in bytes."""
@@ -141,6 +173,7 @@ class DctcpWindow:
     timeouts: int = 0
     hystart_exits: int = 0
     spurious_timeouts: int = 0
+    rto_seed: float | None = None  # the RTO taken from other peers before this one's first sample (seed())
     _undo: tuple[float, float, float, float] | None = None  # state before the last timeout, until the next ACK
 
     def __post_init__(self) -> None:
@@ -167,6 +200,21 @@ class DctcpWindow:
         gain = self.p.pacing_gain_ss if self.in_slow_start else self.p.pacing_gain_ca
         return gain * self.window() / max(self.srtt, self.p.min_rtt_floor)
 
+    def seed(self, rto: float) -> bool:
+        """Take ``rto`` (:func:`seed_rto`'s, from the peers already measured) as this peer's RTO, and as the RTO a
+        backoff returns to, while it has no RTT sample of its own and no backoff is running (a doubled RTO is
+        never cut short). Whether it was taken."""
+        if self.srtt is not None or self.backoff:
+            return False
+        self.rto_seed = self.rto = min(self.p.rto_max, max(self.p.rto_min, rto))
+        return True
+
+    def base_rto(self) -> float:
+        """The RTO without backoff: ``srtt + 4 rttvar`` (clamped) once sampled, else the seed, else ``rto_init``."""
+        if self.srtt is not None:
+            return min(self.p.rto_max, max(self.p.rto_min, self.srtt + 4 * self.rttvar))
+        return self.rto_seed if self.rto_seed is not None else self.p.rto_init
+
     def on_rtt(self, rtt: float) -> None:
         """RFC 6298 smoothing; min RTT for the delay mark."""
         rtt = max(rtt, self.p.min_rtt_floor)
@@ -176,7 +224,7 @@ class DctcpWindow:
             self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
             self.srtt = 0.875 * self.srtt + 0.125 * rtt
         self.min_rtt = rtt if self.min_rtt is None else min(self.min_rtt, rtt)
-        self.rto = min(self.p.rto_max, max(self.p.rto_min, self.srtt + 4 * self.rttvar))
+        self.rto = self.base_rto()
 
     def on_ack(self, acked: int, *, ecn: bool = False, rtt: float | None = None,
                qdelay: float | None = None, now: float | None = None) -> None:
@@ -310,7 +358,8 @@ class DctcpWindow:
                 "ssthresh": None if self.ssthresh == float("inf") else int(self.ssthresh),
                 "alpha": round(self.alpha, 4), "srtt_us": None if self.srtt is None else round(self.srtt * 1e6, 1),
                 "min_rtt_us": None if self.min_rtt is None else round(self.min_rtt * 1e6, 1),
-                "rto_ms": round(self.rto * 1e3, 3), "pacing_gbps": round(self.pacing_rate() * 8e-9, 3)
+                "rto_ms": round(self.rto * 1e3, 3),
+                "rto_seed_ms": None if self.rto_seed is None else round(self.rto_seed * 1e3, 3), "pacing_gbps": round(self.pacing_rate() * 8e-9, 3)
                 if self.srtt else None, "ecn_marks": self.ecn_marks, "delay_marks": self.delay_marks,
                 "cuts": self.cuts, "fast_cuts": self.fast_cuts, "timeouts": self.timeouts,
                 "hystart_exits": self.hystart_exits, "spurious_timeouts": self.spurious_timeouts}

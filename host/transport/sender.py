@@ -15,7 +15,10 @@ What it does, per peer (:class:`PeerState`) and per transfer (:class:`OutTransfe
 * runs the sender's timers (:meth:`Sender.timers`): a peer silent past ``peer_timeout`` fails its sends; a
   retransmission timeout (no packet newly ACKed for an RTO while packets are in flight, retransmissions wait or a
   send waits for its DONE, whatever NACKs arrive meanwhile) restarts the window and sends one probe per transfer,
-  not a mass retransmission; a fully sent transfer without progress of its own for an RTO gets a tail probe;
+  not a mass retransmission; a fully sent transfer without progress of its own for an RTO gets a tail probe; a
+  peer without an RTT sample of its own starts a send with the RTO of the peers already measured
+  (:meth:`Sender.seed`, ``cc.seed_rto``), not ``rto_init``: a one-packet message lost on the way (a collective's
+  loss report to a peer the call never sent to) has no later packet to reveal it, and only that RTO recovers it;
 * plans a send's packets (:func:`plan_send`: the policy's classes, the headers), a large reliable send in slices,
   the next slice classified on the I/O thread (:meth:`Sender.classify_slices`).
 
@@ -48,7 +51,7 @@ import numpy as np
 from host import wire
 from host.policy import Policy, as_float_view
 from host.transport.api import Options, SendHandle, TransportError
-from host.transport.cc import CCParams, DctcpWindow
+from host.transport.cc import CCParams, DctcpWindow, seed_rto
 from host.transport.chunking import chunk_elems, plan_in_order, plan_packets, tos_byte, write_headers
 from host.transport.control import (CTL, CTL_DONE, DONE_UNKNOWN, FLAGS_AT, W_COUNT, W_FLAGS, W_OFFSET, W_RANK, W_SEQ,
                                     W_TID, W_TID_HI, W_TOTAL, REORDER_TIME, clock_us)
@@ -189,7 +192,7 @@ def _progress(p: PeerState, o: OutTransfer, now: float) -> None:
     p.rto_at = 0.0
     cc = p.cc
     if cc.backoff:
-        cc.rto = min(cc.p.rto_max, max(cc.p.rto_min, cc.srtt + 4 * cc.rttvar)) if cc.srtt else cc.p.rto_init
+        cc.rto = cc.base_rto()  # (without a sample of its own: the seed from other peers, else rto_init)
 
 
 def on_ack(p: PeerState, o: OutTransfer, base: int, bits: np.ndarray, ecn: bool, now: float, ts: int) -> None:
@@ -378,12 +381,22 @@ class Sender:
             p = self.peers[rank] = PeerState(rank, self.addr_map[rank], self._ccp)
         return p
 
+    def seed(self, p: PeerState) -> bool:
+        """Seed the RTO of ``p``, which has no RTT sample of its own, from the peers that have (``cc.seed_rto``:
+        those at its address if any, else all). Whether a seed was taken (not without a measured peer, nor during
+        a backoff)."""
+        rto = seed_rto(p.addr[0], ((q.addr[0], q.cc.srtt, q.cc.rttvar) for q in self.peers.values()
+                                   if q is not p and q.cc.srtt is not None), p.cc.p)
+        return rto is not None and p.cc.seed(rto)
+
     def start(self, peer: int, tid: int, tv: TensorView, plan, ready: int, now: float, *, layer: int,
               loss_bound: float, slicer: tuple[Callable, int] | None) -> OutTransfer:
         """Register a send whose packets ``0..ready-1`` have headers (``slicer``: how to classify the rest)."""
         p = self.peer(peer)
         if tid in p.out:
             raise ValueError(f"transfer {tid} to rank {peer} is already in progress")
+        if not p.active and p.cc.srtt is None:
+            self.seed(p)
         o = OutTransfer(peer, tid, tv, plan, next(self._created), now, ready)
         o.layer, o.loss_bound = layer, loss_bound
         if slicer is not None:
@@ -682,6 +695,36 @@ class Sender:
                     o.probe_at = now + rto * (1 << min(o.probes, 4))
                     o.probes += 1
                     self._c["tail_probes"] += 1
+
+    def next_due(self, now: float, tick: float) -> float:
+        """The earliest time :meth:`timers` may have something to do (it may find nothing then: an early answer is
+        safe, a late one delays a timeout): a peer's ``peer_timeout``, the end of a NACK's deferral, the RTO of a
+        peer with packets in flight (or retransmissions waiting, or a send waiting for its DONE), a tail probe.
+        The I/O thread sleeps until then instead of waking every ``tick`` (``now + tick`` while a caller is still
+        transmitting a first burst, which :meth:`timers` skips)."""
+        due = math.inf
+        pt = self.opts.peer_timeout
+        for p in self.peers.values():
+            if not p.active:
+                continue
+            due = min(due, p.last_feedback + pt)
+            rto = p.cc.rto
+            need = p.inflight > 0
+            for o in p.active:
+                if o.sending:
+                    due = min(due, now + tick)
+                if o.deferred:
+                    due = min(due, min(o.deferred.values()))
+                    need = True
+                if o.retxq:
+                    need = True
+                if o.next_seq >= o.total:
+                    need = True
+                    if not o.retxq and not o.deferred:
+                        due = min(due, max(o.probe_at, max(o.progress, o.last_sent) + rto))
+            if need:
+                due = min(due, max(p.progress + rto, p.rto_at))
+        return due
 
     def probe_peer(self, rank: int, now: float) -> bool:
         """``rank`` is closing its endpoint: probe every send to it that is fully sent and waits for ACKs or DONE

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import random
 
-from host.transport.cc import FAST_ALPHA, CCParams, DctcpWindow
+import pytest
+
+from host.transport.cc import FAST_ALPHA, CCParams, DctcpWindow, seed_rto
 
 MSS = 1000
 
@@ -133,6 +136,50 @@ def test_spurious_timeout_is_undone_by_the_first_ack_only():
     cc.on_timeout()
     cc.on_ack(MSS, rtt=0.001)  # the first ACK after a timeout was not judged spurious: the timeout stands
     assert not cc.undo_timeout() and cc.window() < before[0]
+
+
+def test_seed_rto_is_the_median_rto_of_the_measured_peers_at_the_same_host_first():
+    p = params(rto_min=0.02, rto_max=0.5, rto_init=0.3)
+    assert seed_rto("10.0.0.9", [], p) is None  # nothing measured: the caller keeps rto_init
+    # one peer: its own RTO, srtt + 4 rttvar
+    assert math.isclose(seed_rto("10.0.0.9", [("10.0.0.2", 0.010, 0.005)], p), 0.030)
+    # clamped to rto_min..rto_max, as a measured peer's own RTO is
+    assert seed_rto("10.0.0.9", [("10.0.0.2", 100e-6, 50e-6)], p) == 0.02
+    assert seed_rto("10.0.0.9", [("10.0.0.2", 0.3, 0.1)], p) == 0.5
+    # the median, so one peer stalled into a huge (or tiny) RTT does not decide; of an even count the upper one
+    three = [("10.0.0.2", 0.010, 0.0), ("10.0.0.3", 0.400, 0.0), ("10.0.0.4", 0.030, 0.0)]
+    assert math.isclose(seed_rto("10.0.0.9", three, p), 0.030)
+    assert math.isclose(seed_rto("10.0.0.9", three[:1] + three[2:], p), 0.030)
+    # a measured peer at the new peer's own host (address) is the closest guess: it alone decides
+    assert math.isclose(seed_rto("10.0.0.3", three, p), 0.400)
+    # order does not matter; measured peers may come as a generator
+    assert seed_rto("10.0.0.9", iter(reversed(three)), p) == seed_rto("10.0.0.9", three, p)
+
+
+@pytest.mark.parametrize("srtt, rttvar", [(0.0, 0.001), (-0.01, 0.001), (0.01, -0.001), (math.nan, 0.0),
+                                          (0.01, math.nan)])
+def test_seed_rto_rejects_a_peer_with_an_impossible_estimate(srtt, rttvar):
+    with pytest.raises(ValueError, match="10.0.0.2"):
+        seed_rto("10.0.0.9", [("10.0.0.2", srtt, rttvar)], params())
+
+
+def test_a_seeded_rto_holds_until_the_first_sample_and_is_what_a_backoff_returns_to():
+    p = params(rto_min=0.02, rto_max=0.5, rto_init=0.3)
+    cc = DctcpWindow(p)
+    assert cc.rto == 0.3 and cc.base_rto() == 0.3
+    assert cc.seed(0.001) and cc.rto == 0.02 == cc.rto_seed  # clamped like any RTO
+    assert cc.seed(0.04) and cc.rto == 0.04 == cc.base_rto()
+    assert cc.srtt is None and cc.pacing_rate() == float("inf")  # only the RTO is seeded, not srtt
+    cc.on_timeout()
+    assert cc.rto == 0.08  # backs off from the seed, not from rto_init
+    assert not cc.seed(0.02) and cc.rto == 0.08  # a running backoff is never cut short by a seed
+    assert cc.base_rto() == 0.04  # what the next progress returns to (sender._progress)
+    cc.on_ack(MSS)  # (an ACK of a retransmission: no sample)
+    cc.rto = cc.base_rto()
+    assert cc.rto == 0.04
+    cc.on_ack(MSS, rtt=0.002)  # the first sample of its own replaces the seed (RFC 6298)
+    assert cc.rto == 0.02 and cc.base_rto() == 0.02
+    assert not cc.seed(0.3) and cc.rto == 0.02  # a measured peer takes no seed
 
 
 def test_pacing_rate_follows_window():

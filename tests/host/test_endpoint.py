@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from host.policy import LayerMagnitudePolicy
 from host.transport import LossySocket, Options, TransportError
-from host.transport.chunking import chunk_elems, plan_packets
+from host.transport.cc import CCParams
+from host.transport.chunking import chunk_elems, payload_capacity, plan_packets
 from host.wire import DType, Flag
 from tests.host.conftest import loopback_map
 from host.transport import Endpoint
@@ -686,3 +687,63 @@ def test_the_nack_wait_adapts_to_a_reordering_path(make_endpoints, retx_delay):
     assert b.stats()["premature_nacks"] >= 1 and max([w for w, _ in rounds] + [reo]) >= 0.002, (rounds, gaps)
     assert not any(n for (wait, n), gap in zip(rounds, gaps) if gap < wait - 0.001), (rounds, gaps)
     assert sum(1 for (_, n), gap in zip(rounds, gaps) if n and gap < 0.012) <= 5, (rounds, gaps)
+
+
+def test_a_fresh_peers_lost_first_packet_waits_the_rto_of_the_measured_peers_not_rto_init(make_endpoints):
+    """A one-packet send to a peer never sent to before, its only datagram dropped: nothing later reveals the loss
+    (no NACK, no ACK), so the RTO alone recovers it. With no peer measured yet that RTO is ``rto_init`` (0.4 s
+    here); once another peer is measured (a 2 MB transfer to it, loopback: srtt + 4 rttvar well under rto_init),
+    the fresh peer's first RTO is seeded from it (``cc.seed_rto``) and the same loss costs that RTO instead."""
+    rto_init = 0.4
+    first_dropped: set[int] = set()
+
+    def drop_first(h: bytes) -> bool:  # the first transmission of transfers 7 and 8, once each
+        if len(h) < 24 or h[0] & 0x0F != 0 or h[1] & Flag.RETRANSMIT:
+            return False
+        tid = int.from_bytes(h[12:16], "big")  # (wire.py's layout)
+        if tid in (7, 8) and tid not in first_dropped:
+            first_dropped.add(tid)
+            return True
+        return False
+
+    wrapped: list[LossySocket] = []
+
+    def wrapper(s):
+        wrapped.append(LossySocket(s, drop_fn=drop_first))
+        return wrapped[-1]
+
+    cc = CCParams(mss=payload_capacity(1500), rto_init=rto_init)
+    a, b, c, d = make_endpoints(4, Options(cc=cc, **FAST),
+                                per_rank={0: Options(cc=cc, socket_wrapper=wrapper, **FAST)})
+    small = torch.arange(16, dtype=torch.float32)
+
+    def lost_first_packet(dst, tid: int) -> tuple[float, dict]:
+        got: dict = {}
+        t = threading.Thread(target=lambda: got.update(r=dst.recv(0, tid, out=torch.empty_like(small), timeout=10)))
+        t.start()
+        t0 = time.monotonic()
+        a.send(dst.rank, small, transfer_id=tid).wait(10)
+        took = time.monotonic() - t0
+        t.join(10)
+        assert torch.equal(got["r"].data, small)
+        return took, a.stats()["peers"][dst.rank]
+
+    # no peer measured: the lost packet waits rto_init
+    took, peer = lost_first_packet(d, 7)
+    assert peer["rto_seed_ms"] is None and peer["timeouts"] + a.stats()["tail_probes"] >= 1
+    assert took >= rto_init, took
+
+    x = torch.randn(500_000)
+    h = a.send(1, x, transfer_id=1)
+    assert torch.equal(b.recv(0, 1, out=torch.empty_like(x), timeout=10).data, x)
+    h.wait(10)
+    measured = a.stats()["peers"][1]
+    assert measured["srtt_us"] is not None
+
+    # peer 2 has never been sent to: its first RTO is the measured peer's, and so is the wait for its lost packet
+    timeouts = a.stats()["rto_timeouts"] + a.stats()["tail_probes"]
+    took, peer = lost_first_packet(c, 8)
+    assert first_dropped == {7, 8} and sum(w.dropped for w in wrapped) == 2
+    assert a.stats()["rto_timeouts"] + a.stats()["tail_probes"] > timeouts  # recovered by a timeout, not otherwise
+    assert peer["rto_seed_ms"] is not None and peer["rto_seed_ms"] <= 0.25 * rto_init * 1e3, peer
+    assert peer["rto_seed_ms"] * 1e-3 * 0.9 <= took < 0.5 * rto_init, (took, peer)
