@@ -70,6 +70,10 @@ clock passed in, never sockets, so it is tested alone (``tests/host/test_cc.py``
   smallest, so that one peer whose samples a stall shrank or inflated does not decide; only the RTO is seeded,
   as Linux does: ``srtt`` stays unset, so pacing, the NACK wait and the delay signal use the peer's own samples
   only, and its first sample replaces the seed (RFC 6298). Without any measured peer ``rto_init`` stays.
+* **A DONE is progress** (:meth:`DctcpWindow.on_done`): it ends a backoff as an ACK of new data does, and gives
+  an RTT sample when nothing of the send was resent. A one-packet send is answered by DONE alone, so a peer that
+  is only ever sent such messages (the loss reports) otherwise never had a sample, and every timeout towards it
+  doubled an RTO that nothing reset.
 """
 
 from __future__ import annotations
@@ -339,6 +343,17 @@ class DctcpWindow:
         self._cwr = self._cwr_acked = self._cwr_marked = 0.0
         self._win_target = self.cwnd
         self._clamp()
+
+    def on_done(self, rtt: float | None = None) -> None:
+        """A send ended with the receiver's DONE, which answers its last packet (a one-packet send gets no ACK
+        before it): progress, as an ACK of new data is, so a running backoff ends and the RTO returns to
+        :meth:`base_rto`. ``rtt``: a sample when no packet of the send was resent (Karn). Without this, a peer sent
+        only one-packet messages (a collective's loss reports) never had a sample of its own, and each timeout
+        towards it doubled an RTO nothing reset, up to ``rto_max``, across calls."""
+        self.backoff = 0
+        if rtt is not None:
+            self.on_rtt(rtt)
+        self.rto = self.base_rto()
 
     def undo_timeout(self) -> bool:
         """The timeout just taken was spurious (called on the first ACK after it): restore the state before it."""

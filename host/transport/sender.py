@@ -436,6 +436,11 @@ class Sender:
             c["dones_rx"] += 1
             p.progress = now
             p.rto_at = 0.0
+            # the DONE answers the send's last packet (a one-packet send gets no ACK before it): progress that ends
+            # a backoff, and an RTT sample when nothing of the send was resent (Karn; its last packet, protected,
+            # arrived before the DONE left)
+            n = o.next_seq
+            p.cc.on_done(now - float(o.sent_time[:n].max()) if n and not o.retx[:n].any() else None)
             got = CTL.unpack_from(payload)[1]
             o.delivered = None if got == DONE_UNKNOWN else got
             self.finish(p, o, None)

@@ -182,6 +182,20 @@ def test_a_seeded_rto_holds_until_the_first_sample_and_is_what_a_backoff_returns
     assert not cc.seed(0.3) and cc.rto == 0.02  # a measured peer takes no seed
 
 
+def test_a_done_ends_a_backoff_and_gives_a_sample_only_when_offered():
+    p = params(rto_min=0.02, rto_max=0.5, rto_init=0.1)
+    cc = DctcpWindow(p)
+    cc.on_timeout()
+    cc.on_timeout()
+    assert cc.rto == 0.4 and cc.backoff == 2
+    cc.on_done()  # (the send had a retransmission: no sample) the backoff ends all the same
+    assert cc.backoff == 0 and cc.rto == 0.1 and cc.srtt is None
+    cc.on_timeout()
+    assert cc.rto == 0.2  # the next timeout doubles from the base again, not from 0.4
+    cc.on_done(0.003)
+    assert cc.srtt == 0.003 and cc.min_rtt == 0.003 and cc.rto == 0.02 and cc.backoff == 0
+
+
 def test_pacing_rate_follows_window():
     cc = DctcpWindow(params())
     assert cc.pacing_rate() == float("inf")

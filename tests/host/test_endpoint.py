@@ -747,3 +747,49 @@ def test_a_fresh_peers_lost_first_packet_waits_the_rto_of_the_measured_peers_not
     assert a.stats()["rto_timeouts"] + a.stats()["tail_probes"] > timeouts  # recovered by a timeout, not otherwise
     assert peer["rto_seed_ms"] is not None and peer["rto_seed_ms"] <= 0.25 * rto_init * 1e3, peer
     assert peer["rto_seed_ms"] * 1e-3 * 0.9 <= took < 0.5 * rto_init, (took, peer)
+
+
+def test_a_done_ends_the_backoff_of_a_peer_sent_only_one_packet_messages(make_endpoints):
+    """One-packet sends are answered by DONE alone. The first one's only datagram is dropped: it waits the RTO
+    (``rto_init``, no peer measured) and the timeout doubles it; the DONE that follows ends that backoff, so the
+    second one, its datagram dropped too, waits the same RTO again, not twice it (nothing else would ever reset it:
+    no ACK comes). A third, not dropped, gives the peer an RTT sample of its own from its DONE."""
+    rto_init = 0.3
+    dropped: set[int] = set()
+
+    def drop_first(h: bytes) -> bool:  # the first transmission of transfers 7 and 8
+        if len(h) < 24 or h[0] & 0x0F != 0 or h[1] & Flag.RETRANSMIT:
+            return False
+        tid = int.from_bytes(h[12:16], "big")  # (wire.py's layout)
+        if tid in (7, 8) and tid not in dropped:
+            dropped.add(tid)
+            return True
+        return False
+
+    cc = CCParams(mss=payload_capacity(1500), rto_init=rto_init)
+    a, b = make_endpoints(2, Options(cc=cc, **FAST),
+                          per_rank={0: Options(cc=cc, socket_wrapper=lambda s: LossySocket(s, drop_fn=drop_first),
+                                               **FAST)})
+    small = torch.arange(16, dtype=torch.float32)
+
+    def one(tid: int) -> float:
+        got: dict = {}
+        t = threading.Thread(target=lambda: got.update(r=b.recv(0, tid, out=torch.empty_like(small), timeout=10)))
+        t.start()
+        t0 = time.monotonic()
+        a.send(1, small, transfer_id=tid).wait(10)
+        took = time.monotonic() - t0
+        t.join(10)
+        assert torch.equal(got["r"].data, small)
+        return took
+
+    assert one(7) >= rto_init
+    peer = a.stats()["peers"][1]
+    assert peer["timeouts"] + a.stats()["tail_probes"] >= 1 and peer["srtt_us"] is None  # (Karn: resent)
+    assert peer["rto_ms"] == rto_init * 1e3  # the DONE ended the backoff
+    took = one(8)
+    assert dropped == {7, 8}
+    assert rto_init <= took < 1.5 * rto_init, took  # one RTO, not the doubled one (0.6 s)
+    assert one(9) < rto_init
+    peer = a.stats()["peers"][1]
+    assert peer["srtt_us"] is not None and peer["rto_ms"] < rto_init * 1e3, peer
