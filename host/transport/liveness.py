@@ -40,6 +40,7 @@ rank's own failure), so old reasons need no parsing.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Callable
 
@@ -313,3 +314,24 @@ class Liveness:
                 self._notices = [(t, m) for t, m in self._notices if t > now]
                 for m in due:
                     self.notify_all(m, skip=CTL.unpack_from(m, wire.HEADER_LEN)[1])
+
+    def next_due(self, now: float) -> float:
+        """The earliest time :meth:`check` may have something to do (early is safe, late delays a probe): per peer
+        this rank waits on, its probe once silent for ``min(peer_timeout / 4, PROBE_EVERY)`` and its death at
+        ``peer_timeout``; a BYE to repeat; a DEAD notice to repeat."""
+        pt = self.opts.peer_timeout
+        quiet = min(pt / 4, PROBE_EVERY)
+        due = math.inf
+        for inc in self._receiver.incoming.values():
+            if inc.posted and not inc.done:
+                base = max(inc.posted_at, self.heard.get(inc.peer, 0.0))
+                due = min(due, max(base + quiet, self._probe_next.get(inc.peer, 0.0)), base + pt)
+        for p in self._sender.peers.values():
+            if p.active:
+                base = max(p.last_feedback, self.heard.get(p.rank, 0.0))
+                due = min(due, max(base + quiet, self._probe_next.get(p.rank, 0.0)), base + pt)
+        if self._bye_wait:
+            due = min(due, self._bye_next)
+        if self._notices:
+            due = min(due, min(t for t, _ in self._notices))
+        return due

@@ -26,6 +26,7 @@ so its late packets are answered with DONE or dropped, never reopen it; staging 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 
@@ -628,3 +629,26 @@ class Receiver:
                     self._send_nack(inc, need)
                 inc.nack_next = now + inc.nack_interval
                 inc.nack_interval = min(o.nack_interval_max, inc.nack_interval * 2)
+
+    def next_due(self, now: float) -> float:
+        """The earliest time :meth:`timers` or :meth:`expire_due` may have something to do (an early answer is
+        safe, a late one delays a NACK): per transfer in progress, the NACK of what is missing (the reordering
+        wait after its LAST packet, else ``nack_idle``, and not before ``nack_next``; none while every packet up to
+        the highest arrived is in: there is nothing to NACK, and :meth:`timers` would find nothing) and a posted one's
+        ``peer_timeout``; now for a posted one whose protected packets are all in (the loss bound may complete it);
+        the expiry of unclaimed transfers while there are any."""
+        o = self.opts
+        due = self._next_expiry if self.incoming or self.ready else math.inf
+        for inc in self.incoming.values():
+            st = inc.st
+            if st is None or inc.done:
+                continue
+            if inc.posted:
+                if st.pcum >= st.total:
+                    return now
+                due = min(due, inc.last_arrival + o.peer_timeout)
+            if not st.last_seen and st.cum > st.max_seq:
+                continue  # in order so far, no hole to NACK until a later packet arrives (or the LAST one)
+            reo = self.reo.get(inc.peer, REORDER_TIME)
+            due = min(due, max(inc.last_arrival + (reo if st.last_seen else max(o.nack_idle, reo)), inc.nack_next))
+        return due
