@@ -439,8 +439,9 @@ class Sender:
             # the DONE answers the send's last packet (a one-packet send gets no ACK before it): progress that ends
             # a backoff, and an RTT sample when nothing of the send was resent (Karn; its last packet, protected,
             # arrived before the DONE left)
-            n = o.next_seq
-            p.cc.on_done(now - float(o.sent_time[:n].max()) if n and not o.retx[:n].any() else None)
+            # (o.last_sent is the latest sent_time, o.retransmissions counts what went out again: no numpy
+            # reductions on the cold arrays of a transfer that ends here)
+            p.cc.on_done(now - o.last_sent if o.next_seq and not o.retransmissions else None)
             got = CTL.unpack_from(payload)[1]
             o.delivered = None if got == DONE_UNKNOWN else got
             self.finish(p, o, None)
