@@ -205,8 +205,8 @@ class Endpoint:
             self._receiver.post(inc, tv, loss_bound)
             if inc.done and inc.result is None and inc.error is None:
                 self._receiver.deliver(inc)
-            elif not inc.done and inc.st is not None:
-                self._wake()  # (its deadlines change now it is posted: the loss bound may even complete it)
+            elif not inc.done and inc.st is not None and inc.st.pcum >= inc.st.total:
+                self._wake()  # (every protected packet is in: the timers may complete it under the loss bound)
         return RecvHandle(inc, timeout, self._receiver.abandon, self.addr_map.get(peer))
 
     def share_fate(self, ranks: Any, tid_mask: int, tid_value: int) -> None:
