@@ -65,7 +65,8 @@ log = logging.getLogger("host.transport")
 
 _TOS_CONTROL = tos_byte(CONTROL_PRIORITY, False)
 _TX_BURSTS_PER_ROUND = 4  # bursts sent between two receive passes of the I/O thread
-_TIMERS_MAX = 0.1  # the timers run at least this often while the I/O thread runs (see Endpoint._plan_timers)
+_TIMERS_MAX = 0.1  # the timers run at least this often while transfers are in progress (Endpoint._plan_timers)
+_IDLE_MAX = 0.2  # and at least this often when none is
 _SETTLE_BATCHES = 64  # receive batches Endpoint._settle takes at most (a flood must not hold the I/O thread)
 
 
@@ -408,10 +409,12 @@ class Endpoint:
         """Under the lock, on the I/O thread: when the stages' timers run next. Not every ``Options.tick`` while
         anything is in progress (on a 20 Mb/s link that was nine wake-ups in ten), but at the earliest time one of
         them may act (each stage's ``next_due``), at most once per tick, and at least every ``_TIMERS_MAX``
-        seconds (a bound on what a missed deadline could cost). Planned again after the timers run, and at most
+        seconds while transfers are in progress (a bound on what a missed deadline could cost), ``_IDLE_MAX``
+        when none is. Planned again after the timers run, and at most
         once per tick after anything happened (a datagram, a send, a caller's work: new deadlines)."""
+        busy = self._receiver.incoming or any(p.active for p in self._sender.peers.values())
         due = min(self._receiver.next_due(now), self._sender.next_due(now, self.opts.tick),
-                  self._liveness.next_due(now), now + _TIMERS_MAX)
+                  self._liveness.next_due(now), now + (_TIMERS_MAX if busy else _IDLE_MAX))
         self._next_tick = max(due, self._timers_at + self.opts.tick)
         self._planned_at = now
         self._dirty = False
