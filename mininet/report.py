@@ -79,6 +79,13 @@ DEFAULT_CHANGES: list[tuple[str, str, frozenset[str]]] = [
     # (bench/bounded_loss.py pins one torch thread, so its reductions ran on the calling thread before and after)
     ("2026-11-28T04:10:00+0000", "the collectives' reductions and copies run outside torch's OpenMP pool "
      "(host/elementwise.py)", frozenset({"collectives", "cpu_profile"})),
+    # (both concern every benchmark whose dlcp runs cross a tbf-shaped link or keep transfers in progress)
+    ("2026-11-28T07:00:00+0000", "a drop in a host queue (ENOBUFS) no longer turns GSO off "
+     "(host/transport/transmit.py)", frozenset({"collectives", "cpu_profile", "transport", "bounded_loss",
+                                                 "keyed_tag"})),
+    ("2026-11-28T07:08:00+0000", "the transport's I/O thread wakes for its timers when one is due, not every 1 ms "
+     "(host/transport/endpoint.py)", frozenset({"collectives", "cpu_profile", "transport", "bounded_loss",
+                                                "keyed_tag"})),
 ]
 
 

@@ -793,3 +793,58 @@ def test_a_done_ends_the_backoff_of_a_peer_sent_only_one_packet_messages(make_en
     assert one(9) < rto_init
     peer = a.stats()["peers"][1]
     assert peer["srtt_us"] is not None and peer["rto_ms"] < rto_init * 1e3, peer
+
+
+def _count_timer_runs(ep, monkeypatch) -> list[float]:
+    """Record when ``ep``'s I/O thread runs its receiver timers (the stages' timers run together)."""
+    runs: list[float] = []
+    real = ep._receiver.timers
+
+    def counted(now):
+        runs.append(now)
+        real(now)
+
+    monkeypatch.setattr(ep._receiver, "timers", counted)
+    return runs
+
+
+def test_a_waiting_endpoint_runs_its_timers_when_due_not_every_tick(make_endpoints, monkeypatch):
+    """A posted receive whose sender has not started: nothing can be NACKed, and the peer's silence matters only
+    after peer_timeout / 4. The I/O thread wakes for its timers when one of them may act (here the 100 ms bound),
+    not every Options.tick (1 ms): a few runs in 0.5 s, not hundreds."""
+    a, b = make_endpoints(2, Options(peer_timeout=30.0))
+    runs = _count_timer_runs(b, monkeypatch)
+    h = b.post_recv(0, 1, np.empty(1000, np.float32))
+    time.sleep(0.5)
+    assert 1 <= len(runs) <= 12, len(runs)
+    a.send(1, np.ones(1000, np.float32), transfer_id=1).wait(5)
+    assert h.wait().report.zero_filled == 0
+
+
+def _drop_first_send_of(seq: int):
+    """A LossySocket drop rule: the first transmission of data packet ``seq`` (not its retransmission)."""
+    def drop(dgram: bytes) -> bool:
+        return (dgram[0] & 0x0F) == 0 and int.from_bytes(dgram[20:24], "big") == seq and not dgram[1] & 0x04
+    return drop
+
+
+def test_a_hole_is_nacked_when_its_wait_ends_while_the_timers_sleep(make_endpoints):
+    """The timers run when a deadline comes, not every tick (docs/decisions.md): a transfer whose next-to-last
+    packet was lost (one later packet only: too few for the sender to judge it lost) gets its NACK once the
+    reordering wait after the LAST packet ends, and the packet is resent then. Had the plan missed that deadline,
+    the sender's retransmission timeout or a tail probe (20 ms or more) would have recovered it first."""
+    n = 20_000
+    total = -(-n // chunk_elems(1500, 4))
+    per = {0: Options(mtu=1500, socket_wrapper=lambda s: LossySocket(s, drop_fn=_drop_first_send_of(total - 2))),
+           1: Options(mtu=1500)}
+    a, b = make_endpoints(2, per_rank=per)
+    x = np.arange(n, dtype=np.float32)
+    out = np.empty_like(x)
+    rh = b.post_recv(0, 1, out)
+    h = a.send(1, x, transfer_id=1)
+    res = rh.wait()
+    h.wait(5)
+    assert np.array_equal(out, x) and res.report.zero_filled == 0
+    sa, sb = a.stats(), b.stats()
+    assert sb["nacks_sent"] >= 1 and sa["retransmissions"] >= 1, (sa, sb)
+    assert sa["rto_timeouts"] == 0 and sa["tail_probes"] == 0, sa
