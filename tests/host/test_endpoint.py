@@ -19,6 +19,27 @@ from tests.host.conftest import loopback_map
 from host.transport import Endpoint
 from host.transport.transmit import Transmitter
 
+
+class FirstSendDropper:
+    """A ``LossySocket`` drop rule: the first transmission (not a retransmission) of the data packets of transfers
+    ``tids`` (once per transfer), or of data packet ``seq`` of any transfer; ``dropped``: the transfers it hit."""
+
+    def __init__(self, *, tids: tuple[int, ...] = (), seq: int | None = None):
+        self.tids, self.seq = set(tids), seq
+        self.dropped: set[int] = set()
+
+    def __call__(self, h: bytes) -> bool:
+        if len(h) < 24 or h[0] & 0x0F != 0 or h[1] & Flag.RETRANSMIT:
+            return False
+        tid = int.from_bytes(h[12:16], "big")  # (wire.py's layout: transfer id, then seq at 20)
+        if self.seq is not None and int.from_bytes(h[20:24], "big") == self.seq:
+            self.dropped.add(tid)
+            return True
+        if tid in self.tids and tid not in self.dropped:
+            self.dropped.add(tid)
+            return True
+        return False
+
 FAST = dict(peer_timeout=5.0, recv_timeout=20.0)
 
 
@@ -695,16 +716,8 @@ def test_a_fresh_peers_lost_first_packet_waits_the_rto_of_the_measured_peers_not
     here); once another peer is measured (a 2 MB transfer to it, loopback: srtt + 4 rttvar well under rto_init),
     the fresh peer's first RTO is seeded from it (``cc.seed_rto``) and the same loss costs that RTO instead."""
     rto_init = 0.4
-    first_dropped: set[int] = set()
-
-    def drop_first(h: bytes) -> bool:  # the first transmission of transfers 7 and 8, once each
-        if len(h) < 24 or h[0] & 0x0F != 0 or h[1] & Flag.RETRANSMIT:
-            return False
-        tid = int.from_bytes(h[12:16], "big")  # (wire.py's layout)
-        if tid in (7, 8) and tid not in first_dropped:
-            first_dropped.add(tid)
-            return True
-        return False
+    drop_first = FirstSendDropper(tids=(7, 8))  # the first transmission of transfers 7 and 8, once each
+    first_dropped = drop_first.dropped
 
     wrapped: list[LossySocket] = []
 
@@ -755,16 +768,8 @@ def test_a_done_ends_the_backoff_of_a_peer_sent_only_one_packet_messages(make_en
     second one, its datagram dropped too, waits the same RTO again, not twice it (nothing else would ever reset it:
     no ACK comes). A third, not dropped, gives the peer an RTT sample of its own from its DONE."""
     rto_init = 0.3
-    dropped: set[int] = set()
-
-    def drop_first(h: bytes) -> bool:  # the first transmission of transfers 7 and 8
-        if len(h) < 24 or h[0] & 0x0F != 0 or h[1] & Flag.RETRANSMIT:
-            return False
-        tid = int.from_bytes(h[12:16], "big")  # (wire.py's layout)
-        if tid in (7, 8) and tid not in dropped:
-            dropped.add(tid)
-            return True
-        return False
+    drop_first = FirstSendDropper(tids=(7, 8))  # the first transmission of transfers 7 and 8
+    dropped = drop_first.dropped
 
     cc = CCParams(mss=payload_capacity(1500), rto_init=rto_init)
     a, b = make_endpoints(2, Options(cc=cc, **FAST),
@@ -821,13 +826,6 @@ def test_a_waiting_endpoint_runs_its_timers_when_due_not_every_tick(make_endpoin
     assert h.wait().report.zero_filled == 0
 
 
-def _drop_first_send_of(seq: int):
-    """A LossySocket drop rule: the first transmission of data packet ``seq`` (not its retransmission)."""
-    def drop(dgram: bytes) -> bool:
-        return (dgram[0] & 0x0F) == 0 and int.from_bytes(dgram[20:24], "big") == seq and not dgram[1] & 0x04
-    return drop
-
-
 def test_a_hole_is_nacked_when_its_wait_ends_while_the_timers_sleep(make_endpoints):
     """The timers run when a deadline comes, not every tick (docs/decisions.md): a transfer whose next-to-last
     packet was lost (one later packet only: too few for the sender to judge it lost) gets its NACK once the
@@ -835,7 +833,7 @@ def test_a_hole_is_nacked_when_its_wait_ends_while_the_timers_sleep(make_endpoin
     the sender's retransmission timeout or a tail probe (20 ms or more) would have recovered it first."""
     n = 20_000
     total = -(-n // chunk_elems(1500, 4))
-    per = {0: Options(mtu=1500, socket_wrapper=lambda s: LossySocket(s, drop_fn=_drop_first_send_of(total - 2))),
+    per = {0: Options(mtu=1500, socket_wrapper=lambda s: LossySocket(s, drop_fn=FirstSendDropper(seq=total - 2))),
            1: Options(mtu=1500)}
     a, b = make_endpoints(2, per_rank=per)
     x = np.arange(n, dtype=np.float32)
