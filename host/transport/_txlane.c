@@ -309,10 +309,162 @@ static PyObject *packet_tag(PyObject *self, PyObject *const *args, Py_ssize_t na
     return result;
 }
 
+
+/* ---- ack_scan: the sender's general ACK (with a bitmap) over the transfer's per-seq arrays ---------------------
+ *
+ * Why: on paths that reorder (per-packet spraying) or drop eligible packets, most ACKs carry a bitmap, and the
+ * Python ``sender.on_ack`` spent two dozen numpy calls on each (unpack the bitmap, find the new seqs, fancy-index
+ * five arrays, judge losses): the largest share of a demo worker's GIL-held time. This is the same arithmetic in one
+ * pass over the ACK's range. ``sender.on_ack_native`` keeps everything that touches Python objects (the window, the
+ * retransmission queue, the RTT sample); tests/host/test_ack_scan.py holds both to the same state on random
+ * transfers and ACKs. */
+
+typedef struct {
+    const char *name;
+    Py_ssize_t itemsize;
+    int writable;
+} ArraySpec;
+
+static int get_array(PyObject *obj, Py_buffer *view, const ArraySpec *spec, Py_ssize_t need)
+{
+    if (PyObject_GetBuffer(obj, view, (spec->writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    if (view->itemsize != spec->itemsize || view->len < need * spec->itemsize) {
+        PyErr_Format(PyExc_ValueError, "ack_scan: %s must hold %zd items of %zd bytes", spec->name, need,
+                     spec->itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(ack_scan_doc,
+"ack_scan(acked, inflight, queued, retx, eligible, sent_order, sent_time, lengths, bitmap, count, lo, base, total,\n"
+"         reo, reorder_pkts)\n"
+"--\n\n"
+"Apply an ACK of every seq below ``base`` and of the seqs ``base + i`` whose bit i is set in ``bitmap`` (``count``\n"
+"bits, MSB first, padding bits 0) to a send's arrays (``lo``: its cum_acked; ``total``: its packets): mark the new\n"
+"seqs (sent ones only) acked and not in flight, then judge lost, in ``lo .. min(total, base + count)``, what is in\n"
+"flight, unacked, sent more than ``reorder_pkts`` sends and ``reo`` seconds before the newest acked packet (no\n"
+"longer in flight; protected ones not yet queued are marked queued). Returns None, changing nothing, for a\n"
+"malformed bitmap; else (new packets, their bytes, bytes of them that were in flight, the newest-sent new seq or -1,\n"
+"the highest new seq or -1, the new cum_acked, bytes judged lost, [protected seqs to queue], the earliest send\n"
+"time of a new packet never resent or inf).");
+
+static PyObject *ack_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 15) {
+        PyErr_Format(PyExc_TypeError, "ack_scan takes 15 arguments, got %zd", nargs);
+        return NULL;
+    }
+    Py_ssize_t count = PyLong_AsSsize_t(args[9]), lo = PyLong_AsSsize_t(args[10]);
+    Py_ssize_t base = PyLong_AsSsize_t(args[11]), total = PyLong_AsSsize_t(args[12]);
+    double reo = PyFloat_AsDouble(args[13]);
+    long long reorder_pkts = PyLong_AsLongLong(args[14]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (count < 0 || lo < 0 || base < 0 || total < 0 || lo > total || base + count > total) {
+        PyErr_SetString(PyExc_ValueError, "ack_scan: need 0 <= lo <= total, 0 <= count, base + count <= total");
+        return NULL;
+    }
+    static const ArraySpec specs[8] = {
+        {"acked", 1, 1}, {"inflight", 1, 1}, {"queued", 1, 1}, {"retx", 1, 0}, {"eligible", 1, 0},
+        {"sent_order", 8, 0}, {"sent_time", 8, 0}, {"lengths", 8, 0},
+    };
+    Py_buffer v[8], vb;
+    int got = 0;
+    PyObject *result = NULL, *prot = NULL;
+    for (; got < 8; got++)
+        if (get_array(args[got], &v[got], &specs[got], total) < 0)
+            goto done;
+    if (PyObject_GetBuffer(args[8], &vb, PyBUF_SIMPLE) < 0)
+        goto done;
+    got++;
+    const uint8_t *bm = (const uint8_t *)vb.buf;
+    /* a malformed bitmap changes nothing: the caller names the field (wire.unpack_bitmap) */
+    if (vb.len != (count + 7) / 8 || (count % 8 && (bm[count / 8] & (0xFF >> (count % 8))))) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    uint8_t *acked = (uint8_t *)v[0].buf, *inflight = (uint8_t *)v[1].buf, *queued = (uint8_t *)v[2].buf;
+    const uint8_t *retx = (const uint8_t *)v[3].buf, *elig = (const uint8_t *)v[4].buf;
+    const int64_t *order = (const int64_t *)v[5].buf, *lens = (const int64_t *)v[7].buf;
+    const double *stime = (const double *)v[6].buf;
+
+    long long n_new = 0, nbytes = 0, infl_bytes = 0, lost_bytes = 0;
+    Py_ssize_t newest = -1, top = -1;
+    int64_t newest_order = -1;
+    double first_clean = INFINITY;
+    /* the new seqs, ascending: unacked below base (from lo), then the bitmap's */
+    Py_ssize_t hi = base + count;
+    for (Py_ssize_t s = lo < base ? lo : base; s < hi; s++) {
+        if (s < base) {
+            if (s < lo)
+                continue;
+        } else if (!(bm[(s - base) >> 3] & (0x80 >> ((s - base) & 7)))) {
+            continue;
+        }
+        if (acked[s] || order[s] < 0)
+            continue;
+        acked[s] = 1;
+        n_new++;
+        nbytes += lens[s];
+        if (inflight[s]) {
+            inflight[s] = 0;
+            infl_bytes += lens[s];
+        }
+        if (order[s] > newest_order) {
+            newest_order = order[s];
+            newest = s;
+        }
+        top = s;
+        if (!retx[s] && stime[s] < first_clean)
+            first_clean = stime[s];
+    }
+    prot = PyList_New(0);
+    if (prot == NULL)
+        goto done;
+    if (n_new) {
+        /* loss detection by send order and time over lo .. min(total, base + count) */
+        Py_ssize_t end = hi < total ? hi : total;
+        double cutoff = stime[newest] - reo;
+        int64_t before = newest_order - reorder_pkts;
+        for (Py_ssize_t s = lo; s < end; s++) {
+            if (!inflight[s] || acked[s] || order[s] >= before || stime[s] > cutoff)
+                continue;
+            inflight[s] = 0;
+            lost_bytes += lens[s];
+            if (!elig[s] && !queued[s]) {
+                queued[s] = 1;
+                PyObject *k = PyLong_FromSsize_t(s);
+                if (k == NULL || PyList_Append(prot, k) < 0) {
+                    Py_XDECREF(k);
+                    goto done;
+                }
+                Py_DECREF(k);
+            }
+        }
+    }
+    Py_ssize_t cum = lo;
+    while (cum < total && acked[cum])
+        cum++;
+    result = Py_BuildValue("(LLLnnnLOd)", n_new, nbytes, infl_bytes, newest, top, cum, lost_bytes, prot, first_clean);
+done:
+    Py_XDECREF(prot);
+    for (int k = 0; k < got && k < 8; k++)
+        PyBuffer_Release(&v[k]);
+    if (got > 8)
+        PyBuffer_Release(&vb);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"packet_tag", (PyCFunction)(void (*)(void))packet_tag, METH_FASTCALL, packet_tag_doc},
     {"send_run", (PyCFunction)(void (*)(void))send_run, METH_FASTCALL, send_run_doc},
     {"abs_sums", (PyCFunction)(void (*)(void))abs_sums, METH_FASTCALL, abs_sums_doc},
+    {"ack_scan", (PyCFunction)(void (*)(void))ack_scan, METH_FASTCALL, ack_scan_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -55,7 +55,7 @@ from host.transport.cc import CCParams, DctcpWindow, seed_rto
 from host.transport.chunking import chunk_elems, plan_in_order, plan_packets, tos_byte, write_headers
 from host.transport.control import (CTL, CTL_DONE, DONE_UNKNOWN, FLAGS_AT, W_COUNT, W_FLAGS, W_OFFSET, W_RANK, W_SEQ,
                                     W_TID, W_TID_HI, W_TOTAL, REORDER_TIME, clock_us)
-from host.transport.packetio import PacketSocket
+from host.transport.packetio import PacketSocket, _txlane
 from host.transport.stats import Counters
 from host.transport.tensors import TensorView
 from host.wire import DType, Flag, MsgType
@@ -254,6 +254,38 @@ def on_ack(p: PeerState, o: OutTransfer, base: int, bits: np.ndarray, ecn: bool,
     p.cc.on_ack(nbytes, ecn=ecn, rtt=rtt, qdelay=qdelay, now=now)
 
 
+def on_ack_native(scan, p: PeerState, o: OutTransfer, base: int, bitmap, count: int, ecn: bool, now: float,
+                  ts: int) -> bool:
+    """:func:`on_ack` with the per-seq work in C (``_txlane.ack_scan``): the same state afterwards
+    (tests/host/test_ack_scan.py); ``bitmap`` is the ACK's payload, unpacked by the C function. False, changing
+    nothing, when the bitmap is malformed (the caller names the field). The window, the retransmission queue, the
+    RTT sample and the timeout's undo stay here."""
+    reo = max(REORDER_TIME, 0.25 * p.cc.min_rtt) if p.cc.min_rtt else REORDER_TIME
+    r = scan(o.acked, o.inflight, o.queued, o.retx, o.plan.eligible, o.sent_order, o.sent_time, o.plan.lengths,
+             bitmap, count, o.cum_acked, base, o.total, reo, _REORDER_PKTS)
+    if r is None:
+        return False
+    n_new, nbytes, infl_bytes, s, top, cum, lost_bytes, prot, first_clean = r
+    rtt = qdelay = None
+    if n_new:
+        _progress(p, o, now)
+        if top >= o.acked_hi:
+            o.acked_hi = top + 1
+        p.inflight -= infl_bytes + lost_bytes
+        if not o.retx[s]:
+            sent = float(o.sent_time[s])
+            rtt = now - sent
+            qdelay = p.one_way_queue(ts, sent)
+        if prot:
+            o.retxq.extend(prot)
+    o.cum_acked = cum
+    if p.rto_fired and n_new and first_clean < p.rto_fired:
+        p.cc.undo_timeout()  # data sent before the timeout got through: the timeout was spurious
+    p.rto_fired = 0.0
+    p.cc.on_ack(nbytes, ecn=ecn, rtt=rtt, qdelay=qdelay, now=now)
+    return True
+
+
 def on_cum_ack(p: PeerState, o: OutTransfer, hi: int, ecn: bool, now: float, ts: int) -> None:
     """:func:`on_ack` for its common case, a bitmap-free ACK of everything below ``hi`` when nothing above
     ``cum_acked`` was ACKed before (no hole open) and all of it was sent: the new packets are the slice
@@ -374,6 +406,8 @@ class Sender:
         self._created = itertools.count()
         self._rr = 0  # the peer pick_burst looks at first
         self._send_buf = opts.send_buf  # what SO_SNDBUF is set to now (see pick_burst)
+        # a general ACK's per-seq work in C (on_ack_native); None: the Python on_ack (Options.native off)
+        self._ack_scan = _txlane.ack_scan if opts.native and _txlane is not None else None
 
     def peer(self, rank: int) -> PeerState:
         p = self.peers.get(rank)
@@ -452,6 +486,21 @@ class Sender:
             c["acks_rx"] += 1  # the common ACK: purely cumulative, no hole open at the sender
             o.acks += 1
             on_cum_ack(p, o, base, ecn, now, w[W_OFFSET])
+            if ecn:
+                o.ecn_echoes += 1
+                c["ecn_echo_rx"] += 1
+            return
+        if mt == MsgType.ACK and self._ack_scan is not None and base + count <= o.total:
+            if not on_ack_native(self._ack_scan, p, o, base, payload, count, ecn, now, w[W_OFFSET]):
+                try:  # (a malformed bitmap: name its field)
+                    wire.unpack_bitmap(payload, count)
+                except wire.WireError as e:
+                    self._counters.malformed(e.field)
+                else:  # (the C check and wire's disagree: still dropped and counted, never silently)
+                    self._counters.malformed("count")
+                return
+            c["acks_rx"] += 1
+            o.acks += 1
             if ecn:
                 o.ecn_echoes += 1
                 c["ecn_echo_rx"] += 1
