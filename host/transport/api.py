@@ -44,7 +44,7 @@ class Options:
     nack_interval_max: float = 0.1
     ack_every: int = 16  # receiver: ACK after this many data packets (and on CE change, LAST, socket drained)
     burst: int = 32  # max packets the progress thread sends per pick
-    tick: float = 0.001  # timer granularity
+    tick: float = 0.001  # timer granularity: the stages' timers run at most this often (when one is due)
     cc: CCParams | None = None  # None: defaults with mss from the MTU
     sock_buf: int = 32 << 20  # SO_RCVBUF (forced when root): room for bursts while the I/O thread is busy
     # SO_SNDBUF (forced when root; the kernel doubles it): the bytes this socket may have queued in the host, in the

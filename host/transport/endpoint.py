@@ -26,8 +26,9 @@ The stages, each a module with its own contract (this class only builds and wire
 * ``stats.Counters``: the totals :meth:`Endpoint.stats` reports.
 
 Threads and locking: one I/O thread (:meth:`Endpoint._io_loop`) loops over three steps: it drains the socket and
-hands the batch to the intake; every ``Options.tick`` it runs the timers of the stages (liveness, receiver NACKs
-and expiry, sender RTO and peer timeouts); it sends the bursts the sender picks, outside the lock. It sleeps in
+hands the batch to the intake; when one of them is due it runs the timers of the stages (liveness, receiver NACKs
+and expiry, sender RTO and peer timeouts; each stage's ``next_due`` says when, :meth:`Endpoint._plan_timers`); it
+sends the bursts the sender picks, outside the lock. It sleeps in
 ``select`` (the socket, a wake-up socket that ``send()`` writes to, the next timer or pacing deadline) only when
 none of them has work. One lock, shared by every stage, guards the transfer tables; user calls only post work and
 wait on events.
@@ -290,7 +291,7 @@ class Endpoint:
             with self._lock:
                 if self._liveness.settled() and not any(p.active for p in self._sender.peers.values()):
                     return
-                self._wake()  # (an idle I/O thread sleeps up to 0.2 s; the BYEs repeat on its timer ticks)
+                self._wake()  # (an idle I/O thread sleeps up to 0.2 s; the BYEs repeat when their timer is due)
             time.sleep(0.002)
 
     @property

@@ -596,14 +596,15 @@ class Receiver:
             self._c["expired_unposted"] += 1
 
     def expire_due(self, now: float) -> None:
-        """Every tick: run :meth:`expire_unposted` when it is due (a few times per ``unposted_expiry``)."""
+        """On the timers' run: :meth:`expire_unposted` when it is due (a few times per ``unposted_expiry``)."""
         if now >= self._next_expiry:
             self._next_expiry = now + min(1.0, self.opts.unposted_expiry / 4)
             self.expire_unposted(now)
 
     def timers(self, now: float) -> None:
-        """Every tick: fail a posted receive whose sender went silent past ``peer_timeout``, complete one whose
-        protected packets are all in, NACK what is missing once the peer's reordering wait has passed."""
+        """When a timer is due (:meth:`next_due`): fail a posted receive whose sender went silent past
+        ``peer_timeout``, complete one whose protected packets are all in, NACK what is missing once the peer's
+        reordering wait has passed."""
         o = self.opts
         for inc in list(self.incoming.values()):
             st = inc.st

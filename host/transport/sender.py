@@ -714,12 +714,13 @@ class Sender:
         o.handle._finish(stats, err)
 
     def timers(self, now: float) -> None:
-        """Every tick, per peer with sends in progress: fail them when the peer has given no feedback for
-        ``peer_timeout``; queue the NACKed packets whose deferral ended; on a retransmission timeout (no forward
-        progress, no packet newly ACKed and no send DONE, for an RTO while packets are in flight, retransmissions
-        wait or a fully sent transfer waits for its DONE: whatever NACKs keep arriving) restart the window and
-        queue one probe per transfer; and send a tail probe for a fully sent transfer that has seen no progress of
-        its own for an RTO while other transfers to the peer progress (its last packets or its DONE lost)."""
+        """When a timer is due (:meth:`next_due`), per peer with sends in progress: fail them when the peer has
+        given no feedback for ``peer_timeout``; queue the NACKed packets whose deferral ended; on a retransmission
+        timeout (no forward progress, no packet newly ACKed and no send DONE, for an RTO while packets are in
+        flight, retransmissions wait or a fully sent transfer waits for its DONE: whatever NACKs keep arriving)
+        restart the window and queue one probe per transfer; and send a tail probe for a fully sent transfer that
+        has seen no progress of its own for an RTO while other transfers to the peer progress (its last packets or
+        its DONE lost)."""
         for p in list(self.peers.values()):
             if not p.active:
                 continue
