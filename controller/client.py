@@ -120,7 +120,7 @@ def inline_includes(path: Path, include_dirs: Iterable[Path] = (), _stack: tuple
 
 def load_program(path: Path, include_dirs: Iterable[Path] = (), bmv2_json: Path | None = None) -> Program:
     """Compile ``path`` with the embedded front end for its P4Info; raise :class:`ProgramError` on any error."""
-    from switch.check import load_ir
+    from switch.frontend.check import load_ir
     from switch.errors import P4Error
     from switch.p4info import P4InfoBuilder
 

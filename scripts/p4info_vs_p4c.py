@@ -38,7 +38,7 @@ import re  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 
-from switch.check import load_ir  # noqa: E402
+from switch.frontend.check import load_ir  # noqa: E402
 from switch.errors import P4Error  # noqa: E402
 from switch.p4info import P4InfoBuilder  # noqa: E402
 

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.p4info and len(a.programs) > 1:
         ap.error("--p4info takes one program; use --out-dir for several")
     defines = dict((d.split("=", 1) + ["1"])[:2] for d in a.defines)
-    from .check import load_ir
+    from .frontend.check import load_ir
     from .codegen import Gen, NotFusable
     from .p4info import P4InfoBuilder, to_text
     status = 0

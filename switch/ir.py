@@ -1,7 +1,7 @@
 """Declarations of a checked program: types, resolved symbols, actions, tables, extern instances and the
 V1Switch blocks.
 
-The checker (:mod:`switch.check`) produces these objects; the bodies they hold (an action's statements, a
+The checker (:mod:`switch.frontend.check`) produces these objects; the bodies they hold (an action's statements, a
 control's apply block, a parser's states, a table's key expressions) are typed IR (:mod:`switch.tir`).  The
 code generator (:mod:`switch.codegen`) reads only these two modules, never the syntax tree; the ``decl``
 fields below point into the syntax tree for the checker's own use and no later stage reads them.
@@ -340,7 +340,7 @@ class BlockIR:
     inits: tuple = ()            # switch.tir.VarDecl of the block's local variables, in order
     apply: Any = None            # a control's apply body (switch.tir.Block)
     inlined_actions: list = field(default_factory=list)   # (ActionIR, top-level?) of the actions with out/inout
-                                 # parameters the apply body calls: inlined by the midend, listed in P4Info only
+                                 # parameters the apply body calls: inlined by the inliner, listed in P4Info only
     states: tuple = ()           # a parser's states (switch.tir.State), in declaration order
 
 

@@ -102,7 +102,7 @@ def _direct_calls(node) -> list[ir.ActionIR]:
 def p4c_action_order(p: ir.ProgramIR) -> list[ir.ActionIR]:
     """The actions P4Info lists, in p4c's order: control by control (V1Switch's order), first the top-level
     actions the control uses, in the order of their first use (p4c's front end copies each into the control, ahead
-    of its own declarations: LocalizeAllActions; the midend's own copies of those a table binds count as top-level
+    of its own declarations: LocalizeAllActions; the inliner's own copies of those a table binds count as top-level
     ones), then the control's own actions in declaration order; only
     actions a table lists or the control's body calls directly (p4c removes the others; a call inside an action
     is inlined into it), each once."""
@@ -115,7 +115,7 @@ def p4c_action_order(p: ir.ProgramIR) -> list[ir.ActionIR]:
         uses = [a for t in b.tables for a in t.actions] + _direct_calls(b.apply)
         used = {id(a) for a in uses}
         own = [a for a in b.actions if id(a) in used and not a.decl.localized]
-        for a, top in b.inlined_actions:        # inlined by the midend: placed by their source position
+        for a, top in b.inlined_actions:        # inlined by the inliner: placed by their source position
             if top:
                 uses.append(a)
                 continue

@@ -17,9 +17,9 @@ from operator import itemgetter as _itemgetter
 from typing import Any, Iterable
 
 from . import ir, runtime
-from .check import load_ir
 from .codegen import PRELUDE, Gen, NotFusable
 from .errors import Loc, P4Error, SwitchError
+from .frontend.check import load_ir
 from .p4info import P4InfoBuilder
 from .tm import TrafficManager
 
@@ -495,7 +495,7 @@ class Switch:
     def _action(self, t: runtime.Table | None, action: str | int, prefer: tuple = ()) -> ir.ActionIR:
         name = self.ids.name("actions", action)
         # the table's own (or ``prefer``'s) first: a top-level action bound by tables of two controls has a copy
-        # in each control, under one name (switch.inline.Inliner.localize)
+        # in each control, under one name (switch.frontend.inline.Inliner.localize)
         for a in (t.ir.actions if t is not None else list(prefer)) + self.ir.actions:
             if a.fqname == name:
                 if t is not None and a not in t.ir.actions:

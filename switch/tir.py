@@ -2,9 +2,9 @@
 
 The compiler's pipeline is::
 
-    preprocess -> parse (switch.parser: syntax tree, switch.p4ast)
-               -> inline (switch.inline: functions, sub-parsers, sub-controls; still the syntax tree)
-               -> check (switch.check: names and types; its last step, switch.lower, builds this IR)
+    preprocess -> parse (switch.frontend.parser: syntax tree, switch.frontend.p4ast)
+               -> inline (switch.frontend.inline: functions, sub-parsers, sub-controls; still the syntax tree)
+               -> check (switch.frontend.check: names and types; its last step, switch.frontend.lower, builds this IR)
                -> analysis (switch.analysis: facts about this IR)
                -> codegen (switch.codegen: Python source, from this IR and switch.ir only)
 
@@ -16,7 +16,7 @@ decided (a call's kind and callee, a slice's bounds, a switch label's value, a s
 from these fields, never from annotations.
 
 Where inlining sits (a choice): functions, sub-parsers and sub-controls are inlined on the syntax tree, before
-checking (:mod:`switch.inline`), so that every inlined copy is checked in the context it lands in (constructor
+checking (:mod:`switch.frontend.inline`), so that every inlined copy is checked in the context it lands in (constructor
 parameters replaced by their constant arguments, locals renamed for P4Info) and its errors point at its own
 source.  Actions are not inlined in the IR: a table chooses its action per packet, so the code generator inlines
 action bodies into the generated code where it can (fused mode) and calls them otherwise.

@@ -152,7 +152,7 @@ def test_replacing_a_pipeline_names_the_entries_it_clears(tmp_path: Path) -> Non
         other = ROOT / "tests/switch/programs/l3_router.p4"
 
         async def push_other_with_an_entry() -> None:
-            from switch.check import load_ir
+            from switch.frontend.check import load_ir
             from switch.p4info import P4InfoBuilder
 
             info = P4InfoBuilder(load_ir(str(other), [], {})).build()

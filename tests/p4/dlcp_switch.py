@@ -15,7 +15,7 @@ from scapy.packet import Packet
 
 from host import wire
 from host.scapy_dlcp import DLCP  # importing binds DLCP to UDP port wire.UDP_PORT for dissection
-from switch.check import load_ir
+from switch.frontend.check import load_ir
 from switch.target import Departure, Switch
 
 DLCP_P4 = Path(__file__).resolve().parents[2] / "p4src" / "dlcp.p4"

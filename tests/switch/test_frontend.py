@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from switch.check import load_ir
+from switch.frontend.check import load_ir
 from switch.errors import P4Error
 
 PROGRAMS = Path(__file__).parent / "programs"

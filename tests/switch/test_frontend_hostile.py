@@ -10,7 +10,7 @@ import pytest
 
 from p4fuzz import campaign
 from switch.errors import Loc, P4Error
-from switch.ppexpr import evaluate, tokenize
+from switch.frontend.ppexpr import evaluate, tokenize
 from switch.target import Switch
 from test_frontend import TEMPLATE
 

@@ -4,7 +4,7 @@ from pathlib import Path
 from finsy.proto import p4i
 from google.protobuf import text_format
 
-from switch.check import load_ir
+from switch.frontend.check import load_ir
 from switch.p4info import P4InfoBuilder, assign_ids, jenkins_one_at_a_time, to_text
 
 PROGRAMS = Path(__file__).parent / "programs"

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from switch import analysis, ir, p4ast, tir
-from switch.check import load_ir
+from switch import analysis, ir, tir
+from switch.frontend import p4ast
+from switch.frontend.check import load_ir
 from switch.codegen import Gen, NotFusable
 from switch.errors import Loc, P4Error
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from switch.check import load_ir
+from switch.frontend.check import load_ir
 from switch.errors import P4Error
 from switch.p4info import P4InfoBuilder
 from switch.runtime import csum16

@@ -1,7 +1,7 @@
 """P4-16 lexer: source text -> tokens with positions.
 
 Preprocessor directives are returned as single ``directive`` tokens (the whole logical line) so
-that :mod:`switch.preprocess` can act on them with exact positions.  ``>>`` is never produced:
+that :mod:`switch.frontend.preprocess` can act on them with exact positions.  ``>>`` is never produced:
 two ``>`` tokens with ``adjacent`` set let the parser tell a shift from nested generics
 (``bit<8>>``), as the P4-16 grammar requires.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .errors import Loc, P4Error
+from ..errors import Loc, P4Error
 
 KEYWORDS = frozenset("""
 abstract action apply bit bool const control default else entries enum error exit extern false

@@ -1,5 +1,5 @@
 """Name resolution and type checking: syntax tree -> typed IR (declarations in :mod:`switch.ir`, bodies in
-:mod:`switch.tir`, built from each checked body by :mod:`switch.lower`).
+:mod:`switch.tir`, built from each checked body by :mod:`switch.frontend.lower`).
 
 Every diagnostic is a :class:`~switch.errors.P4Error` at the offending token, worded for a P4
 programmer (unknown name, width mismatch, missing state, assignment to an ``in`` parameter...).
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import bmv2_rules, ir
-from . import lower
+from .. import ir
+from ..errors import Loc, P4Error, unsupported
+from ..ir import BOOL, INTLIT, STR, VOID, Bits, Sym
+from . import bmv2_rules, lower
 from . import p4ast as A
-from .errors import Loc, P4Error, unsupported
-from .ir import BOOL, INTLIT, STR, VOID, Bits, Sym
 
 #: Target limits, so that a pushed program cannot make the compiler or the switch allocate without bound (BMv2
 #: has limits of its own; these are generous for real programs): the widest bit<W>/int<W>/varbit<W>, the largest
@@ -786,7 +786,7 @@ class Checker:
                 e.target = bt.table
                 return ir.ApplyResultT(bt.table)
             if isinstance(bt, ir.BlockT):
-                # switch.inline has replaced every apply of a parser/control declared earlier by its body
+                # switch.frontend.inline has replaced every apply of a parser/control declared earlier by its body
                 raise P4Error(e.loc, f"{bt.name} cannot be applied here: a parser applies parsers and a control "
                                      "applies controls, declared before it (P4-16 15.1)")
             if isinstance(bt, ir.ExternT):
@@ -828,7 +828,7 @@ class Checker:
     def lvalue(self, e: A.Expr, scope: Scope, what: str = "left-hand side") -> None:
         base = e
         while True:
-            ro = base.readonly                 # an inlined in/directionless parameter (switch.inline marks it)
+            ro = base.readonly                 # an inlined in/directionless parameter (switch.frontend.inline marks it)
             if ro is not None:
                 if what == "left-hand side":
                     raise P4Error(ro.at or e.loc, f"cannot assign to {ro.describe()}")
@@ -1409,7 +1409,7 @@ class Checker:
             if not isinstance(s, Sym) or s.kind != "block":
                 raise P4Error(a.loc, f"unknown parser or control '{a.func.name}'")
             d = s.decl
-            if d.ctor_params:   # a sub-parser/sub-control's are bound by switch.inline; V1Switch's blocks take none
+            if d.ctor_params:   # a sub-parser/sub-control's are bound by the inliner; V1Switch's blocks take none
                 raise unsupported(f"constructor parameters of {d.name} passed to V1Switch", d.ctor_params[0].loc)
             if (kind == "parser") != isinstance(d, A.ParserDecl):
                 raise P4Error(a.loc, f"'{d.name}' is a {'parser' if isinstance(d, A.ParserDecl) else 'control'}, "

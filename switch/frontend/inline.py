@@ -1,7 +1,7 @@
-"""Midend inlining pass: functions, sub-controls and sub-parsers (P4-16 10.2, 13.2, 14.3, 15.1).
+"""The front end's inlining pass: functions, sub-controls and sub-parsers (P4-16 10.2, 13.2, 14.3, 15.1).
 
-Runs on the syntax tree between :mod:`switch.parser` and :mod:`switch.check`, so the checker, the code
-generator and P4Info only ever see the V1Switch blocks with plain statements, actions and tables:
+Runs on the syntax tree between :mod:`switch.frontend.parser` and :mod:`switch.frontend.check`, so the checker, the
+code generator and P4Info only ever see the V1Switch blocks with plain statements, actions and tables:
 
 * A call of a top-level ``function`` is replaced by its body.  Arguments are copied in to fresh variables and
   ``out``/``inout`` ones copied back after the body (copy-in/copy-out, P4-16 6.8); ``return e`` becomes an
@@ -30,8 +30,8 @@ import dataclasses
 from dataclasses import fields, is_dataclass
 from typing import Any, Callable
 
+from ..errors import Loc, P4Error, unsupported
 from . import p4ast as A
-from .errors import Loc, P4Error, unsupported
 
 
 # ---- generic tree helpers -------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Recursive-descent parser for the supported P4-16 subset: tokens -> :mod:`switch.p4ast`.
+"""Recursive-descent parser for the supported P4-16 subset: tokens -> :mod:`switch.frontend.p4ast`.
 
 The grammar follows the P4-16 specification (appendix "P4 grammar").  Type names are tracked
 while parsing (P4 requires declaration before use), which resolves the classic ambiguities
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import copy
 
+from ..errors import Loc, P4Error, unsupported
 from . import p4ast as A
-from .errors import Loc, P4Error, unsupported
 from .lexer import Token
 
 BINARY_PREC = {
@@ -794,7 +794,7 @@ class Parser:
     def for_stmt(self) -> A.For:
         """``for (init; cond; update) stmt`` and ``for (T x in lo .. hi) stmt`` (P4-16 1.2.4); the range form
         becomes ``for (T x = lo; x <= hi; x = x + 1)`` marked ``in_range``: the checker types it like any loop,
-        then refuses it as p4c's BMv2 back end does (switch.bmv2_rules.check_for_in)."""
+        then refuses it as p4c's BMv2 back end does (switch.frontend.bmv2_rules.check_for_in)."""
         t = self.tok
         self.i += 1
         self.expect("(")
@@ -1023,7 +1023,7 @@ class Parser:
 
 
 def parse(tokens: list[Token]) -> A.Program:
-    """Parse a preprocessed token list into a :class:`~switch.p4ast.Program`."""
+    """Parse a preprocessed token list into a :class:`~switch.frontend.p4ast.Program`."""
     return Parser(tokens).program()
 
 

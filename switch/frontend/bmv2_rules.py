@@ -30,9 +30,9 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from . import ir
+from .. import ir
+from ..errors import P4Error
 from . import p4ast as A
-from .errors import P4Error
 
 
 def check_entry_key(k: A.Expr, kt: ir.Type, match_kind: str) -> None:

@@ -2,13 +2,13 @@
 ``#elif``/``#else``/``#endif``, ``#error``; the result is one token stream with original positions.
 
 ``#include <core.p4>`` and ``<v1model.p4>`` resolve to this package's own declaration files in
-``switch/p4include`` (written from the P4-16 and v1model specifications, same names as p4c's), so
+``switch/frontend/p4include`` (written from the P4-16 and v1model specifications, same names as p4c's), so
 a program compiles unchanged here and with p4c.  Macros are expanded at token level, which keeps
 the position of every token pointing into the file the programmer wrote.
 
 A program may arrive from any P4Runtime client, so its text is untrusted:
 
-* ``#if``/``#elif`` conditions are evaluated by :mod:`switch.ppexpr` (C preprocessor integer semantics, no
+* ``#if``/``#elif`` conditions are evaluated by :mod:`switch.frontend.ppexpr` (C preprocessor integer semantics, no
   Python ``eval``, 64-bit values);
 * ``#include`` is confined to the program's own directory (its bundle), the include directories the caller
   configured (``-I``, the daemon's ``--include``) and the target's standard include directory.  A name that
@@ -23,7 +23,7 @@ import os
 import re
 from pathlib import Path
 
-from .errors import Loc, P4Error, unsupported
+from ..errors import Loc, P4Error, unsupported
 from .lexer import Token, lex
 from .ppexpr import evaluate, tokenize
 
@@ -299,7 +299,7 @@ class Preprocessor:
         raise P4Error(t.loc, f"unknown preprocessor directive #{name}")
 
     def _eval(self, expr: str, loc: Loc) -> bool:
-        """Evaluate a ``#if``/``#elif`` condition (see :mod:`switch.ppexpr`)."""
+        """Evaluate a ``#if``/``#elif`` condition (see :mod:`switch.frontend.ppexpr`)."""
         def body(name: str) -> list[str] | None:
             toks = self.macros.get(name)
             if toks is None:

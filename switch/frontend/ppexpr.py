@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import Loc, P4Error
+from ..errors import Loc, P4Error
 
 MASK64 = (1 << 64) - 1
 #: Tokens an expression may hold after macro expansion (a guard against macros that double at each level).

@@ -1,11 +1,12 @@
-"""Syntax tree of the supported P4-16 subset, produced by :mod:`switch.parser`.
+"""Syntax tree of the supported P4-16 subset, produced by :mod:`switch.frontend.parser`.
 
-Nodes are plain dataclasses carrying a :class:`~switch.errors.Loc`.  The checker (:mod:`switch.check`) fills
+Nodes are plain dataclasses carrying a :class:`~switch.errors.Loc`.  The checker (:mod:`switch.frontend.check`) fills
 in the fields declared with :func:`checked` -- an expression's resolved type and declaration, a call's kind and
-target, constant values it folded -- and nothing else, as its working notes: :mod:`switch.lower` reads them once
+target, constant values it folded -- and nothing else, as its working notes: :mod:`switch.frontend.lower` reads them
+once
 to build the typed IR (:mod:`switch.tir`), and no later stage sees this tree.  Those fields are not constructor
 arguments, take no part in equality or ``repr``, and are None (or False) until the checker has run.  A few such
-fields are set earlier, by the midend (:mod:`switch.inline`), for the checker to enforce and report: an
+fields are set earlier, by the inliner (:mod:`switch.frontend.inline`), for the checker to enforce and report: an
 expression's ``readonly`` (it stands for an inlined ``in`` or directionless parameter), a constant's ``arg_for``
 and a variable's ``arg_for`` (they hold the argument of a function's directionless parameter) a block's ``site`` (the sub-control apply
 whose body it is) and a control's ``inlined_actions`` (for P4Info).
@@ -15,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import Loc
+from ..errors import Loc
 
 
 @dataclass
@@ -58,7 +59,7 @@ class Expr(Node):
     type: Any = checked()             # the resolved type (a switch.ir type)
     ref: Any = checked()              # what a name refers to (a switch.ir.Sym, or the overloads of a name)
     value_v: Any = checked()          # a switch case label's constant value (switch on a value)
-    readonly: Any = checked()         # set by the midend: a ReadOnlyParam when this stands for an in/directionless
+    readonly: Any = checked()         # set by the inliner: a ReadOnlyParam when this stands for an in/directionless
                                       # parameter of an inlined function, sub-control or sub-parser
 
 
@@ -111,7 +112,7 @@ class Call(Expr):
     func: Expr
     type_args: list[TypeRef]
     args: list[Expr]
-    kind: Any = checked()             # efunc, action, union, hdr, stack, table, method (switch.check.Checker.call)
+    kind: Any = checked()             # efunc, action, union, hdr, stack, table, method (check.Checker.call)
     target: Any = checked()           # what is called: the extern function's name, an ActionIR, a TableIR, ...
     tvars: Any = checked()            # type variables bound by the call (name -> type)
     digest: Any = checked()           # digest(): its switch.ir.DigestIR
@@ -207,7 +208,7 @@ class If(Stmt):
 @dataclass
 class Block(Stmt):
     stmts: list[Stmt]
-    site: Any = checked()             # set by the midend: where the sub-control apply this block inlines is
+    site: Any = checked()             # set by the inliner: where the sub-control apply this block inlines is
 
 
 @dataclass
@@ -231,7 +232,7 @@ class Exit(Stmt):
 @dataclass
 class For(Stmt):
     """P4-16 1.2.4 ``for (init; cond; update) body``; ``for (T x in lo .. hi)`` is parsed into this form with
-    ``in_range`` set, so that the checker can type its parts and then refuse it for BMv2 (switch.bmv2_rules)."""
+    ``in_range`` set, so that the checker can type its parts and then refuse it for BMv2 (:mod:`.bmv2_rules`)."""
     init: list[Stmt]
     cond: Expr | None
     update: list[Stmt]
@@ -266,7 +267,7 @@ class VarDecl(Stmt):
     init: Expr | None
     annots: list[Annotation] = field(default_factory=list)
     sym: Any = checked()              # the variable's switch.ir.Sym
-    arg_for: Any = checked()          # set by the midend: the ReadOnlyParam whose (list) argument this holds
+    arg_for: Any = checked()          # set by the inliner: the ReadOnlyParam whose (list) argument this holds
 
 
 @dataclass
@@ -275,14 +276,14 @@ class ConstDecl(Stmt):
     name: str
     init: Expr
     annots: list[Annotation] = field(default_factory=list)
-    arg_for: Any = checked()          # set by the midend: the ReadOnlyParam whose argument this constant holds
+    arg_for: Any = checked()          # set by the inliner: the ReadOnlyParam whose argument this constant holds
 
 
 @dataclass
 class ReadOnlyParam:
-    """An ``in`` or directionless parameter of an inlined function, sub-control or sub-parser: the midend marks
+    """An ``in`` or directionless parameter of an inlined function, sub-control or sub-parser: the inliner marks
     every use of it in the inlined body so the checker refuses writes as p4c does (P4-16 6.8: only ``out`` and
-    ``inout`` parameters are l-values) and names the parameter, not the midend's copy."""
+    ``inout`` parameters are l-values) and names the parameter, not the inliner's copy."""
 
     name: str
     direction: str         # "in" or "" (directionless)
@@ -385,7 +386,7 @@ class BlockTypeDecl(Decl):
 class ActionDecl(Decl):
     params: list[Param] = field(default_factory=list)
     body: Block | None = None
-    localized: bool = False           # a control's copy of a top-level action (switch.inline.Inliner.localize)
+    localized: bool = False           # a control's copy of a top-level action (switch.frontend.inline.Inliner.localize)
 
 
 @dataclass
@@ -397,7 +398,8 @@ class ValueSetDecl(Decl):
 
 @dataclass
 class FunctionDecl(Decl):
-    """A top-level ``function`` declaration (P4-16 10.2); the midend (:mod:`switch.inline`) inlines every call."""
+    """A top-level ``function`` declaration (P4-16 10.2); the inliner (:mod:`switch.frontend.inline`) inlines every
+    call."""
     ret: TypeRef | None = None
     params: list[Param] = field(default_factory=list)
     body: Block | None = None
@@ -446,7 +448,7 @@ class TableDecl(Decl):
 class SelectCase(Node):
     keyset: Expr
     state: str
-    values: Any = checked()           # the keyset's values, one per select key (switch.check select_keyset)
+    values: Any = checked()           # the keyset's values, one per select key (switch.frontend.check select_keyset)
 
 
 @dataclass
@@ -476,7 +478,7 @@ class ControlDecl(Decl):
     ctor_params: list[Param] = field(default_factory=list)
     locals: list[Any] = field(default_factory=list)
     apply: Block | None = None
-    inlined_actions: Any = checked()  # set by the midend: (ActionDecl, top-level?) of each action with out/inout
+    inlined_actions: Any = checked()  # set by the inliner: (ActionDecl, top-level?) of each action with out/inout
                                       # parameters the apply body calls, inlined there (P4Info still lists it)
 
 
@@ -491,7 +493,7 @@ def resolve_args(args: list[Expr], params: list[Param], loc, what: str) -> list[
     unknown, repeated or missing argument."""
     import copy
 
-    from .errors import P4Error
+    from ..errors import P4Error
     named = [a for a in args if isinstance(a, NamedArg)]
     if not named and len(args) >= len(params):
         return args
