@@ -1,10 +1,11 @@
 """Code generator: typed IR -> Python source, compiled once with ``compile``/``exec``.
 
-It reads only the typed IR -- declarations in :mod:`switch.ir`, bodies in :mod:`switch.tir` -- and the facts
-:mod:`switch.analysis` finds on it (the pipeline is described in :mod:`switch.tir`), in one run per program.
+It reads only the typed IR -- declarations in :mod:`switch.midend.ir`, bodies in :mod:`switch.midend.tir` -- and
+the facts :mod:`switch.midend.analysis` finds on it (the pipeline is described in :mod:`switch.midend.tir`), in one
+run per program.
 
 Each parser/control becomes one Python function over ``s``, the per-packet slot list (see
-:mod:`switch.ir` for the layout); every action becomes a function ``A<i>(s, args)`` whose action
+:mod:`switch.midend.ir` for the layout); every action becomes a function ``A<i>(s, args)`` whose action
 data come as one tuple.  Exact P4 bit semantics are spelled out in the generated expressions (masks
 for wrap-around, two's complement re-wrapping for int<W>, shifts by >= width giving 0, saturating ops
 clamped), so no per-packet tree walking or type dispatch is left at run time.
@@ -26,13 +27,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from . import ir
-from .analysis import (ROLES, StorageFacts, contains, flat_state_copies, is_lookahead, parser_is_dag, set_before_use,
-                       storage_facts, storage_roots)
 from . import layout
-from . import tir as T
 from .errors import Loc, P4Error, unsupported
-from .ir import Bits, Sym
+from .midend import ir
+from .midend import tir as T
+from .midend.analysis import (ROLES, StorageFacts, contains, flat_state_copies, is_lookahead, parser_is_dag,
+                              set_before_use, storage_facts, storage_roots)
+from .midend.ir import Bits, Sym
 
 QDEPTH_MAX = (1 << 19) - 1     # enq_qdepth / deq_qdepth are bit<19> in v1model
 
@@ -66,7 +67,7 @@ class Gen:
         self.fused = fast and fuse
         # fused mode bookkeeping: slots the code generated so far reads and writes; headers extracted
         # with one struct call (base slot -> the slot of the local holding the offset they were extracted
-        # at); what the program reads and how (switch.analysis.storage_facts, found on the IR before
+        # at); what the program reads and how (switch.midend.analysis.storage_facts, found on the IR before
         # generating: what nothing reads is not computed)
         self.reads: set[int] = set()
         self.writes: set[int] = set()
@@ -111,7 +112,7 @@ class Gen:
 
     # ---- storage --------------------------------------------------------------------------------
     def alloc(self, t: ir.Type, owner: Any) -> int:
-        """Slots for a value of type ``t``; ``owner`` names the storage (a root of switch.analysis
+        """Slots for a value of type ``t``; ``owner`` names the storage (a root of switch.midend.analysis
         storage keys: "H", "M", "SM", a local's Sym)."""
         base = self.nslots
         self._init(t)
@@ -753,7 +754,7 @@ class Gen:
         fields of one header, in order, that nothing but extract has written so far (so its bytes
         are still the ones it was extracted from), leaving out only fields that are whole 16-bit
         words at 16-bit positions (the checksum field itself, typically): the analysis decides
-        (:attr:`switch.analysis.StorageFacts.raw_csum`).  The sum of the header's 16-bit words minus
+        (:attr:`switch.midend.analysis.StorageFacts.raw_csum`).  The sum of the header's 16-bit words minus
         the left-out words is the sum of the list's words: congruent to the list modulo 0xFFFF, and
         zero exactly when the list is (see layout.csum16_terms).  An invalid header here was never
         extracted nor written: its fields are all 0, and so is the sum."""
@@ -1691,7 +1692,7 @@ class Gen:
         for role in ROLES:
             self.bind_params(p.blocks[role], role)
         if self.fused:
-            # what nothing reads is found on the IR first (switch.analysis), so one run does not compute it
+            # what nothing reads is found on the IR first (switch.midend.analysis), so one run does not compute it
             self.facts = storage_facts(p)
             src = self.generate_fused()
             missed = sorted({self.owners[a] for a in self.read_anywhere if self.dead(a)}, key=repr)

@@ -16,10 +16,11 @@ import random
 from operator import itemgetter as _itemgetter
 from typing import Any, Iterable
 
-from . import ir, runtime
+from . import runtime
 from .codegen import PRELUDE, Gen, NotFusable
 from .errors import Loc, P4Error, SwitchError
 from .frontend.check import load_ir
+from .midend import ir
 from .p4info import P4InfoBuilder
 from .tm import TrafficManager
 

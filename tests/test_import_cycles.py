@@ -128,13 +128,13 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 
 
 def test_switch_back_end_reads_only_the_typed_ir():
-    """The embedded target's back end (analyses, code generator, P4Info) consumes the typed IR (switch.ir,
-    switch.tir), never the syntax tree nor the stages that build it (docs/switch-target.md)."""
+    """The embedded target's back end (analyses, code generator, P4Info) consumes the typed IR (switch.midend.ir,
+    switch.midend.tir), never the syntax tree nor the stages that build it (docs/switch-target.md)."""
     known = modules()
     graph = {m: imports(m, p, known) for m, p in known.items()}
     front = {"switch.frontend.p4ast", "switch.frontend.parser", "switch.frontend.lexer", "switch.frontend.preprocess",
              "switch.frontend.inline", "switch.frontend.check", "switch.frontend.lower"}
     assert front <= set(known)
-    for back in ("switch.codegen", "switch.analysis", "switch.p4info", "switch.tir", "switch.ir"):
+    for back in ("switch.codegen", "switch.midend.analysis", "switch.p4info", "switch.midend.tir", "switch.midend.ir"):
         assert not reachable(graph, back) & front, f"{back} reaches {sorted(reachable(graph, back) & front)}"
-    assert {"switch.tir", "switch.ir"} <= reachable(graph, "switch.codegen")
+    assert {"switch.midend.tir", "switch.midend.ir"} <= reachable(graph, "switch.codegen")

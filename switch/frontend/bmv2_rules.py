@@ -30,8 +30,8 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from .. import ir
 from ..errors import P4Error
+from ..midend import ir
 from . import p4ast as A
 
 

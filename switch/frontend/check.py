@@ -1,5 +1,5 @@
-"""Name resolution and type checking: syntax tree -> typed IR (declarations in :mod:`switch.ir`, bodies in
-:mod:`switch.tir`, built from each checked body by :mod:`switch.frontend.lower`).
+"""Name resolution and type checking: syntax tree -> typed IR (declarations in :mod:`switch.midend.ir`, bodies in
+:mod:`switch.midend.tir`, built from each checked body by :mod:`switch.frontend.lower`).
 
 Every diagnostic is a :class:`~switch.errors.P4Error` at the offending token, worded for a P4
 programmer (unknown name, width mismatch, missing state, assignment to an ``in`` parameter...).
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import ir
 from ..errors import Loc, P4Error, unsupported
-from ..ir import BOOL, INTLIT, STR, VOID, Bits, Sym
+from ..midend import ir
+from ..midend.ir import BOOL, INTLIT, STR, VOID, Bits, Sym
 from . import bmv2_rules, lower
 from . import p4ast as A
 

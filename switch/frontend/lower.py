@@ -1,18 +1,18 @@
-"""The checker's last step: a checked syntax-tree node -> its typed IR (:mod:`switch.tir`).
+"""The checker's last step: a checked syntax-tree node -> its typed IR (:mod:`switch.midend.tir`).
 
 :mod:`switch.frontend.check` resolves names and types on the syntax tree, recording what it decides in the fields the
 syntax tree declares for it (:func:`switch.frontend.p4ast.checked`); these functions read those decisions once and build
 the frozen typed IR that the analyses and the code generator consume.  Each is a pure function of a node the
 checker has finished with (the checker calls them as it completes an action body, a table key, a block).
-Constants become :class:`~switch.tir.Const` (named constants, enum and error members included), so no
+Constants become :class:`~switch.midend.tir.Const` (named constants, enum and error members included), so no
 later stage resolves a name.
 """
 from __future__ import annotations
 
-from .. import ir
-from .. import tir as T
 from ..errors import unsupported
-from ..ir import Sym
+from ..midend import ir
+from ..midend import tir as T
+from ..midend.ir import Sym
 from . import p4ast as A
 
 

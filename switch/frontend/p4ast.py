@@ -4,7 +4,7 @@ Nodes are plain dataclasses carrying a :class:`~switch.errors.Loc`.  The checker
 in the fields declared with :func:`checked` -- an expression's resolved type and declaration, a call's kind and
 target, constant values it folded -- and nothing else, as its working notes: :mod:`switch.frontend.lower` reads them
 once
-to build the typed IR (:mod:`switch.tir`), and no later stage sees this tree.  Those fields are not constructor
+to build the typed IR (:mod:`switch.midend.tir`), and no later stage sees this tree.  Those fields are not constructor
 arguments, take no part in equality or ``repr``, and are None (or False) until the checker has run.  A few such
 fields are set earlier, by the inliner (:mod:`switch.frontend.inline`), for the checker to enforce and report: an
 expression's ``readonly`` (it stands for an inlined ``in`` or directionless parameter), a constant's ``arg_for``
@@ -56,8 +56,8 @@ class TypeRef(Node):
 # ---- expressions -------------------------------------------------------------------------------
 @dataclass
 class Expr(Node):
-    type: Any = checked()             # the resolved type (a switch.ir type)
-    ref: Any = checked()              # what a name refers to (a switch.ir.Sym, or the overloads of a name)
+    type: Any = checked()             # the resolved type (a switch.midend.ir type)
+    ref: Any = checked()              # what a name refers to (a switch.midend.ir.Sym, or the overloads of a name)
     value_v: Any = checked()          # a switch case label's constant value (switch on a value)
     readonly: Any = checked()         # set by the inliner: a ReadOnlyParam when this stands for an in/directionless
                                       # parameter of an inlined function, sub-control or sub-parser
@@ -115,7 +115,7 @@ class Call(Expr):
     kind: Any = checked()             # efunc, action, union, hdr, stack, table, method (check.Checker.call)
     target: Any = checked()           # what is called: the extern function's name, an ActionIR, a TableIR, ...
     tvars: Any = checked()            # type variables bound by the call (name -> type)
-    digest: Any = checked()           # digest(): its switch.ir.DigestIR
+    digest: Any = checked()           # digest(): its switch.midend.ir.DigestIR
 
 
 @dataclass
@@ -266,7 +266,7 @@ class VarDecl(Stmt):
     name: str
     init: Expr | None
     annots: list[Annotation] = field(default_factory=list)
-    sym: Any = checked()              # the variable's switch.ir.Sym
+    sym: Any = checked()              # the variable's switch.midend.ir.Sym
     arg_for: Any = checked()          # set by the inliner: the ReadOnlyParam whose (list) argument this holds
 
 

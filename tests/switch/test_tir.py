@@ -2,7 +2,7 @@
 
 The checker's output is declared, frozen and located (every node has its source position, every expression its
 type; nothing in it is a syntax-tree node); the code generator runs once per program and generates nothing that
-reads storage the analysis (switch.analysis.storage_facts) found unread; the analysis finds what a small program
+reads storage the analysis (switch.midend.analysis.storage_facts) found unread; the analysis finds what a small program
 does and does not read.  The import-graph side of the boundary is in tests/test_import_cycles.py.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from switch import analysis, ir, tir
+from switch.midend import analysis, ir, tir
 from switch.frontend import p4ast
 from switch.frontend.check import load_ir
 from switch.codegen import Gen, NotFusable
@@ -69,7 +69,7 @@ def test_typed_ir_is_frozen_located_and_free_of_syntax_tree_nodes(path):
     for root in bodies(p):
         for n in nodes(root):
             count += 1
-            assert dataclasses.is_dataclass(n) and type(n).__module__ == "switch.tir", n
+            assert dataclasses.is_dataclass(n) and type(n).__module__ == "switch.midend.tir", n
             assert isinstance(n.loc, Loc) and n.loc.line >= 1 and n.loc.col >= 1, n
             if isinstance(n, tir.Expr):
                 assert isinstance(n.type, ir.Type), n

@@ -2,7 +2,7 @@
 V1Switch blocks.
 
 The checker (:mod:`switch.frontend.check`) produces these objects; the bodies they hold (an action's statements, a
-control's apply block, a parser's states, a table's key expressions) are typed IR (:mod:`switch.tir`).  The
+control's apply block, a parser's states, a table's key expressions) are typed IR (:mod:`switch.midend.tir`).  The
 code generator (:mod:`switch.codegen`) reads only these two modules, never the syntax tree; the ``decl``
 fields below point into the syntax tree for the checker's own use and no later stage reads them.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .errors import Loc
+from ..errors import Loc
 
 
 class Type:
@@ -253,19 +253,19 @@ class ActionIR:
     fqname: str
     params: list[Sym]
     decl: Any
-    annots: tuple                # switch.tir.Annotation
+    annots: tuple                # switch.midend.tir.Annotation
     index: int = 0               # position in ProgramIR.actions
     in_params: list[Sym] = field(default_factory=list)   # directional ('in') parameters, given by direct calls
-    body: Any = None             # switch.tir.Block, set once the checker has checked the body
+    body: Any = None             # switch.midend.tir.Block, set once the checker has checked the body
 
 
 @dataclass(eq=False)
 class KeyIR:
-    expr: Any                    # switch.tir.Expr
+    expr: Any                    # switch.midend.tir.Expr
     match_kind: str
     name: str
     width: int
-    annots: tuple                # switch.tir.Annotation
+    annots: tuple                # switch.midend.tir.Annotation
 
 
 @dataclass(eq=False)
@@ -294,7 +294,7 @@ class TableIR:
     implementation: "InstanceIR | None"
     direct_counter: "InstanceIR | None"
     direct_meter: "InstanceIR | None"
-    annots: tuple                # switch.tir.Annotation
+    annots: tuple                # switch.midend.tir.Annotation
     loc: Loc
     index: int = 0
 
@@ -319,7 +319,7 @@ class InstanceIR:
     extern: str
     type_args: list[Type]
     args: list[Any]
-    annots: tuple                # switch.tir.Annotation
+    annots: tuple                # switch.midend.tir.Annotation
     loc: Loc
     index: int = 0
     tables: list[TableIR] = field(default_factory=list)
@@ -337,11 +337,11 @@ class BlockIR:
     actions: list[ActionIR] = field(default_factory=list)
     tables: list[TableIR] = field(default_factory=list)
     instances: list[InstanceIR] = field(default_factory=list)
-    inits: tuple = ()            # switch.tir.VarDecl of the block's local variables, in order
-    apply: Any = None            # a control's apply body (switch.tir.Block)
+    inits: tuple = ()            # switch.midend.tir.VarDecl of the block's local variables, in order
+    apply: Any = None            # a control's apply body (switch.midend.tir.Block)
     inlined_actions: list = field(default_factory=list)   # (ActionIR, top-level?) of the actions with out/inout
                                  # parameters the apply body calls: inlined by the inliner, listed in P4Info only
-    states: tuple = ()           # a parser's states (switch.tir.State), in declaration order
+    states: tuple = ()           # a parser's states (switch.midend.tir.State), in declaration order
 
 
 @dataclass(eq=False)
@@ -352,7 +352,7 @@ class ValueSetIR:
     fqname: str
     width: int
     size: int
-    annots: tuple                # switch.tir.Annotation
+    annots: tuple                # switch.midend.tir.Annotation
     loc: Loc
     index: int = 0
 
@@ -379,7 +379,7 @@ class ProgramIR:
     digests: list[DigestIR]
     errors: ErrorT
     header_types: dict[str, Type]
-    controller_headers: list[tuple[str, HeaderT, tuple]]   # (name, type, switch.tir.Annotation)
+    controller_headers: list[tuple[str, HeaderT, tuple]]   # (name, type, switch.midend.tir.Annotation)
     type_syms: dict[str, Sym] = field(default_factory=dict)
     value_sets: list[ValueSetIR] = field(default_factory=list)
     field_lists: dict[int, list[str]] = field(default_factory=dict)    # v1model @field_list -> meta fields

@@ -1,4 +1,4 @@
-"""Analyses of the typed IR (:mod:`switch.tir`) that the code generator (:mod:`switch.codegen`) bases its
+"""Analyses of the typed IR (:mod:`switch.midend.tir`) that the code generator (:mod:`switch.codegen`) bases its
 choices on, kept apart from the code it prints: def-use facts about variables (is a variable's initial value
 ever read?), whether a body holds a ``return`` or ``exit``, the shape of a parser's state graph (loop-free? how
 many state copies would one straight-line function need?) and which storage the program never reads
@@ -91,7 +91,7 @@ def contains(st, kind: type) -> bool:
 
 
 def parser_is_dag(states) -> bool:
-    """True when no state of ``states`` (a parser's :class:`~switch.tir.State` list) can be reached again
+    """True when no state of ``states`` (a parser's :class:`~switch.midend.tir.State` list) can be reached again
     (no loops, so no ParserTimeout possible) and no state uses 'exit': such a parser compiles to one
     straight-line function per state."""
     succ = {}
@@ -155,14 +155,14 @@ class StorageFacts:
     """What the fused pipeline (``Gen(fuse=True)``) reads, found on the IR before any code is generated.
 
     Storage is named independently of slot numbers: ``(root, offset)``, ``root`` one of ``"H"``, ``"M"``,
-    ``"SM"`` (see :func:`storage_roots`) or a local variable's :class:`~switch.ir.Sym`, ``offset`` the slot
-    within it (:mod:`switch.ir` layout); ``("off", root, offset)`` is where the header at ``(root, offset)``
+    ``"SM"`` (see :func:`storage_roots`) or a local variable's :class:`~switch.midend.ir.Sym`, ``offset`` the slot
+    within it (:mod:`switch.midend.ir` layout); ``("off", root, offset)`` is where the header at ``(root, offset)``
     was extracted in the packet.  The code generator does not compute what :meth:`is_read` denies (the parser
     unpacks such fields into ``_``), and follows the two choices made here that decide what is read:
 
     * ``pristine``: headers only ever written by ``extract``; the deparser emits their received bytes, so it
       reads only their validity and offset, not their fields;
-    * ``raw_csum``: csum16 field lists (:class:`~switch.tir.List` nodes) that are fields of one such header not
+    * ``raw_csum``: csum16 field lists (:class:`~switch.midend.tir.List` nodes) that are fields of one such header not
       written before the checksum is computed; the sum is taken over the received bytes, reading the header's
       validity, its offset and the left-out fields (``raw_csum[node]``: their indexes in the header).
     """

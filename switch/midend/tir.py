@@ -4,20 +4,21 @@ The compiler's pipeline is::
 
     preprocess -> parse (switch.frontend.parser: syntax tree, switch.frontend.p4ast)
                -> inline (switch.frontend.inline: functions, sub-parsers, sub-controls; still the syntax tree)
-               -> check (switch.frontend.check: names and types; its last step, switch.frontend.lower, builds this IR)
-               -> analysis (switch.analysis: facts about this IR)
-               -> codegen (switch.codegen: Python source, from this IR and switch.ir only)
+               -> check (switch.frontend.check: names and types; its last step, switch.frontend.lower,
+                         builds this IR)
+               -> analysis (switch.midend.analysis: facts about this IR)
+               -> codegen (switch.codegen: Python source, from this IR and switch.midend.ir only)
 
-:mod:`switch.ir` holds the program's declarations (types, symbols, actions, tables, extern instances, the
+:mod:`switch.midend.ir` holds the program's declarations (types, symbols, actions, tables, extern instances, the
 V1Switch blocks); this module holds what runs: every node is a frozen dataclass with its source position
-(``loc``, for located errors) and, for expressions, its resolved :mod:`switch.ir` type.  Nothing here refers
-to the syntax tree, and nothing is added to a node after it is built: the code generator reads what the checker
+(``loc``, for located errors) and, for expressions, its resolved :mod:`switch.midend.ir` type.  Nothing here
+refers to the syntax tree, and nothing is added to a node after it is built: the code generator reads what the checker
 decided (a call's kind and callee, a slice's bounds, a switch label's value, a select case's keyset values)
 from these fields, never from annotations.
 
 Where inlining sits (a choice): functions, sub-parsers and sub-controls are inlined on the syntax tree, before
-checking (:mod:`switch.frontend.inline`), so that every inlined copy is checked in the context it lands in (constructor
-parameters replaced by their constant arguments, locals renamed for P4Info) and its errors point at its own
+checking (:mod:`switch.frontend.inline`), so that every inlined copy is checked in the context it lands in
+(constructor parameters replaced by their constant arguments, locals renamed for P4Info) and its errors point at its own
 source.  Actions are not inlined in the IR: a table chooses its action per packet, so the code generator inlines
 action bodies into the generated code where it can (fused mode) and calls them otherwise.
 """
@@ -26,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import Loc
+from ..errors import Loc
 from .ir import Type
 
 
@@ -49,7 +50,7 @@ class Const(Expr):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Var(Expr):
     """A variable, a block or action parameter (``sym.kind`` var / param / aparam)."""
-    sym: Any                      # switch.ir.Sym
+    sym: Any                      # switch.midend.ir.Sym
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -115,16 +116,16 @@ class Call(Expr):
     """A call, as the checker resolved it.  ``kind`` and ``target``:
 
     * ``efunc``: an extern function, ``target`` its name (``hash``, ``mark_to_drop``, ...)
-    * ``action``: ``target`` the :class:`switch.ir.ActionIR`
-    * ``table``: ``target`` the :class:`switch.ir.TableIR` (``t.apply()``)
+    * ``action``: ``target`` the :class:`switch.midend.ir.ActionIR`
+    * ``table``: ``target`` the :class:`switch.midend.ir.TableIR` (``t.apply()``)
     * ``hdr``: ``target`` isValid / setValid / setInvalid of the header ``recv``
     * ``union``: ``target`` isValid of the header union ``recv``
     * ``stack``: ``target`` (push_front | pop_front, count) of the stack ``recv``
     * ``method``: ``target`` (extern type name, method name); ``instance`` the
-      :class:`switch.ir.InstanceIR` called (None for packet_in / packet_out)
+      :class:`switch.midend.ir.InstanceIR` called (None for packet_in / packet_out)
 
     ``tvars``: the type variables the call bound (``lookahead<T>``'s T); ``digest``: digest()'s
-    :class:`switch.ir.DigestIR`."""
+    :class:`switch.midend.ir.DigestIR`."""
     kind: str
     target: Any
     args: tuple[Expr, ...]
@@ -184,7 +185,7 @@ class Switch(Stmt):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class VarDecl(Stmt):
-    """A local variable (``sym``, a :class:`switch.ir.Sym` of kind var) with its initial value, if any."""
+    """A local variable (``sym``, a :class:`switch.midend.ir.Sym` of kind var) with its initial value, if any."""
     sym: Any
     init: Expr | None
 
