@@ -122,7 +122,7 @@ def load_program(path: Path, include_dirs: Iterable[Path] = (), bmv2_json: Path 
     """Compile ``path`` with the embedded front end for its P4Info; raise :class:`ProgramError` on any error."""
     from switch.frontend.check import load_ir
     from switch.errors import P4Error
-    from switch.p4info import P4InfoBuilder
+    from switch.backend.p4info import P4InfoBuilder
 
     include_dirs = tuple(include_dirs)
     if not path.is_file():

@@ -40,7 +40,7 @@ import tempfile  # noqa: E402
 
 from switch.frontend.check import load_ir  # noqa: E402
 from switch.errors import P4Error  # noqa: E402
-from switch.p4info import P4InfoBuilder  # noqa: E402
+from switch.backend.p4info import P4InfoBuilder  # noqa: E402
 
 KINDS = ("tables", "actions", "counters", "direct_counters", "meters", "direct_meters", "registers",
          "action_profiles", "digests", "controller_packet_metadata", "value_sets", "externs")

@@ -23,8 +23,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--p4info takes one program; use --out-dir for several")
     defines = dict((d.split("=", 1) + ["1"])[:2] for d in a.defines)
     from .frontend.check import load_ir
-    from .codegen import Gen, NotFusable
-    from .p4info import P4InfoBuilder, to_text
+    from .backend.codegen import Gen, NotFusable
+    from .backend.p4info import P4InfoBuilder, to_text
     status = 0
     for prog in a.programs:
         try:

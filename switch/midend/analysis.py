@@ -1,4 +1,4 @@
-"""Analyses of the typed IR (:mod:`switch.midend.tir`) that the code generator (:mod:`switch.codegen`) bases its
+"""Analyses of the typed IR (:mod:`switch.midend.tir`) that the code generator (:mod:`switch.backend.codegen`) bases its
 choices on, kept apart from the code it prints: def-use facts about variables (is a variable's initial value
 ever read?), whether a body holds a ``return`` or ``exit``, the shape of a parser's state graph (loop-free? how
 many state copies would one straight-line function need?) and which storage the program never reads

@@ -3,7 +3,7 @@ V1Switch blocks.
 
 The checker (:mod:`switch.frontend.check`) produces these objects; the bodies they hold (an action's statements, a
 control's apply block, a parser's states, a table's key expressions) are typed IR (:mod:`switch.midend.tir`).  The
-code generator (:mod:`switch.codegen`) reads only these two modules, never the syntax tree; the ``decl``
+code generator (:mod:`switch.backend.codegen`) reads only these two modules, never the syntax tree; the ``decl``
 fields below point into the syntax tree for the checker's own use and no later stage reads them.
 
 Storage layout: every value is flattened into consecutive *slots* of a per-packet Python list.

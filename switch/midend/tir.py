@@ -7,7 +7,7 @@ The compiler's pipeline is::
                -> check (switch.frontend.check: names and types; its last step, switch.frontend.lower,
                          builds this IR)
                -> analysis (switch.midend.analysis: facts about this IR)
-               -> codegen (switch.codegen: Python source, from this IR and switch.midend.ir only)
+               -> codegen (switch.backend.codegen: Python source, from this IR and switch.midend.ir only)
 
 :mod:`switch.midend.ir` holds the program's declarations (types, symbols, actions, tables, extern instances, the
 V1Switch blocks); this module holds what runs: every node is a frozen dataclass with its source position

@@ -495,7 +495,7 @@ class Entities:
 
     @staticmethod
     def _meter_cfg(cfg: p4r.MeterConfig):
-        from ..runtime import MeterConfig
+        from ..backend.runtime import MeterConfig
         if min(cfg.cir, cfg.cburst, cfg.pir, cfg.pburst) < 0:
             raise _bad("meter rates and bursts must be >= 0")
         if cfg.cir > cfg.pir:

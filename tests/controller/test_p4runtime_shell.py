@@ -153,7 +153,7 @@ def test_replacing_a_pipeline_names_the_entries_it_clears(tmp_path: Path) -> Non
 
         async def push_other_with_an_entry() -> None:
             from switch.frontend.check import load_ir
-            from switch.p4info import P4InfoBuilder
+            from switch.backend.p4info import P4InfoBuilder
 
             info = P4InfoBuilder(load_ir(str(other), [], {})).build()
             opts = fy.SwitchOptions(p4info=info, p4blob=other.read_bytes(), device_id=0, initial_election_id=5)

@@ -34,7 +34,7 @@ from google.protobuf import descriptor as _desc
 from google.protobuf.message import DecodeError, Message
 
 from finsy.proto import p4i, p4r, p4r_grpc, rpc_status
-from switch.p4info import P4InfoBuilder
+from switch.backend.p4info import P4InfoBuilder
 from switch.target import Switch
 
 __all__ = ["Result", "campaign", "mutate_message", "mutate_bytes", "main"]

@@ -12,7 +12,7 @@ import grpc
 from finsy.proto import p4r_grpc
 
 from switch.device import Device
-from switch.p4info import P4InfoBuilder, to_text
+from switch.backend.p4info import P4InfoBuilder, to_text
 from switch.p4rt.service import P4RuntimeService
 from switch.target import Switch
 

@@ -9,7 +9,7 @@ of such headers summed from those bytes).  ``Switch(..., fast_paths=False)`` gen
 ``Switch(..., fuse=False)`` the fast code without fusing.  Every test here drives all three with the same
 packets and control-plane operations and requires identical departures (port, bytes, times), drops, parser
 errors, counters, registers, direct counters and queue statistics.  The layout helpers are also checked
-against big-integer and switch.runtime references on random field lists, and the traffic manager's drain
+against big-integer and switch.backend.runtime references on random field lists, and the traffic manager's drain
 shortcuts against the step-by-step dequeue loop.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from hypothesis import given, settings, strategies as st
 from scapy.all import ARP, IP, TCP, UDP, Ether, Raw
 
 from host import wire
-from switch import layout, runtime
+from switch.backend import layout, runtime
 from switch.target import Switch
 
 ROOT = Path(__file__).resolve().parents[2]

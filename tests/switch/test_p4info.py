@@ -5,7 +5,7 @@ from finsy.proto import p4i
 from google.protobuf import text_format
 
 from switch.frontend.check import load_ir
-from switch.p4info import P4InfoBuilder, assign_ids, jenkins_one_at_a_time, to_text
+from switch.backend.p4info import P4InfoBuilder, assign_ids, jenkins_one_at_a_time, to_text
 
 PROGRAMS = Path(__file__).parent / "programs"
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from scapy.all import IP, UDP, Ether, Raw
 
-from switch import runtime
+from switch.backend import runtime
 from switch.errors import SwitchError
 from switch.target import Switch
 

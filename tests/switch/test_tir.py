@@ -15,7 +15,7 @@ import pytest
 from switch.midend import analysis, ir, tir
 from switch.frontend import p4ast
 from switch.frontend.check import load_ir
-from switch.codegen import Gen, NotFusable
+from switch.backend.codegen import Gen, NotFusable
 from switch.errors import Loc, P4Error
 
 ROOT = Path(__file__).resolve().parents[2]

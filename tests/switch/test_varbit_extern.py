@@ -6,8 +6,8 @@ import pytest
 
 from switch.frontend.check import load_ir
 from switch.errors import P4Error
-from switch.p4info import P4InfoBuilder
-from switch.runtime import csum16
+from switch.backend.p4info import P4InfoBuilder
+from switch.backend.runtime import csum16
 from switch.target import Switch
 
 PROGRAMS = Path(__file__).parent / "programs"

@@ -18,7 +18,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from p4rt_local import connect, local_server  # noqa: E402
 from switch.errors import P4Error, SwitchError  # noqa: E402
-from switch.p4info import P4InfoBuilder  # noqa: E402
+from switch.backend.p4info import P4InfoBuilder  # noqa: E402
 from switch.target import Switch  # noqa: E402
 
 MODES = {"fused": dict(fuse=True, fast_paths=True), "fast": dict(fuse=False, fast_paths=True),

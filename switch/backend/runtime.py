@@ -19,7 +19,7 @@ import zlib
 _unpack = struct.unpack
 from dataclasses import dataclass, field
 
-from .errors import SwitchError
+from ..errors import SwitchError
 
 # ---- hashes (BMv2 calculations) -----------------------------------------------------------------
 

@@ -11,7 +11,7 @@ for wrap-around, two's complement re-wrapping for int<W>, shifts by >= width giv
 clamped), so no per-packet tree walking or type dispatch is left at run time.
 
 Fast paths (``Gen(prog, fast=True)``, the default; docs/switch-target.md): headers parsed and emitted
-with one ``struct`` call each (:mod:`switch.layout`), csum16 checksums folded over small integers,
+with one ``struct`` call each (:mod:`switch.backend.layout`), csum16 checksums folded over small integers,
 counters and registers indexed inline, a loop-free parser as one function, simple and
 direct-counted tables applied inline from a per-table cache.  On top of them the *fused* mode
 (``fuse=True``, the default): the whole pipeline as two functions, ``F_ingress`` and ``F_egress``,
@@ -27,13 +27,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..errors import Loc, P4Error, unsupported
+from ..midend import ir
+from ..midend import tir as T
+from ..midend.analysis import (ROLES, StorageFacts, contains, flat_state_copies, is_lookahead, parser_is_dag,
+                               set_before_use, storage_facts, storage_roots)
+from ..midend.ir import Bits, Sym
 from . import layout
-from .errors import Loc, P4Error, unsupported
-from .midend import ir
-from .midend import tir as T
-from .midend.analysis import (ROLES, StorageFacts, contains, flat_state_copies, is_lookahead, parser_is_dag,
-                              set_before_use, storage_facts, storage_roots)
-from .midend.ir import Bits, Sym
 
 QDEPTH_MAX = (1 << 19) - 1     # enq_qdepth / deq_qdepth are bit<19> in v1model
 
@@ -59,7 +59,7 @@ class Gen:
     def __init__(self, prog: ir.ProgramIR, fast: bool = True, fuse: bool = True):
         self.prog = prog
         # fast=False generates the plain reference code (big-integer header parse/emit, checksum and
-        # extern calls through switch.runtime, one function per parser state, uncached table
+        # extern calls through switch.backend.runtime, one function per parser state, uncached table
         # lookups); the tests run both and compare (tests/switch/test_fastpath.py)
         self.fast = fast
         # fused (fast only): the whole pipeline as two functions over local variables, F_ingress and

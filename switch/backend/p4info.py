@@ -10,9 +10,9 @@ from __future__ import annotations
 from finsy.proto import p4i as p4info_pb2
 from google.protobuf import text_format
 
-from .midend import ir
-from .midend import tir as T
-from .midend.tir import annotation
+from ..midend import ir
+from ..midend import tir as T
+from ..midend.tir import annotation
 
 PREFIX = {"actions": 0x01, "tables": 0x02, "value_sets": 0x03, "controller_packet_metadata": 0x04,
           "action_profiles": 0x11, "counters": 0x12, "direct_counters": 0x13, "meters": 0x14,
@@ -88,7 +88,7 @@ def _annot_strings(annots) -> list[str]:
 
 def _direct_calls(node) -> list[ir.ActionIR]:
     """The actions a control body calls directly (not through a table), in source order."""
-    from .midend.analysis import children
+    from ..midend.analysis import children
     out = []
     stack = [node]
     while stack:
@@ -130,7 +130,7 @@ def p4c_action_order(p: ir.ProgramIR) -> list[ir.ActionIR]:
 
 
 def _calls_extern_function(node) -> bool:
-    from .midend.analysis import children
+    from ..midend.analysis import children
     stack = [node]
     while stack:
         n = stack.pop()
