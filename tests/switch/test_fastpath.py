@@ -599,7 +599,7 @@ def test_drain_runs_and_single_packets_equal_stepwise(ops, nprio, shaped_first):
     """drain()'s shortcuts -- a run of due packets from one queue, and one queued packet -- against the
     step-by-step loop: the same departures, times, depths and queue statistics, in batches (enqueue many,
     then drain), one at a time (as the switch daemon drives it), and with enqueue times in the future."""
-    from switch.tm import TrafficManager
+    from switch.target.tm import TrafficManager
     tms = [TrafficManager(nprio, 5, 1) for _ in range(2)]
     if shaped_first:
         for tm in tms:

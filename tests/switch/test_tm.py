@@ -120,7 +120,7 @@ def test_drain_equals_stepwise_dequeue():
     """drain() inlines next_departure/_port_ready/dequeue_raw: on random enqueues, queue and port rates
     switched on and off, capacities and partial runs, both give the same departures, times and drops."""
     import random
-    from switch.tm import TrafficManager
+    from switch.target.tm import TrafficManager
 
     for seed in range(40):
         rng = random.Random(seed)

@@ -16,12 +16,12 @@ import random
 from operator import itemgetter as _itemgetter
 from typing import Any, Iterable
 
-from .backend import runtime
-from .backend.codegen import PRELUDE, Gen, NotFusable
-from .backend.p4info import P4InfoBuilder
-from .errors import Loc, P4Error, SwitchError
-from .frontend.check import load_ir
-from .midend import ir
+from ..backend import runtime
+from ..backend.codegen import PRELUDE, Gen, NotFusable
+from ..backend.p4info import P4InfoBuilder
+from ..errors import Loc, P4Error, SwitchError
+from ..frontend.check import load_ir
+from ..midend import ir
 from .tm import TrafficManager
 
 #: v1model's HashAlgorithm members in declaration order (an action selector's first argument is the index)
