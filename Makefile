@@ -24,12 +24,12 @@ help:
 	@echo "make report     regenerate the tables in docs/ and README.md from the committed results/*.json"
 	@echo "make p4         compile the P4 programs in p4src/ (P4Info; p4c-bm2-ss too when installed)"
 	@echo "make setup      Debian packages + .venv (idempotent, seconds when done)"
-	@echo "make proto      regenerate switch/mgmt_pb2*.py from switch/mgmt.proto"
+	@echo "make proto      regenerate switch/daemon/mgmt_pb2*.py from switch/daemon/mgmt.proto"
 
 # The stamp is rebuilt only when the dependency list, the set-up script or the C extension changes.
 setup: $(STAMP)
 $(STAMP): pyproject.toml setup.py scripts/setup.sh host/transport/_rxlane.c host/transport/_txlane.c \
-		host/transport/_siphash.h host/transport/_tag.h host/transport/_tagkey.h host/_elementwise.c switch/_portio.c
+		host/transport/_siphash.h host/transport/_tag.h host/transport/_tagkey.h host/_elementwise.c switch/daemon/_portio.c
 	scripts/setup.sh
 	@touch $@
 
@@ -121,9 +121,9 @@ report: setup
 demo: setup
 	$(VENV)/bin/dlcp-testbed demo $(DEMO_ARGS)
 
-# Regenerate the committed gRPC stubs of the switch management service (switch/mgmt.proto).
+# Regenerate the committed gRPC stubs of the switch management service (switch/daemon/mgmt.proto).
 proto: setup
-	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. switch/mgmt.proto
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. switch/daemon/mgmt.proto
 
 # P4Info (and the generated Python) for every program in p4src/ from the embedded target's front end; the BMv2
 # JSON too when p4c-bm2-ss is installed, so both targets are checked from the same source.

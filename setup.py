@@ -11,4 +11,4 @@ setup(ext_modules=[Extension(f"host.transport.{name}", [f"host/transport/{name}.
                                       "host/transport/_tagkey.h"])  # the keyed tag, in both lanes
                    for name in ("_rxlane", "_txlane")]
       + [Extension("host._elementwise", ["host/_elementwise.c"], extra_compile_args=_FLAGS)]
-      + [Extension("switch._portio", ["switch/_portio.c"], extra_compile_args=_FLAGS)])
+      + [Extension("switch.daemon._portio", ["switch/daemon/_portio.c"], extra_compile_args=_FLAGS)])

@@ -31,7 +31,7 @@ from harness import Report, timed  # noqa: E402
 
 from controller import Network, state  # noqa: E402
 from controller.client import SwitchClient, writer_election_id  # noqa: E402
-from switch.mgmt import MgmtClient  # noqa: E402
+from switch.daemon.mgmt import MgmtClient  # noqa: E402
 
 HOSTS = int(os.environ.get("BENCH_HOSTS", "48"))
 

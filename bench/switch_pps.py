@@ -11,7 +11,7 @@ Programs:
 Candidate: the compiled target (generated Python code; docs/switch-target.md).  Two ways of driving it:
 * large batch: ``Switch.process_batch`` of 20,000 packets injected at one instant (all queued, then drained);
   it also measures holding 20,000 queued packet states.
-* daemon batch (dlcp.p4): exactly the calls the switch daemon's packet loop makes (switch/daemon.py
+* daemon batch (dlcp.p4): exactly the calls the switch daemon's packet loop makes (switch/daemon/main.py
   ``PacketLoop.step``): per wake-up up to RX_BUDGET = 64 frames from each of the 4 ports, 256 packets, each
   ``inject(port, data, t)`` (which first drains what is due, so a packet's egress runs before the next one's
   ingress), then ``run(t)`` and the departures taken out of ``Switch.outputs``.
@@ -30,7 +30,7 @@ frames, ``netns_tool.py flood``) for a few seconds and h2 counts what arrives (`
 CPU time per received packet, ``daemon_cpu_us_per_packet``, from /proc).  Three comparisons:
 * the daemon against the kernel: the same hosts joined by Linux IPv4 forwarding in a router namespace
   (``switchd.Net(kernel_router=True)``), the same flood;
-* batched port I/O (``switch._portio``: recvmmsg/sendmmsg) against per-frame ``recvfrom``/``send`` (a daemon
+* batched port I/O (``switch.daemon._portio``: recvmmsg/sendmmsg) against per-frame ``recvfrom``/``send`` (a daemon
   started with ``DLCP_NATIVE=0``);
 * 10,000 LPM routes (prefix lengths 24/28/30/32, installed over P4Runtime) against 10, the flood sent to as many
   destinations in turn, each hitting its own route.
@@ -133,11 +133,11 @@ def build_dlcp_switch() -> Switch:
 
 
 RX_BUDGET, PORTS = 64, 4
-DAEMON_BATCH = RX_BUDGET * PORTS   # what one wake-up of the daemon hands the target (switch/daemon.py RX_BUDGET)
+DAEMON_BATCH = RX_BUDGET * PORTS   # what one wake-up of the daemon hands the target (switch/daemon/main.py RX_BUDGET)
 
 
 def daemon_candidate(packets, build, batch: int = DAEMON_BATCH):
-    """Timed daemon batches: the calls of ``PacketLoop.step`` (switch/daemon.py) for ``batch`` received
+    """Timed daemon batches: the calls of ``PacketLoop.step`` (switch/daemon/main.py) for ``batch`` received
     frames at a time -- ``inject(port, data, t)`` each (it drains what is due first), then ``run(t)``, then
     the departures taken out of ``outputs``; the clock moves on between wake-ups."""
     sw = build()

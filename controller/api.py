@@ -98,7 +98,7 @@ class SwitchStats:
     ports: dict[int, dict[int, PrioCounters]] = field(default_factory=dict)
     nhop_packets: dict[int, tuple[int, int]] = field(default_factory=dict)  # nhop_id (= port) -> (packets, bytes)
     ingress_drops: dict[str, int] = field(default_factory=dict)
-    tm: Any = None  # switch.mgmt.SwitchStats (embedded) or None (BMv2)
+    tm: Any = None  # switch.daemon.mgmt.SwitchStats (embedded) or None (BMv2)
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {

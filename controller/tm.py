@@ -4,7 +4,7 @@ Reconciliation is full: every setting the file does not name is wanted at the sw
 depth and rate the switch falls back to; links: unlimited rate, no delay, no loss), so removing a setting from
 the file and applying puts the default back.
 
-* embedded ``dlcp-switch``: its management service (``switch.mgmt.MgmtClient``, same gRPC port as P4Runtime
+* embedded ``dlcp-switch``: its management service (``switch.daemon.mgmt.MgmtClient``, same gRPC port as P4Runtime
   unless the switch sets ``mgmt_address``); queue and link settings and the queue defaults are read back from
   its statistics, and only what differs is written (a second apply writes nothing).
 * BMv2 ``simple_switch_grpc``: ``simple_switch_CLI --thrift-port N`` (``set_queue_depth``, ``set_queue_rate``)
@@ -128,7 +128,7 @@ class EmbeddedTM:
     """The embedded switch's management service."""
 
     def __init__(self, spec: SwitchSpec, timeout: float = 5.0):
-        from switch.mgmt import MgmtClient
+        from switch.daemon.mgmt import MgmtClient
 
         self.spec = spec
         self.timeout = timeout

@@ -5,7 +5,7 @@
 * :class:`Bmv2` is one ``simple_switch_grpc`` process (no program: the controller pushes it), on the command line
   convention the testbed's ``Bmv2Switch`` uses.
 * :class:`Twin` is both switches, each on its own veth pairs in the root namespace (IPv6 off, offloads off), with
-  the test's AF_PACKET :class:`~switch.portio.Port` on the far end of every pair, the same switch port numbers on
+  the test's AF_PACKET :class:`~switch.daemon.portio.Port` on the far end of every pair, the same switch port numbers on
   both. :meth:`Twin.session` pushes one program to both (BMv2: p4c's JSON and P4Info; dlcp-switch: the source and
   its own P4Info) through ``dlcpctl``'s library (:class:`controller.client.SwitchClient`); :class:`Pair` then
   writes the same P4Runtime updates to both, sends the same frame into both and returns what each sent out, and
@@ -43,7 +43,7 @@ from controller.client import Program, SwitchClient, load_p4info_program, load_p
 from controller.errors import ControllerError, SwitchUnreachable
 from controller.netfile_model import SwitchSpec
 from controller.tm import open_tm
-from switch.portio import Port
+from switch.daemon.portio import Port
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "switch"))

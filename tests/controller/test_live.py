@@ -21,7 +21,7 @@ from scapy.layers.l2 import Ether
 from controller import Network, state
 from controller.errors import EXIT_CODES
 from controller.topology import NextHop, group_hash_id, router_mac
-from switch.mgmt import MgmtClient
+from switch.daemon.mgmt import MgmtClient
 
 from .conftest import ROOT, dlcpctl
 

@@ -17,7 +17,7 @@ from scapy.layers.l2 import Ether
 
 from controller import Network, state
 from controller.client import SwitchClient, writer_election_id
-from switch.mgmt import MgmtClient
+from switch.daemon.mgmt import MgmtClient
 
 from .conftest import dlcpctl, start_daemon
 from .test_live import finsy_read

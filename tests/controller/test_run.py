@@ -18,7 +18,7 @@ import finsy as fy
 import pytest
 
 from controller import Network, state
-from switch.mgmt import MgmtClient
+from switch.daemon.mgmt import MgmtClient
 
 from .conftest import PY, ROOT, dlcpctl, start_daemon
 from .test_live import finsy_read

@@ -307,7 +307,7 @@ def campaign(seed: int, seconds: float, *, min_batches: int = 1, max_batches: in
              queue_rate: float = 5000.0) -> Result:
     """Batches ``0, 1, ...`` of ``seed`` for ``seconds`` (at least ``min_batches``)."""
     sys.path.insert(0, str(ROOT / "tests" / "switch"))
-    from switch.mgmt import MgmtClient
+    from switch.daemon.mgmt import MgmtClient
     from switch.backend.p4info import P4InfoBuilder
     from switch.target import Switch
     from switchd import Daemon, Net  # the switch tests' helpers: a real daemon, namespaces with veths

@@ -1,4 +1,4 @@
-"""The switch's real P4Runtime server (``switch.p4rt.service``) on a loopback port inside the test process, and a
+"""The switch's real P4Runtime server (``switch.daemon.p4rt.service``) on a loopback port inside the test process, and a
 finsy controller for it: for tests that check P4Runtime behaviour and then look at the pipeline directly
 (``device.pipeline.switch``), without the packet thread and interfaces of a full daemon."""
 from __future__ import annotations
@@ -11,9 +11,9 @@ import finsy as fy
 import grpc
 from finsy.proto import p4r_grpc
 
-from switch.device import Device
+from switch.daemon.device import Device
 from switch.backend.p4info import P4InfoBuilder, to_text
-from switch.p4rt.service import P4RuntimeService
+from switch.daemon.p4rt.service import P4RuntimeService
 from switch.target import Switch
 
 CPU_PORT = 255

@@ -17,7 +17,7 @@ import pytest
 from finsy import P4DigestEntry, P4PacketOut, P4TableAction, P4TableEntry, P4TableMatch
 from scapy.all import IP, UDP, Ether, RawPcapReader, rdpcap
 
-from switch.mgmt import MgmtClient
+from switch.daemon.mgmt import MgmtClient
 
 from switchd import CPU_PORT, ROOT, ROUTER, ROUTER_MAC, Daemon, Net, p4info_file, run, wait_ready
 
@@ -307,9 +307,9 @@ def test_faults_garbage_killed_controller_sigterm_under_traffic(net, p4info, tmp
 def test_packet_error_is_logged_counted_and_dropped_and_the_loop_goes_on(caplog):
     """An exception while processing one packet: logged with the packet in hex, counted, the packet dropped;
     the next packet is forwarded.  Departures to a port without an interface are counted as drops."""
-    from switch.daemon import PacketLoop
-    from switch.device import Device, TmSettings
-    from switch.p4rt.pipeline import build_pipeline
+    from switch.daemon.main import PacketLoop
+    from switch.daemon.device import Device, TmSettings
+    from switch.daemon.p4rt.pipeline import build_pipeline
 
     dev = Device(0, settings=TmSettings(priority_queues=8), include_dirs=[str(ROUTER.parent)], ports=[1])
     dev.install(build_pipeline(dev, ROUTER.read_bytes()))

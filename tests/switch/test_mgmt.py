@@ -5,9 +5,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from switch.device import Device, TmSettings
-from switch.mgmt import MgmtClient, MgmtError, PortStats, QueueStats, SwitchStats
-from switch.p4rt.pipeline import build_pipeline
+from switch.daemon.device import Device, TmSettings
+from switch.daemon.mgmt import MgmtClient, MgmtError, PortStats, QueueStats, SwitchStats
+from switch.daemon.p4rt.pipeline import build_pipeline
 
 from switchd import CPU_PORT, PROGRAMS, ROUTER, Daemon, p4rt_stub
 

@@ -11,8 +11,8 @@ from finsy import P4IndirectAction, P4TableAction, P4TableEntry, P4TableMatch
 from finsy.proto import U128, p4r, rpc_code
 
 from p4rt_local import connect, local_server
-from switch.p4rt import arbitration
-from switch.p4rt.arbitration import Stream
+from switch.daemon.p4rt import arbitration
+from switch.daemon.p4rt.arbitration import Stream
 from switchd import ROUTER, p4rt_stub, run
 from test_p4runtime import _details, _raw_write
 

@@ -18,8 +18,8 @@ from finsy.p4client import P4ClientError
 from finsy.proto import U128, p4i, p4r, rpc_code, rpc_status
 from google.protobuf import text_format
 
-from switch.mgmt import MgmtClient, MgmtError
-from switch.p4rt.pipeline import P4DeviceConfig
+from switch.daemon.mgmt import MgmtClient, MgmtError
+from switch.daemon.p4rt.pipeline import P4DeviceConfig
 
 from switchd import CPU_PORT, PROGRAMS, ROOT, ROUTER, Daemon, p4info_file, p4rt_stub, run
 

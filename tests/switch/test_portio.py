@@ -1,6 +1,6 @@
-"""The daemon's port I/O (``switch/portio.py``) on a real veth pair: the batched C calls (``switch._portio``:
-recvmmsg/sendmmsg) and the per-frame Python loops they replace deliver the same frames, in order, skip the
-port's own transmissions, and report the frames the kernel refuses without losing the others."""
+"""The daemon's port I/O (``switch/daemon/portio.py``) on a real veth pair: the batched C calls
+(``switch.daemon._portio``: recvmmsg/sendmmsg) and the per-frame Python loops they replace deliver the same frames,
+in order, skip the port's own transmissions, and report the frames the kernel refuses without losing the others."""
 from __future__ import annotations
 
 import os
@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from switch import portio
-from switch.portio import Port
+from switch.daemon import portio
+from switch.daemon.portio import Port
 
 from switchd import sh, wait_up
 
@@ -40,7 +40,7 @@ def lane(request, monkeypatch):
     if request.param == "python":
         monkeypatch.setattr(portio, "_portio", None)
     else:
-        assert portio._portio is not None, "switch._portio is not built (make setup builds it)"
+        assert portio._portio is not None, "switch.daemon._portio is not built (make setup builds it)"
     return request.param
 
 
@@ -93,7 +93,7 @@ def test_refused_frames_are_reported_and_the_rest_still_sent(veth, lane):
 
 def test_native_calls_check_their_arguments():
     mod = portio._portio
-    assert mod is not None, "switch._portio is not built (make setup builds it)"
+    assert mod is not None, "switch.daemon._portio is not built (make setup builds it)"
     buf = bytearray(64 * 128)
     with pytest.raises(ValueError, match="budget"):
         mod.recv_frames(0, buf, 128, 65, 1, [])

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from finsy import P4CloneSessionEntry, P4TableAction, P4TableEntry, P4TableMatch
 
-from switch.mgmt import MgmtClient
-from switch.portio import Port
+from switch.daemon.mgmt import MgmtClient
+from switch.daemon.portio import Port
 
 from p4rt_local import connect
 from switchd import Daemon, sh, wait_up

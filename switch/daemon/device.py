@@ -18,18 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import Loc, P4Error, SwitchError
-from .target import Switch
+from ..errors import Loc, P4Error, SwitchError
+from ..target import Switch
 
 log = logging.getLogger("dlcp.switch")
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 #: Searched after the daemon's ``-I`` directories: ``#include "include/dlcp_headers.p4"`` in a pushed program
 #: resolves against the project's ``p4src/`` (when the daemon runs from a source checkout).
 DEFAULT_INCLUDE_DIRS = [d for d in (PROJECT_ROOT / "p4src",) if d.is_dir()]
 
 
-# ---- statistics (the management service returns these; switch.mgmt re-exports them) -------------------------
+# ---- statistics (the management service returns these; switch.daemon.mgmt re-exports them) -------------------------
 @dataclass
 class QueueStats:
     depth: int = 0
@@ -114,7 +114,7 @@ class Pipeline:
     device_config: bytes                 # as received (raw source or the p4.tmp.P4DeviceConfig wrapper)
     source: str                          # the P4 source text
     cookie: int | None = None
-    runtime: Any = None                  # P4Runtime state of this pipeline (switch.p4rt.entities.Entities)
+    runtime: Any = None                  # P4Runtime state of this pipeline (switch.daemon.p4rt.entities.Entities)
 
 
 def compile_source(source: str, include_dirs: list[str], settings: TmSettings, *, name: str = "device_config.p4",

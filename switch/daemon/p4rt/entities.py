@@ -18,8 +18,8 @@ from typing import Iterator
 
 from finsy.proto import p4i, p4r
 
-from ..errors import SwitchError
-from ..target import Switch
+from ...errors import SwitchError
+from ...target import Switch
 from .codec import ControllerHeader, decode, encode
 
 INSERT, MODIFY, DELETE = p4r.Update.INSERT, p4r.Update.MODIFY, p4r.Update.DELETE
@@ -495,7 +495,7 @@ class Entities:
 
     @staticmethod
     def _meter_cfg(cfg: p4r.MeterConfig):
-        from ..backend.runtime import MeterConfig
+        from ...backend.runtime import MeterConfig
         if min(cfg.cir, cfg.cburst, cfg.pir, cfg.pburst) < 0:
             raise _bad("meter rates and bursts must be >= 0")
         if cfg.cir > cfg.pir:

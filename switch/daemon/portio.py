@@ -6,7 +6,7 @@ on a packet socket as ``PACKET_OUTGOING``; the kernel is asked not to deliver th
 Linux >= 4.20) and any that still arrive are skipped by their packet type.
 
 Batching: :meth:`Port.recv_into` takes up to a budget of frames with one ``recvmmsg`` and :meth:`Port.send_batch`
-sends a list of frames with ``sendmmsg`` (64 per system call), through the C module ``switch._portio`` that
+sends a list of frames with ``sendmmsg`` (64 per system call), through the C module ``switch.daemon._portio`` that
 ``make setup`` builds (``setup.py``).  Without it (not built, or ``DLCP_NATIVE=0`` in the environment) the same
 methods loop over ``recvfrom``/``send`` in Python: same results, more CPU per frame.
 

@@ -19,8 +19,8 @@ from google.protobuf import any_pb2
 
 from finsy.proto import U128, p4r, p4r_grpc, rpc_code, rpc_status
 
+from ...errors import SwitchError
 from ..device import Device
-from ..errors import SwitchError
 from .arbitration import Arbiter, Stream, unknown_device_message
 from .pipeline import build_pipeline
 
@@ -45,7 +45,7 @@ def _abort(context, e: SwitchError):
 
 
 class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
-    """P4Runtime for one :class:`~switch.device.Device`."""
+    """P4Runtime for one :class:`~switch.daemon.device.Device`."""
 
     def __init__(self, device: Device):
         self.device = device

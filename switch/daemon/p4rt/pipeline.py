@@ -15,8 +15,8 @@ from google.protobuf.message import DecodeError
 
 from finsy.proto import p4i
 
+from ...errors import P4Error, SwitchError
 from ..device import Device, Pipeline
-from ..errors import P4Error, SwitchError
 from .entities import Entities
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from finsy.proto import U128, p4r, rpc_code
 
-from ..errors import SwitchError
+from ...errors import SwitchError
 
 _ids = itertools.count(1)
 

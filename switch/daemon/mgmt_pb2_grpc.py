@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from switch import mgmt_pb2 as switch_dot_mgmt__pb2
+from switch.daemon import mgmt_pb2 as switch_dot_daemon_dot_mgmt__pb2
 
 GRPC_GENERATED_VERSION = '1.80.0'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in switch/mgmt_pb2_grpc.py depends on'
+        + ' but the generated code in switch/daemon/mgmt_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,28 +36,28 @@ class SwitchManagementStub(object):
         """
         self.SetQueue = channel.unary_unary(
                 '/dlcp.switch.mgmt.v1.SwitchManagement/SetQueue',
-                request_serializer=switch_dot_mgmt__pb2.SetQueueRequest.SerializeToString,
-                response_deserializer=switch_dot_mgmt__pb2.SetQueueResponse.FromString,
+                request_serializer=switch_dot_daemon_dot_mgmt__pb2.SetQueueRequest.SerializeToString,
+                response_deserializer=switch_dot_daemon_dot_mgmt__pb2.SetQueueResponse.FromString,
                 _registered_method=True)
         self.SetLink = channel.unary_unary(
                 '/dlcp.switch.mgmt.v1.SwitchManagement/SetLink',
-                request_serializer=switch_dot_mgmt__pb2.SetLinkRequest.SerializeToString,
-                response_deserializer=switch_dot_mgmt__pb2.SetLinkResponse.FromString,
+                request_serializer=switch_dot_daemon_dot_mgmt__pb2.SetLinkRequest.SerializeToString,
+                response_deserializer=switch_dot_daemon_dot_mgmt__pb2.SetLinkResponse.FromString,
                 _registered_method=True)
         self.GetStats = channel.unary_unary(
                 '/dlcp.switch.mgmt.v1.SwitchManagement/GetStats',
-                request_serializer=switch_dot_mgmt__pb2.GetStatsRequest.SerializeToString,
-                response_deserializer=switch_dot_mgmt__pb2.GetStatsResponse.FromString,
+                request_serializer=switch_dot_daemon_dot_mgmt__pb2.GetStatsRequest.SerializeToString,
+                response_deserializer=switch_dot_daemon_dot_mgmt__pb2.GetStatsResponse.FromString,
                 _registered_method=True)
         self.SetCrcParameters = channel.unary_unary(
                 '/dlcp.switch.mgmt.v1.SwitchManagement/SetCrcParameters',
-                request_serializer=switch_dot_mgmt__pb2.SetCrcParametersRequest.SerializeToString,
-                response_deserializer=switch_dot_mgmt__pb2.SetCrcParametersResponse.FromString,
+                request_serializer=switch_dot_daemon_dot_mgmt__pb2.SetCrcParametersRequest.SerializeToString,
+                response_deserializer=switch_dot_daemon_dot_mgmt__pb2.SetCrcParametersResponse.FromString,
                 _registered_method=True)
         self.GetCrcCalculations = channel.unary_unary(
                 '/dlcp.switch.mgmt.v1.SwitchManagement/GetCrcCalculations',
-                request_serializer=switch_dot_mgmt__pb2.GetCrcCalculationsRequest.SerializeToString,
-                response_deserializer=switch_dot_mgmt__pb2.GetCrcCalculationsResponse.FromString,
+                request_serializer=switch_dot_daemon_dot_mgmt__pb2.GetCrcCalculationsRequest.SerializeToString,
+                response_deserializer=switch_dot_daemon_dot_mgmt__pb2.GetCrcCalculationsResponse.FromString,
                 _registered_method=True)
 
 
@@ -108,28 +108,28 @@ def add_SwitchManagementServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'SetQueue': grpc.unary_unary_rpc_method_handler(
                     servicer.SetQueue,
-                    request_deserializer=switch_dot_mgmt__pb2.SetQueueRequest.FromString,
-                    response_serializer=switch_dot_mgmt__pb2.SetQueueResponse.SerializeToString,
+                    request_deserializer=switch_dot_daemon_dot_mgmt__pb2.SetQueueRequest.FromString,
+                    response_serializer=switch_dot_daemon_dot_mgmt__pb2.SetQueueResponse.SerializeToString,
             ),
             'SetLink': grpc.unary_unary_rpc_method_handler(
                     servicer.SetLink,
-                    request_deserializer=switch_dot_mgmt__pb2.SetLinkRequest.FromString,
-                    response_serializer=switch_dot_mgmt__pb2.SetLinkResponse.SerializeToString,
+                    request_deserializer=switch_dot_daemon_dot_mgmt__pb2.SetLinkRequest.FromString,
+                    response_serializer=switch_dot_daemon_dot_mgmt__pb2.SetLinkResponse.SerializeToString,
             ),
             'GetStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStats,
-                    request_deserializer=switch_dot_mgmt__pb2.GetStatsRequest.FromString,
-                    response_serializer=switch_dot_mgmt__pb2.GetStatsResponse.SerializeToString,
+                    request_deserializer=switch_dot_daemon_dot_mgmt__pb2.GetStatsRequest.FromString,
+                    response_serializer=switch_dot_daemon_dot_mgmt__pb2.GetStatsResponse.SerializeToString,
             ),
             'SetCrcParameters': grpc.unary_unary_rpc_method_handler(
                     servicer.SetCrcParameters,
-                    request_deserializer=switch_dot_mgmt__pb2.SetCrcParametersRequest.FromString,
-                    response_serializer=switch_dot_mgmt__pb2.SetCrcParametersResponse.SerializeToString,
+                    request_deserializer=switch_dot_daemon_dot_mgmt__pb2.SetCrcParametersRequest.FromString,
+                    response_serializer=switch_dot_daemon_dot_mgmt__pb2.SetCrcParametersResponse.SerializeToString,
             ),
             'GetCrcCalculations': grpc.unary_unary_rpc_method_handler(
                     servicer.GetCrcCalculations,
-                    request_deserializer=switch_dot_mgmt__pb2.GetCrcCalculationsRequest.FromString,
-                    response_serializer=switch_dot_mgmt__pb2.GetCrcCalculationsResponse.SerializeToString,
+                    request_deserializer=switch_dot_daemon_dot_mgmt__pb2.GetCrcCalculationsRequest.FromString,
+                    response_serializer=switch_dot_daemon_dot_mgmt__pb2.GetCrcCalculationsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -157,8 +157,8 @@ class SwitchManagement(object):
             request,
             target,
             '/dlcp.switch.mgmt.v1.SwitchManagement/SetQueue',
-            switch_dot_mgmt__pb2.SetQueueRequest.SerializeToString,
-            switch_dot_mgmt__pb2.SetQueueResponse.FromString,
+            switch_dot_daemon_dot_mgmt__pb2.SetQueueRequest.SerializeToString,
+            switch_dot_daemon_dot_mgmt__pb2.SetQueueResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -184,8 +184,8 @@ class SwitchManagement(object):
             request,
             target,
             '/dlcp.switch.mgmt.v1.SwitchManagement/SetLink',
-            switch_dot_mgmt__pb2.SetLinkRequest.SerializeToString,
-            switch_dot_mgmt__pb2.SetLinkResponse.FromString,
+            switch_dot_daemon_dot_mgmt__pb2.SetLinkRequest.SerializeToString,
+            switch_dot_daemon_dot_mgmt__pb2.SetLinkResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -211,8 +211,8 @@ class SwitchManagement(object):
             request,
             target,
             '/dlcp.switch.mgmt.v1.SwitchManagement/GetStats',
-            switch_dot_mgmt__pb2.GetStatsRequest.SerializeToString,
-            switch_dot_mgmt__pb2.GetStatsResponse.FromString,
+            switch_dot_daemon_dot_mgmt__pb2.GetStatsRequest.SerializeToString,
+            switch_dot_daemon_dot_mgmt__pb2.GetStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -238,8 +238,8 @@ class SwitchManagement(object):
             request,
             target,
             '/dlcp.switch.mgmt.v1.SwitchManagement/SetCrcParameters',
-            switch_dot_mgmt__pb2.SetCrcParametersRequest.SerializeToString,
-            switch_dot_mgmt__pb2.SetCrcParametersResponse.FromString,
+            switch_dot_daemon_dot_mgmt__pb2.SetCrcParametersRequest.SerializeToString,
+            switch_dot_daemon_dot_mgmt__pb2.SetCrcParametersResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -265,8 +265,8 @@ class SwitchManagement(object):
             request,
             target,
             '/dlcp.switch.mgmt.v1.SwitchManagement/GetCrcCalculations',
-            switch_dot_mgmt__pb2.GetCrcCalculationsRequest.SerializeToString,
-            switch_dot_mgmt__pb2.GetCrcCalculationsResponse.FromString,
+            switch_dot_daemon_dot_mgmt__pb2.GetCrcCalculationsRequest.SerializeToString,
+            switch_dot_daemon_dot_mgmt__pb2.GetCrcCalculationsResponse.FromString,
             options,
             channel_credentials,
             insecure,

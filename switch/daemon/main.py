@@ -33,14 +33,14 @@ import grpc
 
 from finsy.proto import p4r_grpc
 
+from ..errors import SwitchError
 from . import mgmt_pb2_grpc
 from .device import Device, TmSettings
-from .errors import SwitchError
 from .mgmt import MgmtService
-from .pcap import PcapDir
-from .portio import Port, PortError, open_ports, parse_port_spec
 from .p4rt.pipeline import build_pipeline
 from .p4rt.service import P4RuntimeService
+from .pcap import PcapDir
+from .portio import Port, PortError, open_ports, parse_port_spec
 
 log = logging.getLogger("dlcp.switch")
 
@@ -392,6 +392,3 @@ def main(argv: list[str] | None = None) -> int:
     print("dlcp-switch: stopped", flush=True)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from finsy.proto import p4d, p4r
 
-from ..errors import SwitchError
+from ...errors import SwitchError
 
 
 def encode(value: int) -> bytes:

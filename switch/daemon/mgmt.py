@@ -1,5 +1,5 @@
 """Traffic-manager management of the switch daemon: the ``dlcp.switch.mgmt.v1.SwitchManagement`` gRPC service
-(switch/mgmt.proto; served next to P4Runtime on the same port) and its Python client.
+(switch/daemon/mgmt.proto; served next to P4Runtime on the same port) and its Python client.
 
 P4Runtime has no queue or link settings and no parameters for custom CRCs (BMv2 uses its Thrift CLI:
 ``set_queue_depth``, ``set_queue_rate``, ``set_crc16_parameters``, ``set_crc32_parameters``), so a controller
@@ -23,17 +23,17 @@ from dataclasses import dataclass
 
 import grpc
 
+from ..errors import SwitchError
 from . import mgmt_pb2 as pb
 from . import mgmt_pb2_grpc as pb_grpc
 from .device import CrcCalculation, Device, PortStats, QueueStats, SwitchStats
-from .errors import SwitchError
 
 __all__ = ["CrcCalculation", "MgmtClient", "MgmtError", "MgmtService", "QueueDefaults", "SwitchStats", "PortStats",
            "QueueStats"]
 
 
 class MgmtService(pb_grpc.SwitchManagementServicer):
-    """Server side: translates requests to :class:`~switch.device.Device` calls."""
+    """Server side: translates requests to :class:`~switch.daemon.device.Device` calls."""
 
     def __init__(self, device: Device):
         self.device = device

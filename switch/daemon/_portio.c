@@ -1,4 +1,4 @@
-/* switch._portio: batched frame receive and send on the switch daemon's AF_PACKET port sockets, in C.
+/* switch.daemon._portio: batched frame receive and send on the switch daemon's AF_PACKET port sockets, in C.
  *
  * Why: the daemon's packet thread spent more of each packet in the per-frame socket calls (a Python
  * ``recvfrom`` and ``send``, their argument parsing, address tuples and exceptions) than in the P4 pipeline.
