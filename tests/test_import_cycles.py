@@ -139,3 +139,55 @@ def test_switch_back_end_reads_only_the_typed_ir():
                  "switch.midend.ir"):
         assert not reachable(graph, back) & front, f"{back} reaches {sorted(reachable(graph, back) & front)}"
     assert {"switch.midend.tir", "switch.midend.ir"} <= reachable(graph, "switch.backend.codegen")
+
+
+#: the switch's stages (docs/switch-target.md, "The pipeline in folders") -> the stages each may import
+SWITCH_STAGES = {
+    "switch.errors": set(),
+    "switch.midend": {"switch.errors"},
+    "switch.frontend": {"switch.errors", "switch.midend"},
+    "switch.backend": {"switch.errors", "switch.midend"},
+    "switch.target": {"switch.errors", "switch.midend", "switch.frontend", "switch.backend"},
+    "switch.daemon": {"switch.errors", "switch.midend", "switch.frontend", "switch.backend", "switch.target"},
+    "switch.compile": {"switch.errors", "switch.frontend", "switch.backend"},
+}
+
+
+def stage_violations(graph: dict[str, set[str]], stages: dict[str, set[str]]) -> list[str]:
+    """Each import of a module of one stage by a module of another that ``stages`` does not allow, and each module
+    of the package that belongs to no stage (``switch`` itself, the package, is not a stage)."""
+    def stage(module: str) -> str | None:
+        return next((s for s in stages if module == s or module.startswith(s + ".")), None)
+
+    found = []
+    for m in sorted(graph):
+        if not m.startswith("switch."):
+            continue
+        here = stage(m)
+        if here is None:
+            found.append(f"{m}: in no stage")
+            continue
+        for d in sorted(graph[m]):
+            there = stage(d)
+            if there is not None and there != here and there not in stages[here]:
+                found.append(f"{m} imports {d}: {here} may import only {sorted(stages[here])}")
+    return found
+
+
+def test_the_stage_rule_sees_a_backward_import():
+    graph = {"switch.midend.ir": {"switch.frontend.p4ast"}, "switch.frontend.p4ast": {"switch.errors"},
+             "switch.errors": set(), "switch.misc": set()}
+    assert stage_violations(graph, SWITCH_STAGES) == [
+        "switch.midend.ir imports switch.frontend.p4ast: switch.midend may import only ['switch.errors']",
+        "switch.misc: in no stage"]
+
+
+def test_switch_stages_import_in_pipeline_order():
+    """The folders show the pipeline: the midend imports no other stage, the front end and the back end only the
+    midend (never each other), the target the compiler's stages, the daemon the target; a new module of the switch
+    belongs to one of them."""
+    known = modules()
+    graph = {m: imports(m, p, known) for m, p in known.items()}
+    assert {s for s in SWITCH_STAGES if s in known or any(m.startswith(s + ".") for m in known)} == set(SWITCH_STAGES)
+    found = stage_violations(graph, SWITCH_STAGES)
+    assert not found, "\n".join(found)
