@@ -169,6 +169,9 @@ class RunSpec:
     batch_size: int = 32
     steps: int = 100
     target_accuracy: float | None = None
+    # training stops at the first evaluation reaching target_accuracy; false: every run trains all its steps and
+    # time to target is still read off the evaluations (so tails and final accuracy cover the same steps)
+    stop_at_target: bool = True
     eval_every: int = 10
     hidden: int = 256
     seed: int = 0
@@ -306,6 +309,7 @@ _INTS = {"mtu", "hosts", "background_hosts", "delay_us", "queue", "flows", "work
          "eval_every", "hidden", "seed", "priority_queues"}
 _OPTIONAL_INTS = {"drop", "mark", "job_dscp", "rto_min_ms", "test_size"}
 _OPTIONAL_BOOLS = {"ecn"}
+_BOOLS = {"stop_at_target"}
 _FLOATS = {"acid_step_seconds", "rate_com", "loss", "loss_bound", "density", "lr", "momentum", "target_accuracy",
            "timeout_s", "compute_ms", "on_ms", "off_ms", "flap_ms"}
 
@@ -317,7 +321,7 @@ def _convert(cls: type, name: str, v: Any) -> Any:
         return parse_rate(v)
     if (name in _OPTIONAL_INTS or name in _OPTIONAL_BOOLS) and v is None:
         return None
-    if name in _OPTIONAL_BOOLS:
+    if name in _OPTIONAL_BOOLS or name in _BOOLS:
         if not isinstance(v, bool):
             raise TypeError(f"expected true or false, got {v!r}")
         return v

@@ -42,7 +42,7 @@ Replicas: at the end every rank's parameters are compared bit for bit (a digest 
 ``replicas_identical`` in the record.
 
 Stopping: after ``spec.steps`` steps, or at the first evaluation reaching ``spec.target_accuracy`` (rank 0
-decides and broadcasts the decision, so every rank stops at the same step).
+decides and broadcasts the decision, so every rank stops at the same step) unless ``spec.stop_at_target`` is false.
 """
 
 from __future__ import annotations
@@ -325,7 +325,7 @@ def train(spec: RunSpec, out: Path) -> dict[str, Any]:
             acc = accuracy(trainer.eval_model(), data.x_test, data.y_test)
             evals.append({"step": step + 1, "t": time.monotonic() - t0, "accuracy": acc})
             print(f"eval {step + 1} accuracy {acc:.4f}", flush=True)
-            if spec.target_accuracy is not None:
+            if spec.target_accuracy is not None and spec.stop_at_target:
                 stop[0] = 1.0 if (rank == 0 and acc >= spec.target_accuracy) else 0.0
                 dist.broadcast(stop, 0)
                 if stop[0]:
