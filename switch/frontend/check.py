@@ -860,7 +860,12 @@ class Checker:
             raise P4Error(e.loc, f"cannot assign to '{s.name}': it is an 'in' parameter" if s.direction == "in"
                           else f"cannot assign to '{s.name}': parameter without direction is read-only")
         if s.kind == "aparam":
-            raise P4Error(e.loc, f"cannot assign to action parameter '{s.name}' (it has no direction)")
+            # p4c: "Expression v cannot be the target of an assignment" ("Read-only value used for out/inout
+            # parameter" as an argument); every parameter an action keeps here is 'in' or directionless
+            ro = A.ReadOnlyParam(s.name, s.direction, s.owner)
+            if what == "left-hand side":
+                raise P4Error(e.loc, f"cannot assign to {ro.describe()}")
+            raise P4Error(e.loc, f"{what} must be writable, not {ro.describe()}")
         if s.kind == "const":
             raise P4Error(e.loc, f"cannot assign to constant '{s.name}'")
         raise P4Error(e.loc, f"{what} is not assignable")
@@ -1039,7 +1044,7 @@ class Checker:
                                      "(directional action parameters come first)")
             if not isinstance(t, (Bits, ir.BoolT, ir.EnumT)):
                 raise P4Error(p.loc, f"action parameter '{p.name}' must be bit<W>, int<W>, bool or a serializable enum, not {t}")
-            sym = Sym("aparam", p.name, t, p.loc, p, direction=p.direction)
+            sym = Sym("aparam", p.name, t, p.loc, p, direction=p.direction, owner=f"action {d.name}")
             (in_params if p.direction else params).append(sym)
             inner.declare(sym, p.name, p.loc)
         a = ir.ActionIR(d.name, self.qualify(prefix, d.name, d.annots), params, d, lower.annotations(d.annots),

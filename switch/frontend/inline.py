@@ -76,6 +76,8 @@ def _substitute(node: Any, names: dict[str, str], exprs: dict[str, A.Expr],
                 r = copy.deepcopy(exprs[n.name])
             elif n.name in names:
                 r = A.Name(n.loc, names[n.name])
+            elif n.name in ro:
+                r = n                              # not renamed: only marked
             else:
                 return n
             if n.name in ro:
@@ -450,6 +452,13 @@ class Inliner:
                 if p.direction in ("out", "inout"):
                     post.append(A.Assign(x.loc, copy.deepcopy(x), A.Name(x.loc, p.name)))
             stmts = a.body.stmts
+            # an 'in' parameter stays read-only in the body although the binding makes it a local (p4c:
+            # "Expression v cannot be the target of an assignment"); a local of the same name shadows it
+            shadowed = {n.name for n in _walk(stmts) if isinstance(n, (A.VarDecl, A.ConstDecl))}
+            readonly = {p.name: A.ReadOnlyParam(p.name, p.direction, f"action {name}")
+                        for p in a.params[:ndir] if p.direction == "in" and p.name not in shadowed}
+            if readonly:
+                stmts = _substitute(stmts, {}, {}, readonly)
             if post and _has_return(a.body):
                 done = self.fresh("done")
                 pre.append(A.VarDecl(loc, A.TypeRef(loc, "bool"), done, A.BoolLit(loc, False)))

@@ -245,6 +245,7 @@ class Sym:
     decl: Any = None
     value: Any = None            # constants
     direction: str = ""          # params
+    owner: str = ""              # action parameters: the action ("action set"), for errors
 
 
 @dataclass(eq=False)

@@ -7,8 +7,8 @@ p4c refuses").
   end (tests/tofino), and files without ``main`` are included by others.
 * Each program in ``tests/switch/refused/`` must be refused by one of them, with p4c's message that
   ``test_refused.REFUSED`` records and at its line (where p4c points elsewhere, ``P4C_LINE`` says where and why).
-* Each generated refusal case of ``test_refused`` (``EDGES``, ``LAST_WRITES``) must be refused by p4c at the line
-  where the embedded front end puts its error.
+* Each generated refusal case of ``test_refused`` (``EDGES``, ``LAST_WRITES``, ``ACTION_WRITES``) must be refused
+  by p4c at the line where the embedded front end puts its error (``ACTION_WRITES`` with p4c's recorded message).
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.switch.refused.test_refused import CONFORMANCE, EDGES, HERE, LAST_WRITES, REFUSED, last_write, program
+from tests.switch.refused.test_refused import (ACTION_WRITES, CONFORMANCE, EDGES, HERE, LAST_WRITES, REFUSED,
+                                               last_write, program)
 
 from .conftest import _require
 from .twin import ROOT
@@ -81,3 +82,12 @@ def test_p4c_refuses_writes_through_last(p4c_front_and_back, tmp_path, stmt, col
     done = p4c("p4test", last_write(tmp_path, stmt), tmp_path)
     assert done.returncode != 0, f"p4test accepts {stmt}"
     assert "last.p4(30)" in done.stderr, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("decls, locals_, body, line, col, words, message", ACTION_WRITES,
+                         ids=[f"{i}-{m[:30]}" for i, (*_, m) in enumerate(ACTION_WRITES)])
+def test_p4c_refuses_writes_to_action_parameters(p4c_front_and_back, tmp_path, decls, locals_, body, line, col,
+                                                words, message):
+    done = p4c("p4test", program(tmp_path, body, decls, locals_), tmp_path)
+    assert done.returncode != 0, f"p4test accepts {words}"
+    assert message in done.stderr and f"prog.p4({line})" in done.stderr, done.stderr[-3000:]

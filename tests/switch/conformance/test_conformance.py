@@ -510,7 +510,7 @@ ERRORS = {
         ingress("        hdr.h.a += 16w1;"), "width mismatch"),
     "compound assignment to an in parameter": (
         ingress("        a(hdr.h.b);", locals_="    action a(in bit<8> x) { x |+|= 1; }"),
-        "cannot assign to action parameter 'x'"),
+        "cannot assign to 'x', an 'in' parameter of action a"),
     "arguments bound to an unknown action": (
         ingress("        t.apply();", locals_="    table t { key = { hdr.h.a: exact; } actions = { nope(hdr.h.b); } }"),
         "unknown action nope"),

@@ -125,6 +125,45 @@ def test_refusal_edges(tmp_path, decls, body, line, col, words):
     assert words in e.message
 
 
+# Writes to an action's 'in' or directionless parameter, refused by p4c's type checker (typeCheckExpr.cpp) wherever
+# the action's parameters come from: a table's action list binding an 'in' parameter (the inliner makes it a local
+# that copies the argument in), the control plane (directionless), a direct call, a top-level action bound by a
+# table.  (decls, locals_, body, line, col, words, p4c's message); line 5 is the first line of ``locals_`` (line 3
+# of ``decls``, a line of its own even when empty)
+ACTION_WRITES: list[tuple[str, str, str, int, int, str, str]] = [
+    ("", "    action set(in bit<8> v) { v = 3; hdr.h.d = v; }\n"
+         "    table t { key = { hdr.h.a: exact; } actions = { set(hdr.h.b); } }", "        t.apply();", 5, 31,
+     "cannot assign to 'v', an 'in' parameter of action set", "Expression v cannot be the target of an assignment"),
+    ("", "    action set(bit<8> v) { v = 3; hdr.h.d = v; }\n"
+         "    table t { key = { hdr.h.a: exact; } actions = { set; } }", "        t.apply();", 5, 28,
+     "cannot assign to 'v', a parameter without direction of action set",
+     "Expression v cannot be the target of an assignment"),
+    ("", "    action set(in bit<8> v) { v = 3; hdr.h.d = v; }", "        set(hdr.h.b);", 5, 31,
+     "cannot assign to 'v', an 'in' parameter of action set", "Expression v cannot be the target of an assignment"),
+    ("action set(in bit<8> v, inout bit<8> w) { v[3:0] = 1; w = v; }",
+     "    table t { key = { hdr.h.a: exact; } actions = { set(hdr.h.b, hdr.h.d); } }", "        t.apply();", 3, 43,
+     "cannot assign to 'v', an 'in' parameter of action set",
+     "Expression v[3:0] cannot be the target of an assignment"),
+    ("void g(inout bit<8> y) { y = y + 1; }", "    action set(in bit<8> v) { g(v); hdr.h.d = v; }\n"
+     "    table t { key = { hdr.h.a: exact; } actions = { set(hdr.h.b); } }", "        t.apply();", 5, 33,
+     "cannot assign to 'v', an 'in' parameter of action set", "Read-only value used for out/inout parameter 'y'"),
+]
+
+
+@pytest.mark.parametrize("decls, locals_, body, line, col, words, _p4c", ACTION_WRITES)
+def test_action_parameters_are_read_only(tmp_path, decls, locals_, body, line, col, words, _p4c):
+    e = refused(program(tmp_path, body, decls, locals_))
+    assert (e.loc.line, e.loc.col) == (line, col), str(e)
+    assert words in e.message
+
+
+def test_a_bound_in_parameter_is_read(tmp_path):
+    """What p4c accepts beside ACTION_WRITES: a bound 'in' parameter read, copied into a local that is written."""
+    locals_ = ("    action set(in bit<8> v, bit<8> k) { bit<8> w = v; w = w + k; hdr.h.d = w; }\n"
+               "    table t { key = { hdr.h.a: exact; } actions = { set(hdr.h.b); } default_action = set(hdr.h.b, 5); }")
+    assert run(program(tmp_path, "        t.apply();", locals_=locals_), 1, 2, 0, 0) == bytes([1, 2, 0, 7])
+
+
 def test_for_in_is_refused_after_the_front_end_rules(tmp_path):
     """p4c's front end runs before its back end: for_loops.p4 here is refused first for its write to an 'in'
     parameter (line 13, REFUSED); once that is legal, for the for-in loop of its action (line 25)."""
