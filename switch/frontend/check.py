@@ -1219,7 +1219,8 @@ class Checker:
             if inst is not None:
                 inst.tables[inst.tables.index(None)] = t
         for p, ex in d.props.items():
-            if p not in ("support_timeout", "psa_direct_counter", "psa_direct_meter"):
+            if p not in ("support_timeout", "psa_direct_counter", "psa_direct_meter", "largest_priority_wins",
+                         "priority_delta"):
                 raise unsupported(f"table property '{p}'", ex.loc)
         if d.entries is not None:
             if impl is not None:
@@ -1227,11 +1228,9 @@ class Checker:
             ents = []
             seen: dict[tuple, Loc] = {}
             needs_prio = any(k.match_kind in ("ternary", "range", "optional") for k in keys)
-            explicit = [en for en in d.entries if en.priority is not None]
-            if explicit and d.const_entries:         # p4c's EntryPriorities
-                raise P4Error(explicit[0].priority.loc, "a table with const entries cannot have priorities "
-                                                        "(priority=); use @priority(n) after the action")
-            for i, en in enumerate(d.entries):
+            order = self.entry_order(d, needs_prio, scope)
+            for pos, i in enumerate(order):
+                en = d.entries[i]
                 if len(en.keys) != len(keys):
                     raise P4Error(en.loc, f"entry has {len(en.keys)} key(s) but table {d.name} has {len(keys)}")
                 vals = []
@@ -1242,17 +1241,11 @@ class Checker:
                 a, args = action_call(en.action, "action")
                 prio = None
                 pa = A.annot(en.annots, "priority")
-                if pa is not None and explicit:
-                    raise unsupported("@priority in a table whose entries have priority=", pa.loc)
-                if en.priority is not None:
-                    self.expr(en.priority, scope)
-                    prio = int(self.const_eval(en.priority, scope))
-                elif needs_prio and explicit:
-                    prio = len(d.entries) - i      # p4c: earlier entries win
-                elif needs_prio:
-                    # BMv2's order (p4c-bm2-ss: an entry's priority is its @priority or its position from 1; the
-                    # lowest wins, the earlier of equal ones), as the P4Runtime priority BMv2 reports for it
-                    prio = BMV2_MAX_PRIORITY - (self.entry_priority(pa, scope) if pa is not None else i + 1)
+                if needs_prio:
+                    # BMv2's order (p4c-bm2-ss: an entry's priority is its @priority or its position from 1 in
+                    # the order entry_order gives; the lowest wins, the earlier of equal ones), as the P4Runtime
+                    # priority BMv2 reports for it
+                    prio = BMV2_MAX_PRIORITY - (self.entry_priority(pa, scope) if pa is not None else pos + 1)
                 # the table's own key of an entry (runtime.Table.entry_key): the same twice is an error
                 k = (tuple(vals), (prio or 0) if needs_prio else 0)
                 if k in seen:
@@ -1264,6 +1257,65 @@ class Checker:
             t.entries = ents
         self.tables.append(t)
         return t
+
+    def entry_order(self, d: A.TableDecl, needs_prio: bool, scope: Scope) -> list[int]:
+        """The order in which p4c-bm2-ss writes table ``d``'s entries (indexes into ``d.entries``), which gives
+        each its BMv2 priority (its position, unless it has ``@priority``).  Without ``priority=`` that is the
+        order written.  With it, p4c's EntryPriorities (P4-16 14.2.1.4) gives an entry without one the previous
+        entry's priority minus ``priority_delta`` (plus, with ``largest_priority_wins = false``), refuses a first
+        entry without one, and sorts entries out of priority order by priority (the winner first); p4c-bm2-ss
+        then ignores the values and writes the positions.  p4c's sort (std::sort) keeps the written order of
+        equal priorities for up to 16 entries (libstdc++'s insertion sort); beyond, equal priorities are refused
+        in a list that needs sorting."""
+        n = len(d.entries)
+        explicit = [en for en in d.entries if en.priority is not None]
+        if not explicit:
+            return list(range(n))
+        if d.const_entries:                        # p4c's EntryPriorities, its checks in its order
+            raise P4Error(explicit[0].priority.loc, "a table with const entries cannot have priorities "
+                                                    "(priority=); use @priority(n) after the action")
+        largest, delta = True, 1
+        if "largest_priority_wins" in d.props:
+            ex = d.props["largest_priority_wins"]
+            self.expr(ex, scope)
+            largest = self.const_eval(ex, scope)
+            if not isinstance(largest, bool):
+                raise P4Error(ex.loc, "largest_priority_wins must be a boolean expression (p4c's words)")
+        if "priority_delta" in d.props:
+            ex = d.props["priority_delta"]
+            self.expr(ex, scope)
+            delta = self.const_eval(ex, scope)
+            if isinstance(delta, bool) or not isinstance(delta, int) or not 0 <= delta < 1 << 32:
+                raise P4Error(ex.loc, "priority_delta must be a positive value (p4c: an unsigned int; 0 gives "
+                                      "every entry without priority= the one before it)")
+        if not needs_prio:
+            at = d.keys[0].loc if d.keys else d.loc
+            raise P4Error(at, f"table {d.name}'s key match types need no priorities, but entries give some "
+                              "(priority=): p4c's 'key match type does not require priorities, but some are "
+                              "specified'")
+        if d.entries[0].priority is None:
+            raise P4Error(d.entries[0].loc, "the first entry must have a priority (priority=) when others have "
+                                            "one (p4c: 'entry must have a priority')")
+        prios: list[int] = []
+        cur = 0
+        for en in d.entries:
+            if en.priority is not None:
+                self.expr(en.priority, scope)
+                v = self.const_eval(en.priority, scope)
+                if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 64:
+                    raise P4Error(en.priority.loc, "an entry priority must be a compile-time integer from 0 to "
+                                                   "2**64 - 1")
+                cur = v
+            prios.append(cur)
+            cur = cur - delta if largest else cur + delta
+            if not 0 <= cur < 1 << 64:             # p4c computes the next one after every entry, the last too
+                raise P4Error(d.loc, f"table {d.name}: overflow in the entries' priority computation (p4c: "
+                                     f"'Overflow in priority computation'), below 0 or above 2**64 - 1")
+        order = sorted(range(n), key=lambda i: -prios[i] if largest else prios[i])
+        if n > 16 and order != list(range(n)) and len(set(prios)) < n:
+            raise unsupported(f"equal entry priorities among more than 16 entries out of priority order (p4c sorts "
+                              f"them with std::sort, which may reorder equal ones) in table {d.name}", d.loc)
+        return order
 
     def entry_priority(self, pa: A.Annotation, scope: Scope) -> int:
         """The value of an entry's ``@priority(n)`` (BMv2's priority: the lowest wins): a compile-time integer

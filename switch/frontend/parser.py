@@ -592,8 +592,18 @@ class Parser:
                                                     "'key : action(args) @priority(1);' (P4-16 14.2.1.4)")
                     prio = None
                     if self.at("priority") and self.peek().text == "=":
-                        self.i += 2
-                        prio = self.expression()
+                        self.i += 2          # p4c's grammar: priority=INTEGER: or priority=(expression):
+                        if self.accept("("):
+                            prio = self.expression()
+                            self.expect(")")
+                        elif self.tok.kind == "int":
+                            prio = self.primary()
+                            if prio.value >= 1 << 31:     # p4c reads the literal as an int
+                                raise P4Error(prio.loc, f"entry priority {prio.value} is too large for p4c (its "
+                                                        "limit: 2**31 - 1, 'this implementation does not support "
+                                                        "bitstrings this large'); write priority=(n) for more")
+                        else:
+                            raise self.err(f"expected an integer or '(' after 'priority =', found {self.desc()}")
                         self.expect(":")
                     ks = self.keyset()
                     self.expect(":")

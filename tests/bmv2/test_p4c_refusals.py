@@ -7,8 +7,9 @@ p4c refuses").
   end (tests/tofino), and files without ``main`` are included by others.
 * Each program in ``tests/switch/refused/`` must be refused by one of them, with p4c's message that
   ``test_refused.REFUSED`` records and at its line (where p4c points elsewhere, ``P4C_LINE`` says where and why).
-* Each generated refusal case of ``test_refused`` (``EDGES``, ``LAST_WRITES``, ``ACTION_WRITES``) must be refused
-  by p4c at the line where the embedded front end puts its error (``ACTION_WRITES`` with p4c's recorded message).
+* Each generated refusal case of ``test_refused`` (``EDGES``, ``LAST_WRITES``, ``ACTION_WRITES``,
+  ``PRIORITY_REFUSALS``) must be refused by p4c at the line where the embedded front end puts its error (the last
+  two with p4c's recorded message).
 """
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.switch.refused.test_refused import (ACTION_WRITES, CONFORMANCE, EDGES, HERE, LAST_WRITES, REFUSED,
-                                               last_write, program)
+from tests.switch.refused.test_refused import (ACTION_WRITES, CONFORMANCE, EDGES, HERE, LAST_WRITES,
+                                               PRIORITY_REFUSALS, REFUSED, last_write, program)
 
 from .conftest import _require
 from .twin import ROOT
@@ -90,4 +91,12 @@ def test_p4c_refuses_writes_to_action_parameters(p4c_front_and_back, tmp_path, d
                                                 words, message):
     done = p4c("p4test", program(tmp_path, body, decls, locals_), tmp_path)
     assert done.returncode != 0, f"p4test accepts {words}"
+    assert message in done.stderr and f"prog.p4({line})" in done.stderr, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("locals_, line, col, words, message", PRIORITY_REFUSALS,
+                         ids=[w for *_, w, _m in PRIORITY_REFUSALS])
+def test_p4c_refuses_the_entry_priorities(p4c_front_and_back, tmp_path, locals_, line, col, words, message):
+    done = p4c("p4c-bm2-ss", program(tmp_path, "        t.apply();", locals_=locals_), tmp_path)
+    assert done.returncode != 0, f"p4c-bm2-ss accepts {words}"
     assert message in done.stderr and f"prog.p4({line})" in done.stderr, done.stderr[-3000:]

@@ -175,6 +175,17 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(0x31, 255, 0, 0, 0, 0, 0), [(1, h(0x31, 255, 0, 0, 3, 3, 1))]),
         (h(0x80, 100, 0, 0, 0, 0, 0), [(1, h(0x80, 100, 0, 0, 0, 2, 0))]),   # t_tern, t_lpm miss
     ],
+    # t1 (largest wins): 100, 99 (inherited), 50, 200, 199 (inherited, wins the tie), 199, 198 (inherited);
+    # t2 (smallest wins, delta 10): 5, 15, 1, 11, 300 with @priority(0); t3 in the order written
+    "entry_priority_initial.p4": [
+        (h(0x31, 60, 1, 0, 0, 0, 0), [(1, h(0x31, 60, 1, 0, 2, 1, 1))]),     # 99 beats 50; 5 beats 15
+        (h(0x41, 105, 5, 0, 0, 0, 0), [(1, h(0x41, 105, 5, 0, 5, 4, 2))]),   # the earlier 199; 11 beats 15
+        (h(0x43, 160, 0, 0, 0, 0, 0), [(1, h(0x43, 160, 0, 0, 6, 3, 2))]),   # 1 beats 15
+        (h(0x15, 245, 1, 0, 0, 0, 0), [(1, h(0x15, 245, 1, 0, 7, 5, 1))]),   # 198 beats 100; @priority(0)
+        (h(0xC1, 120, 2, 0, 0, 0, 0), [(1, h(0xC1, 120, 2, 0, 4, 2, 2))]),   # 200 first although written 4th
+        (h(0x00, 95, 1, 0, 0, 0, 0), [(1, h(0x00, 95, 1, 0, 0, 1, 1))]),     # t1 misses; 5 beats 11 and 15
+        (h(0x1F, 255, 3, 0, 0, 0, 0), [(1, h(0x1F, 255, 3, 0, 1, 3, 2))]),
+    ],
     # actions = { }: none always misses (c = 2); keyless's action_run is NoAction (d = b + 1)
     "empty_actions.p4": [
         (h(1, 2, 0, 0), [(1, h(1, 2, 2, 3))]),
@@ -297,6 +308,19 @@ def test_const_entry_priorities_read_as_bmv2s():
     assert [e["priority"] for e in sw.entries("Ing.t_range")] == [top - 1, top - 0, top - 3]
     assert [e["match"][1] for e in sw.entries("Ing.t_lpm")] == [("lpm", b"\x00", 2), ("lpm", b"\x20", 4),
                                                                 ("lpm", b"\x22", 8)]
+
+
+def test_initial_entry_priorities_read_as_bmv2s():
+    """Initial entries with priority= are held, and read back, in the order p4c-bm2-ss writes them (sorted by
+    priority, the winner first, the written order among equal ones) with the P4Runtime priority BMv2's server
+    reports (2**31 - 1 minus the position, or minus the entry's @priority)."""
+    sw = Switch(str(HERE / "entry_priority_initial.p4"))
+    top = (1 << 31) - 1
+    rows = lambda t: [(e["params"][1][0], e["priority"]) for e in sw.entries(t)]      # noqa: E731
+    assert rows("Ing.t1") == [(4, top - 1), (5, top - 2), (6, top - 3), (7, top - 4), (1, top - 5), (2, top - 6),
+                              (3, top - 7)]
+    assert rows("Ing.t2") == [(3, top - 1), (1, top - 2), (4, top - 3), (2, top - 4), (5, top - 0)]
+    assert rows("Ing.t3") == [(1, top - 1), (2, top - 2)]
 
 
 def test_empty_action_list():

@@ -164,6 +164,53 @@ def test_a_bound_in_parameter_is_read(tmp_path):
     assert run(program(tmp_path, "        t.apply();", locals_=locals_), 1, 2, 0, 0) == bytes([1, 2, 0, 7])
 
 
+def prio_table(entries: str, props: str = "", kind: str = "ternary", const: bool = False) -> str:
+    """``locals_`` for :func:`program`: table t on hdr.h.a (line 6; its key line 7, ``props`` from line 9, then
+    ``entries =`` and the entries, one a line)."""
+    return ("    action set(bit<8> v) { hdr.h.d = v; }\n    table t {\n"
+            f"        key = {{ hdr.h.a: {kind}; }}\n        actions = {{ set; }}\n" + props
+            + f"        {'const ' if const else ''}entries = {{\n" + entries + "        }\n    }")
+
+
+# priority= in initial entries as p4c's EntryPriorities (frontends/p4/entryPriorities.cpp) and its grammar take
+# it (docs/p4-subset.md, 14.2.1.4); (locals_, line, col, words, p4c's message), the table applied in the body
+PRIORITY_REFUSALS: list[tuple[str, int, int, str, str]] = [
+    (prio_table("            1 &&& 1 : set(1);\n            priority=3: 2 &&& 2 : set(2);\n"), 10, 13,
+     "the first entry must have a priority", "entry must have a priority"),
+    (prio_table("            priority=3: 1 : set(1);\n", kind="exact"), 7, 17,
+     "key match types need no priorities", "key match type does not require priorities, but some are specified"),
+    (prio_table("            priority=3: 1 &&& 1 : set(1);\n", const=True), 10, 22,
+     "a table with const entries cannot have priorities", "Table with 'const' entries cannot have priorities"),
+    (prio_table("            priority=0: 1 &&& 1 : set(1);\n"), 6, 11,
+     "overflow in the entries' priority computation", "t Overflow in priority computation"),
+    (prio_table("            priority=1: 1 &&& 1 : set(1);\n", "        priority_delta = -1;\n"), 9, 26,
+     "priority_delta must be a positive value", "-1 must be a positive value"),
+    (prio_table("            priority=1: 1 &&& 1 : set(1);\n", "        largest_priority_wins = 1;\n"), 9, 33,
+     "largest_priority_wins must be a boolean expression", "largest_priority_wins must be a boolean expression"),
+    (prio_table("            priority=2147483648: 1 &&& 1 : set(1);\n"), 10, 22,
+     "entry priority 2147483648 is too large for p4c",
+     "2147483648: this implementation does not support bitstrings this large"),
+]
+
+
+@pytest.mark.parametrize("locals_, line, col, words, _p4c", PRIORITY_REFUSALS)
+def test_entry_priorities_as_p4c(tmp_path, locals_, line, col, words, _p4c):
+    e = refused(program(tmp_path, "        t.apply();", locals_=locals_))
+    assert (e.loc.line, e.loc.col) == (line, col), str(e)
+    assert words in e.message
+
+
+def test_many_entries_sorted_by_priority(tmp_path):
+    """Up to 16 entries, p4c's std::sort is an insertion sort and keeps equal priorities in the order written (as
+    entry_priority_initial.p4 shows on BMv2); beyond, an out-of-order list with equal priorities is refused, one
+    without is sorted (the highest priority first: a = 1 matches every entry, and the one of priority 17 wins)."""
+    rows = "".join(f"            priority={p}: {i} &&& 0 : set({i});\n" for i, p in enumerate(range(1, 18)))
+    assert run(program(tmp_path, "        t.apply();", locals_=prio_table(rows)), 1, 0, 0, 0) == bytes([1, 0, 0, 16])
+    tied = rows.replace("priority=17:", "priority=16:")
+    e = refused(program(tmp_path, "        t.apply();", locals_=prio_table(tied)))
+    assert (e.loc.line, e.loc.col) == (6, 11) and "equal entry priorities among more than 16 entries" in e.message
+
+
 def test_for_in_is_refused_after_the_front_end_rules(tmp_path):
     """p4c's front end runs before its back end: for_loops.p4 here is refused first for its write to an 'in'
     parameter (line 13, REFUSED); once that is legal, for the for-in loop of its action (line 25)."""
