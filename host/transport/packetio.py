@@ -17,6 +17,7 @@ reads the peers that refused a datagram from the error queue, and writes and che
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import socket
 import struct
@@ -54,6 +55,11 @@ _SOCK_EE = struct.Struct("=IBBBxII")  # struct sock_extended_err: errno, origin,
 ICMP_ERRNOS = frozenset((errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN))
 _SOCK_BUF_FORCE = {socket.SO_RCVBUF: 33, socket.SO_SNDBUF: 32}  # SO_RCVBUFFORCE, SO_SNDBUFFORCE
 _TAG_AT, _HL = wire.TAG_AT, wire.HEADER_LEN
+_SIOCOUTQ = 0x5411  # bytes a UDP socket has queued in the host (sk_wmem_alloc: the qdisc, the device), as TIOCOUTQ
+# A learned send-buffer ceiling (PacketSocket.learn_queue_drop) keeps room for the GSO buffer a send may add past it
+# (the kernel admits a send while the queued bytes are below SO_SNDBUF), and never goes below _SEND_CAP_MIN
+_GSO_TRUESIZE = 72 << 10
+_SEND_CAP_MIN = 64 << 10
 
 #: ``packet_tag(key, header, payload)``: the keyed tag of a datagram (its header's tag field not covered), in C
 #: when the send lane is built; the Python reference otherwise.
@@ -187,16 +193,49 @@ class PacketSocket:
         self.rxmv = memoryview(self.rxbuf)
         #: one row per receive record of a batch: position in rxbuf, bytes, TOS, GRO segment size, source key
         self.recs = np.zeros((RX_BATCH, 5), np.int64)
+        #: the SO_SNDBUF ceiling learned from a drop in this host's own egress queue (None: none learned), see
+        #: :meth:`learn_queue_drop`; every later :meth:`set_send_buf` stays below it
+        self.send_cap: int | None = None
+        self._send_buf = send_buf
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
     def set_send_buf(self, size: int) -> None:
-        """Resize SO_SNDBUF (a closed socket: nothing to do)."""
+        """Resize SO_SNDBUF, never past :attr:`send_cap` (a closed socket: nothing to do)."""
+        self._send_buf = size
+        if self.send_cap is not None:
+            size = min(size, self.send_cap)
         try:
             set_sock_buf(self.sock, socket.SO_SNDBUF, size)
         except OSError:
             pass
+
+    def queued_bytes(self) -> int:
+        """The bytes this socket has queued in the host now (qdisc and device, kernel bookkeeping included:
+        ``SIOCOUTQ``, what SO_SNDBUF is compared with); 0 for a closed socket."""
+        try:
+            return int.from_bytes(fcntl.ioctl(self.sock.fileno(), _SIOCOUTQ, bytes(4)), sys.byteorder)
+        except (OSError, ValueError):
+            return 0
+
+    def learn_queue_drop(self) -> int | None:
+        """A queue on this host (a tbf or htb qdisc, a device queue) dropped a send (ENOBUFS): learn its depth.
+
+        The send buffer is this socket's TCP Small Queues (``Options.send_buf``): while it is smaller than the
+        host's own egress queue, a full queue makes the sender wait for room (``Transmitter.full``) instead of
+        dropping. A drop shows that queue is shallower than the buffer, and how deep it is: what this socket had
+        queued when the drop was reported (:meth:`queued_bytes`). From then on SO_SNDBUF stays at three quarters of
+        that depth, less the GSO buffer a send may add past it (the kernel doubles what is set), so the queue no
+        longer overflows: the sender is held back by the buffer, as TCP is, rather than by losses it must detect and
+        resend. Only ever lowered (a host's qdiscs do not grow under a running job); never below
+        ``_SEND_CAP_MIN``. Returns the new ceiling, or None when it did not change."""
+        cap = max(_SEND_CAP_MIN, (self.queued_bytes() * 3 // 4 - _GSO_TRUESIZE) // 2)
+        if self.send_cap is not None and cap >= self.send_cap:
+            return None
+        self.send_cap = cap
+        self.set_send_buf(self._send_buf)
+        return cap
 
     def drain(self) -> int:
         """Receive until the socket is empty or the batch is full; returns the number of records in ``recs``

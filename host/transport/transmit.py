@@ -12,7 +12,9 @@ Promises: a data packet the kernel refused for a full buffer was never on the wi
 (``Sender.unsend``), to leave when ``select`` says the socket is writable; a control message that meets a full
 buffer waits in a backlog that goes out, in order, before any more data (an ACK or DONE lost here would stall the
 peer until its timeout); a kernel that refuses UDP_SEGMENT turns GSO off for good and the run is sent again one
-datagram at a time. Send errors are counted (``send_errors``), never raised.
+datagram at a time. A drop in a queue of this host (ENOBUFS) counts as sent and lost (``tx_local_drops``) and
+caps the send buffer below that queue's depth (``PacketSocket.learn_queue_drop``). Send errors are counted
+(``send_errors``), never raised.
 """
 
 from __future__ import annotations
@@ -183,8 +185,14 @@ class Transmitter:
                 # A queue on this host (a qdisc: tbf, htb) dropped the datagram(s): congestion, not a refused
                 # offload. They count as sent and lost, as a drop on the wire would (loss detection resends what
                 # must arrive); GSO stays on. (With IP_RECVERR the kernel reports such drops to the sender.)
+                # The send buffer is then capped below that queue's depth (PacketSocket.learn_queue_drop): later
+                # sends wait for room in it, as TCP's do, instead of being dropped.
                 with self._lock:
                     self._c["tx_local_drops"] += 1
+                cap = self._io.learn_queue_drop()
+                if cap is not None:
+                    log.info("dlcp rank %d: a queue on this host dropped a send; send buffer capped at %d bytes "
+                             "(SO_SNDBUF) to stay below its depth", self.rank, cap)
                 return True
             if gso and self.gso and e.errno not in ICMP_ERRNOS:
                 self.gso = False

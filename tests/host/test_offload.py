@@ -14,6 +14,7 @@ import pytest
 
 from host.transport import Options
 from host.transport.faults import LossySocket
+from host.transport.transmit import GSO_MAX_SEGS
 from testbed.netns import Star, run
 from tests.host.conftest import run_on_hosts
 
@@ -308,7 +309,7 @@ print("ready", flush=True)
 sys.stdin.readline()
 x = np.arange({n}, dtype=np.float32)
 seen = []
-for tid in (1, 2):
+for tid in range(1, {count} + 1):
     if rank == 0:
         ep.send(1, x, transfer_id=tid).wait(30)
     else:
@@ -332,10 +333,36 @@ def test_drops_in_the_host_queue_leave_gso_on(root_required):
                "cc=CCParams(mss=8964, init_cwnd_pkts=1000, max_cwnd_bytes=16 << 20, rto_init=0.5)")
     with Star(2, rate="1gbit", mtu=9000) as net:
         addrs = ",".join(h.ip for h in net.hosts)
-        out = run_on_hosts(net, TWICE.format(root=str(ROOT), options=options, n=4 << 20),
+        out = run_on_hosts(net, TWICE.format(root=str(ROOT), options=options, n=4 << 20, count=2),
                            {1: ["1", addrs], 0: ["0", addrs]}, timeout=90)
     first, second = out[0]
     assert first["tx_local_drops"] > 0 and first["retransmissions"] > 0, first  # the queue overflowed
     assert first["send_errors"] == second["send_errors"] == 0  # a drop in a queue is no send error
     assert second["tx_gso_sends"] > first["tx_gso_sends"], (first, second)  # GSO still on for the second
     assert out[1][1]["transfers_received"] == 2
+
+
+@pytest.mark.netns
+def test_a_drop_in_the_host_queue_caps_the_send_buffer_below_it(root_required):
+    """The same overflow: the first transfer's bursts overflow the host's tbf queue (a 32 MiB send buffer, far
+    deeper than the queue). The first drop caps the send buffer below the depth the queue had then
+    (PacketSocket.learn_queue_drop), so the later transfers wait for room in the buffer, as TCP's Small Queues make
+    a TCP sender wait, instead of overflowing the queue again: no more drops, nothing resent. (Without the cap every
+    transfer that opens its window past the queue loses whole GSO runs.)"""
+    options = ("mtu=9000, send_buf=32 << 20, "
+               "cc=CCParams(mss=8964, init_cwnd_pkts=1000, max_cwnd_bytes=16 << 20, rto_init=0.5)")
+    with Star(2, rate="1gbit", mtu=9000) as net:
+        addrs = ",".join(h.ip for h in net.hosts)
+        out = run_on_hosts(net, TWICE.format(root=str(ROOT), options=options, n=16 << 20, count=3),
+                           {1: ["1", addrs], 0: ["0", addrs]}, timeout=120)
+    last = out[0][-1]
+    drops, resent = last["tx_local_drops"], last["retransmissions"]
+    print("local drops", [s["tx_local_drops"] for s in out[0]], "retransmissions", [s["retransmissions"] for s in out[0]])
+    assert drops > 0, last  # the queue overflowed
+    # once or twice (the I/O thread and the caller both send; a second drop may be under way before the first is
+    # learned), not again: what was resent is the dropped GSO runs and a few tail packets, against thousands of
+    # resent packets in the first transfer alone without the cap
+    assert drops <= 2, last
+    assert resent <= drops * GSO_MAX_SEGS + 8, last
+    assert last["send_errors"] == 0
+    assert out[1][2]["transfers_received"] == 3
