@@ -377,6 +377,60 @@ def speedup_verdict(st: dict[str, Any]) -> str:
     return "no resolved difference (the interval contains 1)"
 
 
+def paired_difference(doc: dict[str, Any], base: str, method: str, key: str, scale: float = 1.0) -> dict[str, Any]:
+    """``method``'s value minus ``base``'s on metric ``key`` (times ``scale``), paired by repetition as
+    :func:`paired_speedup` pairs them: the median of the per-repetition differences and its interval. For final
+    accuracy (``scale`` 100: points), what bounded loss costs against the same training without it."""
+    from .tails import quantile_ci
+
+    per: dict[tuple[int, str], float] = {}
+    for r in doc.get("runs", []):
+        v = r["summary"].get(key)
+        if r["cell"] in (base, method) and v is not None:
+            per[(r["repetition"], r["cell"])] = float(v)
+    diffs = [(per[(rep, method)] - per[(rep, base)]) * scale for rep in sorted({k[0] for k in per})
+             if (rep, base) in per and (rep, method) in per]
+    return quantile_ci(diffs, 0.5)
+
+
+def difference_text(st: dict[str, Any], unit: str = " points") -> str:
+    """``+0.00 points [-0.28, +0.28] (99% CI, 8 pairs)`` of a :func:`paired_difference`, or why there is none."""
+    if not st["n"]:
+        return "not measured"
+    cov = f"{st['coverage']:.0%} CI" if st["n"] > 1 else "one pair"
+    return f"{st['value']:+.2f}{unit} [{st['lo']:+.2f}, {st['hi']:+.2f}] ({cov}, {st['n']} pairs)"
+
+
+def accuracy_cost_verdict(st: dict[str, Any]) -> str:
+    """Whether a paired accuracy difference (points) is known to lie within issue 45's resolution
+    (:data:`ACCURACY_RESOLUTION` either side of 0), or how it falls outside it."""
+    if not st["n"] or st["n"] < 2:
+        return "not resolved (fewer than 2 pairs)"
+    if -ACCURACY_RESOLUTION <= st["lo"] and st["hi"] <= ACCURACY_RESOLUTION:
+        return f"within {ACCURACY_RESOLUTION} points of training without it (the whole interval)"
+    if st["hi"] < 0:
+        return "**lower**"
+    if st["lo"] > 0:
+        return "**higher**"
+    return f"not resolved to {ACCURACY_RESOLUTION} points (the interval is wider)"
+
+
+def predates(doc: dict[str, Any]) -> list[str]:
+    """The host changes (``testbed.report.DEFAULT_CHANGES`` that concern ``"pressure"``) made after a pressure
+    sweep's earliest part started: its DLCP figures describe the transport before them."""
+    from .report import predates as result_predates
+
+    starts = [p["metadata"].get("started") for p in doc.get("parts") or []] + [doc["metadata"].get("started")]
+    starts = sorted(s for s in starts if s)
+    return result_predates({"name": "pressure", "machine": {"time": starts[0]}}) if starts else []
+
+
+def _predates_note(doc: dict[str, Any]) -> list[str]:
+    changes = predates(doc)
+    return [f"**Run before a change of the host transport: {'; '.join(changes)}. Its DLCP cells' figures describe "
+            "the transport before it, until the sweep is run again.**", ""] if changes else []
+
+
 #: (summary key, what) of the step-time figures a pressure regime's bounded-loss verdict is given for.
 PAIRED_KEYS = (("iter_p50_s", "iteration time (p50)"), ("iter_p99_s", "iteration time (p99)"),
                ("coll_p99_s", "collective call (p99)"))
@@ -395,9 +449,14 @@ def pressure_summary(docs: list[dict[str, Any]]) -> list[str]:
            "over DLCP's, and DLCP's speed-up over fair Gloo, each paired by repetition (the same seed, run back to "
            "back): the median of the per-repetition ratios and its distribution-free interval (order statistics; "
            "with 8 pairs [min, max], 99% coverage). Above 1: DLCP is faster. A verdict is given only where the "
-           "interval excludes 1; a question mark where it covers less than 95% (fewer than 6 pairs).", "",
+           "interval excludes 1; a question mark where it covers less than 95% (fewer than 6 pairs). Time to "
+           "accuracy: the first evaluation at the spec's target accuracy, without stopping there (`stop_at_target: "
+           "false`), DLCP's over fair Gloo's, paired the same way. Accuracy cost: DLCP's final accuracy minus DLCP's "
+           "without bounded loss, in points, paired (the median difference and its interval).", "",
            "| regime | runs per cell | bounded loss: p50 | bounded loss: p99 | verdict at p50 / p99 | DLCP vs fair "
-           "Gloo: p50 | DLCP vs fair Gloo: p99 | zero-filled (DLCP) |", "|" + "---|" * 8]
+           "Gloo: p50 | DLCP vs fair Gloo: p99 | DLCP vs fair Gloo: time to accuracy | accuracy cost of bounded loss "
+           "| zero-filled (DLCP) |", "|" + "---|" * 10]
+    stale: list[str] = []
     for doc in docs:
         cells = doc["cells"]
         if not {"dlcp", "dlcp-no-loss"} <= set(cells):
@@ -407,10 +466,19 @@ def pressure_summary(docs: list[dict[str, Any]]) -> list[str]:
         gl = [paired_speedup(doc, "gloo-fair", "dlcp", k) for k in ("iter_p50_s", "iter_p99_s")]
         verdict = " / ".join(speedup_verdict(st).split(" (")[0] + ("" if st["coverage"] is None or
                              st["coverage"] >= 0.95 else "?") for st in bl)
-        out.append(f"| `{_regime(doc)}` | {runs} | {speedup_text(bl[0])} | {speedup_text(bl[1])} | {verdict} | "
+        gl.append(paired_speedup(doc, "gloo-fair", "dlcp", "time_to_target_s"))
+        cost = paired_difference(doc, "dlcp-no-loss", "dlcp", "final_accuracy", 100.0)
+        mark = " (predates a host change, below)" if predates(doc) else ""
+        if mark:
+            stale.append(f"`{_regime(doc)}`")
+        out.append(f"| `{_regime(doc)}`{mark} | {runs} | {speedup_text(bl[0])} | {speedup_text(bl[1])} | {verdict} | "
                    + " | ".join(speedup_text(st) if "gloo-fair" in cells else "-" for st in gl) + " | "
+                   + difference_text(cost) + " | "
                    + format_stat(cells["dlcp"].get("zero_filled_fraction"), 100.0, "%") + " |")
     out.append("")
+    if stale:
+        out += [f"Regimes {', '.join(stale)} ran before a change of the host transport that their sections name; "
+                "their DLCP figures describe the transport before it.", ""]
     return out
 
 
@@ -422,6 +490,7 @@ def pressure_section(doc: dict[str, Any]) -> list[str]:
     cells = doc["cells"]
     regime = _regime(doc)
     out = [f"## Pressure regime `{regime}`: does bounded loss cut the tail?", "", _meta(doc) + ".", "",
+           *_predates_note(doc),
            f"Sweep `{doc.get('source')}` on `{Path(str(doc.get('base', ''))).name}` "
            "([testbed.md](testbed.md), Pressure regimes).", ""]
     out += _table(doc, "gloo-fair" if "gloo-fair" in cells else None)
@@ -467,10 +536,14 @@ def pressure_section(doc: dict[str, Any]) -> list[str]:
                        f"`dlcp-no-loss` {format_stat(rto['dlcp-no-loss'], 1.0, '')}"
                        + ("; " + _compare("dlcp vs dlcp-no-loss", rto["dlcp"], rto["dlcp-no-loss"], "timeouts",
                                           True)[2:] if rto["dlcp-no-loss"]["median"] else "."))
+        cost = paired_difference(doc, "dlcp-no-loss", "dlcp", "final_accuracy", 100.0)
+        out.append(f"- final accuracy, DLCP minus DLCP without bounded loss: {difference_text(cost)}: "
+                   f"{accuracy_cost_verdict(cost)}.")
         if "gloo-fair" in cells:
-            for key, what in PAIRED_KEYS[:2]:
+            for key, what in (*PAIRED_KEYS[:2], ("time_to_target_s", "time to target")):
                 st = paired_speedup(doc, "gloo-fair", "dlcp", key)
-                out.append(f"- DLCP over fair Gloo, {what}: {speedup_text(st)}: {speedup_verdict(st)}.")
+                if st["n"]:
+                    out.append(f"- DLCP over fair Gloo, {what}: {speedup_text(st)}: {speedup_verdict(st)}.")
     runs = min((st["runs"] for st in cells.values()), default=0)
     p99 = _ratio((cells.get("dlcp-no-loss") or {}).get("iter_p99_s"), (cells.get("dlcp") or {}).get("iter_p99_s"))
     tta = _ratio((cells.get("gloo-fair") or {}).get("time_to_target_s"),
@@ -507,6 +580,7 @@ def pressure_ablation_section(doc: dict[str, Any]) -> list[str]:
 
     cells = doc["cells"]
     out = [f"## Pressure regime `{_regime(doc)}`: each part of value-aware dropping", "", _meta(doc) + ".", "",
+           *_predates_note(doc),
            f"Sweep `{doc.get('source')}` on `{Path(str(doc.get('base', ''))).name}`: full DLCP against DLCP with one "
            "part changed. The host always chooses the eligible packets by magnitude (the smallest mean |x| of each "
            "tensor, within the loss bound; `host/policy.py`): the dlcp backend has no other policy, so that part "

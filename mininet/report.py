@@ -86,6 +86,10 @@ DEFAULT_CHANGES: list[tuple[str, str, frozenset[str]]] = [
     ("2026-11-28T07:08:00+0000", "the transport's I/O thread wakes for its timers when one is due, not every 1 ms "
      "(host/transport/endpoint.py)", frozenset({"collectives", "cpu_profile", "transport", "bounded_loss",
                                                 "keyed_tag"})),
+    # ("pressure": the testbed's pressure-regime sweeps, docs/evaluation.md, whose lossy calls' loss reports go to
+    # peers the exact calls never send to; testbed.evaluation asks with each sweep's earliest start)
+    ("2026-11-28T07:08:00+0000", "a peer's first retransmission timeout is taken from the peers already measured, "
+     "and a DONE counts as progress (host/transport/cc.py, seed_rto; sender.py)", frozenset({"pressure"})),
 ]
 
 

@@ -1,4 +1,5 @@
-"""Pure parts of the testbed: datasets, models, topology plans, summaries and the comparison table."""
+"""Pure parts of the testbed: datasets, models, topology plans, summaries and the comparison table; and the worker's
+stopping rule, on real worker processes."""
 
 import pytest
 import torch
@@ -184,3 +185,20 @@ def test_measured_compute_includes_emulated_time_and_leaves_the_model_alone():
     assert t >= 0.03  # forward + backward of the three layers sleep 30 ms in all
     assert all(torch.equal(a, p) for a, p in zip(before, m.parameters()))
     assert all(p.grad is None for p in m.parameters())
+
+
+@pytest.mark.slow
+def test_workers_stop_at_the_target_unless_told_not_to(tmp_path):
+    """Real worker processes on loopback (testbed.accuracy.run_local, DDP over the dlcp backend): with a target
+    every evaluation reaches (0.0), training stops at the first evaluation; with stop_at_target false it runs all
+    its steps, and the summary's time to target is still that first evaluation's."""
+    from testbed.accuracy import run_local
+
+    spec = RunSpec(name="stop", workers=2, model="mlp", dataset="digits", hidden=16, steps=6, eval_every=2,
+                   target_accuracy=0.0, timeout_s=120.0)
+    stopped = run_local(spec, drop_eligible=False, workdir=tmp_path / "stop", timeout=120.0)
+    assert [len(w["iterations"]) for w in stopped] == [2, 2]
+    spec.stop_at_target = False
+    full = run_local(spec, drop_eligible=False, workdir=tmp_path / "full", timeout=120.0)
+    assert [len(w["iterations"]) for w in full] == [6, 6] and [e["step"] for e in full[0]["evals"]] == [2, 4, 6]
+    assert summarise(spec, full, 1.0)["time_to_target_s"] == full[0]["evals"][0]["t"]

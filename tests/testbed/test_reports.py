@@ -187,3 +187,56 @@ def test_pressure_ablation_compares_each_part_with_full_dlcp():
     assert ("- `dlcp-class-thresholds`: iteration time (p50) 1.10x [1.10, 1.10] (88% CI, 4 pairs), **faster** (an "
             "interval of only 88% coverage); iteration time (p99) 1.40x [1.40, 1.40]") in text
     assert "- `dlcp-no-loss`: iteration time (p50) 1.00x [1.00, 1.00] (88% CI, 4 pairs), no resolved difference" in text
+
+
+def test_pressure_regime_reports_time_to_accuracy_and_accuracy_cost_paired():
+    """Time to accuracy (DLCP's over fair Gloo's) and the accuracy cost of bounded loss (DLCP's final accuracy minus
+    DLCP's without it, points) are paired by repetition, each with its interval, in the summary row and the
+    regime's section; a cost whose interval lies within 0.5 points says so, one that reaches past it does not."""
+    from testbed.evaluation import accuracy_cost_verdict, paired_difference, paired_speedup
+
+    base = [(0.3 + 0.05 * i, 0.5 + 0.2 * i) for i in range(8)]
+    doc = _paired_doc({"gloo-fair": [(2 * a, 2 * b) for a, b in base], "dlcp": base, "dlcp-no-loss": base})
+    # time to target is 10 x p50 in _summary: fair Gloo's 2x DLCP's in every repetition; DLCP's accuracy 0.3 points
+    # under the exact cell's in repetitions 0-3, level in 4-7
+    for r in doc["runs"]:
+        if r["cell"] == "dlcp":
+            r["summary"]["final_accuracy"] = 0.95 - (0.003 if r["repetition"] < 4 else 0.0)
+    cost = paired_difference(doc, "dlcp-no-loss", "dlcp", "final_accuracy", 100.0)
+    assert (cost["n"], round(cost["lo"], 6), round(cost["hi"], 6)) == (8, -0.3, 0.0)
+    assert accuracy_cost_verdict(cost).startswith("within 0.5 points")
+    text = render(None, None, {"pressure": "p.json"}, pressure=[doc])
+    row = next(line for line in text.splitlines() if line.startswith("| `incast` |"))
+    assert "| 2.00x [2.00, 2.00] (99% CI, 8 pairs) | -0.15 points [-0.30, +0.00] (99% CI, 8 pairs) |" in row
+    assert "- DLCP over fair Gloo, time to target: 2.00x [2.00, 2.00] (99% CI, 8 pairs): **faster**." in text
+    assert ("- final accuracy, DLCP minus DLCP without bounded loss: -0.15 points [-0.30, +0.00] (99% CI, 8 pairs): "
+            "within 0.5 points of training without it (the whole interval).") in text
+    for r in doc["runs"]:
+        if r["cell"] == "dlcp" and r["repetition"] == 7:
+            r["summary"]["final_accuracy"] = 0.95 - 0.008
+    wide = paired_difference(doc, "dlcp-no-loss", "dlcp", "final_accuracy", 100.0)
+    assert accuracy_cost_verdict(wide) == "not resolved to 0.5 points (the interval is wider)"
+    # a run that never reached the target leaves its repetition out of the time-to-accuracy pairs
+    next(r for r in doc["runs"] if r["cell"] == "dlcp")["summary"]["time_to_target_s"] = None
+    assert paired_speedup(doc, "gloo-fair", "dlcp", "time_to_target_s")["n"] == 7
+
+
+def test_a_pressure_sweep_started_before_a_host_change_says_so(monkeypatch):
+    """A pressure sweep any part of which started before a change that report.DEFAULT_CHANGES says concerns the
+    pressure regimes is marked in the summary and its section; one started after it is not."""
+    from testbed import report
+
+    monkeypatch.setattr(report, "DEFAULT_CHANGES", [("2026-06-01T00:00:00+0000", "the RTO seed", frozenset(
+        {"pressure"}))])
+    base = [(0.3, 0.5)] * 8
+    old = _paired_doc({"dlcp": base, "dlcp-no-loss": base})
+    old["metadata"]["started"] = "2026-06-01T00:00:10Z"
+    old["parts"] = [{"seeds": [1], "metadata": {"started": "2026-05-31T23:00:00Z"}},
+                    {"seeds": [2], "metadata": {"started": "2026-06-01T00:00:10Z"}}]
+    text = render(None, None, {"pressure": "p.json"}, pressure=[old])
+    assert "| `incast` (predates a host change, below) | 8 |" in text
+    assert "**Run before a change of the host transport: the RTO seed (2026-06-01)." in text
+    new = _paired_doc({"dlcp": base, "dlcp-no-loss": base})
+    new["metadata"]["started"] = "2026-06-01T00:00:10Z"
+    text = render(None, None, {"pressure": "p.json"}, pressure=[new])
+    assert "predates" not in text and "Run before a change" not in text

@@ -219,3 +219,19 @@ def test_example_sweeps_validate(name):
             assert x.algorithm != y.algorithm and x.workers == y.workers and x.topology == y.topology
             assert (x.compute_ms, x.hidden, x.density, x.loss_bound) == (y.compute_ms, y.hidden, y.density,
                                                                          y.loss_bound)
+
+
+def test_stop_at_target_is_a_validated_boolean(tmp_path):
+    """stop_at_target: true by default; false keeps training to the last step (the pressure specs'); anything but
+    a boolean is an error naming the key and its line, and the value survives the trip to the workers."""
+    assert load_spec(write(tmp_path, "workers: 2\n")).stop_at_target is True
+    spec = load_spec(write(tmp_path, "workers: 2\ntarget_accuracy: 0.9\nstop_at_target: false\n"))
+    assert (spec.target_accuracy, spec.stop_at_target) == (0.9, False)
+    assert spec_from_json(spec_to_json(spec)) == spec
+    with pytest.raises(SpecError) as e:
+        load_spec(write(tmp_path, "workers: 2\nstop_at_target: sometimes\n"))
+    assert e.value.key == "stop_at_target" and ":2" in str(e.value)
+    assert load_spec(write(tmp_path, "workers: 2\n"), {"stop_at_target": False}).stop_at_target is False
+    for regime in ("bursty", "flapping", "incast", "lossy", "shallow"):
+        p = load_spec(EXAMPLES / "pressure" / f"{regime}.yaml")
+        assert p.target_accuracy is not None and p.stop_at_target is False, regime
