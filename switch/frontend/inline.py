@@ -404,8 +404,9 @@ class Inliner:
         """P4-16 14.2.1.2: an action's directional parameters are bound by arguments in a table's action list
         (``actions = { set(hdr.ipv4.ttl); }``).  The action is rewritten to copy those arguments in (and
         ``out``/``inout`` ones back) around its body, keeping only its directionless parameters (the ones the
-        control plane supplies, as in P4Info); actions with out/inout parameters that no table lists are called
-        directly only, and inlined there, so they are dropped."""
+        control plane supplies, as in P4Info); a table binding an action to other arguments than an earlier
+        table gets a copy of it (:meth:`table_copy`); actions with out/inout parameters that no table lists are
+        called directly only, and inlined there, so they are dropped."""
         local = {x.name: x for x in d.locals if isinstance(x, A.ActionDecl)}
         binding: dict[str, tuple[list[A.Expr], Loc]] = {}
         listed: set[str] = set()
@@ -438,8 +439,8 @@ class Inliner:
                         raise unsupported("a bound action argument other than a path or a literal", x.loc)
                 prev = binding.get(name)
                 if prev is not None and [_key(x) for x in prev[0]] != [_key(x) for x in ar.args]:
-                    raise unsupported(f"action {name} bound to different arguments by two tables "
-                                      f"(the other at {prev[1]})", ar.loc)
+                    name = self.table_copy(d, t, name, ar.args, local, binding)
+                    listed.add(name)
                 binding[name] = (ar.args, ar.loc)
         for name, (args, loc) in binding.items():
             a = local[name]
@@ -477,6 +478,33 @@ class Inliner:
                             ar.args = None
         d.locals = [x for x in d.locals if not (isinstance(x, A.ActionDecl) and x.name not in listed
                                                 and x.name not in binding and _writes_params(x))]
+
+    def table_copy(self, d: A.ControlDecl, t: A.TableDecl, name: str, args: list[A.Expr],
+                   local: dict[str, A.ActionDecl], binding: dict[str, tuple[list[A.Expr], Loc]]) -> str:
+        """Table ``t`` binds action ``name`` to other arguments than a table before it: ``t`` gets a copy of the
+        action of its own (one per distinct binding, shared by the tables that bind alike), under the action's
+        P4Info name, as p4c gives each table's binding an action of its own in the BMv2 JSON (both named as the
+        action; P4Runtime's one action resolves to the table's).  Returns the copy's name; ``t``'s references to
+        the action (its list, default action and entries) are renamed to it."""
+        key = [_key(x) for x in args]
+        orig = local[name]
+        for other, (bound, _loc) in binding.items():
+            if local[other].copy_of == name and [_key(x) for x in bound] == key:
+                cname = other
+                break
+        else:
+            cname = self.fresh(name)
+            c = copy.deepcopy(orig)
+            c.name, c.copy_of = cname, name
+            if A.annot(c.annots, "name") is None:
+                c.annots.append(A.Annotation(orig.loc, "name", [A.StrLit(orig.loc, name)]))
+            d.locals.insert(d.locals.index(orig) + 1, c)
+            local[cname] = c
+        refs = list(t.actions) + [t.default_action] + [en.action for en in (t.entries or [])]
+        for ar in refs:
+            if ar is not None and ar.name.lstrip(".") == name:
+                ar.name = cname
+        return cname
 
     @staticmethod
     def localize(a: A.ActionDecl) -> A.ActionDecl:

@@ -387,6 +387,7 @@ class ActionDecl(Decl):
     params: list[Param] = field(default_factory=list)
     body: Block | None = None
     localized: bool = False           # a control's copy of a top-level action (switch.frontend.inline.Inliner.localize)
+    copy_of: str = ""                 # a table's copy of this action, bound otherwise (Inliner.table_copy)
 
 
 @dataclass

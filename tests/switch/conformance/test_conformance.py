@@ -186,6 +186,13 @@ CASES: dict[str, list[tuple[bytes, list[tuple[int, bytes]]]]] = {
         (h(0x00, 95, 1, 0, 0, 0, 0), [(1, h(0x00, 95, 1, 0, 0, 1, 1))]),     # t1 misses; 5 beats 11 and 15
         (h(0x1F, 255, 3, 0, 0, 0, 0), [(1, h(0x1F, 255, 3, 0, 1, 3, 2))]),
     ],
+    # add bound to b by t1 and t3, to c by t2; put to d by t4, to a by t5 (entries: ENTRIES and t5's 0x16)
+    "action_bound_twice.p4": [
+        (h(1, 1, 2, 0), [(1, h(0x99, 0x3B, 0x16, 7))]),     # b 1 + 10 = 0x0B, + 0x30; c 2 + 20; a by t5
+        (h(2, 5, 0x14, 9), [(1, h(0x99, 6, 0x16, 0x42))]),  # defaults + 1, + 2; t4's entry
+        (h(3, 10, 0, 0), [(1, h(3, 0x3B, 2, 7))]),          # b 10 + 1 = 0x0B: t3's entry
+        (h(1, 0xFF, 0xF0, 0), [(1, h(1, 9, 4, 7))]),        # both wrap
+    ],
     # actions = { }: none always misses (c = 2); keyless's action_run is NoAction (d = b + 1)
     "empty_actions.p4": [
         (h(1, 2, 0, 0), [(1, h(1, 2, 2, 3))]),
@@ -219,6 +226,11 @@ ENTRIES: dict[str, list[tuple[str, dict, str, dict]]] = {
     # error numbers: NoError 0, PacketTooShort 1 (core.p4's order)
     "error_key.p4": [("Ing.by_error", {"sm.parser_error": 0}, "Ing.mark", {"v": 0x11}),
                      ("Ing.by_error", {"sm.parser_error": 1}, "Ing.mark", {"v": 0x22})],
+    # one action (P4Info: Ing.add, put) written into tables that bind it to different arguments
+    "action_bound_twice.p4": [("Ing.t1", {"hdr.h.a": 1}, "Ing.add", {"v": 10}),
+                              ("Ing.t2", {"hdr.h.a": 1}, "Ing.add", {"v": 20}),
+                              ("Ing.t3", {"hdr.h.b": 0x0B}, "Ing.add", {"v": 0x30}),
+                              ("Ing.t4", {"hdr.h.a": 2}, "put", {"v": 0x42})],
 }
 
 _compiled: dict[tuple[str, str], Switch] = {}
@@ -484,11 +496,6 @@ ERRORS = {
         ingress("        t.apply();", locals_="    action a(inout bit<8> x) { x = 1; }\n"
                 "    table t { key = { hdr.h.a: exact; } actions = { a; } }"),
         "action a has directional parameters: bind them"),
-    "action bound differently by two tables": (
-        ingress("        t.apply(); u.apply();", locals_="    action a(inout bit<8> x) { x = 1; }\n"
-                "    table t { key = { hdr.h.a: exact; } actions = { a(hdr.h.b); } }\n"
-                "    table u { key = { hdr.h.a: exact; } actions = { a(hdr.h.c); } }"),
-        "unsupported: action a bound to different arguments by two tables"),
     "unknown named argument": (
         ingress("        hdr.h.a = f(y = 1);", decls="bit<8> f(bit<8> x) { return x; }"),
         "function f has no parameter named 'y'"),
@@ -538,11 +545,6 @@ ERRORS = {
     "arguments bound to an unknown action": (
         ingress("        t.apply();", locals_="    table t { key = { hdr.h.a: exact; } actions = { nope(hdr.h.b); } }"),
         "unknown action nope"),
-    "top-level action bound differently by two tables": (
-        ingress("        t.apply(); u.apply();", decls="action a(inout bit<8> x) { x = 1; }",
-                locals_="    table t { key = { hdr.h.a: exact; } actions = { a(hdr.h.b); } }\n"
-                "    table u { key = { hdr.h.a: exact; } actions = { a(hdr.h.c); } }"),
-        "unsupported: action a bound to different arguments by two tables"),
     "top-level action with directional parameters unbound": (
         ingress("        t.apply();", decls="action a(inout bit<8> x) { x = 1; }",
                 locals_="    table t { key = { hdr.h.a: exact; } actions = { a; } }"),

@@ -35,7 +35,7 @@ PORTS = (0, 1, 2, 7)
 PROGRAMS = ["functions.p4", "subcontrol.p4", "subcontrol_shared.p4", "switch_values.p4", "action_params.p4",
             "arguments.p4", "for_loops.p4", "macros.p4", "for_nested_return.p4", "header_eq.p4", "value_set.p4",
             "subparser.p4", "subparser_twice.p4", "header_union.p4", "struct_stack_ops.p4", "compound_assign.p4",
-            "top_level_actions.p4", "entry_priority.p4", "entry_priority_initial.p4",
+            "top_level_actions.p4", "entry_priority.p4", "entry_priority_initial.p4", "action_bound_twice.p4",
             "empty_actions.p4", "lookahead_bits.p4"]
 assert not set(PROGRAMS) - set(CASES) and set(CASES) - set(PROGRAMS) == {"parser_features.p4", "error_key.p4"}
 FILL = 0xA5
