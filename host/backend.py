@@ -63,6 +63,7 @@ import torch.distributed as dist
 
 from host import elementwise, wire
 from host.collectives import Collectives, EndpointLink, LossStats, Outcome, RecvReport, ReduceOp, check_loss
+from host.policy import LayerMagnitudePolicy
 from host.staging import DeviceStreams, Staged, operation_device, tensors_in
 from host.transport.cc import CCParams, params_for_mode
 from host.transport.chunking import payload_capacity
@@ -82,7 +83,8 @@ class DlcpOptions:
 
     loss_bound: float = 0.0  # default bound of calls that ask for loss (loss_bound_scope(None)); others are exact
     mtu: int | None = None  # None: the smallest path MTU towards the peers (65535 on loopback, 1500 on Ethernet)
-    policy: str = "layer-magnitude"  # the transport's priority policy (host.policy)
+    # the transport's priority policy (host.policy): one of POLICIES ("no-eligible": the same, no packet eligible)
+    policy: str = "layer-magnitude"
     # "on": DCTCP-style window on ECN marks and on queueing delay (paths whose queues only drop); "fast": the same
     # with FAST's delay law (equal shares for flows through one queue: all-to-all traffic); "ecn": ECN marks only
     # (every switch marks: the DLCP P4 program); "off": a fixed large window (lossless fabrics).
@@ -130,6 +132,14 @@ class DlcpOptions:
         if not 0.0 <= opts.drop_eligible <= 1.0:
             raise ValueError(f"drop_eligible (DLCP_DROP_ELIGIBLE) must be in [0, 1], got {opts.drop_eligible}")
         return opts
+
+
+#: DlcpOptions.policy (DLCP_POLICY) -> the transport's priority policy. ``no-eligible`` is the default with the
+#: host's drop-eligibility marking off (an ablation: every packet protected, even in calls that ask for loss).
+POLICIES: dict[str, Callable[[], Any]] = {
+    "layer-magnitude": LayerMagnitudePolicy, "default": LayerMagnitudePolicy,
+    "no-eligible": lambda: LayerMagnitudePolicy(eligible=False),
+}
 
 
 def _on_off(v: str) -> bool:
@@ -631,8 +641,8 @@ class DlcpBackend:
             first = _Process.endpoint is None
         if first:
             # the default group: its ranks are the global ranks
-            if o.policy not in ("layer-magnitude", "default"):
-                raise ValueError(f"unknown priority policy {o.policy!r} (known: layer-magnitude)")
+            if o.policy not in POLICIES:
+                raise ValueError(f"unknown priority policy {o.policy!r} (DLCP_POLICY; known: {', '.join(POLICIES)})")
             addr = o.addr or _auto_addr(rank)
             # bound before it is published: the port may be one the kernel picks (DlcpOptions.port)
             sock = _bind(addr, _default_port(addr) if o.port is None else o.port)
@@ -679,10 +689,9 @@ class DlcpBackend:
         job_id = o.job_id if o.job_id is not None else zlib.crc32(
             f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}:"
             f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}".encode())
-        from host.policy import LayerMagnitudePolicy
         cc = _cc_params(_cc_mode(o.congestion_control), o.mtu)
         return Endpoint(rank, addrs, job_id=job_id, nonce=nonce,
-                        options=Options(mtu=o.mtu, policy=LayerMagnitudePolicy(), recv_timeout=o.timeout,
+                        options=Options(mtu=o.mtu, policy=POLICIES[o.policy](), recv_timeout=o.timeout,
                                         peer_timeout=o.peer_timeout, cc=cc, socket_wrapper=_dropper(o)),
                         key=key, sock=sock)
 

@@ -150,9 +150,13 @@ class LayerMagnitudePolicy:
     ``num_layers``: layers of the model. When known, layer positions are spread evenly over the data priorities
     (layer 0 gets :data:`DATA_PRIORITY_MAX`, the last layer :data:`DATA_PRIORITY_MIN`); when ``None``, each layer
     is one level below the previous one, saturating at the minimum (layer 0 -> 6, 1 -> 5, ..., >= 5 -> 1).
+    ``eligible``: False marks no packet drop-eligible, priorities and classes unchanged (the backend's
+    ``no-eligible`` policy): a call that asks for loss then completes only once every packet arrived, but still
+    runs its loss-report round, which separates what the host's marking is worth from what the bound costs.
     """
 
     num_layers: int | None = None
+    eligible: bool = True
 
     def priority(self, layer: int) -> int:
         levels = DATA_PRIORITY_MAX - DATA_PRIORITY_MIN + 1
@@ -176,6 +180,8 @@ class LayerMagnitudePolicy:
             if loss_bound > 0:
                 raise ValueError("integer/boolean tensors carry control data and must be sent with loss_bound=0")
             return PacketClasses(prio, np.zeros(n, np.uint8), np.zeros(n, bool))
+        if not self.eligible:
+            loss_bound = 0.0  # classes as usual; a zero budget makes nothing eligible on every path below
         if n == 1 and counts[0] > 0:
             # One packet (every tensor up to ~2,200 fp32 elements at MTU 9000): it is its own octile, so class 0,
             # or 7 when its mean is not finite; eligible only if the whole packet fits the budget. What the general

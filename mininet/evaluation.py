@@ -47,6 +47,8 @@ CELL_NOTES = {
     "dlcp-no-rate-control": "DLCP without its ECN rate control (`congestion_control: off`)",
     "dlcp-class-thresholds": "DLCP with per-class drop thresholds (`thresholds.classes`): eligible packets of the "
                              "lowest magnitude classes dropped first",
+    "dlcp-no-host-eligibility": "DLCP with the host's eligibility marking off (`host_eligibility: false`): nothing "
+                                "drop-eligible, the calls still ask for loss",
     "ddp-4": "DDP over Gloo, 4 workers, 20 Mb/s",
     "dear-4": "DeAR over Gloo, 4 workers, 20 Mb/s",
     "ddp-4-50mbit": "DDP over Gloo, 4 workers, 50 Mb/s",
@@ -582,9 +584,13 @@ def pressure_ablation_section(doc: dict[str, Any]) -> list[str]:
     out = [f"## Pressure regime `{_regime(doc)}`: each part of value-aware dropping", "", _meta(doc) + ".", "",
            *_predates_note(doc),
            f"Sweep `{doc.get('source')}` on `{Path(str(doc.get('base', ''))).name}`: full DLCP against DLCP with one "
-           "part changed. The host always chooses the eligible packets by magnitude (the smallest mean |x| of each "
-           "tensor, within the loss bound; `host/policy.py`): the dlcp backend has no other policy, so that part "
-           "is not varied here.", ""]
+           "part changed. The host chooses the eligible packets by magnitude (the smallest mean |x| of each "
+           "tensor, within the loss bound; `host/policy.py`); "
+           + ("`dlcp-no-host-eligibility` turns that marking off (nothing eligible) while the calls still ask for "
+              "loss, so it keeps the lossy calls' loss-report round: against `dlcp-no-loss` it shows what that round "
+              "costs, against `dlcp` what the marking is worth." if any(
+                  (o or {}).get("host_eligibility") is False for o in (doc.get("cell_overrides") or {}).values())
+              else "that part is not varied here."), ""]
     out += _table(doc, "dlcp" if "dlcp" in cells else None)
     tail = list(TAIL_METRICS)
     out += ["", "| cell | " + " | ".join(label for _k, label, _s, _u in tail) + " |", "|" + "---|" * (len(tail) + 1)]

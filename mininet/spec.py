@@ -156,6 +156,9 @@ class RunSpec:
     test_size: int | None = None        # generated datasets: held-out samples (None: 20% of the generated ones)
     algorithm: str = "dlcp-allreduce"
     loss_bound: float = 0.0
+    # the dlcp backend marks the smallest-magnitude packets drop-eligible within the bound (host.policy); false:
+    # nothing eligible (DLCP_POLICY=no-eligible), every packet protected although the calls still ask for loss
+    host_eligibility: bool = True
     # dlcp transport: on (ECN + delay), fast (on with FAST's delay law), ecn (the switches mark), off
     congestion_control: str = "ecn"
     density: float = 0.01               # spardl: fraction of gradient elements sent
@@ -309,7 +312,7 @@ _INTS = {"mtu", "hosts", "background_hosts", "delay_us", "queue", "flows", "work
          "eval_every", "hidden", "seed", "priority_queues"}
 _OPTIONAL_INTS = {"drop", "mark", "job_dscp", "rto_min_ms", "test_size"}
 _OPTIONAL_BOOLS = {"ecn"}
-_BOOLS = {"stop_at_target"}
+_BOOLS = {"stop_at_target", "host_eligibility"}
 _FLOATS = {"acid_step_seconds", "rate_com", "loss", "loss_bound", "density", "lr", "momentum", "target_accuracy",
            "timeout_s", "compute_ms", "on_ms", "off_ms", "flap_ms"}
 

@@ -292,6 +292,8 @@ def train(spec: RunSpec, out: Path) -> dict[str, Any]:
     if spec.loss_bound:
         os.environ.setdefault("DLCP_LOSS_BOUND", str(spec.loss_bound))
     os.environ.setdefault("DLCP_CC", spec.congestion_control)
+    if not spec.host_eligibility:
+        os.environ.setdefault("DLCP_POLICY", "no-eligible")
     dist.init_process_group(backend_for(spec), rank=rank, world_size=world)
     timer = CollectiveTimer().install()  # before the trainer: SparDL's hook binds its exchange when built
     trainer = make_trainer(spec, model)

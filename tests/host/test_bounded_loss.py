@@ -270,6 +270,17 @@ def test_exact_ops_stay_exact_with_a_loss_bound_in_the_environment() -> None:
     assert reports[0]["lossy_zero_filled"] > 0 and len({tuple(map(tuple, r["lossy_ranges"])) for r in reports}) == 1
 
 
+@pytest.mark.slow
+def test_the_no_eligible_policy_loses_nothing_where_the_default_loses() -> None:
+    """DLCP_POLICY=no-eligible (the host's eligibility marking off, a testbed ablation): with every eligible packet
+    dropped, the same scoped lossy SUM that zero-fills under the default policy (the test above) zero-fills
+    nothing, and the exact calls stay exact."""
+    out = check(launch("tests.host.loss_worker", "ops", 2, env={**ENV, "DLCP_POLICY": "no-eligible"}, timeout=200))
+    reports = [json.loads(o.strip().splitlines()[-1]) for o in out]
+    assert all(r["exact"] and r["refused"] == 4 for r in reports)
+    assert [r["lossy_zero_filled"] for r in reports] == [0, 0] and all(r["lossy_ranges"] == [] for r in reports)
+
+
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("size,n,packet", [(4, 1_000_000, 712), (4, 300_000, 64), (5, 200_003, 256)])
 def test_lossy_reduce_scatter_keeps_every_rank_shard_within_the_bound(size, n, packet, seed):

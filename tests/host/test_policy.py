@@ -199,3 +199,20 @@ def test_the_c_kernel_rejects_bad_arguments():
         _txlane.abs_sums(np.zeros(8, np.float32), 0, out)
     assert _txlane.abs_sums(np.array([1, -2, 3, -4, 5], np.float32), 2, out) == 3
     assert out[:3].tolist() == [3.0, 7.0, 5.0]
+
+
+@pytest.mark.parametrize("npk,chunk", [(1, 100), (9, 100), (200, 64)])
+def test_eligibility_off_keeps_priority_and_classes_and_marks_nothing(npk, chunk):
+    """LayerMagnitudePolicy(eligible=False), the backend's no-eligible policy: the same priority and magnitude
+    classes as the default on every classification path (one packet, few, many), no packet eligible whatever
+    the bound."""
+    from host.backend import POLICIES
+
+    rng = np.random.default_rng(npk)
+    values = rng.standard_normal(npk * chunk).astype(np.float32)
+    counts = np.full(npk, chunk)
+    on = POLICIES["layer-magnitude"]().classify(values, counts, layer=2, loss_bound=0.5)
+    off = POLICIES["no-eligible"]().classify(values, counts, layer=2, loss_bound=0.5)
+    assert on.eligible.any() == (npk > 1)  # a lone packet fits no bound under 1
+    assert off.priority == on.priority and np.array_equal(off.mag_class, on.mag_class)
+    assert not off.eligible.any() and off.eligible.shape == on.eligible.shape

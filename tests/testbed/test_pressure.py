@@ -193,9 +193,14 @@ def test_incast_ablation_changes_one_part_per_cell():
     the per-class thresholds reach every switch's network file below the queue threshold."""
     sweep = load_sweep(PRESSURE / "incast-ablation.yaml")
     cells = {c.name: c.spec for c in sweep.cells}
-    assert list(cells) == ["dlcp", "dlcp-class-thresholds", "dlcp-no-priorities", "dlcp-no-loss"]
+    assert list(cells) == ["dlcp", "dlcp-class-thresholds", "dlcp-no-priorities", "dlcp-no-host-eligibility",
+                           "dlcp-no-loss"]
     full = cells["dlcp"]
     assert full.thresholds.classes is None and full.loss_bound == 0.02 and full.priority_mode == "trust"
+    assert full.host_eligibility is True and all(c.host_eligibility for n, c in cells.items()
+                                                 if n != "dlcp-no-host-eligibility")
+    off = cells["dlcp-no-host-eligibility"]
+    assert (off.host_eligibility, off.loss_bound, off.priority_mode) == (False, 0.02, "trust")
     assert cells["dlcp-class-thresholds"].thresholds.classes == {0: 2, 1: 4, 2: 6}
     assert cells["dlcp-class-thresholds"].thresholds.drop == full.thresholds.drop == 8
     assert (cells["dlcp-no-priorities"].priority_mode, cells["dlcp-no-priorities"].loss_bound) == ("single", 0.02)

@@ -187,6 +187,16 @@ def test_pressure_ablation_compares_each_part_with_full_dlcp():
     assert ("- `dlcp-class-thresholds`: iteration time (p50) 1.10x [1.10, 1.10] (88% CI, 4 pairs), **faster** (an "
             "interval of only 88% coverage); iteration time (p99) 1.40x [1.40, 1.40]") in text
     assert "- `dlcp-no-loss`: iteration time (p50) 1.00x [1.00, 1.00] (88% CI, 4 pairs), no resolved difference" in text
+    assert "that part is not varied here" in text and "dlcp-no-host-eligibility" not in text
+    # a cell with the host's eligibility marking off: described, and the text says what it separates
+    doc = _paired_doc({"dlcp": base, "dlcp-no-host-eligibility": base, "dlcp-no-loss": base})
+    doc["source"] = "examples/testbed/pressure/incast-ablation.yaml"
+    doc["cell_overrides"] = {"dlcp": {}, "dlcp-no-host-eligibility": {"host_eligibility": False},
+                             "dlcp-no-loss": {"loss_bound": 0}}
+    text = render(None, None, {"pressure-ablation": "a.json"}, pressure_ablation=doc)
+    assert "`dlcp-no-host-eligibility` turns that marking off (nothing eligible)" in text
+    assert "| `dlcp-no-host-eligibility` | DLCP with the host's eligibility marking off" in text
+    assert "not varied here" not in text
 
 
 def test_pressure_regime_reports_time_to_accuracy_and_accuracy_cost_paired():

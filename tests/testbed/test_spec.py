@@ -232,6 +232,13 @@ def test_stop_at_target_is_a_validated_boolean(tmp_path):
         load_spec(write(tmp_path, "workers: 2\nstop_at_target: sometimes\n"))
     assert e.value.key == "stop_at_target" and ":2" in str(e.value)
     assert load_spec(write(tmp_path, "workers: 2\n"), {"stop_at_target": False}).stop_at_target is False
+    # host_eligibility, the same kind of key (the dlcp backend's DLCP_POLICY=no-eligible when false)
+    assert load_spec(write(tmp_path, "workers: 2\n")).host_eligibility is True
+    off = load_spec(write(tmp_path, "workers: 2\nhost_eligibility: false\n"))
+    assert off.host_eligibility is False and spec_from_json(spec_to_json(off)) == off
+    with pytest.raises(SpecError) as e:
+        load_spec(write(tmp_path, "workers: 2\nhost_eligibility: 0\n"))
+    assert e.value.key == "host_eligibility"
     for regime in ("bursty", "flapping", "incast", "lossy", "shallow"):
         p = load_spec(EXAMPLES / "pressure" / f"{regime}.yaml")
         assert p.target_accuracy is not None and p.stop_at_target is False, regime
