@@ -31,6 +31,20 @@ def test_regime_examples_load(regime):
     assert [c.name for c in sweep.cells] == ["gloo-fair", "dlcp", "dlcp-no-loss"] and sweep.repetitions == 8
 
 
+def test_six_worker_incast_differs_from_the_regime_only_in_workers_and_compute():
+    """incast-6-sweep.yaml: the incast regime at 6 workers with emulated compute; the plan puts the workers on
+    alternate leaves (every ring hop crosses a spine) and the incast still targets h1."""
+    sweep = load_sweep(PRESSURE / "incast-6-sweep.yaml")
+    base = load_spec(PRESSURE / "incast.yaml")
+    assert [c.name for c in sweep.cells] == ["gloo-fair", "dlcp", "dlcp-no-loss"]
+    for c in sweep.cells:
+        assert (c.spec.workers, c.spec.topology.hosts, c.spec.compute_ms) == (6, 6, 100.0)
+        assert c.spec.background == base.background and c.spec.target_accuracy == base.target_accuracy
+    p = plan(sweep.cells[0].spec.topology)
+    leaves = [p.host(f"h{i}").switch for i in range(1, 7)]
+    assert leaves[0::2] == [leaves[0]] * 3 and leaves[1::2] == [leaves[1]] * 3 and leaves[0] != leaves[1]
+
+
 def test_incast_becomes_one_entry_per_sender():
     spec = load_spec(PRESSURE / "incast.yaml")
     assert [(f.src, f.dst, f.on_ms, f.off_ms) for f in spec.background] == [
