@@ -26,7 +26,10 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "_tagkey.h"
 
@@ -460,11 +463,68 @@ done:
     return result;
 }
 
+/* The I/O thread's wake-up timer: a CLOCK_MONOTONIC timerfd (Python 3.11's os module has none). A caller that sent
+ * a whole transfer itself arms it for the transfer's first deadline (its RTO) instead of waking the sleeping I/O
+ * thread, which sleeps in select on it with its socket: the DONE that normally answers the send wakes the thread
+ * once, and the timer only if that answer does not come in time. */
+PyDoc_STRVAR(timer_fd_doc, "timer_fd() -> fd: a non-blocking, close-on-exec CLOCK_MONOTONIC timerfd, disarmed.");
+
+static PyObject *timer_fd(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (fd < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    return PyLong_FromLong(fd);
+}
+
+PyDoc_STRVAR(timer_arm_doc,
+             "timer_arm(fd, when): arm timerfd ``fd`` to expire once at ``when`` (seconds on time.monotonic()'s "
+             "clock, CLOCK_MONOTONIC; a time already past expires at once), or disarm it when ``when`` <= 0.");
+
+static PyObject *timer_arm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "timer_arm(fd, when) takes 2 arguments");
+        return NULL;
+    }
+    (void)self;
+    long fd = PyLong_AsLong(args[0]);
+    double when = PyFloat_AsDouble(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!isfinite(when)) {
+        PyErr_SetString(PyExc_ValueError, "timer_arm: when must be finite");
+        return NULL;
+    }
+    struct itimerspec its;
+    memset(&its, 0, sizeof its);
+    if (when > 0) {
+        double sec = floor(when);
+        its.it_value.tv_sec = (time_t)sec;
+        its.it_value.tv_nsec = (long)((when - sec) * 1e9);
+        if (its.it_value.tv_nsec >= 1000000000L)
+            its.it_value.tv_nsec = 999999999L;
+        if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
+            its.it_value.tv_nsec = 1; /* (all zero would disarm) */
+    }
+    if (fd < 0 || fd > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "timer_arm: fd out of range");
+        return NULL;
+    }
+    if (timerfd_settime((int)fd, TFD_TIMER_ABSTIME, &its, NULL) < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"packet_tag", (PyCFunction)(void (*)(void))packet_tag, METH_FASTCALL, packet_tag_doc},
     {"send_run", (PyCFunction)(void (*)(void))send_run, METH_FASTCALL, send_run_doc},
     {"abs_sums", (PyCFunction)(void (*)(void))abs_sums, METH_FASTCALL, abs_sums_doc},
     {"ack_scan", (PyCFunction)(void (*)(void))ack_scan, METH_FASTCALL, ack_scan_doc},
+    {"timer_fd", (PyCFunction)timer_fd, METH_NOARGS, timer_fd_doc},
+    {"timer_arm", (PyCFunction)(void (*)(void))timer_arm, METH_FASTCALL, timer_arm_doc},
     {NULL, NULL, 0, NULL},
 };
 

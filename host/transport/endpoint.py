@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import select
 import socket
 import threading
@@ -113,6 +114,13 @@ class Endpoint:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
+        # The wake-up timer (a timerfd, from the C send lane; None without it: every send wakes the thread): a
+        # caller that sent a whole transfer arms it for the transfer's first deadline instead of waking the
+        # sleeping I/O thread (_after_first_burst); _timer_at is when it is armed for (0.0: disarmed), _sleep_until
+        # when the sleeping thread's select times out on its own
+        self._timer = _txlane.timer_fd() if opts.native and _txlane is not None else None
+        self._timer_at = 0.0
+        self._sleep_until = 0.0
         self._lock = threading.Lock()
         self._closed = False
         self._sleeping = False
@@ -179,7 +187,7 @@ class Endpoint:
                 with self._lock:
                     o.sending = False
                     p.rto_at = max(p.rto_at, time.monotonic() + p.cc.rto)  # the RTO counts from when they left
-                    self._wake()
+                    self._after_first_burst(o)
         return o.handle
 
     def recv(self, peer: int, transfer_id: int, out: Any, *, timeout: float | None = None,
@@ -279,6 +287,8 @@ class Endpoint:
         self._io.close()
         self._wake_r.close()
         self._wake_w.close()
+        if self._timer is not None:
+            os.close(self._timer)
 
     def _linger(self) -> None:
         """The closing handshake of :meth:`close`: wait (the I/O thread running) until this rank's sends are done
@@ -312,7 +322,8 @@ class Endpoint:
         and sleep in ``select`` only when there is nothing to do. One thread, not a receive and a send thread: the
         thread that handles an ACK sends the burst it opens, with no GIL handoff or cross-thread wake-up per ACK
         (which on a loaded host cost more than the work itself)."""
-        sock, wake = self._io.sock, self._wake_r
+        sock, wake, timer = self._io.sock, self._wake_r, self._timer
+        waits = [sock, wake] if timer is None else [sock, wake, timer]
         sender, tx = self._sender, self._tx
         tick = self.opts.tick
         flush = getattr(self._io.tx, "flush", None)
@@ -387,17 +398,35 @@ class Endpoint:
                 busy = self._receiver.incoming or any(p.active for p in sender.peers.values())
                 until = self._next_tick if not self._dirty else min(self._next_tick, self._planned_at + tick)
                 timeout = max(0.0, min(wait, until - now)) if busy else min(0.2, max(0.0, until - now))
+                self._sleep_until = now + timeout
             if job is not None:
                 tx.transmit(job)
                 continue
             try:  # (a full send buffer: until half of it is free)
-                ready, writable, _ = select.select([sock, wake], [sock] if tx.full else [], [], timeout)
+                ready, writable, _ = select.select(waits, [sock] if tx.full else [], [], timeout)
             except (OSError, ValueError):
                 return
             self._sleeping = False
             readable = sock in ready
             if writable:
                 tx.full = False
+            # what woke it (counted by this thread alone; several at once count each): datagrams (or an error
+            # report), a caller's work, the wake-up timer a send armed, room in the send buffer, its own timeout
+            c = self._c
+            if readable:
+                c["io_wakes_socket"] += 1
+            if wake in ready:
+                c["io_wakes_caller"] += 1
+            if timer is not None and timer in ready:
+                c["io_wakes_timer"] += 1
+            if writable:
+                c["io_wakes_writable"] += 1
+            if not ready and not writable:
+                c["io_wakes_timeout"] += 1
+            if self._timer_at:  # (armed by a send while the thread slept: whatever woke it, it plans its timers
+                # again now, and they cover that send's deadlines)
+                with self._lock:
+                    self._disarm(timer in ready)
             if wake in ready:
                 self._dirty = True
                 try:
@@ -420,6 +449,20 @@ class Endpoint:
         self._planned_at = now
         self._dirty = False
 
+    def _disarm(self, fired: bool) -> None:
+        """Under the lock, on the I/O thread, awake: disarm the wake-up timer (read its expiry when it ``fired``:
+        then a deadline is due, and the timers run now)."""
+        self._timer_at = 0.0
+        self._dirty = True
+        try:
+            if fired:
+                os.read(self._timer, 8)
+                self._next_tick = 0.0
+            else:
+                _txlane.timer_arm(self._timer, 0.0)
+        except OSError:  # (BlockingIOError: it was disarmed before it fired; closed: the loop ends)
+            pass
+
     def _settle(self) -> None:
         """Under the lock, on the I/O thread: receive and handle every datagram the socket holds now (at most
         :data:`_SETTLE_BATCHES` batches). Liveness calls it before it acts on a refused datagram: what the refusing
@@ -435,6 +478,29 @@ class Endpoint:
             if not recs:
                 return
             self._intake.handle(recs)
+
+    def _after_first_burst(self, o) -> None:
+        """Under the lock, after the caller of send() transmitted ``o``'s first burst: the I/O thread has the rest.
+        When that burst was the whole transfer and the thread sleeps, it has nothing to do until the DONE comes,
+        which wakes it through the socket, or until the transfer's first deadline (its RTO, a tail probe) passes
+        without one: the wake-up timer is armed for that deadline (if the thread would sleep past it) instead of
+        waking the thread now. One wake-up per small send instead of two, the second of which only planned its
+        timers. Anything else (more to send, slices to classify, no timer): :meth:`_wake`."""
+        if self._closed:
+            return
+        if self._timer is None or not self._sleeping or o.has_work() or o.ready < o.total:
+            self._wake()
+            return
+        self._dirty = True  # (when it wakes, for the DONE or the timer, it plans its timers again)
+        now = time.monotonic()
+        due = min(self._sender.next_due(now, self.opts.tick), now + _TIMERS_MAX)
+        if due < self._sleep_until and (not self._timer_at or due < self._timer_at):
+            try:
+                _txlane.timer_arm(self._timer, due)
+            except OSError:  # (closed under us: the I/O loop ends on its own)
+                self._wake()
+                return
+            self._timer_at = due
 
     def _wake(self) -> None:
         """Called under the lock after posting work: wake the I/O thread if it sleeps in select (and have it plan

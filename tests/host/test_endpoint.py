@@ -302,6 +302,32 @@ def test_an_idle_endpoint_sends_the_first_burst_from_the_caller(make_endpoints, 
         assert len(senders) >= (1 if n == 100 else 2) and senders.count(senders[0]) == 1
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_a_small_send_wakes_the_io_thread_only_for_its_answer(make_endpoints, native):
+    """A send whose first burst (transmitted by its caller) is the whole transfer leaves the sleeping I/O thread
+    asleep: nothing is left for it to do until the DONE arrives, which wakes it through the socket, so the caller
+    arms the wake-up timer for the transfer's first deadline instead of waking it (one wake-up per small send
+    instead of two). The Python path (no timer, ``native=False``) wakes it for every send, as before; either way
+    every transfer completes. The lost-answer side (the timer firing for the RTO) is
+    test_failures.py::test_lost_done_is_recovered_by_probe."""
+    a, b = make_endpoints(2, Options(native=native, **FAST))
+    x = torch.randn(100)  # one packet
+    sends = 40
+    for i in range(sends):
+        deadline = time.monotonic() + 5
+        while not a._sleeping and time.monotonic() < deadline:  # (a sleeping I/O thread: the case in question)
+            time.sleep(0.001)
+        r = b.post_recv(0, 500 + i, torch.empty_like(x))
+        h = a.send(1, x, transfer_id=500 + i)
+        assert torch.equal(r.wait().data, x)
+        h.wait(5)
+    s = a.stats()
+    if native:
+        assert s["io_wakes_caller"] <= sends // 4, s  # (a caller may still find the thread not yet asleep)
+    else:
+        assert s["io_wakes_caller"] >= sends, s
+
+
 def test_the_io_thread_does_not_race_the_callers_first_burst(make_endpoints, monkeypatch):
     """While send()'s caller transmits the first burst (outside the lock), the woken I/O thread must not send the
     same transfer's next packets: they would reach the wire first, and the receiver would see the tail before
