@@ -322,6 +322,17 @@ ep.close()
 """
 
 
+def _overflow_the_host_queue(rate: str, n: int, count: int) -> dict[int, list[dict]]:
+    """Rank 0 sends ``count`` transfers of ``n`` float32 to rank 1 through tbf links at ``rate`` with a 32 MiB send
+    buffer and a ~9 MB first window, far more than the host's tbf queue holds; each rank's stats after each."""
+    options = ("mtu=9000, send_buf=32 << 20, "
+               "cc=CCParams(mss=8964, init_cwnd_pkts=1000, max_cwnd_bytes=16 << 20, rto_init=0.5)")
+    with Star(2, rate=rate, mtu=9000) as net:
+        addrs = ",".join(h.ip for h in net.hosts)
+        return run_on_hosts(net, TWICE.format(root=str(ROOT), options=options, n=n, count=count),
+                            {1: ["1", addrs], 0: ["0", addrs]}, timeout=120)
+
+
 @pytest.mark.netns
 def test_drops_in_the_host_queue_leave_gso_on(root_required):
     """A window larger than the host's tbf queue (a 32 MiB send buffer lets it reach the queue): the qdisc drops
@@ -329,12 +340,7 @@ def test_drops_in_the_host_queue_leave_gso_on(root_required):
     (the packets count as lost and are resent), not a refused offload: the second transfer still goes out in GSO
     runs. (Taken for a refusal, the first drop had turned GSO off for the endpoint's life: on the demo's 20 Mb/s
     links every later packet then cost a send call and a wake-up of its own.)"""
-    options = ("mtu=9000, send_buf=32 << 20, "
-               "cc=CCParams(mss=8964, init_cwnd_pkts=1000, max_cwnd_bytes=16 << 20, rto_init=0.5)")
-    with Star(2, rate="1gbit", mtu=9000) as net:
-        addrs = ",".join(h.ip for h in net.hosts)
-        out = run_on_hosts(net, TWICE.format(root=str(ROOT), options=options, n=4 << 20, count=2),
-                           {1: ["1", addrs], 0: ["0", addrs]}, timeout=90)
+    out = _overflow_the_host_queue("1gbit", 4 << 20, 2)
     first, second = out[0]
     assert first["tx_local_drops"] > 0 and first["retransmissions"] > 0, first  # the queue overflowed
     assert first["send_errors"] == second["send_errors"] == 0  # a drop in a queue is no send error
@@ -348,14 +354,10 @@ def test_a_drop_in_the_host_queue_caps_the_send_buffer_below_it(root_required):
     deeper than the queue). The first drop caps the send buffer below the depth the queue had then
     (PacketSocket.learn_queue_drop), so the later transfers wait for room in the buffer, as TCP's Small Queues make
     a TCP sender wait, instead of overflowing the queue again: no more drops, nothing resent. (Without the cap every
-    transfer that opens its window past the queue loses whole GSO runs.)"""
-    options = ("mtu=9000, send_buf=32 << 20, "
-               "cc=CCParams(mss=8964, init_cwnd_pkts=1000, max_cwnd_bytes=16 << 20, rto_init=0.5)")
+    transfer whose window opens past the queue loses whole GSO runs: at 1 Gb/s, 12,583 packets were resent in the
+    first 16 MiB transfer alone.)"""
     # (300 Mb/s: a queue of ~1 MB, which a 9 MB first window overflows even from a sender slowed by a busy CPU)
-    with Star(2, rate="300mbit", mtu=9000) as net:
-        addrs = ",".join(h.ip for h in net.hosts)
-        out = run_on_hosts(net, TWICE.format(root=str(ROOT), options=options, n=8 << 20, count=3),
-                           {1: ["1", addrs], 0: ["0", addrs]}, timeout=120)
+    out = _overflow_the_host_queue("300mbit", 8 << 20, 3)
     last = out[0][-1]
     drops, resent = last["tx_local_drops"], last["retransmissions"]
     print("local drops", [s["tx_local_drops"] for s in out[0]], "retransmissions", [s["retransmissions"] for s in out[0]])
