@@ -566,6 +566,10 @@ def pressure_section(doc: dict[str, Any]) -> list[str]:
                 "([bounded-loss.md](bounded-loss.md)), sent to peers the exact call does not send to, and such a "
                 "message lost on the way waits for a retransmission timeout like any other; the timeouts per run "
                 "above count both.", ""]
+    lossy_runs = [r["summary"] for r in doc.get("runs", []) if r["cell"] == "dlcp"]
+    if bounds and bounds[-1] > 0 and lossy_runs and not any(s.get("zero_filled_elements") for s in lossy_runs):
+        out += ["No `dlcp` run zero-filled a single element here: no eligible packet was lost, so bounded loss had "
+                "nothing to spare, and the two DLCP cells differ only by the lossy calls' loss-report round.", ""]
     if runs < 8:
         out += [f"This is a demonstration, not the issue's measurement: {runs} run(s) per cell, where the goals ask "
                 f"for at least 8 seeds per cell (`examples/testbed/pressure/{regime}-sweep.yaml`: 3 cells x 8 "

@@ -229,6 +229,14 @@ def test_pressure_regime_reports_time_to_accuracy_and_accuracy_cost_paired():
     # a run that never reached the target leaves its repetition out of the time-to-accuracy pairs
     next(r for r in doc["runs"] if r["cell"] == "dlcp")["summary"]["time_to_target_s"] = None
     assert paired_speedup(doc, "gloo-fair", "dlcp", "time_to_target_s")["n"] == 7
+    # a regime where DLCP asked for loss and lost nothing says so
+    for r in doc["runs"]:
+        r["summary"]["loss_bound"] = 0.02 if r["cell"] == "dlcp" else 0.0
+        r["summary"]["zero_filled_elements"] = 0
+    assert "No `dlcp` run zero-filled a single element here" in render(None, None, {"pressure": "p.json"},
+                                                                        pressure=[doc])
+    next(r for r in doc["runs"] if r["cell"] == "dlcp")["summary"]["zero_filled_elements"] = 12
+    assert "No `dlcp` run zero-filled" not in render(None, None, {"pressure": "p.json"}, pressure=[doc])
 
 
 def test_a_pressure_sweep_started_before_a_host_change_says_so(monkeypatch):
