@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .changes import predates as result_predates
 from .sweep import METRICS, format_stat
 
 __all__ = ["render", "main"]
@@ -418,9 +419,8 @@ def accuracy_cost_verdict(st: dict[str, Any]) -> str:
 
 
 def predates(doc: dict[str, Any]) -> list[str]:
-    """The host changes (``testbed.report.DEFAULT_CHANGES`` that concern ``"pressure"``) made after a pressure
+    """The host changes (``testbed.changes.DEFAULT_CHANGES`` that concern ``"pressure"``) made after a pressure
     sweep's earliest part started: its DLCP figures describe the transport before them."""
-    from .report import predates as result_predates
 
     starts = [p["metadata"].get("started") for p in doc.get("parts") or []] + [doc["metadata"].get("started")]
     starts = sorted(s for s in starts if s)

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from .changes import predates  # (DEFAULT_CHANGES, the list it reads, is in mininet/changes.py)
+
 __all__ = ["REGIONS", "Region", "dumps", "render_all", "stale", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,44 +67,6 @@ class Region:
 
 
 # --- shared pieces --------------------------------------------------------------------------------------------------
-
-#: Changes of the defaults that change what a benchmark measures: (time, what changed, the result names it
-#: concerns). A result made before a change that concerns it says so wherever it is quoted, until its command is
-#: run again on the new defaults (docs/development.md, "Results and generated tables").
-DEFAULT_CHANGES: list[tuple[str, str, frozenset[str]]] = [
-    ("2026-11-27T22:00:00+0000", "the keyed tag, on by default, became NH + SipHash-2-4 (host/transport/_tag.h)",
-     frozenset({"collectives", "keyed_tag", "bounded_loss"})),
-    ("2026-11-27T23:00:00+0000", "a synchronous collective runs on its caller's thread (host/backend.py, _Runner)",
-     frozenset({"collectives", "cpu_profile", "bounded_loss"})),
-    ("2026-11-28T01:35:00+0000", "drop-eligible packets no longer hold the sender's window "
-     "(host/transport/sender.py, OutTransfer.n_elig)", frozenset({"bounded_loss"})),
-    # (bench/bounded_loss.py pins one torch thread, so its reductions ran on the calling thread before and after)
-    ("2026-11-28T04:10:00+0000", "the collectives' reductions and copies run outside torch's OpenMP pool "
-     "(host/elementwise.py)", frozenset({"collectives", "cpu_profile"})),
-    # (both concern every benchmark whose dlcp runs cross a tbf-shaped link or keep transfers in progress)
-    ("2026-11-28T07:00:00+0000", "a drop in a host queue (ENOBUFS) no longer turns GSO off "
-     "(host/transport/transmit.py)", frozenset({"collectives", "cpu_profile", "transport", "bounded_loss",
-                                                 "keyed_tag"})),
-    ("2026-11-28T07:08:00+0000", "the transport's I/O thread wakes for its timers when one is due, not every 1 ms "
-     "(host/transport/endpoint.py)", frozenset({"collectives", "cpu_profile", "transport", "bounded_loss",
-                                                "keyed_tag"})),
-    # ("pressure": the testbed's pressure-regime sweeps, docs/evaluation.md, whose lossy calls' loss reports go to
-    # peers the exact calls never send to; testbed.evaluation asks with each sweep's earliest start)
-    ("2026-11-28T07:08:00+0000", "a peer's first retransmission timeout is taken from the peers already measured, "
-     "and a DONE counts as progress (host/transport/cc.py, seed_rto; sender.py)", frozenset({"pressure"})),
-]
-
-
-def predates(result: Result) -> list[str]:
-    """The changes of defaults (:data:`DEFAULT_CHANGES`) that concern ``result`` and came after it was made."""
-    from datetime import datetime
-
-    when = (result.get("machine") or {}).get("time")
-    if not when:
-        return []
-    made = datetime.strptime(when, "%Y-%m-%dT%H:%M:%S%z")
-    return [f"{what} ({at[:10]})" for at, what, names in DEFAULT_CHANGES
-            if result.get("name") in names and made < datetime.strptime(at, "%Y-%m-%dT%H:%M:%S%z")]
 
 
 def provenance(result: Result) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import report
+from testbed import changes, report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -150,9 +150,9 @@ def test_take_keeps_every_repetition_of_a_benchmark_result_but_only_its_metric(t
 
 
 def test_a_result_older_than_a_change_of_defaults_that_concerns_it_says_so(monkeypatch):
-    """report.DEFAULT_CHANGES: a result made before a change that names it carries, in its provenance, the change;
+    """changes.DEFAULT_CHANGES: a result made before a change that names it carries, in its provenance, the change;
     a result made after it, or one the change does not concern, does not."""
-    monkeypatch.setattr(report, "DEFAULT_CHANGES", [("2026-06-01T00:00:00+0000", "the widget default", frozenset(
+    monkeypatch.setattr(changes, "DEFAULT_CHANGES", [("2026-06-01T00:00:00+0000", "the widget default", frozenset(
         {"collectives"}))])
     machine = {"commit": "abc", "cpus": 2, "cpu": "x", "loadavg": [1.0]}
     old = {"name": "collectives", "command": "c", "machine": {**machine, "time": "2026-05-31T23:59:59+0000"}}

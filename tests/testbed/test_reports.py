@@ -240,11 +240,11 @@ def test_pressure_regime_reports_time_to_accuracy_and_accuracy_cost_paired():
 
 
 def test_a_pressure_sweep_started_before_a_host_change_says_so(monkeypatch):
-    """A pressure sweep any part of which started before a change that report.DEFAULT_CHANGES says concerns the
+    """A pressure sweep any part of which started before a change that changes.DEFAULT_CHANGES says concerns the
     pressure regimes is marked in the summary and its section; one started after it is not."""
-    from testbed import report
+    from testbed import changes
 
-    monkeypatch.setattr(report, "DEFAULT_CHANGES", [("2026-06-01T00:00:00+0000", "the RTO seed", frozenset(
+    monkeypatch.setattr(changes, "DEFAULT_CHANGES", [("2026-06-01T00:00:00+0000", "the RTO seed", frozenset(
         {"pressure"}))])
     base = [(0.3, 0.5)] * 8
     old = _paired_doc({"dlcp": base, "dlcp-no-loss": base})
