@@ -322,10 +322,12 @@ def test_a_small_send_wakes_the_io_thread_only_for_its_answer(make_endpoints, na
         assert torch.equal(r.wait().data, x)
         h.wait(5)
     s = a.stats()
+    # (either way a few sends may find the thread awake after all: woken between the wait above and the send by its
+    # own timeout, or not yet back in select)
     if native:
-        assert s["io_wakes_caller"] <= sends // 4, s  # (a caller may still find the thread not yet asleep)
+        assert s["io_wakes_caller"] <= sends // 4, s
     else:
-        assert s["io_wakes_caller"] >= sends, s
+        assert s["io_wakes_caller"] >= sends - sends // 4, s
 
 
 def test_the_io_thread_does_not_race_the_callers_first_burst(make_endpoints, monkeypatch):
