@@ -29,8 +29,8 @@ Threads and locking: one I/O thread (:meth:`Endpoint._io_loop`) loops over three
 hands the batch to the intake; when one of them is due it runs the timers of the stages (liveness, receiver NACKs
 and expiry, sender RTO and peer timeouts; each stage's ``next_due`` says when, :meth:`Endpoint._plan_timers`); it
 sends the bursts the sender picks, outside the lock. It sleeps in
-``select`` (the socket, a wake-up socket that ``send()`` writes to, the next timer or pacing deadline) only when
-none of them has work. One lock, shared by every stage, guards the transfer tables; user calls only post work and
+``select`` (the socket, a wake-up socket that ``send()`` writes to, the wake-up timer a small send arms instead,
+the next timer or pacing deadline) only when none of them has work. One lock, shared by every stage, guards the transfer tables; user calls only post work and
 wait on events.
 """
 
