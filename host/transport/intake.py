@@ -3,7 +3,8 @@
 What :class:`Intake` does with a receive batch (``PacketSocket.drain``'s records, under the endpoint's lock):
 the C receive lane (``_rxlane.fast_pass``) takes the data records it can (well-formed, this job's, right tag and
 source, for a transfer already open) and writes them into their buffers itself; the receiver accounts for them
-(``Receiver.fast_progress``). Every other record takes the Python path (:meth:`Intake._handle_records`): a GRO
+(``Receiver.fast_progress``). A posted transfer not open yet is opened by its first datagram on the Python path,
+and the lane takes the rest of it in a second pass (:meth:`Intake._open_posted`). Every other record takes the Python path (:meth:`Intake._handle_records`): a GRO
 buffer is split into its datagrams; each header is checked with one ``struct`` unpack and a few integer tests
 (what fails them is re-parsed by ``wire.parse_datagram`` to name the bad field); a datagram of another job or
 nonce, with a wrong keyed tag, or from an address that is not its rank's is dropped and counted; data packets
@@ -18,6 +19,8 @@ datagram refreshes when its source was last heard from.
 from __future__ import annotations
 
 import time
+
+import numpy as np
 
 from host import wire
 from host.transport.control import (CTL, CTL_DONE, HDR, ITEMSIZE, NDTYPES, W_COUNT, W_DTYPE, W_FLAGS, W_JOB,
@@ -40,6 +43,8 @@ class Intake:
         self.job_id, self.nonce, self._key, self._rank_of, self._io = job_id, nonce, key, rank_of, io
         self._native_rx, self._counters, self._c = native_rx, counters, counters.c
         self._receiver, self._sender, self._liveness, self._heard = receiver, sender, liveness, liveness.heard
+        self._key_of = {r: k for k, r in rank_of.items()}  # a rank -> its records' source key (the lane's input)
+        self._again = np.zeros_like(io.recs)  # records the lane takes on its second pass (see _open_posted)
 
     def handle(self, n: int) -> None:
         """The ``n`` records of ``_recs`` (called with the lock held): the C fast lane takes the data records it
@@ -47,19 +52,70 @@ class Intake:
         now = time.monotonic()
         io = self._io
         if self._native_rx:
-            prog, slow, dgrams, gro = _rxlane.fast_pass(io.rxbuf, io.recs, n, self._rank_of, self._receiver.incoming,
-                                                        self.job_id, self.nonce, self._key)
-            if dgrams:
-                c = self._c
-                c["rx_datagrams"] += dgrams
-                c["rx_fast_datagrams"] += dgrams
-                c["rx_gro_buffers"] += gro
-                self._receiver.fast_progress(prog, now)
+            slow = self._lane(io.recs, n, now)
+            if slow:
+                slow = self._open_posted(slow, now)
         else:
             rank_of = self._rank_of
             slow = [(pos, nbytes, tos, seg, rank_of.get(key)) for pos, nbytes, tos, seg, key in io.recs[:n].tolist()]
         if slow:
             self._handle_records(slow, now)
+
+    def _lane(self, recs, n: int, now: float) -> list[tuple]:
+        """One pass of the C lane over ``recs[:n]``; returns the records it left to the Python path."""
+        prog, slow, dgrams, gro = _rxlane.fast_pass(self._io.rxbuf, recs, n, self._rank_of, self._receiver.incoming,
+                                                    self.job_id, self.nonce, self._key)
+        if dgrams:
+            c = self._c
+            c["rx_datagrams"] += dgrams
+            c["rx_fast_datagrams"] += dgrams
+            c["rx_gro_buffers"] += gro
+            self._receiver.fast_progress(prog, now)
+        return slow
+
+    def _open_posted(self, slow: list[tuple], now: float) -> list[tuple]:
+        """The lane takes only transfers already open (their first header checked, their ``Reassembly`` made), so
+        a small transfer, all of whose packets come in one receive pass (one GRO buffer), used to take the Python
+        path whole: per-packet Python that was most of a small receive's cost. Here the first data datagram of each
+        posted, unopened transfer among the lane's leftovers opens it on the Python path (every check as before),
+        and the lane takes the rest of it in a second pass. Returns what is still left to the Python path, in
+        order. Transfers not posted yet (staged) keep the Python path: their stage is sized there."""
+        mv, hl, incoming = self._io.rxmv, wire.HEADER_LEN, self._receiver.incoming
+        data_vt = (wire.VERSION << 4) | int(MsgType.DATA)
+        rest: list[tuple] = []
+        again = self._again
+        m = 0
+        opened: set[tuple[int, int]] = set()
+        for rec in slow:
+            pos, nbytes, tos, seg, src = rec
+            if src is None or nbytes < hl or mv[pos] != data_vt:
+                rest.append(rec)
+                continue
+            w = HDR.unpack_from(mv, pos)
+            key = (src, w[W_TID_HI] << 32 | w[W_TID])
+            if key not in opened:
+                inc = incoming.get(key)
+                if inc is None or inc.st is not None or inc.dst is None:
+                    rest.append(rec)
+                    continue
+                first = seg if seg and nbytes > seg else nbytes
+                self._handle_records([(pos, first, tos, 0, src)], now)
+                if nbytes == first:
+                    if incoming.get(key) is inc and inc.st is not None:
+                        opened.add(key)
+                    continue
+                if nbytes - first <= seg:  # (a GRO buffer of two: what is left is one datagram; counted once here,
+                    self._c["rx_gro_buffers"] += 1  # as the Python path counts the buffer it splits)
+                pos, nbytes = pos + first, nbytes - first
+                if incoming.get(key) is not inc or inc.st is None:  # rejected (it stays unopened), or complete
+                    rest.append((pos, nbytes, tos, seg, src))
+                    continue
+                opened.add(key)
+            again[m] = (pos, nbytes, tos, seg, self._key_of[src])
+            m += 1
+        if m:
+            rest.extend(self._lane(again, m, now))  # (what it leaves: the Python path, after the others)
+        return rest
 
     def _handle_records(self, recs: list[tuple], now: float) -> None:
         """Received records ``(position, bytes, TOS, GRO segment size, source rank or None)`` the Python path

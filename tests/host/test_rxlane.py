@@ -330,3 +330,40 @@ def test_an_ecn_change_within_one_receive_pass(first_ce):
     finally:
         for t in twins:
             t.close()
+
+
+@pytest.mark.parametrize("first", ["good", "forged"])
+def test_a_small_posted_transfer_in_one_gro_buffer_takes_the_lane_after_its_first_datagram(first):
+    """A small transfer arrives whole in one receive pass (one GRO buffer) for a posted receive: its first datagram
+    opens it on the Python path (every first-header check), the lane takes the rest in a second pass, and both
+    paths end in the same state with the same data. A first datagram that fails its checks (a forged tag) opens
+    nothing: the rest takes the Python path, as before, and the transfer opens at the next good datagram."""
+    n = 10 * 2240  # eleven packets at MTU 9000
+    x = np.random.default_rng(11).standard_normal(n).astype(np.float32)
+    plan = plan_packets(nelems=n, dtype=DType.FLOAT32, mtu=9000, rank=0, job_id=JOB, transfer_id=5, nonce=NONCE)
+    dgrams = [_datagram(plan, s, x, KEY) for s in range(plan.total)]
+    if first == "forged":
+        dgrams[0][wire.HEADER_LEN] ^= 0xFF  # the payload changed on the way: the tag no longer matches
+    twins = [_Twin(True, True, n, np.float32, KEY), _Twin(False, True, n, np.float32, KEY)]
+    try:
+        deadline = time.monotonic() + 10
+        while not all((0, 5) in t.ep._receiver.incoming for t in twins):  # both receives posted
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        for t in twins:
+            t.feed(dgrams, len(dgrams[0]), 2, SENDER)
+        a, b = twins[0].state(), twins[1].state()
+        assert [k for k in a if a[k] != b[k]] == []
+        fast = twins[0].ep.stats()
+        if first == "good":
+            assert fast["rx_fast_datagrams"] == plan.total - 1 and fast["transfers_received"] == 1
+        else:
+            assert fast["rejected_by_field"].get("tag") == 1 and fast["rx_fast_datagrams"] == 0
+            assert not a["done"] and a["npackets"] == plan.total - 1
+        for t in twins:
+            t.feed([_datagram(plan, 0, x, KEY)], 0, 2, SENDER)  # (the good copy, for the forged run)
+            t.thread.join(30)
+            assert t.err is None and np.array_equal(t.out, x)
+    finally:
+        for t in twins:
+            t.close()
