@@ -561,6 +561,39 @@ def test_cumulative_ack_fast_path_equals_the_general_path(seed):
     assert fast_taken >= (5 if loss == 0 else 1)
 
 
+def test_pick_burst_sets_a_pacing_deadline_only_for_a_peer_that_may_send(make_endpoints):
+    """The wait ``Sender.pick_burst`` returns with no burst is the earliest pacing deadline of a peer that could
+    send at it: a peer whose window is full, or whose transfers have nothing ready, sets none (the I/O thread would
+    wake only to find that; what opens either wakes it anyway)."""
+    from host.transport.sender import OutTransfer
+    from host.transport.tensors import view_tensor
+
+    ep, _, _ = make_endpoints(3, Options(**FAST))
+    with ep._lock:  # the I/O thread stays out
+        now = 100.0
+        peers = {}
+        for r in (1, 2):
+            p = peers[r] = ep._sender.peer(r)
+            plan = plan_packets(nelems=50_000, dtype=DType.FLOAT32, mtu=ep.opts.mtu)
+            o = OutTransfer(r, 7, view_tensor(np.zeros(50_000, np.float32)), plan, 0, 0.0)
+            p.active, p.out = [o], {o.tid: o}
+            p.inflight = 0
+        p1, p2 = peers[1], peers[2]
+        p1.next_send, p2.next_send = now + 0.003, now + 0.007
+        p1.cc.window = p2.cc.window = lambda: 10**6
+        assert ep._sender.pick_burst(now) == (None, pytest.approx(0.003))  # both may send: the earlier deadline
+        p1.cc.window = lambda: 0  # rank 1's window is full: rank 2's deadline
+        assert ep._sender.pick_burst(now) == (None, pytest.approx(0.007))
+        p2.active[0].next_seq = p2.active[0].ready  # rank 2 has nothing ready: no deadline at all
+        assert ep._sender.pick_burst(now) == (None, 1.0)
+        p1.cc.window = lambda: 10**6  # rank 1's window opens (an ACK): its deadline again
+        assert ep._sender.pick_burst(now) == (None, pytest.approx(0.003))
+        job, wait = ep._sender.pick_burst(now + 0.004)  # and once it passes, rank 1 sends
+        assert job is not None and job[0] is p1.active[0] and wait == 0.0
+        for p in peers.values():
+            p.active, p.out = [], {}
+
+
 @pytest.mark.parametrize("seed", range(16))
 def test_pick_burst_takes_exactly_what_window_and_burst_allow(make_endpoints, seed):
     """``Sender.pick_burst`` against its specification, written out packet by packet: queued retransmissions first
