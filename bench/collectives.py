@@ -170,9 +170,11 @@ def run_world(net_kind: str, world: int, plan: list, tune: dict, timeout: float 
     return rows
 
 
-#: Shaped networks other than the default 1 Gb/s at MTU 9000: (tc rate, MTU). ``20Mb/s`` is the demo's link
-#: (examples/testbed/demo.yaml), where a transfer is many small, paced datagrams.
-SHAPED = {"20Mb/s": ("20mbit", 1500)}
+#: Shaped networks other than the default 1 Gb/s at MTU 9000: (tc rate, MTU, tbf burst). ``20Mb/s`` is the demo's
+#: link rate (examples/testbed/demo.yaml), where a transfer is many small, paced datagrams; tbf's default 256 KB
+#: burst lets a GSO run through at line rate, so the receiver takes it as one GRO buffer. ``20Mb/s-paced`` has a
+#: burst of two packets: datagrams arrive one at a time, as the testbed's switches emulate a link.
+SHAPED = {"20Mb/s": ("20mbit", 1500, "256kb"), "20Mb/s-paced": ("20mbit", 1500, "3kb")}
 
 
 def spawn_world(net_kind: str, world: int, worker_args: list[str], timeout: float = 900,
@@ -192,8 +194,9 @@ def spawn_world(net_kind: str, world: int, worker_args: list[str], timeout: floa
             net = Star(1, rate=None)
             master, env_extra["GLOO_SOCKET_IFNAME"] = "127.0.0.1", "lo"
         else:
-            rate, mtu = SHAPED.get(net_kind, (None, 9000) if net_kind == "veth" else ("1gbit", 9000))
-            net = Star(world, rate=rate, mtu=mtu)
+            rate, mtu, burst = SHAPED.get(net_kind, (None, 9000, "256kb") if net_kind == "veth" else
+                                          ("1gbit", 9000, "256kb"))
+            net = Star(world, rate=rate, mtu=mtu, tbf_burst=burst)
             master, env_extra["GLOO_SOCKET_IFNAME"] = net.hosts[0].ip, "eth0"
     elif net_kind != "loopback":
         raise SystemExit("the shaped cases need root (network namespaces)")

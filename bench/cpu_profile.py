@@ -23,7 +23,10 @@ as the project's other benchmarks and the testbed's workers do).
 
 ``dlcp_transport`` in each case's params: dlcp's datagrams, GRO and GSO buffers, ACKs and retransmissions per
 call, summed over the ranks. The ``20Mb/s`` cases run on the demo's links (20 Mb/s tbf, MTU 1500), idle only:
-a transfer is hundreds of paced datagrams, each received, checked and acknowledged on its own.
+a transfer is hundreds of paced datagrams, each received, checked and acknowledged on its own. On ``20Mb/s``
+tbf lets a GSO run through at once (a GRO buffer per run at the receiver); on ``20Mb/s-paced`` datagrams arrive
+one at a time, as on the testbed's links, once with the defaults and once with ``DLCP_ACK_HOLD_MS=1.5``
+(``Options.ack_hold``: a pass with one new packet holds its ACK for the next one, up to 1.5 ms).
 
 The ``x8 torch-default`` cases are a training script as its user writes it: torch's own intra-op threads (no
 ``set_num_threads``, no ``OMP_NUM_THREADS``) and 8 all-reduces back to back in each window (as DDP issues its
@@ -53,17 +56,22 @@ LOADS = ["idle", "busy"]
 #: The demo's links (20 Mb/s, MTU 1500: bench/collectives.SHAPED): sizes, idle only (a call takes about 0.45 s
 #: per MiB, so the run stays short).
 SLOW_NET, SLOW_SIZES = "20Mb/s", [64 << 10, 1 << 20]
+#: Datagrams one at a time (bench/collectives.SHAPED): 1 MiB, with the defaults and with each of these
+#: environments (name suffix, variables).
+PACED_NET, PACED_SIZES = "20Mb/s-paced", [1 << 20]
+PACED_VARIANTS = [("", None), (" ack-hold 1.5ms", {"DLCP_ACK_HOLD_MS": "1.5"})]
 #: dlcp's transport counters per call, summed over the ranks (host.backend.transport_stats): how many datagrams,
-#: GRO/GSO buffers, ACKs and retransmissions the CPU above pays for.
+#: GRO/GSO buffers, ACKs and retransmissions the CPU above pays for, and the I/O threads' wake-ups for datagrams
+#: and on their own timeouts.
 EVENTS = ("tx_datagrams", "rx_datagrams", "tx_gso_sends", "rx_gro_buffers", "acks_sent", "acks_rx",
-          "retransmissions", "rto_timeouts")
+          "retransmissions", "rto_timeouts", "io_wakes_socket", "io_wakes_timeout")
 #: The user's-defaults cases: sizes, calls per window (back to back), on loopback, under each load.
 DEFAULT_THREADS_SIZES = [1 << 20, 16 << 20]
 BACK_TO_BACK = 8
 
 
 def _reps(nbytes: int, quick: bool, net: str = "") -> int:
-    if net == SLOW_NET:
+    if net in (SLOW_NET, PACED_NET):
         return 4 // (2 if quick else 1)
     return (12 if nbytes <= 1 << 20 else 6) // (2 if quick else 1)
 
@@ -191,6 +199,7 @@ def main() -> None:
     ap.add_argument("--torch-default", action="store_true", help=argparse.SUPPRESS)  # (the worker: torch's threads)
     args = ap.parse_args()
     if args.worker:
+        sys.path.insert(0, str(ROOT))  # (this checkout's host package, not another one installed in the venv)
         from host.procexit import exit_process
 
         _worker(args)
@@ -207,14 +216,15 @@ def main() -> None:
         "per_thread": "cpu_ms, wakeups (voluntary context switches), preempted (involuntary), per call, summed "
                       "over the ranks; threads named by Python's thread name or the kernel's; the caller's CPU "
                       "less what reading /proc costs it (probe_ms, measured on empty windows)"})
-    groups = [(load, net, SIZES, 1, False) for load in LOADS for net in nets]
-    groups += [(load, "loopback", DEFAULT_THREADS_SIZES, BACK_TO_BACK, True) for load in LOADS]
+    groups = [(load, net, SIZES, 1, False, "", None) for load in LOADS for net in nets]
+    groups += [(load, "loopback", DEFAULT_THREADS_SIZES, BACK_TO_BACK, True, "", None) for load in LOADS]
     if os.geteuid() == 0:
-        groups.append(("idle", SLOW_NET, SLOW_SIZES, 1, False))
-    for load, net, sizes, calls, torch_default in groups:
+        groups.append(("idle", SLOW_NET, SLOW_SIZES, 1, False, "", None))
+        groups += [("idle", PACED_NET, PACED_SIZES, 1, False, suffix, env) for suffix, env in PACED_VARIANTS]
+    for load, net, sizes, calls, torch_default, suffix, env in groups:
         def case(nbytes: int) -> str:
             return f"{net} {load} P={world} all_reduce {size_label(nbytes)}" + (
-                f" x{calls} torch-default" if torch_default else "")
+                f" x{calls} torch-default" if torch_default else "") + suffix
 
         plan = [[s, _reps(s, args.quick, net), calls] for s in sizes
                 if not args.only or any(o in case(s) for o in args.only)]
@@ -222,8 +232,9 @@ def main() -> None:
             continue
         hogs = _busy(os.cpu_count() or 1) if load == "busy" else []
         try:
+            overrides = {**({"OMP_NUM_THREADS": None} if torch_default else {}), **(env or {})}
             got = spawn_world(net, world, ["--plan", json.dumps(plan)] + ["--torch-default"] * torch_default,
-                              script=Path(__file__), env_overrides={"OMP_NUM_THREADS": None} if torch_default else None)
+                              script=Path(__file__), env_overrides=overrides or None)
         finally:
             for h in hogs:
                 h.kill()
@@ -232,6 +243,7 @@ def main() -> None:
             name = case(nbytes)
             it_c, it_b = iter(t[:reps]), iter(t[reps:])
             params = {"bytes": nbytes, "network": net, "load": load, "world": world, "calls_per_window": calls,
+                      "environment": env or {},
                       "torch_threads": "torch's default" if torch_default else 1, "dlcp_transport": events,
                       "probe_ms": round(got["probe_ms"], 4),
                       "threads": {b: {k: {"cpu_ms": round(v[0], 4), "wakeups": round(v[1], 2),

@@ -30,6 +30,18 @@ class TransportError(RuntimeError):
         self.peer = peer
 
 
+
+def _env_ms(name: str) -> float:
+    """A duration in milliseconds from the environment variable ``name`` (unset: 0), in seconds."""
+    raw = os.environ.get(name, "")
+    try:
+        v = float(raw) if raw.strip() else 0.0
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: expected a number of milliseconds") from None
+    if not 0.0 <= v <= 1000.0:
+        raise ValueError(f"{name}={raw!r}: expected 0..1000 milliseconds")
+    return v / 1000.0
+
 @dataclass
 class Options:
     """Endpoint configuration; every time is in seconds."""
@@ -43,6 +55,11 @@ class Options:
     nack_interval: float = 0.002  # first re-NACK interval; doubles to nack_interval_max while nothing arrives
     nack_interval_max: float = 0.1
     ack_every: int = 16  # receiver: ACK after this many data packets (and on CE change, LAST, socket drained)
+    # receiver: when a receive pass ends with fewer than ack_min new packets of a transfer since its last ACK, that
+    # ACK waits up to ack_hold seconds for more (0: every pass ends with an ACK). On slow links packets arrive one
+    # per wake-up, and an ACK per packet cost both ends a wake-up each (docs/transport.md, ACK hold)
+    ack_hold: float = field(default_factory=lambda: _env_ms("DLCP_ACK_HOLD_MS"))
+    ack_min: int = 2
     burst: int = 32  # max packets the progress thread sends per pick
     tick: float = 0.001  # timer granularity: the stages' timers run at most this often (when one is due)
     cc: CCParams | None = None  # None: defaults with mss from the MTU

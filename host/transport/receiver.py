@@ -96,6 +96,7 @@ class InTransfer:
         self.done = False
         self.first_arrival = self.last_arrival = 0.0
         self.since_ack = 0
+        self.unacked_at = 0.0  # when the first packet since the last ACK arrived (0.0: a duplicate, ACK at once)
         self.ce_state = False
         self.ce_marks = self.dups = self.nacks = self.acks = 0
         self.nack_next = 0.0
@@ -307,6 +308,7 @@ class Receiver:
                 inc.dups += 1
                 c["duplicates"] += 1
                 inc.since_ack += 1
+                inc.unacked_at = 0.0
                 self._ack_pending.add(key)
                 continue
             if nacked and seq in nacked and not w[W_FLAGS] & _F_RETRANSMIT:  # the original came after all
@@ -357,6 +359,8 @@ class Receiver:
         or leave the ACK for the end of the receive pass."""
         c = self._c
         inc.last_arrival = now
+        if inc.since_ack == fresh:  # (nothing unACKed before these, no duplicate among them)
+            inc.unacked_at = now
         inc.bytes += got
         inc.nack_interval = self.opts.nack_interval
         c["rx_bytes"] += got
@@ -391,6 +395,7 @@ class Receiver:
                 inc.dups += dups
                 c["duplicates"] += dups
                 inc.since_ack += dups
+                inc.unacked_at = 0.0
                 self._ack_pending.add(key)
             if fresh:
                 if ce:
@@ -459,7 +464,8 @@ class Receiver:
         if len(self.tomb) > self.opts.tombstones:
             self.tomb.pop(next(iter(self.tomb)))
 
-    def send_ack(self, inc: InTransfer) -> None:
+    def send_ack(self, inc: InTransfer, stamp: float | None = None) -> None:
+        """ACK ``inc``'s packets; ``stamp``: the time its ``offset`` carries (None: now)."""
         st = inc.st
         base = st.ack_base()
         if st.max_seq < base:  # in order so far: nothing beyond cum to report
@@ -471,7 +477,8 @@ class Receiver:
             count = int(nz[-1]) + 1 if nz.size else 0
         buf = self._tx.ctl_buf
         pack_control_header(buf, MsgType.ACK, flags=Flag.ECN_ECHO if inc.ce_state else 0, rank=self.rank,
-                            job_id=self.job_id, transfer_id=inc.tid, offset=clock_us(time.monotonic()),
+                            job_id=self.job_id, transfer_id=inc.tid,
+                            offset=clock_us(time.monotonic() if stamp is None else stamp),
                             seq=base, total=st.total,
                             count=count, nonce=self.nonce)
         bm = np.packbits(seg[:count]).tobytes() if count else b""
@@ -571,14 +578,29 @@ class Receiver:
         inc.event.set()
 
     def flush_acks(self) -> None:
+        """At the end of a receive pass: the ACKs left for it (see :meth:`_flush`)."""
         if not self._ack_pending:
             return
         with self._lock:
-            for key in self._ack_pending:
-                inc = self.incoming.get(key)
-                if inc is not None and inc.st is not None and inc.since_ack:
-                    self.send_ack(inc)
-            self._ack_pending.clear()
+            self._flush(time.monotonic())
+
+    def _flush(self, now: float) -> None:
+        """Send the pending ACKs, except (``Options.ack_hold``) one of fewer than ``ack_min`` new packets whose first
+        arrived less than ``ack_hold`` ago: it waits for more packets or for that deadline (:meth:`next_due`). A held
+        ACK carries the arrival time of the transfer's latest packet, not its sending time: the sender's one-way
+        delay (queueing) signal must not count the hold, which shows as ACK delay instead (``cc``)."""
+        hold, amin = self.opts.ack_hold, self.opts.ack_min
+        held = []
+        for key in self._ack_pending:
+            inc = self.incoming.get(key)
+            if inc is None or inc.st is None or not inc.since_ack:
+                continue
+            if hold and inc.since_ack < amin and inc.unacked_at and now - inc.unacked_at < hold:
+                held.append(key)
+                continue
+            self.send_ack(inc, inc.last_arrival if hold else None)
+        self._ack_pending.clear()
+        self._ack_pending.update(held)
 
     def expire_unposted(self, now: float) -> None:
         """Drop the transfers nobody posted a receive for (in progress or complete) whose last packet or completion
@@ -606,6 +628,8 @@ class Receiver:
         ``peer_timeout``, complete one whose protected packets are all in, NACK what is missing once the peer's
         reordering wait has passed."""
         o = self.opts
+        if self._ack_pending and o.ack_hold:  # (held ACKs whose deadline passed)
+            self._flush(now)
         for inc in list(self.incoming.values()):
             st = inc.st
             if st is None or inc.done:
@@ -640,6 +664,11 @@ class Receiver:
         the expiry of unclaimed transfers while there are any."""
         o = self.opts
         due = self._next_expiry if self.incoming or self.ready else math.inf
+        if self._ack_pending and o.ack_hold:  # held ACKs (_flush)
+            for key in self._ack_pending:
+                inc = self.incoming.get(key)
+                if inc is not None:
+                    due = min(due, inc.unacked_at + o.ack_hold)
         for inc in self.incoming.values():
             st = inc.st
             if st is None or inc.done:

@@ -23,7 +23,8 @@ from host.transport import Endpoint, Options
 from host.transport import packetio
 from host.transport.packetio import src_key
 from host.transport.chunking import plan_packets
-from host.wire import DType, Flag
+from host.transport.control import HDR, W_OFFSET, W_SEQ, W_VT, clock_us
+from host.wire import DType, Flag, MsgType
 
 JOB, NONCE = 7, 0x1234
 SENDER = ("127.0.0.1", 1)  # rank 0's address as the records give it (each twin maps it to a silent socket of its own)
@@ -367,3 +368,66 @@ def test_a_small_posted_transfer_in_one_gro_buffer_takes_the_lane_after_its_firs
     finally:
         for t in twins:
             t.close()
+
+
+def _acks(sock: socket.socket) -> list[tuple]:
+    """The ACKs the silent rank 0 has received so far: (seq, offset) of each, in order."""
+    out = []
+    sock.setblocking(False)
+    while True:
+        try:
+            d = sock.recv(65536)
+        except BlockingIOError:
+            return out
+        w = HDR.unpack_from(d)
+        if w[W_VT] & 0x0F == MsgType.ACK:
+            out.append((w[W_SEQ], w[W_OFFSET]))
+
+
+@pytest.mark.parametrize("hold", [0.0, 0.05])
+def test_ack_hold_acks_every_second_packet_of_a_slow_arrival(hold):
+    """Packets that arrive one receive pass each (a slow link): without ``ack_hold`` every pass ends with an ACK;
+    with it, a pass with one new packet holds its ACK until the next packet (an ACK of two) or ``ack_hold``
+    passes (then the timers send it, stamped with the packet's arrival time, not the sending time); a duplicate
+    is ACKed at once."""
+    n = 8 * 2240
+    x = np.random.default_rng(5).standard_normal(n).astype(np.float32)
+    plan = plan_packets(nelems=n, dtype=DType.FLOAT32, mtu=9000, rank=0, job_id=JOB, transfer_id=5, nonce=NONCE)
+    t = _Twin(True, True, n, np.float32, KEY)
+    t.ep.opts.ack_hold = hold
+    rx = t.ep._receiver
+    try:
+        deadline = time.monotonic() + 10
+        while (0, 5) not in rx.incoming:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+
+        def one(seq):  # one receive pass of one datagram, ended as the I/O thread ends it
+            t.feed([_datagram(plan, seq, x, KEY)], 0, 2, SENDER)
+            rx.flush_acks()
+            time.sleep(0.002)
+            return _acks(t.sender)
+
+        got = [one(s) for s in range(4)]
+        if not hold:
+            assert [len(a) for a in got] == [1, 1, 1, 1]
+        else:
+            assert [len(a) for a in got] == [0, 1, 0, 1]  # held, then an ACK of two
+            assert got[1][0][0] == 2 and got[3][0][0] == 4  # (cumulative: everything below seq)
+            arrived = time.monotonic()
+            assert one(4) == []  # held ...
+            time.sleep(hold)
+            with t.ep._lock:
+                now = time.monotonic()
+                assert rx.next_due(now) <= now  # ... until its deadline, which the timers keep
+                rx.timers(now)
+            late = _acks(t.sender)
+            assert len(late) == 1 and late[0][0] == 5
+            assert (late[0][1] - clock_us(arrived)) & 0xFFFFFFFF < 5_000  # the arrival's time, not the sending's
+            assert len(one(2)) == 1  # a duplicate: at once
+        for s in range(5 if hold else 4, plan.total):
+            t.feed([_datagram(plan, s, x, KEY)], 0, 2, SENDER)
+        t.thread.join(30)
+        assert t.err is None and np.array_equal(t.out, x)
+    finally:
+        t.close()
