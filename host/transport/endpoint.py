@@ -30,7 +30,8 @@ hands the batch to the intake; when one of them is due it runs the timers of the
 and expiry, sender RTO and peer timeouts; each stage's ``next_due`` says when, :meth:`Endpoint._plan_timers`); it
 sends the bursts the sender picks, outside the lock. It sleeps in
 ``select`` (the socket, a wake-up socket that ``send()`` writes to, the wake-up timer a small send arms instead,
-the next timer or pacing deadline) only when none of them has work. One lock, shared by every stage, guards the transfer tables; user calls only post work and
+the next timer or pacing deadline) only when none of them has work; with ``Options.rx_hold``, after a pass of a
+few records mid-transfer it first sleeps through arrivals for up to the hold (:meth:`Endpoint._rx_hold`). One lock, shared by every stage, guards the transfer tables; user calls only post work and
 wait on events.
 """
 
@@ -328,6 +329,7 @@ class Endpoint:
         tick = self.opts.tick
         flush = getattr(self._io.tx, "flush", None)
         readable = False
+        taken = 0  # records received since the thread last slept (Options.rx_hold)
         while not self._closed:
             try:
                 recs = self._io.drain()
@@ -342,6 +344,7 @@ class Endpoint:
             if readable and not recs:  # readable, yet nothing to receive: an error queued (a refusal)
                 self._next_tick = 0.0
             readable = False
+            taken += recs
             with self._lock:
                 if recs:
                     self._dirty = True
@@ -404,6 +407,10 @@ class Endpoint:
             if job is not None:
                 tx.transmit(job)
                 continue
+            held = self._rx_hold(taken, timeout)
+            taken = 0
+            if held:
+                continue
             try:  # (a full send buffer: until half of it is free)
                 ready, writable, _ = select.select(waits, [sock] if tx.full else [], [], timeout)
             except (OSError, ValueError):
@@ -436,6 +443,29 @@ class Endpoint:
                         pass
                 except (BlockingIOError, OSError):
                     pass
+
+    def _rx_hold(self, taken: int, timeout: float) -> bool:
+        """On the I/O thread, about to sleep after a pass that took ``taken`` records: with ``Options.rx_hold``, a
+        few records while a posted transfer has more than a few packets to come (a slow link, where datagrams come
+        one per wake-up), sleep through arrivals for up to ``rx_hold`` (at most ``timeout``), waking only for a
+        caller's work or the wake-up timer. True when it slept the hold out: the caller drains the socket now,
+        everything that came meanwhile in one pass (its ACKs wait as long: ``ack_hold`` tells the sender's window
+        of such a delay). False when it did not hold, or was woken (the caller's own wait then returns at once)."""
+        hold = self.opts.rx_hold
+        if not hold or not 0 < taken <= self.opts.rx_hold_records or timeout <= 0 or not any(
+                i.posted and i.st is not None and i.st.total - i.st.npackets > 4
+                for i in list(self._receiver.incoming.values())):
+            return False
+        waits = [self._wake_r] if self._timer is None else [self._wake_r, self._timer]
+        try:
+            ready, _, _ = select.select(waits, [], [], min(hold, timeout))
+        except (OSError, ValueError):  # (closed under us: the loop ends on its own)
+            return False
+        if ready:
+            return False
+        self._sleeping = False
+        self._c["io_rx_holds"] += 1
+        return True
 
     def _plan_timers(self, now: float) -> None:
         """Under the lock, on the I/O thread: when the stages' timers run next. Not every ``Options.tick`` while

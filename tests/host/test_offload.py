@@ -369,3 +369,31 @@ def test_a_drop_in_the_host_queue_caps_the_send_buffer_below_it(root_required):
     assert resent <= drops * GSO_MAX_SEGS + 8, last
     assert last["send_errors"] == 0
     assert out[1][2]["transfers_received"] == 3
+
+
+def _paced_link(options: str) -> dict[int, list[dict]]:
+    """Rank 0 sends four 256 KiB transfers to rank 1 over 20 Mb/s links whose tbf burst is two packets, so datagrams
+    arrive one at a time (as the testbed's switches emulate a link); each rank's stats after each transfer."""
+    with Star(2, rate="20mbit", mtu=1500, tbf_burst="3kb") as net:
+        addrs = ",".join(h.ip for h in net.hosts)
+        return run_on_hosts(net, TWICE.format(root=str(ROOT), options=options, n=64 << 10, count=4),
+                            {1: ["1", addrs], 0: ["0", addrs]}, timeout=120)
+
+
+@pytest.mark.netns
+def test_holds_take_datagrams_of_a_slow_link_in_batches(root_required):
+    """On a slow link datagrams come one per wake-up: by default the receiver wakes, and ACKs, for nearly every one
+    (so the sender wakes for nearly every ACK). With the receive hold (``rx_hold``) the receiver sleeps through
+    arrivals and takes several per pass, and with the ACK hold (``ack_hold``, ``ack_min``) it ACKs every few
+    packets; the transfers complete with the same data (the script checks it) in about the same time."""
+    plain = _paced_link("mtu=1500")
+    held = _paced_link("mtu=1500, ack_hold=0.003, ack_min=4, rx_hold=0.0015")
+    rx0, rx1 = plain[1][-1], held[1][-1]
+    data = rx0["rx_data_packets"]
+    assert data == rx1["rx_data_packets"] >= 4 * 180  # (four transfers of ~182 packets: nothing lost)
+    print("plain: wakes", rx0["io_wakes_socket"], "acks", rx0["acks_sent"], "| held: wakes", rx1["io_wakes_socket"],
+          "holds", rx1["io_rx_holds"], "acks", rx1["acks_sent"], "| of", data, "packets")
+    assert rx0["io_wakes_socket"] > data // 2 and rx0["acks_sent"] > data // 2  # the regime: one at a time
+    assert rx0["io_rx_holds"] == 0
+    assert rx1["io_rx_holds"] > 0 and rx1["io_wakes_socket"] < data // 4
+    assert rx1["acks_sent"] < data // 3
