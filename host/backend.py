@@ -36,7 +36,7 @@ How it works:
   does. One operation's tensors are on one device.
 * **Options** (:class:`DlcpOptions`, or environment variables ``DLCP_LOSS_BOUND``, ``DLCP_MTU``,
   ``DLCP_POLICY``, ``DLCP_CC``, ``DLCP_TIMEOUT``, ``DLCP_PEER_TIMEOUT``, ``DLCP_ADDR``, ``DLCP_PORT``,
-  ``DLCP_JOB_ID``, ``DLCP_TAG``): ``DLCP_LOSS_BOUND`` is the bound of the callers that ask for loss without naming
+  ``DLCP_JOB_ID``, ``DLCP_TAG``, ``DLCP_ACK_HOLD_MS``, ``DLCP_ACK_MIN``, ``DLCP_RX_HOLD_MS``): ``DLCP_LOSS_BOUND`` is the bound of the callers that ask for loss without naming
   one (the DDP hook, DeAR, SparDL, :func:`loss_bound_scope` with ``None``); every other call is exact whatever it
   says, and only SUM/AVG reductions of floating-point tensors may be lossy (``docs/bounded-loss.md``).
 """
@@ -106,6 +106,12 @@ class DlcpOptions:
     # Fault injection for tests and experiments: the fraction of this process's drop-eligible packets its socket
     # drops as it sends them, as a congested DLCP switch would (host.transport.faults.LossySocket); 0: none.
     drop_eligible: float = 0.0
+    # the transport's opt-in holds for slow links (docs/transport.md, Packets), in milliseconds and packets: an ACK
+    # of fewer than ack_min new packets waits up to ack_hold_ms; the I/O thread sleeps through arrivals for up to
+    # rx_hold_ms mid-transfer. 0: off (the defaults)
+    ack_hold_ms: float = 0.0
+    ack_min: int = 2
+    rx_hold_ms: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -118,6 +124,8 @@ class DlcpOptions:
             "timeout": ("DLCP_TIMEOUT", float), "peer_timeout": ("DLCP_PEER_TIMEOUT", float),
             "addr": ("DLCP_ADDR", str), "port": ("DLCP_PORT", int), "job_id": ("DLCP_JOB_ID", int),
             "drop_eligible": ("DLCP_DROP_ELIGIBLE", float), "tag": ("DLCP_TAG", _on_off),
+            "ack_hold_ms": ("DLCP_ACK_HOLD_MS", float), "ack_min": ("DLCP_ACK_MIN", int),
+            "rx_hold_ms": ("DLCP_RX_HOLD_MS", float),
         }
         for name, (var, fn) in conv.items():
             if var in env and env[var] != "":
@@ -131,6 +139,11 @@ class DlcpOptions:
             raise ValueError(f"loss bound must be in [0, 1), got {opts.loss_bound}")
         if not 0.0 <= opts.drop_eligible <= 1.0:
             raise ValueError(f"drop_eligible (DLCP_DROP_ELIGIBLE) must be in [0, 1], got {opts.drop_eligible}")
+        for name, var in (("ack_hold_ms", "DLCP_ACK_HOLD_MS"), ("rx_hold_ms", "DLCP_RX_HOLD_MS")):
+            if not 0.0 <= getattr(opts, name) <= 1000.0:
+                raise ValueError(f"{name} ({var}) must be in [0, 1000] ms, got {getattr(opts, name)}")
+        if not 1 <= opts.ack_min <= 64:
+            raise ValueError(f"ack_min (DLCP_ACK_MIN) must be in [1, 64], got {opts.ack_min}")
         return opts
 
 
@@ -692,7 +705,9 @@ class DlcpBackend:
         cc = _cc_params(_cc_mode(o.congestion_control), o.mtu)
         return Endpoint(rank, addrs, job_id=job_id, nonce=nonce,
                         options=Options(mtu=o.mtu, policy=POLICIES[o.policy](), recv_timeout=o.timeout,
-                                        peer_timeout=o.peer_timeout, cc=cc, socket_wrapper=_dropper(o)),
+                                        peer_timeout=o.peer_timeout, cc=cc, socket_wrapper=_dropper(o),
+                                        ack_hold=o.ack_hold_ms / 1000, ack_min=o.ack_min,
+                                        rx_hold=o.rx_hold_ms / 1000),
                         key=key, sock=sock)
 
     # execution ------------------------------------------------------------------------------------------------

@@ -30,32 +30,6 @@ class TransportError(RuntimeError):
         self.peer = peer
 
 
-
-def _env_int(name: str, default: int, lo: int, hi: int) -> int:
-    """An integer from the environment variable ``name`` (unset: ``default``), checked against ``lo..hi``."""
-    raw = os.environ.get(name, "")
-    if not raw.strip():
-        return default
-    try:
-        v = int(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r}: expected an integer") from None
-    if not lo <= v <= hi:
-        raise ValueError(f"{name}={raw!r}: expected {lo}..{hi}")
-    return v
-
-
-def _env_ms(name: str) -> float:
-    """A duration in milliseconds from the environment variable ``name`` (unset: 0), in seconds."""
-    raw = os.environ.get(name, "")
-    try:
-        v = float(raw) if raw.strip() else 0.0
-    except ValueError:
-        raise ValueError(f"{name}={raw!r}: expected a number of milliseconds") from None
-    if not 0.0 <= v <= 1000.0:
-        raise ValueError(f"{name}={raw!r}: expected 0..1000 milliseconds")
-    return v / 1000.0
-
 @dataclass
 class Options:
     """Endpoint configuration; every time is in seconds."""
@@ -72,12 +46,12 @@ class Options:
     # receiver: when a receive pass ends with fewer than ack_min new packets of a transfer since its last ACK, that
     # ACK waits up to ack_hold seconds for more (0: every pass ends with an ACK). On slow links packets arrive one
     # per wake-up, and an ACK per packet cost both ends a wake-up each (docs/transport.md, ACK hold)
-    ack_hold: float = field(default_factory=lambda: _env_ms("DLCP_ACK_HOLD_MS"))
-    ack_min: int = field(default_factory=lambda: _env_int("DLCP_ACK_MIN", 2, 1, 64))
+    ack_hold: float = 0.0
+    ack_min: int = 2
     # I/O thread: after a receive pass of at most rx_hold_records records while a posted transfer is mid-arrival,
     # sleep through arrivals for up to rx_hold seconds (callers' work and the wake-up timer still wake it), so the
     # next pass takes what came meanwhile at once (0: wake for every datagram). docs/transport.md, Receive hold
-    rx_hold: float = field(default_factory=lambda: _env_ms("DLCP_RX_HOLD_MS"))
+    rx_hold: float = 0.0
     rx_hold_records: int = 8
     burst: int = 32  # max packets the progress thread sends per pick
     tick: float = 0.001  # timer granularity: the stages' timers run at most this often (when one is due)

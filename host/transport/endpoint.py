@@ -31,8 +31,8 @@ and expiry, sender RTO and peer timeouts; each stage's ``next_due`` says when, :
 sends the bursts the sender picks, outside the lock. It sleeps in
 ``select`` (the socket, a wake-up socket that ``send()`` writes to, the wake-up timer a small send arms instead,
 the next timer or pacing deadline) only when none of them has work; with ``Options.rx_hold``, after a pass of a
-few records mid-transfer it first sleeps through arrivals for up to the hold (:meth:`Endpoint._rx_hold`). One lock, shared by every stage, guards the transfer tables; user calls only post work and
-wait on events.
+few records mid-transfer it first sleeps through arrivals for up to the hold (:meth:`Endpoint._rx_hold`). One
+lock, shared by every stage, guards the transfer tables; user calls only post work and wait on events.
 """
 
 from __future__ import annotations

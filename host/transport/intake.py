@@ -4,10 +4,10 @@ What :class:`Intake` does with a receive batch (``PacketSocket.drain``'s records
 the C receive lane (``_rxlane.fast_pass``) takes the data records it can (well-formed, this job's, right tag and
 source, for a transfer already open) and writes them into their buffers itself; the receiver accounts for them
 (``Receiver.fast_progress``). A posted transfer not open yet is opened by its first datagram on the Python path,
-and the lane takes the rest of it in a second pass (:meth:`Intake._open_posted`). Every other record takes the Python path (:meth:`Intake._handle_records`): a GRO
-buffer is split into its datagrams; each header is checked with one ``struct`` unpack and a few integer tests
-(what fails them is re-parsed by ``wire.parse_datagram`` to name the bad field); a datagram of another job or
-nonce, with a wrong keyed tag, or from an address that is not its rank's is dropped and counted; data packets
+and the lane takes the rest of it in a second pass (:meth:`Intake._open_posted`). Every other record takes the
+Python path (:meth:`Intake._handle_records`): a GRO buffer is split into its datagrams; each header is checked
+with one ``struct`` unpack and a few integer tests (what fails them is re-parsed by ``wire.parse_datagram`` to
+name the bad field); a datagram of another job or nonce, with a wrong keyed tag, or from an address that is not its rank's is dropped and counted; data packets
 are grouped per transfer for ``Receiver.on_data``; feedback goes to the sender, probes and DEAD notices to the
 liveness checks.
 
