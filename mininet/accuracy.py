@@ -34,7 +34,10 @@ Python, without the C send lane, so lossy runs are slower than exact ones here, 
 
 Output in ``--out`` (default ``results/evaluation``): ``accuracy.json`` (every run's summary, the statistics,
 version metadata) and ``accuracy-report.md`` (the table). ``--quick``: 2 seeds, fewer steps (a smoke test).
-``--merge A.json B.json ...``: one document from studies of other workloads run separately (in parallel).
+``--seeds`` is a count N (seeds 1..N) or a range FIRST-LAST, so that more seeds can be run later for a workload whose
+interval is still too wide. ``--merge A.json B.json ...``: one document from studies run separately: other workloads
+(in parallel, on the same seeds), or more seeds of a workload already there (its settings and bounds the same, none
+of its seeds run twice).
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ from .sweep import metadata
 from .worker import spec_to_json
 
 __all__ = ["WORKLOADS", "BOUNDS", "run_local", "paired_stats", "run_study", "merge_studies", "study_stats",
-           "report_markdown", "main"]
+           "workload_seeds", "parse_seeds", "report_markdown", "main"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -179,26 +182,79 @@ def run_study(workloads: dict[str, dict[str, Any]], bounds: tuple[float, ...], s
     return doc
 
 
+def workload_seeds(doc: dict[str, Any]) -> dict[str, list[int]]:
+    """Per workload of a study, the seeds its runs used (sorted): one list for all of them in a study run at once,
+    more for a workload whose seeds were extended by a later part (:func:`merge_studies`)."""
+    return {w: sorted({r["seed"] for r in doc["runs"] if r["workload"] == w}) for w in doc["workloads"]}
+
+
+def _workload_bounds(doc: dict[str, Any], workload: str) -> list[float]:
+    """The loss bounds ``workload``'s runs in ``doc`` used (its exact runs left out), sorted."""
+    return sorted({r["bound"] for r in doc["runs"] if r["workload"] == workload and r["bound"] != 0})
+
+
+def _parts(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """A study's parts (what ran in one sitting: workloads, bounds, seeds, metadata); a study run at once is one."""
+    if doc.get("parts"):  # a merged study: its parts (older ones, written before parts named their seeds, ran on
+        return [{"seeds": doc["seeds"], **p} for p in doc["parts"]]  # the study's seeds)
+    return [{"workloads": list(doc.get("workloads") or doc["stats"]), "bounds": doc["bounds"], "seeds": doc["seeds"],
+             "metadata": doc["metadata"]}]
+
+
+def _settings_differ(a: dict[str, Any], b: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {a.get(k)!r} vs {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+
+
 def merge_studies(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One document from studies of different workloads run separately (at the same time, on the same seeds and
-    worker count): their runs together, the bounds' union, each part's metadata kept (``parts``), the statistics
-    recomputed. Raises ValueError when they cannot be one study (other seeds or workers, a workload twice)."""
+    """One document from studies run separately: their runs together, the bounds' union, each part's workloads,
+    bounds, seeds and metadata kept (``parts``, those of a merged study carried over), the statistics recomputed.
+
+    A study may bring workloads not yet in the merge, run on the seeds every workload of the first study ran on
+    (the same seeds, so the workloads stand side by side), or more seeds of a workload already there, with the
+    same settings and the same bounds, so that its cells are one experiment over more seeds. Raises ValueError
+    naming what differs when they cannot be one study: another worker count, new workloads on other seeds, a
+    workload's settings or bounds, or a seed of a workload run twice."""
     if not docs:
         raise ValueError("nothing to merge")
     first = docs[0]
-    for d in docs[1:]:
-        if d["seeds"] != first["seeds"] or d["workers"] != first["workers"]:
-            raise ValueError(f"studies with other seeds or worker counts cannot be merged: {d['seeds']} x "
-                             f"{d['workers']} workers against {first['seeds']} x {first['workers']}")
-    names = [w for d in docs for w in d["workloads"]]
-    if len(set(names)) != len(names):
-        raise ValueError(f"a workload is in two of the studies: {names}")
-    out = {**{k: v for k, v in first.items() if k not in ("stats", "runs", "workloads", "bounds", "metadata")},
+    first_seeds = workload_seeds(first)
+    common = sorted(set.intersection(*(set(s) for s in first_seeds.values()))) if first_seeds else first["seeds"]
+    have: dict[str, dict[str, Any]] = {}  # workload -> its settings, bounds, seeds (-> study index), first study
+    for i, d in enumerate(docs, 1):
+        if d["workers"] != first["workers"]:
+            raise ValueError(f"studies with other seeds or worker counts cannot be merged: study {i} ran "
+                             f"{d['workers']} workers, study 1 {first['workers']}")
+        seeds = workload_seeds(d)
+        for w, settings in d["workloads"].items():
+            bounds = _workload_bounds(d, w)
+            if w not in have:
+                if i > 1 and seeds[w] != common:
+                    raise ValueError(f"studies with other seeds or worker counts cannot be merged: study {i} "
+                                     f"brings workload {w} on seeds {seeds[w]}, study 1's workloads ran on {common} "
+                                     "(a workload joins on the same seeds; more seeds come for a workload already "
+                                     "there)")
+                have[w] = {"settings": settings, "bounds": bounds, "seeds": dict.fromkeys(seeds[w], i), "study": i}
+                continue
+            prev = have[w]
+            again = [s for s in seeds[w] if s in prev["seeds"]]
+            if again:
+                raise ValueError(f"workload {w} seeds {again} are in two of the studies "
+                                 f"({prev['seeds'][again[0]]} and {i}): a seed is run once")
+            if settings != prev["settings"]:
+                raise ValueError(f"workload {w}: study {i}'s settings differ from study {prev['study']}'s "
+                                 f"({_settings_differ(settings, prev['settings'])}); more seeds must run the same "
+                                 "workload")
+            if bounds != prev["bounds"]:
+                raise ValueError(f"workload {w}: study {i} ran bounds {bounds}, study {prev['study']} {prev['bounds']}; "
+                                 "more seeds must run the same cells")
+            prev["seeds"].update(dict.fromkeys(seeds[w], i))
+    runs = [r for d in docs for r in d["runs"]]
+    out = {**{k: v for k, v in first.items() if k not in ("stats", "runs", "workloads", "bounds", "metadata", "parts",
+                                                           "seeds")},
            "workloads": {w: s for d in docs for w, s in d["workloads"].items()},
            "bounds": sorted({b for d in docs for b in d["bounds"]}),
-           "runs": [r for d in docs for r in d["runs"]],
-           "metadata": first["metadata"], "parts": [{"workloads": list(d["workloads"]), "bounds": d["bounds"],
-                                                     "metadata": d["metadata"]} for d in docs]}
+           "seeds": sorted({r["seed"] for r in runs}),
+           "runs": runs, "metadata": first["metadata"], "parts": [p for d in docs for p in _parts(d)]}
     out["stats"] = study_stats(out)
     return out
 
@@ -243,11 +299,20 @@ def report_markdown(doc: dict[str, Any]) -> str:
         return (f"commit `{md.get('git_commit', '')[:12]}`{' (dirty)' if md.get('git_dirty') else ''}, started "
                 f"{md.get('started')}, load {md.get('load_start')} -> {md.get('load_end')}")
 
-    parts = doc.get("parts") or [{"workloads": list(doc.get("workloads") or doc["stats"]),
-                                  "metadata": doc["metadata"]}]
+    def seeds_text(seeds: list[int]) -> str:
+        return f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)) \
+            else ", ".join(map(str, seeds))
+
+    parts = _parts(doc)
+    per = workload_seeds(doc) if doc.get("runs") else {}
+    if len({tuple(s) for s in per.values()}) > 1:  # a workload with more seeds than the others
+        head = "Seeds per workload: " + ", ".join(f"{w} {seeds_text(s)}" for w, s in per.items())
+    else:
+        head = f"Seeds {doc['seeds']}"
     lines = [f"# Accuracy under bounded loss ({doc['workers']} workers, every eligible packet dropped)", "",
-             f"Seeds {doc['seeds']}; " + "; ".join(f"{', '.join(p['workloads'])}: {made(p['metadata'])}"
-                                                  for p in parts)
+             head + "; " + "; ".join(f"{', '.join(p['workloads'])}"
+                                     + (f" (seeds {seeds_text(p['seeds'])})" if len(parts) > 1 and p["seeds"] !=
+                                        doc["seeds"] else "") + f": {made(p['metadata'])}" for p in parts)
              + ". Regenerate: `python -m testbed.accuracy` (mininet/accuracy.py says how).", "",
              "| workload | cell | zero-filled | accuracy | Δ accuracy, points [95%] | Δ final loss [95%] | replicas |",
              "|---|---|---|---|---|---|---|"]
@@ -262,11 +327,27 @@ def report_markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def parse_seeds(text: str) -> list[int]:
+    """``--seeds``: ``N`` is seeds 1..N, ``FIRST-LAST`` those seeds (both included; seeds are positive). Raises
+    ValueError naming the text when it is neither."""
+    try:
+        if "-" in text:
+            first, last = (int(x) for x in text.split("-", 1))
+        else:
+            first, last = 1, int(text)
+    except ValueError:
+        raise ValueError(f"expected N (seeds 1..N) or FIRST-LAST, got {text!r}") from None
+    if first < 1 or last < first:
+        raise ValueError(f"expected seeds from 1 up, the last not before the first, got {text!r}")
+    return list(range(first, last + 1))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m testbed.accuracy", description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated: " + ", ".join(WORKLOADS))
     ap.add_argument("--bounds", default=",".join(f"{b:g}" for b in BOUNDS), help="comma-separated loss bounds")
-    ap.add_argument("--seeds", type=int, default=8, help="seeds 1..N (default 8)")
+    ap.add_argument("--seeds", default="8", help="N: seeds 1..N (default 8); FIRST-LAST: those seeds, e.g. 9-16 to "
+                    "add seeds to a study (then --merge)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--steps", type=int, default=None, help="override every workload's steps")
     ap.add_argument("--quick", action="store_true", help="2 seeds, 40 steps, bounds 0.05 (a smoke test)")
@@ -294,7 +375,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--bounds must be comma-separated numbers, got {a.bounds!r}")
     if any(not 0 < b < 1 for b in bounds):
         ap.error(f"every loss bound must be in (0, 1), got {a.bounds}")
-    seeds, steps = list(range(1, a.seeds + 1)), a.steps
+    try:
+        seeds = parse_seeds(a.seeds)
+    except ValueError as e:
+        ap.error(f"--seeds: {e}")
+    steps = a.steps
     if a.quick:
         seeds, steps, bounds = [1, 2], 40, (0.05,)
     run_study({w: WORKLOADS[w] for w in names}, bounds, seeds, workers=a.workers, out=Path(a.out), steps=steps)

@@ -744,12 +744,17 @@ def accuracy_verdict(st: dict[str, Any]) -> str:
 def accuracy_section(doc: dict[str, Any]) -> list[str]:
     """The accuracy study (``python -m testbed.accuracy``): its table and, per workload, a verdict per bound and
     the smallest bound at which accuracy is lower."""
-    from .accuracy import report_markdown
+    from .accuracy import report_markdown, workload_seeds
 
     table = report_markdown(doc).splitlines()
     body = table[2:]  # (the report's own title replaced by this section's)
+    counts = {w: len(s) for w, s in workload_seeds(doc).items()} if doc.get("runs") else {}
+    if len(set(counts.values())) > 1:  # a workload's seeds extended by a later part
+        seeds = "seeds per cell: " + ", ".join(f"{w} {n}" for w, n in counts.items())
+    else:
+        seeds = f"{len(doc['seeds'])} seeds per cell"
     out = ["## Accuracy under bounded loss: every eligible packet dropped, paired over seeds", "",
-           f"{len(doc['seeds'])} seeds per cell, {doc['workers']} workers; each lossy run against the exact run of "
+           f"{seeds}, {doc['workers']} workers; each lossy run against the exact run of "
            "the same seed (same initial model, shards and batches), the worst case each bound allows (every "
            "drop-eligible packet dropped as it is sent). Produced by `python -m testbed.accuracy` "
            "(mininet/accuracy.py says how and why; test sets of 20,000 samples, no stop at a target accuracy).", ""]
