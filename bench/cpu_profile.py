@@ -65,9 +65,9 @@ PACED_VARIANTS = [("", None), (" ack-hold", {"DLCP_ACK_HOLD_MS": "3", "DLCP_ACK_
                   (" ack-hold rx-hold", {"DLCP_ACK_HOLD_MS": "3", "DLCP_ACK_MIN": "4", "DLCP_RX_HOLD_MS": "1.5"})]
 #: dlcp's transport counters per call, summed over the ranks (host.backend.transport_stats): how many datagrams,
 #: GRO/GSO buffers, ACKs and retransmissions the CPU above pays for, and the I/O threads' wake-ups for datagrams
-#: and on their own timeouts.
+#: and on their own timeouts, and the socket wake-ups the native wait handled whole (no Python).
 EVENTS = ("tx_datagrams", "rx_datagrams", "tx_gso_sends", "rx_gro_buffers", "acks_sent", "acks_rx",
-          "retransmissions", "rto_timeouts", "io_wakes_socket", "io_wakes_timeout")
+          "retransmissions", "rto_timeouts", "io_wakes_socket", "io_wakes_timeout", "io_native_wakes")
 #: The user's-defaults cases: sizes, calls per window (back to back), on loopback, under each load.
 DEFAULT_THREADS_SIZES = [1 << 20, 16 << 20]
 BACK_TO_BACK = 8

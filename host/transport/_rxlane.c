@@ -26,6 +26,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <poll.h>
+#include <time.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <string.h>
@@ -184,6 +186,63 @@ static inline int get_buffer(PyObject *obj, Py_buffer *view, int writable)
     return PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE);
 }
 
+/* The receive loop of recv_batch and rx_wait, without the GIL: until the socket is empty (or an error, left in
+ * *err), ``maxrecs`` records or ``maxbytes`` bytes; returns the records. ``*full`` (when not NULL): the batch
+ * stopped for room, not because the socket was empty. */
+static Py_ssize_t recv_into(int fd, uint8_t *buf, int64_t *rows, Py_ssize_t maxrecs, Py_ssize_t maxbytes,
+                            Py_ssize_t slot, int *err, int *full)
+{
+    Py_ssize_t n = 0, pos = 0;
+    if (full != NULL)
+        *full = 0;
+    while (n < maxrecs && pos < maxbytes) {
+        struct sockaddr_in sa;
+        union {
+            char buf[CMSG_SPACE(sizeof(int)) * 2];
+            struct cmsghdr align;
+        } ctl;
+        struct iovec iov = {buf + pos, (size_t)slot};
+        struct msghdr msg;
+        memset(&msg, 0, sizeof msg);
+        msg.msg_name = &sa;
+        msg.msg_namelen = sizeof sa;
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = ctl.buf;
+        msg.msg_controllen = sizeof ctl.buf;
+        ssize_t r = recvmsg(fd, &msg, MSG_DONTWAIT);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                *err = errno;
+            return n;
+        }
+        int64_t tos = 0, seg = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+            if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1))
+                tos = *(const uint8_t *)CMSG_DATA(c);
+            else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+                int g;
+                memcpy(&g, CMSG_DATA(c), sizeof g);
+                seg = g;
+            }
+        }
+        int64_t *row = rows + 5 * n;
+        row[0] = pos;
+        row[1] = r;
+        row[2] = tos;
+        row[3] = seg;
+        row[4] = (msg.msg_namelen >= sizeof sa && sa.sin_family == AF_INET)
+                     ? ((int64_t)ntohl(sa.sin_addr.s_addr) << 16) | ntohs(sa.sin_port) : -1;
+        n++;
+        pos += r;
+    }
+    if (full != NULL)
+        *full = 1;
+    return n;
+}
+
 PyDoc_STRVAR(recv_batch_doc,
 "recv_batch(fd, buf, recs, maxrecs, maxbytes, slot)\n"
 "--\n\n"
@@ -224,52 +283,10 @@ static PyObject *recv_batch(PyObject *self, PyObject *const *args, Py_ssize_t na
     }
     uint8_t *buf = (uint8_t *)vb.buf;
     int64_t *rows = (int64_t *)vr.buf;
-    Py_ssize_t n = 0, pos = 0;
+    Py_ssize_t n;
     int err = 0;
     Py_BEGIN_ALLOW_THREADS
-    while (n < maxrecs && pos < maxbytes) {
-        struct sockaddr_in sa;
-        union {
-            char buf[CMSG_SPACE(sizeof(int)) * 2];
-            struct cmsghdr align;
-        } ctl;
-        struct iovec iov = {buf + pos, (size_t)slot};
-        struct msghdr msg;
-        memset(&msg, 0, sizeof msg);
-        msg.msg_name = &sa;
-        msg.msg_namelen = sizeof sa;
-        msg.msg_iov = &iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = ctl.buf;
-        msg.msg_controllen = sizeof ctl.buf;
-        ssize_t r = recvmsg(fd, &msg, MSG_DONTWAIT);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                err = errno;
-            break;
-        }
-        int64_t tos = 0, seg = 0;
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
-            if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1))
-                tos = *(const uint8_t *)CMSG_DATA(c);
-            else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-                int g;
-                memcpy(&g, CMSG_DATA(c), sizeof g);
-                seg = g;
-            }
-        }
-        int64_t *row = rows + 5 * n;
-        row[0] = pos;
-        row[1] = r;
-        row[2] = tos;
-        row[3] = seg;
-        row[4] = (msg.msg_namelen >= sizeof sa && sa.sin_family == AF_INET)
-                     ? ((int64_t)ntohl(sa.sin_addr.s_addr) << 16) | ntohs(sa.sin_port) : -1;
-        n++;
-        pos += r;
-    }
+    n = recv_into(fd, buf, rows, maxrecs, maxbytes, slot, &err, NULL);
     Py_END_ALLOW_THREADS
     if (n == 0 && err) {
         errno = err;
@@ -648,9 +665,374 @@ done:
     return result;
 }
 
+/* ---- rx_wait: the receiver's steady state, natively ---------------------------------------------------------- */
+
+/* what ended an rx_wait (bits of its first result) */
+#define W_TIMEOUT 0x01  /* its timeout passed */
+#define W_SOCK 0x02     /* the socket was readable with what the Python path must see: records left, or an
+                         * empty read (an error report) */
+#define W_WAKE 0x04     /* the wake socket (a caller's work) */
+#define W_TIMER 0x08    /* the wake-up timer */
+#define W_CLOSED 0x10   /* poll failed: a descriptor was closed under it (the endpoint is closing) */
+#define W_SENDERR 0x20  /* an ACK could not be sent (left to the Python path, which may queue it); when the
+                         * failure was an ICMP report, the error queue has it */
+#define W_PROGRESS 0x40 /* what it wrote in needs the Python path: a duplicate, a hole, the LAST seq, the transfer
+                         * complete, or an ACK it could not send */
+
+/* the bytes of a batch from which rx_wait copies them in with the GIL released (the lock still held): a smaller
+ * batch is not worth two GIL hand-offs */
+#define BIG_APPLY (32 << 10)
+
+static PyObject *s_acquire, *s_release;  /* interned "acquire", "release" */
+
+static inline double mono_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static inline void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/* With the GIL and the endpoint's lock held: is ``inc`` still the open, un-NACKed transfer ``key`` of
+ * ``incoming`` whose Reassembly is ``st``? (A caller may have failed or cancelled it while the lock was free.)
+ * 1 yes, 0 no, -1 with an exception set. */
+static int still_ours(PyObject *incoming, PyObject *key, PyObject *inc, PyObject *st)
+{
+    PyObject *cur = PyDict_GetItemWithError(incoming, key);  /* borrowed */
+    if (cur != inc)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *v = PyObject_GetAttrString(inc, "st");
+    if (v == NULL)
+        return -1;
+    int same = v == st;
+    Py_DECREF(v);
+    if (!same)
+        return 0;
+    v = PyObject_GetAttrString(inc, "done");
+    if (v == NULL)
+        return -1;
+    int done = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    if (done)
+        return done < 0 ? -1 : 0;
+    v = PyObject_GetAttrString(inc, "nacked");
+    if (v == NULL)
+        return -1;
+    same = v == Py_None;
+    Py_DECREF(v);
+    return same;
+}
+
+/* Send the ACK of ``template`` (48 bytes: the transfer's ACK header, seq, offset and tag still to write) for
+ * ``base`` now, keyed when ``sched``; 0 sent, else the errno (an ICMP report is retried once, as the Python path's
+ * ``unrefused`` does). */
+static int send_ack(int fd, const uint8_t *tmpl, uint32_t base, const uint8_t *sched, const struct sockaddr_in *to)
+{
+    uint8_t pkt[HEADER_LEN];
+    memcpy(pkt, tmpl, HEADER_LEN);
+    put_be32(pkt + O_SEQ, base);
+    put_be32(pkt + O_OFFSET, (uint32_t)((uint64_t)(mono_now() * 1e6) & 0xFFFFFFFFu));  /* control.clock_us */
+    if (sched != NULL)
+        dlcp_put_be64(pkt + O_TAG, dlcp_tag(sched, pkt, pkt + HEADER_LEN, 0));
+    for (int tries = 0; tries < 2; tries++) {
+        if (sendto(fd, pkt, HEADER_LEN, MSG_DONTWAIT, (const struct sockaddr *)to, sizeof *to) == HEADER_LEN)
+            return 0;
+        if (errno == EINTR) {
+            tries--;
+            continue;
+        }
+        if (errno != ECONNREFUSED && errno != EHOSTUNREACH && errno != ENETUNREACH && errno != EHOSTDOWN)
+            break;
+    }
+    return errno ? errno : EIO;
+}
+
+PyDoc_STRVAR(rx_wait_doc,
+"rx_wait(fd, wake_fd, timer_fd, timeout, buf, recs, maxrecs, maxbytes, slot, incoming, inc, rank, src,\n"
+"        job, nonce, key, ack, ack_every, lock)\n"
+"--\n\n"
+"The I/O thread's sleep, for an endpoint whose one posted transfer ``inc`` (``incoming[(rank, inc.tid)]``, from\n"
+"the source key ``src``) is arriving in order: wait (GIL released) until ``timeout`` seconds pass, ``wake_fd`` or\n"
+"``timer_fd`` (-1: none) is readable, or the socket is; take the socket's records as ``recv_batch`` does and,\n"
+"while every one of them is a DATA record of ``inc`` that the fast lane would take (``fast_pass``'s checks, the\n"
+"keyed tag included, and the transfer's ECN state), write them in with ``lock`` (the endpoint's) held and ACK\n"
+"them as the Python path's receive pass would: at once when ``ack_every`` are unACKed, else once the socket is\n"
+"empty, each ACK the header ``ack`` (48 bytes, built by the caller) with its cumulative seq, clock and keyed tag\n"
+"written here. Then sleep again. It returns to Python for anything else: a record the lane does not take (left at\n"
+"the front of ``recs``), a duplicate, a hole (an ACK with a bitmap), the LAST seq, every protected packet in (the\n"
+"transfer completes), an ACK it could not send, or ``inc`` no longer the open transfer it was.\n"
+"Returns (why, left, wakes, datagrams, gro_buffers, fresh, duplicates, bytes, elements, max_count, max_end,\n"
+"max_seq, cum, acks, unacked, last_arrival): ``why`` the W_* bits, ``left`` the records left in ``recs``,\n"
+"``wakes`` the socket wake-ups it handled whole, then the totals of what it wrote in (as fast_pass's progress\n"
+"tuple), the ACKs it sent, the packets it has not ACKed and the time.monotonic() of its last receive.");
+
+static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 19) {
+        PyErr_Format(PyExc_TypeError, "rx_wait takes 19 arguments, got %zd", nargs);
+        return NULL;
+    }
+    int fd = (int)PyLong_AsLong(args[0]), wake_fd = (int)PyLong_AsLong(args[1]);
+    int timer_fd = (int)PyLong_AsLong(args[2]);
+    double timeout = PyFloat_AsDouble(args[3]);
+    Py_ssize_t maxrecs = PyLong_AsSsize_t(args[6]), maxbytes = PyLong_AsSsize_t(args[7]);
+    Py_ssize_t slot = PyLong_AsSsize_t(args[8]);
+    PyObject *incoming = args[9], *inc = args[10];
+    long rank = PyLong_AsLong(args[11]);
+    long long src = PyLong_AsLongLong(args[12]);
+    unsigned long job = PyLong_AsUnsignedLong(args[13]), nonce = PyLong_AsUnsignedLong(args[14]);
+    long long ack_every = PyLong_AsLongLong(args[17]);
+    PyObject *lock = args[18];
+    if (PyErr_Occurred())
+        return NULL;
+    if (!PyDict_Check(incoming)) {
+        PyErr_SetString(PyExc_TypeError, "rx_wait: incoming must be a dict");
+        return NULL;
+    }
+    if (maxrecs < 1 || maxbytes < 1 || slot < 1 || src < 0 || ack_every < 1) {
+        PyErr_SetString(PyExc_ValueError, "rx_wait: maxrecs, maxbytes, slot and ack_every must be > 0, src >= 0");
+        return NULL;
+    }
+    PyObject *sched;
+    if (schedule_of(args[15], &sched) < 0)
+        return NULL;
+    const uint8_t *tag_key = schedule_bytes(sched);
+    Py_buffer vb, vr, va;
+    if (get_buffer(args[4], &vb, 1) < 0) {
+        Py_XDECREF(sched);
+        return NULL;
+    }
+    if (get_buffer(args[5], &vr, 1) < 0) {
+        PyBuffer_Release(&vb);
+        Py_XDECREF(sched);
+        return NULL;
+    }
+    if (get_buffer(args[16], &va, 0) < 0) {
+        PyBuffer_Release(&vr);
+        PyBuffer_Release(&vb);
+        Py_XDECREF(sched);
+        return NULL;
+    }
+    PyObject *result = NULL, *key = NULL, *st = NULL;
+    Entry e;
+    memset(&e, 0, sizeof e);
+    if (vb.len < maxbytes + slot || vr.len < (Py_ssize_t)(5 * sizeof(int64_t)) * maxrecs || va.len != HEADER_LEN) {
+        PyErr_SetString(PyExc_ValueError, "rx_wait: buf shorter than maxbytes + slot, recs than maxrecs rows, or "
+                                          "ack not a 48-byte header");
+        goto done;
+    }
+    long long tid = -1;
+    {
+        int ok = 1;
+        tid = attr_long(inc, "tid", &ok);  /* (the transfer ids the lane meets fit 63 bits) */
+        if (!ok)
+            goto done;
+    }
+    key = Py_BuildValue("(lL)", rank, tid);
+    st = key != NULL ? PyObject_GetAttrString(inc, "st") : NULL;
+    if (st == NULL)
+        goto done;
+    long max_seq0 = 0, pcum = 0;
+    {
+        int ok = 1;
+        max_seq0 = st == Py_None ? -1 : attr_long(st, "max_seq", &ok);
+        pcum = st == Py_None ? 0 : attr_long(st, "pcum", &ok);
+        if (!ok)
+            goto done;
+    }
+    Py_INCREF(inc);
+    int r = entry_fill(&e, inc);
+    if (r < 0)
+        goto done;
+    if (r > 0 || e.nacked != NULL) {
+        PyErr_SetString(PyExc_ValueError, "rx_wait: the transfer is not one for the fast lane (no Reassembly or "
+                                          "buffer, or NACKs outstanding)");
+        goto done;
+    }
+    e.rank = rank;
+    e.tid = (unsigned long long)tid;
+    uint8_t *buf = (uint8_t *)vb.buf;
+    int64_t *rows = (int64_t *)vr.buf;
+    uint8_t *arrived = (uint8_t *)e.arrived.buf;
+    struct sockaddr_in to;
+    memset(&to, 0, sizeof to);
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl((uint32_t)(src >> 16));
+    to.sin_port = htons((uint16_t)(src & 0xFFFF));
+    long long total = (long long)e.total, elig = (long long)e.elig;
+    long long since_ack = 0, acks = 0, wakes = 0, gro = 0, max_seq = max_seq0;
+    Py_ssize_t left = 0;
+    double last = 0.0;
+    int why = 0, failed = 0;
+    double deadline = mono_now() + (timeout > 0 ? timeout : 0);
+    PyThreadState *ts = PyEval_SaveThread();
+    for (;;) {
+        double rem = deadline - mono_now();
+        if (rem <= 0) {
+            why = W_TIMEOUT;
+            break;
+        }
+        struct pollfd pfd[3] = {{fd, POLLIN, 0}, {wake_fd, POLLIN, 0}, {timer_fd, POLLIN, 0}};
+        struct timespec tsp = {(time_t)rem, (long)((rem - (double)(time_t)rem) * 1e9)};
+        int pr = ppoll(pfd, timer_fd >= 0 ? 3 : 2, &tsp, NULL);
+        if (pr < 0) {
+            if (errno == EINTR)
+                continue;
+            why = W_CLOSED;
+            break;
+        }
+        if (pr == 0) {
+            why = W_TIMEOUT;
+            break;
+        }
+        if ((pfd[0].revents | pfd[1].revents | (timer_fd >= 0 ? pfd[2].revents : 0)) & POLLNVAL) {
+            why = W_CLOSED;
+            break;
+        }
+        if (pfd[1].revents)
+            why |= W_WAKE;
+        if (timer_fd >= 0 && pfd[2].revents)
+            why |= W_TIMER;
+        if (why) {  /* (the caller's work first; what the socket has, the Python loop drains next) */
+            if (pfd[0].revents)
+                why |= W_SOCK;
+            break;
+        }
+        for (int pass = 0;; pass++) {  /* one socket wake-up: receive passes until the socket is empty */
+            int err = 0, full = 0;
+            Py_ssize_t n = recv_into(fd, buf, rows, maxrecs, maxbytes, slot, &err, &full);
+            if (n == 0) {
+                if (pass == 0 || err) {  /* readable, yet nothing: an error report (the Python path reads it) */
+                    why = W_SOCK;
+                    break;
+                }
+                full = 0;  /* the socket emptied right after a full batch: that batch's ACK is due now */
+                if (since_ack) {
+                    long long base = max_seq >= elig ? pcum : (long long)e.cum;
+                    if (send_ack(fd, (const uint8_t *)va.buf, (uint32_t)base, tag_key, &to)) {
+                        why = W_PROGRESS | W_SENDERR;
+                        break;
+                    }
+                    acks++;
+                    since_ack = 0;
+                }
+                break;
+            }
+            Py_ssize_t k = 0;  /* the records, from the first, that the lane takes */
+            for (; k < n; k++) {
+                const int64_t *row = rows + 5 * k;
+                const uint8_t *h = buf + row[0];
+                if (row[4] != src || row[1] < HEADER_LEN || ((row[2] & 3) == 3) != e.ce_state
+                    || !record_ok(h, row[1], row[3], (uint32_t)job, (uint32_t)nonce, (uint32_t)rank,
+                                  (uint64_t)tid, (uint32_t)total, (uint32_t)elig, (uint32_t)e.dtype,
+                                  (uint32_t)e.itemsize, e.dst.len)
+                    || (tag_key != NULL && !record_tags_ok(h, row[1], row[3], tag_key)))
+                    break;
+            }
+            long long fresh0 = e.acc.fresh;
+            if (k > 0) {
+                /* written with the endpoint's lock held, after checking the transfer is still the one: a caller
+                 * may have failed or cancelled it meanwhile (its buffer is then the caller's again) */
+                PyEval_RestoreThread(ts);
+                PyObject *got = PyObject_CallMethodNoArgs(lock, s_acquire);
+                int ours = got != NULL ? still_ours(incoming, key, inc, st) : -1;
+                Py_XDECREF(got);
+                if (ours > 0) {
+                    Py_ssize_t bytes = rows[5 * (k - 1)] + rows[5 * (k - 1) + 1] - rows[0];
+                    PyThreadState *copy = bytes >= BIG_APPLY ? PyEval_SaveThread() : NULL;
+                    for (Py_ssize_t i = 0; i < k; i++) {
+                        const int64_t *row = rows + 5 * i;
+                        record_apply(buf + row[0], row[1], row[3], (uint8_t *)e.dst.buf, arrived,
+                                     (int64_t *)e.offsets.buf, (int64_t *)e.counts.buf, &e.acc, NULL,
+                                     &e.premature);
+                        if (row[3] && row[1] > row[3])
+                            gro++;
+                    }
+                    if (copy != NULL)
+                        PyEval_RestoreThread(copy);
+                }
+                if (got != NULL) {
+                    PyObject *rel = PyObject_CallMethodNoArgs(lock, s_release);
+                    if (rel == NULL)
+                        ours = -1;
+                    Py_XDECREF(rel);
+                }
+                if (ours < 0)
+                    failed = 1;  /* (the exception stays set: raised once the loop is left) */
+                ts = PyEval_SaveThread();
+                if (ours <= 0)
+                    k = 0;  /* nothing written: every record goes to the Python path */
+            }
+            last = mono_now();
+            if (k < n) {  /* the rest to the Python path, at the front of recs */
+                memmove(rows, rows + 5 * k, (size_t)(n - k) * 5 * sizeof(int64_t));
+                left = n - k;
+                why = W_SOCK;
+                break;
+            }
+            since_ack += e.acc.fresh - fresh0;
+            while (e.cum < (Py_ssize_t)total && arrived[e.cum])  /* Reassembly._advance, as add_counted does */
+                e.cum++;
+            if (e.cum > pcum)
+                pcum = e.cum;
+            while (pcum < total && arrived[pcum])
+                pcum++;
+            if (e.acc.max_seq > max_seq)
+                max_seq = e.acc.max_seq;
+            long long base = max_seq >= elig ? pcum : (long long)e.cum;  /* Reassembly.ack_base */
+            if (e.acc.dups || pcum >= total || max_seq >= total - 1 || max_seq >= base) {
+                why = W_PROGRESS;  /* a duplicate, the transfer complete, its LAST, or a hole: the Python path */
+                break;
+            }
+            if (err) {  /* a receive error ended the batch: it recurs on the Python path's next receive */
+                why = W_SOCK;
+                break;
+            }
+            if (since_ack && (!full || since_ack >= ack_every)) {
+                int se = send_ack(fd, (const uint8_t *)va.buf, (uint32_t)base, tag_key, &to);
+                if (se) {
+                    why = W_PROGRESS | W_SENDERR;
+                    break;
+                }
+                acks++;
+                since_ack = 0;
+            }
+            if (!full)
+                break;
+        }
+        if (why)
+            break;
+        wakes++;
+    }
+    PyEval_RestoreThread(ts);
+    if (failed)
+        goto done;
+    Acc *a = &e.acc;
+    result = Py_BuildValue("(inLLLLLLLLLLnLLd)", why, left, wakes, a->ndg, gro, a->fresh, a->dups, a->got, a->nelems,
+                           a->max_count, a->max_end, a->max_seq, e.cum, acks, since_ack, last);
+done:
+    entry_release(&e);
+    Py_XDECREF(st);
+    Py_XDECREF(key);
+    PyBuffer_Release(&va);
+    PyBuffer_Release(&vr);
+    PyBuffer_Release(&vb);
+    Py_XDECREF(sched);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"recv_batch", (PyCFunction)(void (*)(void))recv_batch, METH_FASTCALL, recv_batch_doc},
     {"fast_pass", (PyCFunction)(void (*)(void))fast_pass, METH_FASTCALL, fast_pass_doc},
+    {"rx_wait", (PyCFunction)(void (*)(void))rx_wait, METH_FASTCALL, rx_wait_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -662,6 +1044,10 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__rxlane(void)
 {
+    if (s_acquire == NULL && (s_acquire = PyUnicode_InternFromString("acquire")) == NULL)
+        return NULL;
+    if (s_release == NULL && (s_release = PyUnicode_InternFromString("release")) == NULL)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
@@ -691,7 +1077,12 @@ PyMODINIT_FUNC PyInit__rxlane(void)
     }
     if (PyModule_AddIntConstant(m, "VERSION", VERSION) < 0 || PyModule_AddIntConstant(m, "HEADER_LEN", HEADER_LEN) < 0
         || PyModule_AddIntConstant(m, "F_ELIGIBLE", F_ELIGIBLE) < 0
-        || PyModule_AddIntConstant(m, "F_RETRANSMIT", F_RETRANSMIT) < 0)
+        || PyModule_AddIntConstant(m, "F_RETRANSMIT", F_RETRANSMIT) < 0
+        || PyModule_AddIntConstant(m, "W_TIMEOUT", W_TIMEOUT) < 0 || PyModule_AddIntConstant(m, "W_SOCK", W_SOCK) < 0
+        || PyModule_AddIntConstant(m, "W_WAKE", W_WAKE) < 0 || PyModule_AddIntConstant(m, "W_TIMER", W_TIMER) < 0
+        || PyModule_AddIntConstant(m, "W_CLOSED", W_CLOSED) < 0
+        || PyModule_AddIntConstant(m, "W_SENDERR", W_SENDERR) < 0
+        || PyModule_AddIntConstant(m, "W_PROGRESS", W_PROGRESS) < 0)
         goto fail;
     return m;
 fail:

@@ -51,10 +51,10 @@ from host.policy import CONTROL_PRIORITY
 from host.transport.api import LossReport, Options, RecvHandle, RecvResult, SendHandle, TransportError
 from host.transport.cc import CCParams
 from host.transport.chunking import payload_capacity, tos_byte
-from host.transport.intake import Intake
+from host.transport.intake import TOOK, Intake
 from host.transport.liveness import DEAD_NOTICE_AGAIN, Liveness
 from host.transport.packetio import ICMP_ERRNOS as _ICMP_ERRNOS
-from host.transport.packetio import _txlane  # the C send lane (None in a broken install: the Python path)
+from host.transport.packetio import _rxlane, _txlane  # the C lanes (None in a broken install: the Python path)
 from host.transport.packetio import AddressInUse, PacketSocket, norm_addr, path_mtu, src_key
 from host.transport.receiver import Receiver
 from host.transport.sender import Sender, plan_send
@@ -145,6 +145,8 @@ class Endpoint:
         self._liveness.attach(self._sender, self._receiver, settle=self._settle)
         self._intake = Intake(self.job_id, self.nonce, key, rank_of, io, native_rx=io.native_rx, counters=counters,
                               receiver=self._receiver, sender=self._sender, liveness=self._liveness)
+        self._native_wait = io.native_rx and opts.native_wait and io.tx is io.sock and not (opts.ack_hold or
+                                                                                             opts.rx_hold)
         self._io_thread = threading.Thread(target=self._io_loop, name=f"dlcp-io-{rank}", daemon=True)
         self._io_thread.start()
 
@@ -330,9 +332,12 @@ class Endpoint:
         flush = getattr(self._io.tx, "flush", None)
         readable = False
         taken = 0  # records received since the thread last slept (Options.rx_hold)
+        left = 0  # records a native wait left in the socket's recs (handled before the next receive)
+        native_wait = self._native_wait
+        wake_fd, timer_fd = wake.fileno(), -1 if timer is None else timer
         while not self._closed:
             try:
-                recs = self._io.drain()
+                recs, left = (left, 0) if left else (self._io.drain(), 0)
             except OSError as e:
                 if self._closed:
                     return
@@ -404,6 +409,8 @@ class Endpoint:
                 until = self._next_tick
                 timeout = max(0.0, min(wait, until - now)) if busy else min(0.2, max(0.0, until - now))
                 self._sleep_until = now + timeout
+                cand = self._receiver.native_candidate() if native_wait and job is None and not tx.full and \
+                    not tx.ctl_backlog else None
             if job is not None:
                 tx.transmit(job)
                 continue
@@ -411,12 +418,34 @@ class Endpoint:
             taken = 0
             if held:
                 continue
-            try:  # (a full send buffer: until half of it is free)
-                ready, writable, _ = select.select(waits, [sock] if tx.full else [], [], timeout)
-            except (OSError, ValueError):
-                return
-            self._sleeping = False
-            readable = sock in ready
+            if cand is not None:  # (the receiver's steady state, natively: Intake.wait)
+                try:
+                    why, left = self._intake.wait(cand, timeout, wake_fd, timer_fd, self._lock)
+                except Exception:  # never let a bug kill the I/O thread silently
+                    with self._lock:
+                        self._c["internal_errors"] += 1
+                    log.exception("dlcp native wait")
+                    why, left = _rxlane.W_TIMEOUT, 0
+                if why & _rxlane.W_CLOSED:
+                    return
+                ready = [w for w, bit in ((sock, _rxlane.W_SOCK), (wake, _rxlane.W_WAKE), (timer, _rxlane.W_TIMER))
+                         if why & bit]
+                writable = []
+                if why & _rxlane.W_PROGRESS:  # (a socket wake-up the Python path finishes: counted as one)
+                    self._c["io_wakes_socket"] += 1
+                if why & TOOK:
+                    self._dirty = True
+                if why & _rxlane.W_SENDERR:
+                    self._next_tick = 0.0  # (the timers read an ICMP report from the error queue now)
+                self._sleeping = False
+                readable = bool(why & _rxlane.W_SOCK)
+            else:
+                try:  # (a full send buffer: until half of it is free)
+                    ready, writable, _ = select.select(waits, [sock] if tx.full else [], [], timeout)
+                except (OSError, ValueError):
+                    return
+                self._sleeping = False
+                readable = sock in ready
             if writable:
                 tx.full = False
             # what woke it (counted by this thread alone; several at once count each): datagrams (or an error

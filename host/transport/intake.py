@@ -26,13 +26,16 @@ from host import wire
 from host.transport.control import (CTL, CTL_DONE, HDR, ITEMSIZE, NDTYPES, W_COUNT, W_DTYPE, W_FLAGS, W_JOB,
                                     W_NONCE, W_OFFSET, W_PMR, W_RANK, W_SEQ, W_TAG, W_TID, W_TID_HI, W_TOTAL, W_VT)
 from host.transport.liveness import Liveness
-from host.transport.packetio import PacketSocket, _rxlane, packet_tag
+from host.transport.packetio import MAX_DGRAM, RX_BATCH, RX_BATCH_BYTES, PacketSocket, _rxlane, packet_tag
 from host.transport.receiver import Receiver
 from host.transport.sender import Sender
 from host.transport.stats import Counters
 from host.wire import MsgType
 
-__all__ = ["Intake"]
+__all__ = ["Intake", "TOOK"]
+
+#: in :meth:`Intake.wait`'s first result: the wait took datagrams (not one of ``_rxlane``'s W_* bits)
+TOOK = _TOOK = 0x1000
 
 
 class Intake:
@@ -116,6 +119,33 @@ class Intake:
         if m:
             rest.extend(self._lane(again, m, now))  # (what it leaves: the Python path, after the others)
         return rest
+
+    def wait(self, inc, timeout: float, wake_fd: int, timer_fd: int, lock) -> tuple[int, int]:
+        """The I/O thread's sleep while ``inc`` (``Receiver.native_candidate``) arrives in order, called without
+        the lock: ``_rxlane.rx_wait`` receives, writes in and ACKs its packets natively, one socket wake-up after
+        another, until something else needs the Python loop. Then, under the lock, the receiver accounts for what
+        it did (``Receiver.native_progress``) and this counts the datagrams and wake-ups. Returns (why, records):
+        the ``_rxlane.W_*`` bits that ended the wait, with ``TOOK`` when it took any datagram (the timers' plan is
+        stale: a NACK's deadline may come from them), and how many records it left at the front of the socket's
+        ``recs`` for :meth:`handle`."""
+        io = self._io
+        (why, left, wakes, dgrams, gro, fresh, dups, got, nelems, max_count, max_end, max_seq, cum, acks, unacked,
+         last) = _rxlane.rx_wait(io.sock.fileno(), wake_fd, timer_fd, timeout, io.rxbuf, io.recs, RX_BATCH,
+                                 RX_BATCH_BYTES, MAX_DGRAM, self._receiver.incoming, inc, inc.peer,
+                                 self._key_of[inc.peer], self.job_id, self.nonce, self._key,
+                                 self._receiver.ack_template(inc), self._receiver.opts.ack_every, lock)
+        if dgrams or acks or wakes:
+            why |= _TOOK
+            with lock:
+                c = self._c
+                c["rx_datagrams"] += dgrams
+                c["rx_fast_datagrams"] += dgrams
+                c["rx_gro_buffers"] += gro
+                c["io_wakes_socket"] += wakes
+                c["io_native_wakes"] += wakes
+                self._receiver.native_progress(inc, fresh, dups, got, nelems, max_count, max_end, max_seq, cum,
+                                               acks, unacked, last)
+        return why, left
 
     def _handle_records(self, recs: list[tuple], now: float) -> None:
         """Received records ``(position, bytes, TOS, GRO segment size, source rank or None)`` the Python path

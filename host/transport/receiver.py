@@ -405,6 +405,63 @@ class Receiver:
                 inc.since_ack += fresh
                 self._arrived(inc, key, fresh, got, now)
 
+    def native_candidate(self) -> InTransfer | None:
+        """The transfer the I/O thread may sleep in ``_rxlane.rx_wait`` for (called under the lock, about to
+        sleep): the posted one that arrives in order and is mid-way (the one last heard from, when several), whose
+        every packet so far is ACKed (the pass's ACKs went out), with no NACK sent, not at its LAST or its
+        completion. Its next packets, while they keep that shape, take no Python at all (:meth:`native_progress`
+        accounts for them afterwards). None when there is none, or the holds are on (they time ACKs in Python)."""
+        if self.opts.ack_hold or self._ack_pending:
+            return None
+        best = None
+        for inc in self.incoming.values():
+            st = inc.st
+            if (st is None or inc.done or not inc.posted or inc.dst is None or inc.nacked is not None
+                    or inc.since_ack or st.last_seen or st.pcum >= st.total or st.max_seq >= st.ack_base()
+                    or inc.tid >> 63):
+                continue
+            if best is None or inc.last_arrival > best.last_arrival:
+                best = inc
+        return best
+
+    def ack_template(self, inc: InTransfer) -> bytearray:
+        """``inc``'s ACK header as :meth:`send_ack` writes it, but for the cumulative seq, the clock and the keyed
+        tag, which ``_rxlane.rx_wait`` writes per ACK (an in-order ACK carries no bitmap)."""
+        buf = bytearray(wire.HEADER_LEN)
+        pack_control_header(buf, MsgType.ACK, flags=Flag.ECN_ECHO if inc.ce_state else 0, rank=self.rank,
+                            job_id=self.job_id, transfer_id=inc.tid, offset=0, seq=0, total=inc.st.total, count=0,
+                            nonce=self.nonce)
+        return buf
+
+    def native_progress(self, inc: InTransfer, fresh: int, dups: int, got: int, nelems: int, max_count: int,
+                        max_end: int, max_seq: int, cum: int, acks: int, unacked: int, now: float) -> None:
+        """Account for what ``_rxlane.rx_wait`` wrote into ``inc`` while the thread slept (totals as
+        :meth:`fast_progress`'s, ``now`` its last receive): ``acks`` ACKs it sent, ``unacked`` packets not ACKed
+        yet. Then as after a receive pass: complete, ACK now, or leave the ACK for the end of the pass."""
+        if not (fresh or dups or acks):
+            return
+        c = self._c
+        key = (inc.peer, inc.tid)
+        self._heard[inc.peer] = now
+        inc.touched = now
+        if acks:
+            inc.acks += acks
+            c["acks_sent"] += acks
+            c["tx_datagrams"] += acks
+        inc.since_ack = unacked
+        if dups:
+            inc.dups += dups
+            c["duplicates"] += dups
+            inc.since_ack += dups
+            inc.unacked_at = 0.0
+            self._ack_pending.add(key)
+        if fresh:
+            if inc.ce_state:  # (the wait takes only packets of the transfer's ECN state: a change ends it)
+                inc.ce_marks += fresh
+                c["ecn_ce_rx"] += fresh
+            inc.st.add_counted(fresh, nelems, max_count, max_end, max_seq, cum)
+            self._arrived(inc, key, fresh, got, now)
+
     def _first_header_check(self, inc: InTransfer, w: tuple) -> tuple[str, str] | None:
         """Why the first header ``w`` of a transfer may not open it, as (field, reason), or None when it may: its
         eligible count is below its total, and against a posted receive its dtype is the posted one and its total
