@@ -731,14 +731,16 @@ static int still_ours(PyObject *incoming, PyObject *key, PyObject *inc, PyObject
 }
 
 /* Send the ACK of ``template`` (48 bytes: the transfer's ACK header, seq, offset and tag still to write) for
- * ``base`` now, keyed when ``sched``; 0 sent, else the errno (an ICMP report is retried once, as the Python path's
+ * ``base`` now, stamped with the time ``stamp`` (0: now), keyed when ``sched``; 0 sent, else the errno (an ICMP report is retried once, as the Python path's
  * ``unrefused`` does). */
-static int send_ack(int fd, const uint8_t *tmpl, uint32_t base, const uint8_t *sched, const struct sockaddr_in *to)
+static int send_ack(int fd, const uint8_t *tmpl, uint32_t base, const uint8_t *sched, const struct sockaddr_in *to,
+                    double stamp)
 {
     uint8_t pkt[HEADER_LEN];
     memcpy(pkt, tmpl, HEADER_LEN);
     put_be32(pkt + O_SEQ, base);
-    put_be32(pkt + O_OFFSET, (uint32_t)((uint64_t)(mono_now() * 1e6) & 0xFFFFFFFFu));  /* control.clock_us */
+    double t = stamp > 0 ? stamp : mono_now();
+    put_be32(pkt + O_OFFSET, (uint32_t)((uint64_t)(t * 1e6) & 0xFFFFFFFFu));  /* control.clock_us */
     if (sched != NULL)
         dlcp_put_be64(pkt + O_TAG, dlcp_tag(sched, pkt, pkt + HEADER_LEN, 0));
     for (int tries = 0; tries < 2; tries++) {
@@ -756,7 +758,7 @@ static int send_ack(int fd, const uint8_t *tmpl, uint32_t base, const uint8_t *s
 
 PyDoc_STRVAR(rx_wait_doc,
 "rx_wait(fd, wake_fd, timer_fd, timeout, buf, recs, maxrecs, maxbytes, slot, incoming, inc, rank, src,\n"
-"        job, nonce, key, ack, ack_every, lock)\n"
+"        job, nonce, key, ack, ack_every, lock, since_ack, unacked_at, last_arrival, hold, ack_min)\n"
 "--\n\n"
 "The I/O thread's sleep, for an endpoint whose one posted transfer ``inc`` (``incoming[(rank, inc.tid)]``, from\n"
 "the source key ``src``) is arriving in order: wait (GIL released) until ``timeout`` seconds pass, ``wake_fd`` or\n"
@@ -765,19 +767,22 @@ PyDoc_STRVAR(rx_wait_doc,
 "keyed tag included, and the transfer's ECN state), write them in with ``lock`` (the endpoint's) held and ACK\n"
 "them as the Python path's receive pass would: at once when ``ack_every`` are unACKed, else once the socket is\n"
 "empty, each ACK the header ``ack`` (48 bytes, built by the caller) with its cumulative seq, clock and keyed tag\n"
-"written here. Then sleep again. It returns to Python for anything else: a record the lane does not take (left at\n"
+"written here; with a ``hold`` (Options.ack_hold), an ACK of fewer than ``ack_min`` packets waits until ``hold``\n"
+"after the first of them arrived, and ACKs carry the latest arrival's time (``since_ack``, ``unacked_at`` and\n"
+"``last_arrival``: the transfer's ACK owed when the wait starts). Then sleep again. It returns to Python for anything else: a record the lane does not take (left at\n"
 "the front of ``recs``), a duplicate, a hole (an ACK with a bitmap), the LAST seq, every protected packet in (the\n"
 "transfer completes), an ACK it could not send, or ``inc`` no longer the open transfer it was.\n"
 "Returns (why, left, wakes, datagrams, gro_buffers, fresh, duplicates, bytes, elements, max_count, max_end,\n"
-"max_seq, cum, acks, unacked, last_arrival): ``why`` the W_* bits, ``left`` the records left in ``recs``,\n"
-"``wakes`` the socket wake-ups it handled whole, then the totals of what it wrote in (as fast_pass's progress\n"
-"tuple), the ACKs it sent, the packets it has not ACKed and the time.monotonic() of its last receive.");
+"max_seq, cum, acks, unacked, last_arrival, unacked_at): ``why`` the W_* bits, ``left`` the records left in\n"
+"``recs``, ``wakes`` the socket wake-ups it handled whole, then the totals of what it wrote in (as fast_pass's\n"
+"progress tuple), the ACKs it sent, the packets it has not ACKed, the time.monotonic() of its last receive and\n"
+"the arrival time of the first packet not ACKed.");
 
 static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 19) {
-        PyErr_Format(PyExc_TypeError, "rx_wait takes 19 arguments, got %zd", nargs);
+    if (nargs != 24) {
+        PyErr_Format(PyExc_TypeError, "rx_wait takes 24 arguments, got %zd", nargs);
         return NULL;
     }
     int fd = (int)PyLong_AsLong(args[0]), wake_fd = (int)PyLong_AsLong(args[1]);
@@ -791,14 +796,19 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     unsigned long job = PyLong_AsUnsignedLong(args[13]), nonce = PyLong_AsUnsignedLong(args[14]);
     long long ack_every = PyLong_AsLongLong(args[17]);
     PyObject *lock = args[18];
+    long long since_ack = PyLong_AsLongLong(args[19]);
+    double unacked_at = PyFloat_AsDouble(args[20]), last0 = PyFloat_AsDouble(args[21]);
+    double hold = PyFloat_AsDouble(args[22]);
+    long long ack_min = PyLong_AsLongLong(args[23]);
     if (PyErr_Occurred())
         return NULL;
     if (!PyDict_Check(incoming)) {
         PyErr_SetString(PyExc_TypeError, "rx_wait: incoming must be a dict");
         return NULL;
     }
-    if (maxrecs < 1 || maxbytes < 1 || slot < 1 || src < 0 || ack_every < 1) {
-        PyErr_SetString(PyExc_ValueError, "rx_wait: maxrecs, maxbytes, slot and ack_every must be > 0, src >= 0");
+    if (maxrecs < 1 || maxbytes < 1 || slot < 1 || src < 0 || ack_every < 1 || since_ack < 0 || !(hold >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "rx_wait: maxrecs, maxbytes, slot and ack_every must be > 0, src, "
+                                          "since_ack and hold >= 0");
         return NULL;
     }
     PyObject *sched;
@@ -868,14 +878,36 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     to.sin_addr.s_addr = htonl((uint32_t)(src >> 16));
     to.sin_port = htons((uint16_t)(src & 0xFFFF));
     long long total = (long long)e.total, elig = (long long)e.elig;
-    long long since_ack = 0, acks = 0, wakes = 0, gro = 0, max_seq = max_seq0;
+    long long acks = 0, wakes = 0, gro = 0, max_seq = max_seq0;
     Py_ssize_t left = 0;
-    double last = 0.0;
+    double last = last0;
     int why = 0, failed = 0;
     double deadline = mono_now() + (timeout > 0 ? timeout : 0);
+    /* the ACK owed: since_ack packets, the first of which arrived at unacked_at (0.0: a duplicate's, or none); with
+     * a hold, an ACK of fewer than ack_min waits until unacked_at + hold (Receiver._flush's rule), and every ACK
+     * carries the latest arrival's time instead of the sending time */
+#define ACK_BASE() (max_seq >= elig ? pcum : (long long)e.cum) /* Reassembly.ack_base */
+#define SEND_ACK()                                                                                           \
+    do {                                                                                                     \
+        if (send_ack(fd, (const uint8_t *)va.buf, (uint32_t)ACK_BASE(), tag_key, &to, hold > 0 ? last : 0)) { \
+            why = W_PROGRESS | W_SENDERR;                                                                    \
+            break;                                                                                           \
+        }                                                                                                    \
+        acks++;                                                                                              \
+        since_ack = 0;                                                                                       \
+    } while (0)
     PyThreadState *ts = PyEval_SaveThread();
     for (;;) {
-        double rem = deadline - mono_now();
+        double now = mono_now();
+        int held = since_ack > 0 && hold > 0;  /* (only ever a held ACK is owed while the thread sleeps) */
+        if (held && now >= unacked_at + hold) {  /* the hold is out: Receiver.timers would flush it now */
+            SEND_ACK();
+            if (why)
+                break;
+            held = 0;
+        }
+        double until = held && unacked_at + hold < deadline ? unacked_at + hold : deadline;
+        double rem = until - now;
         if (rem <= 0) {
             why = W_TIMEOUT;
             break;
@@ -890,6 +922,8 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
             break;
         }
         if (pr == 0) {
+            if (until < deadline)
+                continue;  /* the held ACK's time: sent above */
             why = W_TIMEOUT;
             break;
         }
@@ -914,96 +948,89 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                     why = W_SOCK;
                     break;
                 }
-                full = 0;  /* the socket emptied right after a full batch: that batch's ACK is due now */
-                if (since_ack) {
-                    long long base = max_seq >= elig ? pcum : (long long)e.cum;
-                    if (send_ack(fd, (const uint8_t *)va.buf, (uint32_t)base, tag_key, &to)) {
-                        why = W_PROGRESS | W_SENDERR;
+                full = 0;  /* the socket emptied right after a full batch: the pass ends, as below */
+            } else {
+                Py_ssize_t k = 0;  /* the records, from the first, that the lane takes */
+                for (; k < n; k++) {
+                    const int64_t *row = rows + 5 * k;
+                    const uint8_t *h = buf + row[0];
+                    if (row[4] != src || row[1] < HEADER_LEN || ((row[2] & 3) == 3) != e.ce_state
+                        || !record_ok(h, row[1], row[3], (uint32_t)job, (uint32_t)nonce, (uint32_t)rank,
+                                      (uint64_t)tid, (uint32_t)total, (uint32_t)elig, (uint32_t)e.dtype,
+                                      (uint32_t)e.itemsize, e.dst.len)
+                        || (tag_key != NULL && !record_tags_ok(h, row[1], row[3], tag_key)))
                         break;
+                }
+                long long fresh0 = e.acc.fresh;
+                if (k > 0) {
+                    /* written with the endpoint's lock held, after checking the transfer is still the one: a
+                     * caller may have failed or cancelled it meanwhile (its buffer is then the caller's again) */
+                    PyEval_RestoreThread(ts);
+                    PyObject *got = PyObject_CallMethodNoArgs(lock, s_acquire);
+                    int ours = got != NULL ? still_ours(incoming, key, inc, st) : -1;
+                    Py_XDECREF(got);
+                    if (ours > 0) {
+                        Py_ssize_t bytes = rows[5 * (k - 1)] + rows[5 * (k - 1) + 1] - rows[0];
+                        PyThreadState *copy = bytes >= BIG_APPLY ? PyEval_SaveThread() : NULL;
+                        for (Py_ssize_t i = 0; i < k; i++) {
+                            const int64_t *row = rows + 5 * i;
+                            record_apply(buf + row[0], row[1], row[3], (uint8_t *)e.dst.buf, arrived,
+                                         (int64_t *)e.offsets.buf, (int64_t *)e.counts.buf, &e.acc, NULL,
+                                         &e.premature);
+                            if (row[3] && row[1] > row[3])
+                                gro++;
+                        }
+                        if (copy != NULL)
+                            PyEval_RestoreThread(copy);
                     }
-                    acks++;
-                    since_ack = 0;
-                }
-                break;
-            }
-            Py_ssize_t k = 0;  /* the records, from the first, that the lane takes */
-            for (; k < n; k++) {
-                const int64_t *row = rows + 5 * k;
-                const uint8_t *h = buf + row[0];
-                if (row[4] != src || row[1] < HEADER_LEN || ((row[2] & 3) == 3) != e.ce_state
-                    || !record_ok(h, row[1], row[3], (uint32_t)job, (uint32_t)nonce, (uint32_t)rank,
-                                  (uint64_t)tid, (uint32_t)total, (uint32_t)elig, (uint32_t)e.dtype,
-                                  (uint32_t)e.itemsize, e.dst.len)
-                    || (tag_key != NULL && !record_tags_ok(h, row[1], row[3], tag_key)))
-                    break;
-            }
-            long long fresh0 = e.acc.fresh;
-            if (k > 0) {
-                /* written with the endpoint's lock held, after checking the transfer is still the one: a caller
-                 * may have failed or cancelled it meanwhile (its buffer is then the caller's again) */
-                PyEval_RestoreThread(ts);
-                PyObject *got = PyObject_CallMethodNoArgs(lock, s_acquire);
-                int ours = got != NULL ? still_ours(incoming, key, inc, st) : -1;
-                Py_XDECREF(got);
-                if (ours > 0) {
-                    Py_ssize_t bytes = rows[5 * (k - 1)] + rows[5 * (k - 1) + 1] - rows[0];
-                    PyThreadState *copy = bytes >= BIG_APPLY ? PyEval_SaveThread() : NULL;
-                    for (Py_ssize_t i = 0; i < k; i++) {
-                        const int64_t *row = rows + 5 * i;
-                        record_apply(buf + row[0], row[1], row[3], (uint8_t *)e.dst.buf, arrived,
-                                     (int64_t *)e.offsets.buf, (int64_t *)e.counts.buf, &e.acc, NULL,
-                                     &e.premature);
-                        if (row[3] && row[1] > row[3])
-                            gro++;
+                    if (got != NULL) {
+                        PyObject *rel = PyObject_CallMethodNoArgs(lock, s_release);
+                        if (rel == NULL)
+                            ours = -1;
+                        Py_XDECREF(rel);
                     }
-                    if (copy != NULL)
-                        PyEval_RestoreThread(copy);
+                    if (ours < 0)
+                        failed = 1;  /* (the exception stays set: raised once the loop is left) */
+                    ts = PyEval_SaveThread();
+                    if (ours <= 0)
+                        k = 0;  /* nothing written: every record goes to the Python path */
                 }
-                if (got != NULL) {
-                    PyObject *rel = PyObject_CallMethodNoArgs(lock, s_release);
-                    if (rel == NULL)
-                        ours = -1;
-                    Py_XDECREF(rel);
+                if (k > 0) {  /* what was written, as Receiver._arrived and Reassembly.add_counted take it */
+                    long long fresh = e.acc.fresh - fresh0;
+                    last = mono_now();
+                    if (fresh && !since_ack)
+                        unacked_at = last;
+                    since_ack += fresh;
+                    while (e.cum < (Py_ssize_t)total && arrived[e.cum])
+                        e.cum++;
+                    if (e.cum > pcum)
+                        pcum = e.cum;
+                    while (pcum < total && arrived[pcum])
+                        pcum++;
+                    if (e.acc.max_seq > max_seq)
+                        max_seq = e.acc.max_seq;
                 }
-                if (ours < 0)
-                    failed = 1;  /* (the exception stays set: raised once the loop is left) */
-                ts = PyEval_SaveThread();
-                if (ours <= 0)
-                    k = 0;  /* nothing written: every record goes to the Python path */
-            }
-            last = mono_now();
-            if (k < n) {  /* the rest to the Python path, at the front of recs */
-                memmove(rows, rows + 5 * k, (size_t)(n - k) * 5 * sizeof(int64_t));
-                left = n - k;
-                why = W_SOCK;
-                break;
-            }
-            since_ack += e.acc.fresh - fresh0;
-            while (e.cum < (Py_ssize_t)total && arrived[e.cum])  /* Reassembly._advance, as add_counted does */
-                e.cum++;
-            if (e.cum > pcum)
-                pcum = e.cum;
-            while (pcum < total && arrived[pcum])
-                pcum++;
-            if (e.acc.max_seq > max_seq)
-                max_seq = e.acc.max_seq;
-            long long base = max_seq >= elig ? pcum : (long long)e.cum;  /* Reassembly.ack_base */
-            if (e.acc.dups || pcum >= total || max_seq >= total - 1 || max_seq >= base) {
-                why = W_PROGRESS;  /* a duplicate, the transfer complete, its LAST, or a hole: the Python path */
-                break;
-            }
-            if (err) {  /* a receive error ended the batch: it recurs on the Python path's next receive */
-                why = W_SOCK;
-                break;
-            }
-            if (since_ack && (!full || since_ack >= ack_every)) {
-                int se = send_ack(fd, (const uint8_t *)va.buf, (uint32_t)base, tag_key, &to);
-                if (se) {
-                    why = W_PROGRESS | W_SENDERR;
+                if (k < n) {  /* the rest to the Python path, at the front of recs */
+                    memmove(rows, rows + 5 * k, (size_t)(n - k) * 5 * sizeof(int64_t));
+                    left = n - k;
+                    why = W_SOCK;
                     break;
                 }
-                acks++;
-                since_ack = 0;
+                if (e.acc.dups || pcum >= total || max_seq >= total - 1 || max_seq >= ACK_BASE()) {
+                    why = W_PROGRESS;  /* a duplicate, the transfer complete, its LAST, or a hole: the Python path */
+                    break;
+                }
+                if (err) {  /* a receive error ended the batch: it recurs on the Python path's next receive */
+                    why = W_SOCK;
+                    break;
+                }
+            }
+            /* ACK at once when ack_every are owed; else at the pass's end (the socket empty), unless held */
+            if (since_ack && (since_ack >= ack_every
+                              || (!full && !(hold > 0 && since_ack < ack_min && last - unacked_at < hold)))) {
+                SEND_ACK();
+                if (why)
+                    break;
             }
             if (!full)
                 break;
@@ -1012,12 +1039,14 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
             break;
         wakes++;
     }
+#undef SEND_ACK
+#undef ACK_BASE
     PyEval_RestoreThread(ts);
     if (failed)
         goto done;
     Acc *a = &e.acc;
-    result = Py_BuildValue("(inLLLLLLLLLLnLLd)", why, left, wakes, a->ndg, gro, a->fresh, a->dups, a->got, a->nelems,
-                           a->max_count, a->max_end, a->max_seq, e.cum, acks, since_ack, last);
+    result = Py_BuildValue("(inLLLLLLLLLLnLLdd)", why, left, wakes, a->ndg, gro, a->fresh, a->dups, a->got,
+                           a->nelems, a->max_count, a->max_end, a->max_seq, e.cum, acks, since_ack, last, unacked_at);
 done:
     entry_release(&e);
     Py_XDECREF(st);

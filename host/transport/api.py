@@ -96,7 +96,7 @@ class Options:
     # with native: while one posted transfer arrives in order, the I/O thread sleeps in the C receive lane's
     # rx_wait, which takes its packets and ACKs them with no Python per wake-up (Intake.wait); False: every
     # wake-up runs the Python loop (the twin tests hold the two equal). Off with a socket_wrapper (its sends
-    # must see every ACK) and with the holds (they time ACKs in Python).
+    # must see every ACK) and with rx_hold (a sleep of its own); it keeps ack_hold's rule itself.
     native_wait: bool = True
 
 

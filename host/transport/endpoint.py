@@ -145,8 +145,7 @@ class Endpoint:
         self._liveness.attach(self._sender, self._receiver, settle=self._settle)
         self._intake = Intake(self.job_id, self.nonce, key, rank_of, io, native_rx=io.native_rx, counters=counters,
                               receiver=self._receiver, sender=self._sender, liveness=self._liveness)
-        self._native_wait = io.native_rx and opts.native_wait and io.tx is io.sock and not (opts.ack_hold or
-                                                                                             opts.rx_hold)
+        self._native_wait = io.native_rx and opts.native_wait and io.tx is io.sock and not opts.rx_hold
         self._io_thread = threading.Thread(target=self._io_loop, name=f"dlcp-io-{rank}", daemon=True)
         self._io_thread.start()
 

@@ -129,11 +129,13 @@ class Intake:
         stale: a NACK's deadline may come from them), and how many records it left at the front of the socket's
         ``recs`` for :meth:`handle`."""
         io = self._io
+        o = self._receiver.opts
         (why, left, wakes, dgrams, gro, fresh, dups, got, nelems, max_count, max_end, max_seq, cum, acks, unacked,
-         last) = _rxlane.rx_wait(io.sock.fileno(), wake_fd, timer_fd, timeout, io.rxbuf, io.recs, RX_BATCH,
-                                 RX_BATCH_BYTES, MAX_DGRAM, self._receiver.incoming, inc, inc.peer,
-                                 self._key_of[inc.peer], self.job_id, self.nonce, self._key,
-                                 self._receiver.ack_template(inc), self._receiver.opts.ack_every, lock)
+         last, unacked_at) = _rxlane.rx_wait(
+            io.sock.fileno(), wake_fd, timer_fd, timeout, io.rxbuf, io.recs, RX_BATCH, RX_BATCH_BYTES, MAX_DGRAM,
+            self._receiver.incoming, inc, inc.peer, self._key_of[inc.peer], self.job_id, self.nonce, self._key,
+            self._receiver.ack_template(inc), o.ack_every, lock, inc.since_ack, inc.unacked_at, inc.last_arrival,
+            float(o.ack_hold), o.ack_min)
         if dgrams or acks or wakes:
             why |= _TOOK
             with lock:
@@ -144,7 +146,7 @@ class Intake:
                 c["io_wakes_socket"] += wakes
                 c["io_native_wakes"] += wakes
                 self._receiver.native_progress(inc, fresh, dups, got, nelems, max_count, max_end, max_seq, cum,
-                                               acks, unacked, last)
+                                               acks, unacked, unacked_at, last)
         return why, left
 
     def _handle_records(self, recs: list[tuple], now: float) -> None:

@@ -408,17 +408,17 @@ class Receiver:
     def native_candidate(self) -> InTransfer | None:
         """The transfer the I/O thread may sleep in ``_rxlane.rx_wait`` for (called under the lock, about to
         sleep): the posted one that arrives in order and is mid-way (the one last heard from, when several), whose
-        every packet so far is ACKed (the pass's ACKs went out), with no NACK sent, not at its LAST or its
-        completion. Its next packets, while they keep that shape, take no Python at all (:meth:`native_progress`
-        accounts for them afterwards). None when there is none, or the holds are on (they time ACKs in Python)."""
-        if self.opts.ack_hold or self._ack_pending:
-            return None
+        every packet so far is ACKed (the pass's ACKs went out) or, with ``ack_hold``, its ACK held for no
+        duplicate, with no NACK sent, not at its LAST or its completion. Its next packets, while they keep that
+        shape, take no Python at all (:meth:`native_progress` accounts for them afterwards). None when there is
+        none."""
+        hold = self.opts.ack_hold
         best = None
         for inc in self.incoming.values():
             st = inc.st
             if (st is None or inc.done or not inc.posted or inc.dst is None or inc.nacked is not None
-                    or inc.since_ack or st.last_seen or st.pcum >= st.total or st.max_seq >= st.ack_base()
-                    or inc.tid >> 63):
+                    or inc.since_ack and not (hold and inc.unacked_at) or st.last_seen or st.pcum >= st.total
+                    or st.max_seq >= st.ack_base() or inc.tid >> 63):
                 continue
             if best is None or inc.last_arrival > best.last_arrival:
                 best = inc
@@ -434,10 +434,12 @@ class Receiver:
         return buf
 
     def native_progress(self, inc: InTransfer, fresh: int, dups: int, got: int, nelems: int, max_count: int,
-                        max_end: int, max_seq: int, cum: int, acks: int, unacked: int, now: float) -> None:
+                        max_end: int, max_seq: int, cum: int, acks: int, unacked: int, unacked_at: float,
+                        now: float) -> None:
         """Account for what ``_rxlane.rx_wait`` wrote into ``inc`` while the thread slept (totals as
         :meth:`fast_progress`'s, ``now`` its last receive): ``acks`` ACKs it sent, ``unacked`` packets not ACKed
-        yet. Then as after a receive pass: complete, ACK now, or leave the ACK for the end of the pass."""
+        yet, the first of which arrived at ``unacked_at``. Then as after a receive pass: complete, ACK now, or
+        leave the ACK for the end of the pass (:meth:`_flush`, which may hold it)."""
         if not (fresh or dups or acks):
             return
         c = self._c
@@ -461,6 +463,8 @@ class Receiver:
                 c["ecn_ce_rx"] += fresh
             inc.st.add_counted(fresh, nelems, max_count, max_end, max_seq, cum)
             self._arrived(inc, key, fresh, got, now)
+            if unacked and not dups:  # (_arrived takes its packets as this pass's: the first came earlier)
+                inc.unacked_at = unacked_at
 
     def _first_header_check(self, inc: InTransfer, w: tuple) -> tuple[str, str] | None:
         """Why the first header ``w`` of a transfer may not open it, as (field, reason), or None when it may: its
