@@ -46,7 +46,7 @@ DEFAULT_CHANGES: list[tuple[str, str, frozenset[str]]] = [
     # (not "pressure": the testbed's links carry both directions of a ring at once, so the wait is mostly cut short
     # by the ACKs of a rank's own sends; in the demo it handled about one socket wake-up in eight and the CPU per
     # iteration stayed where it was, and the protocol -- what is sent, and when -- is the Python loop's)
-    ("2026-11-28T17:20:00+0000", "the I/O thread sleeps in the C receive lane while one transfer arrives in order, "
+    ("2026-11-28T17:17:00+0000", "the I/O thread sleeps in the C receive lane while one transfer arrives in order, "
      "taking and ACKing its packets without Python (host/transport/_rxlane.c, rx_wait)",
      frozenset({"collectives", "cpu_profile", "transport", "keyed_tag", "bounded_loss"})),
 ]
