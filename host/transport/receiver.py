@@ -379,7 +379,6 @@ class Receiver:
         premature)``. All of a transfer's records the lane took in one pass have one ECN state, ``ce``; when it
         differs from the transfer's, the packets before it are ACKed first (DCTCP's receiver); a second change
         within the pass went the Python path. ``premature``: an original of a NACKed seq arrived."""
-        c = self._c
         for inc, _ndg, fresh, dups, got, nelems, max_count, max_end, max_seq, cum, ce, premature in prog:
             key = (inc.peer, inc.tid)
             self._heard[inc.peer] = now
@@ -391,19 +390,27 @@ class Receiver:
                 if inc.since_ack:
                     self.send_ack(inc)
                 inc.ce_state = ce
-            if dups:
-                inc.dups += dups
-                c["duplicates"] += dups
-                inc.since_ack += dups
-                inc.unacked_at = 0.0
-                self._ack_pending.add(key)
-            if fresh:
-                if ce:
-                    inc.ce_marks += fresh
-                    c["ecn_ce_rx"] += fresh
-                inc.st.add_counted(fresh, nelems, max_count, max_end, max_seq, cum)
-                inc.since_ack += fresh
-                self._arrived(inc, key, fresh, got, now)
+            self._took(inc, key, fresh, dups, got, nelems, max_count, max_end, max_seq, cum, fresh, now)
+
+    def _took(self, inc: InTransfer, key: tuple[int, int], fresh: int, dups: int, got: int, nelems: int,
+              max_count: int, max_end: int, max_seq: int, cum: int, unacked: int, now: float) -> None:
+        """What a C lane (``fast_pass`` or ``rx_wait``) wrote into ``inc``, all of it in ``inc``'s ECN state:
+        duplicates are ACKed at the pass's end, ``fresh`` new packets recorded (``unacked`` of them not ACKed
+        yet), then :meth:`_arrived`."""
+        c = self._c
+        if dups:
+            inc.dups += dups
+            c["duplicates"] += dups
+            inc.since_ack += dups
+            inc.unacked_at = 0.0
+            self._ack_pending.add(key)
+        if fresh:
+            if inc.ce_state:
+                inc.ce_marks += fresh
+                c["ecn_ce_rx"] += fresh
+            inc.st.add_counted(fresh, nelems, max_count, max_end, max_seq, cum)
+            inc.since_ack += unacked
+            self._arrived(inc, key, fresh, got, now)
 
     def native_candidate(self) -> InTransfer | None:
         """The transfer the I/O thread may sleep in ``_rxlane.rx_wait`` for (called under the lock, about to
@@ -451,20 +458,9 @@ class Receiver:
             c["acks_sent"] += acks
             c["tx_datagrams"] += acks
         inc.since_ack = unacked
-        if dups:
-            inc.dups += dups
-            c["duplicates"] += dups
-            inc.since_ack += dups
-            inc.unacked_at = 0.0
-            self._ack_pending.add(key)
-        if fresh:
-            if inc.ce_state:  # (the wait takes only packets of the transfer's ECN state: a change ends it)
-                inc.ce_marks += fresh
-                c["ecn_ce_rx"] += fresh
-            inc.st.add_counted(fresh, nelems, max_count, max_end, max_seq, cum)
-            self._arrived(inc, key, fresh, got, now)
-            if unacked and not dups:  # (_arrived takes its packets as this pass's: the first came earlier)
-                inc.unacked_at = unacked_at
+        self._took(inc, key, fresh, dups, got, nelems, max_count, max_end, max_seq, cum, 0, now)
+        if fresh and unacked and not dups:  # (_arrived takes its packets as this pass's: the first came earlier)
+            inc.unacked_at = unacked_at
 
     def _first_header_check(self, inc: InTransfer, w: tuple) -> tuple[str, str] | None:
         """Why the first header ``w`` of a transfer may not open it, as (field, reason), or None when it may: its
