@@ -101,8 +101,10 @@ def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
 def _compare(label: str, a: dict[str, Any], b: dict[str, Any], what: str, lower_better: bool) -> str:
     """One generated sentence comparing the medians of two cells' statistics ``a`` and ``b`` (``label``: "x vs
     y")."""
-    if a["median"] is None or b["median"] is None or not b["median"]:
+    if a["median"] is None or b["median"] is None:
         return f"- {label}, {what}: no data."
+    if not b["median"]:  # (a count, such as steps that waited on a timeout, that is 0 in the median run: no ratio)
+        return f"- {label}, {what}: " + (f"{a['median']:g} against 0 (medians)." if a["median"] else "0 in both (medians).")
     ratio = a["median"] / b["median"]
     if _overlap(a, b):
         verdict = "within the run-to-run spread (the intervals overlap)"

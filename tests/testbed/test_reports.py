@@ -312,3 +312,15 @@ def test_issue_goal_is_judged_per_regime_part_by_part_with_the_reason_from_its_d
                          "dlcp-no-loss": [(a, 1.5 * b) for a, b in base[:3]]})
     ok, line = issue_goal(three)
     assert ok == [True, True, False] and "not shown within 0.5 points (fewer than 8 seeds)" in line
+
+
+def test_a_count_that_is_zero_in_the_median_run_is_said_so_not_called_missing():
+    """Steps that waited on a timeout are often 0 in the median run of both cells: the sentence says so (a ratio
+    of 0 to 0 is no ratio, and it is not missing data); only a missing statistic is "no data"."""
+    from testbed.evaluation import _compare
+
+    zero, two = {"median": 0, "lo": 0, "hi": 1}, {"median": 2, "lo": 1, "hi": 3}
+    assert _compare("x vs y", zero, zero, "steps", True) == "- x vs y, steps: 0 in both (medians)."
+    assert _compare("x vs y", two, zero, "steps", True) == "- x vs y, steps: 2 against 0 (medians)."
+    assert _compare("x vs y", {"median": None}, zero, "steps", True) == "- x vs y, steps: no data."
+    assert _compare("x vs y", two, two, "steps", True).startswith("- x vs y, steps: ratio of medians 1.00")
