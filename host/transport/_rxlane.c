@@ -48,6 +48,7 @@
 #define MT_DATA 0
 #define F_ELIGIBLE 0x01
 #define F_RETRANSMIT 0x04
+#define F_ECN_ECHO 0x02
 
 /* byte offsets of the 16 header words (network order), in wire order */
 enum {
@@ -734,10 +735,11 @@ static int still_ours(PyObject *incoming, PyObject *key, PyObject *inc, PyObject
  * ``base`` now, stamped with the time ``stamp`` (0: now), keyed when ``sched``; 0 sent, else the errno (an ICMP report is retried once, as the Python path's
  * ``unrefused`` does). */
 static int send_ack(int fd, const uint8_t *tmpl, uint32_t base, const uint8_t *sched, const struct sockaddr_in *to,
-                    double stamp)
+                    double stamp, int ece)
 {
     uint8_t pkt[HEADER_LEN];
     memcpy(pkt, tmpl, HEADER_LEN);
+    pkt[O_FLAGS] = (uint8_t)((pkt[O_FLAGS] & ~F_ECN_ECHO) | (ece ? F_ECN_ECHO : 0));
     put_be32(pkt + O_SEQ, base);
     double t = stamp > 0 ? stamp : mono_now();
     put_be32(pkt + O_OFFSET, (uint32_t)((uint64_t)(t * 1e6) & 0xFFFFFFFFu));  /* control.clock_us */
@@ -878,7 +880,7 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     to.sin_addr.s_addr = htonl((uint32_t)(src >> 16));
     to.sin_port = htons((uint16_t)(src & 0xFFFF));
     long long total = (long long)e.total, elig = (long long)e.elig;
-    long long acks = 0, wakes = 0, gro = 0, max_seq = max_seq0;
+    long long acks = 0, wakes = 0, gro = 0, max_seq = max_seq0, ce_fresh = 0;
     Py_ssize_t left = 0;
     double last = last0;
     int why = 0, failed = 0;
@@ -889,7 +891,8 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 #define ACK_BASE() (max_seq >= elig ? pcum : (long long)e.cum) /* Reassembly.ack_base */
 #define SEND_ACK()                                                                                           \
     do {                                                                                                     \
-        if (send_ack(fd, (const uint8_t *)va.buf, (uint32_t)ACK_BASE(), tag_key, &to, hold > 0 ? last : 0)) { \
+        if (send_ack(fd, (const uint8_t *)va.buf, (uint32_t)ACK_BASE(), tag_key, &to, hold > 0 ? last : 0,   \
+                     e.ce_state)) {                                                                          \
             why = W_PROGRESS | W_SENDERR;                                                                    \
             break;                                                                                           \
         }                                                                                                    \
@@ -949,25 +952,31 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                     break;
                 }
                 full = 0;  /* the socket emptied right after a full batch: the pass ends, as below */
-            } else {
+            } else for (;;) {  /* the batch; again from a change of ECN state, with the records after it */
                 Py_ssize_t k = 0;  /* the records, from the first, that the lane takes */
+                int ce_change = 0;  /* records[k] fails only for its ECN state: the other one */
                 for (; k < n; k++) {
                     const int64_t *row = rows + 5 * k;
                     const uint8_t *h = buf + row[0];
-                    if (row[4] != src || row[1] < HEADER_LEN || ((row[2] & 3) == 3) != e.ce_state
+                    if (row[4] != src || row[1] < HEADER_LEN
                         || !record_ok(h, row[1], row[3], (uint32_t)job, (uint32_t)nonce, (uint32_t)rank,
                                       (uint64_t)tid, (uint32_t)total, (uint32_t)elig, (uint32_t)e.dtype,
                                       (uint32_t)e.itemsize, e.dst.len)
                         || (tag_key != NULL && !record_tags_ok(h, row[1], row[3], tag_key)))
                         break;
+                    if (((row[2] & 3) == 3) != e.ce_state) {
+                        ce_change = 1;
+                        break;
+                    }
                 }
                 long long fresh0 = e.acc.fresh;
+                int ours = 1;
                 if (k > 0) {
                     /* written with the endpoint's lock held, after checking the transfer is still the one: a
                      * caller may have failed or cancelled it meanwhile (its buffer is then the caller's again) */
                     PyEval_RestoreThread(ts);
                     PyObject *got = PyObject_CallMethodNoArgs(lock, s_acquire);
-                    int ours = got != NULL ? still_ours(incoming, key, inc, st) : -1;
+                    ours = got != NULL ? still_ours(incoming, key, inc, st) : -1;
                     Py_XDECREF(got);
                     if (ours > 0) {
                         Py_ssize_t bytes = rows[5 * (k - 1)] + rows[5 * (k - 1) + 1] - rows[0];
@@ -1001,6 +1010,8 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                     if (fresh && !since_ack)
                         unacked_at = last;
                     since_ack += fresh;
+                    if (e.ce_state)
+                        ce_fresh += fresh;
                     while (e.cum < (Py_ssize_t)total && arrived[e.cum])
                         e.cum++;
                     if (e.cum > pcum)
@@ -1010,13 +1021,33 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                     if (e.acc.max_seq > max_seq)
                         max_seq = e.acc.max_seq;
                 }
+                int plain = !e.acc.dups && pcum < total && max_seq < total - 1 && max_seq < ACK_BASE();
+                if (k < n && ce_change && plain && ours > 0) {
+                    /* the other ECN state from records[k] on: as DCTCP's receiver (and the Python path), ACK what
+                     * came before in the old state, at once (no hold), then take the rest in the new one */
+                    if (since_ack) {
+                        if (send_ack(fd, (const uint8_t *)va.buf, (uint32_t)ACK_BASE(), tag_key, &to, 0,
+                                     e.ce_state)) {
+                            memmove(rows, rows + 5 * k, (size_t)(n - k) * 5 * sizeof(int64_t));
+                            left = n - k;
+                            why = W_PROGRESS | W_SENDERR;
+                            break;
+                        }
+                        acks++;
+                        since_ack = 0;
+                    }
+                    e.ce_state = !e.ce_state;
+                    memmove(rows, rows + 5 * k, (size_t)(n - k) * 5 * sizeof(int64_t));
+                    n -= k;
+                    continue;
+                }
                 if (k < n) {  /* the rest to the Python path, at the front of recs */
                     memmove(rows, rows + 5 * k, (size_t)(n - k) * 5 * sizeof(int64_t));
                     left = n - k;
                     why = W_SOCK;
                     break;
                 }
-                if (e.acc.dups || pcum >= total || max_seq >= total - 1 || max_seq >= ACK_BASE()) {
+                if (!plain) {
                     why = W_PROGRESS;  /* a duplicate, the transfer complete, its LAST, or a hole: the Python path */
                     break;
                 }
@@ -1024,7 +1055,10 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                     why = W_SOCK;
                     break;
                 }
+                break;
             }
+            if (why)
+                break;
             /* ACK at once when ack_every are owed; else at the pass's end (the socket empty), unless held */
             if (since_ack && (since_ack >= ack_every
                               || (!full && !(hold > 0 && since_ack < ack_min && last - unacked_at < hold)))) {
@@ -1045,8 +1079,9 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     if (failed)
         goto done;
     Acc *a = &e.acc;
-    result = Py_BuildValue("(inLLLLLLLLLLnLLdd)", why, left, wakes, a->ndg, gro, a->fresh, a->dups, a->got,
-                           a->nelems, a->max_count, a->max_end, a->max_seq, e.cum, acks, since_ack, last, unacked_at);
+    result = Py_BuildValue("(inLLLLLLLLLLnLLddiL)", why, left, wakes, a->ndg, gro, a->fresh, a->dups, a->got,
+                           a->nelems, a->max_count, a->max_end, a->max_seq, e.cum, acks, since_ack, last, unacked_at,
+                           e.ce_state, ce_fresh);
 done:
     entry_release(&e);
     Py_XDECREF(st);

@@ -131,7 +131,7 @@ class Intake:
         io = self._io
         o = self._receiver.opts
         (why, left, wakes, dgrams, gro, fresh, dups, got, nelems, max_count, max_end, max_seq, cum, acks, unacked,
-         last, unacked_at) = _rxlane.rx_wait(
+         last, unacked_at, ce_state, marked) = _rxlane.rx_wait(
             io.sock.fileno(), wake_fd, timer_fd, timeout, io.rxbuf, io.recs, RX_BATCH, RX_BATCH_BYTES, MAX_DGRAM,
             self._receiver.incoming, inc, inc.peer, self._key_of[inc.peer], self.job_id, self.nonce, self._key,
             self._receiver.ack_template(inc), o.ack_every, lock, inc.since_ack, inc.unacked_at, inc.last_arrival,
@@ -146,7 +146,7 @@ class Intake:
                 c["io_wakes_socket"] += wakes
                 c["io_native_wakes"] += wakes
                 self._receiver.native_progress(inc, fresh, dups, got, nelems, max_count, max_end, max_seq, cum,
-                                               acks, unacked, unacked_at, last)
+                                               acks, unacked, unacked_at, bool(ce_state), marked, last)
         return why, left
 
     def _handle_records(self, recs: list[tuple], now: float) -> None:

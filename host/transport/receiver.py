@@ -390,13 +390,14 @@ class Receiver:
                 if inc.since_ack:
                     self.send_ack(inc)
                 inc.ce_state = ce
-            self._took(inc, key, fresh, dups, got, nelems, max_count, max_end, max_seq, cum, fresh, now)
+            self._took(inc, key, fresh, dups, got, nelems, max_count, max_end, max_seq, cum, fresh,
+                       fresh if ce else 0, now)
 
     def _took(self, inc: InTransfer, key: tuple[int, int], fresh: int, dups: int, got: int, nelems: int,
-              max_count: int, max_end: int, max_seq: int, cum: int, unacked: int, now: float) -> None:
-        """What a C lane (``fast_pass`` or ``rx_wait``) wrote into ``inc``, all of it in ``inc``'s ECN state:
-        duplicates are ACKed at the pass's end, ``fresh`` new packets recorded (``unacked`` of them not ACKed
-        yet), then :meth:`_arrived`."""
+              max_count: int, max_end: int, max_seq: int, cum: int, unacked: int, marked: int, now: float) -> None:
+        """What a C lane (``fast_pass`` or ``rx_wait``) wrote into ``inc``: duplicates are ACKed at the pass's
+        end, ``fresh`` new packets recorded (``unacked`` of them not ACKed yet, ``marked`` of them CE-marked),
+        then :meth:`_arrived`."""
         c = self._c
         if dups:
             inc.dups += dups
@@ -405,9 +406,9 @@ class Receiver:
             inc.unacked_at = 0.0
             self._ack_pending.add(key)
         if fresh:
-            if inc.ce_state:
-                inc.ce_marks += fresh
-                c["ecn_ce_rx"] += fresh
+            if marked:
+                inc.ce_marks += marked
+                c["ecn_ce_rx"] += marked
             inc.st.add_counted(fresh, nelems, max_count, max_end, max_seq, cum)
             inc.since_ack += unacked
             self._arrived(inc, key, fresh, got, now)
@@ -442,11 +443,12 @@ class Receiver:
 
     def native_progress(self, inc: InTransfer, fresh: int, dups: int, got: int, nelems: int, max_count: int,
                         max_end: int, max_seq: int, cum: int, acks: int, unacked: int, unacked_at: float,
-                        now: float) -> None:
+                        ce_state: bool, marked: int, now: float) -> None:
         """Account for what ``_rxlane.rx_wait`` wrote into ``inc`` while the thread slept (totals as
-        :meth:`fast_progress`'s, ``now`` its last receive): ``acks`` ACKs it sent, ``unacked`` packets not ACKed
-        yet, the first of which arrived at ``unacked_at``. Then as after a receive pass: complete, ACK now, or
-        leave the ACK for the end of the pass (:meth:`_flush`, which may hold it)."""
+        :meth:`fast_progress`'s, ``now`` its last receive): ``acks`` ACKs it sent (at each change of ECN state
+        too), ``unacked`` packets not ACKed yet, the first of which arrived at ``unacked_at``, the ECN state it
+        ended in and the ``marked`` packets that came CE-marked. Then as after a receive pass: complete, ACK now,
+        or leave the ACK for the end of the pass (:meth:`_flush`, which may hold it)."""
         if not (fresh or dups or acks):
             return
         c = self._c
@@ -458,7 +460,8 @@ class Receiver:
             c["acks_sent"] += acks
             c["tx_datagrams"] += acks
         inc.since_ack = unacked
-        self._took(inc, key, fresh, dups, got, nelems, max_count, max_end, max_seq, cum, 0, now)
+        inc.ce_state = ce_state
+        self._took(inc, key, fresh, dups, got, nelems, max_count, max_end, max_seq, cum, 0, marked, now)
         if fresh and unacked and not dups:  # (_arrived takes its packets as this pass's: the first came earlier)
             inc.unacked_at = unacked_at
 
