@@ -952,8 +952,9 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                     break;
                 }
                 full = 0;  /* the socket emptied right after a full batch: the pass ends, as below */
-            } else for (;;) {  /* the batch; again from a change of ECN state, with the records after it */
-                Py_ssize_t k = 0;  /* the records, from the first, that the lane takes */
+            } else for (Py_ssize_t verified = 0;;) {  /* the batch; again from a change of ECN state, with the
+                                                        * records after it (the first of them checked already) */
+                Py_ssize_t k = verified;  /* the records, from the first, that the lane takes */
                 int ce_change = 0;  /* records[k] fails only for its ECN state: the other one */
                 for (; k < n; k++) {
                     const int64_t *row = rows + 5 * k;
@@ -1039,6 +1040,7 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                     e.ce_state = !e.ce_state;
                     memmove(rows, rows + 5 * k, (size_t)(n - k) * 5 * sizeof(int64_t));
                     n -= k;
+                    verified = 1;  /* (records[k] passed every check but its ECN state's, which now matches) */
                     continue;
                 }
                 if (k < n) {  /* the rest to the Python path, at the front of recs */
