@@ -35,6 +35,7 @@
 #include <sys/uio.h>
 
 #include "_tagkey.h"
+#include "_txstep.h"
 
 #ifndef SOL_UDP
 #define SOL_UDP 17
@@ -1099,6 +1100,8 @@ static PyMethodDef methods[] = {
     {"recv_batch", (PyCFunction)(void (*)(void))recv_batch, METH_FASTCALL, recv_batch_doc},
     {"fast_pass", (PyCFunction)(void (*)(void))fast_pass, METH_FASTCALL, fast_pass_doc},
     {"rx_wait", (PyCFunction)(void (*)(void))rx_wait, METH_FASTCALL, rx_wait_doc},
+    {"cum_ack", (PyCFunction)(void (*)(void))cum_ack, METH_FASTCALL, cum_ack_doc},
+    {"pick_solo", (PyCFunction)(void (*)(void))pick_solo, METH_FASTCALL, pick_solo_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1113,6 +1116,8 @@ PyMODINIT_FUNC PyInit__rxlane(void)
     if (s_acquire == NULL && (s_acquire = PyUnicode_InternFromString("acquire")) == NULL)
         return NULL;
     if (s_release == NULL && (s_release = PyUnicode_InternFromString("release")) == NULL)
+        return NULL;
+    if (ATTR[0] == NULL && txstep_init() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

@@ -55,7 +55,7 @@ from host.transport.cc import CCParams, DctcpWindow, seed_rto
 from host.transport.chunking import chunk_elems, plan_in_order, plan_packets, tos_byte, write_headers
 from host.transport.control import (CTL, CTL_DONE, DONE_UNKNOWN, FLAGS_AT, W_COUNT, W_FLAGS, W_OFFSET, W_RANK, W_SEQ,
                                     W_TID, W_TID_HI, W_TOTAL, REORDER_TIME, clock_us)
-from host.transport.packetio import PacketSocket, _txlane
+from host.transport.packetio import PacketSocket, _rxlane, _txlane
 from host.transport.stats import Counters
 from host.transport.tensors import TensorView
 from host.wire import DType, Flag, MsgType
@@ -405,9 +405,15 @@ class Sender:
         self.sliced: dict[OutTransfer, None] = {}  # sends with slices still to classify (slicer), oldest first
         self._created = itertools.count()
         self._rr = 0  # the peer pick_burst looks at first
+        self.n_active = 0  # transfers in progress, over all peers (the C steady state acts only while it is 1)
         self._send_buf = opts.send_buf  # what SO_SNDBUF is set to now (see pick_burst)
         # a general ACK's per-seq work in C (on_ack_native); None: the Python on_ack (Options.native off)
         self._ack_scan = _txlane.ack_scan if opts.native and _txlane is not None else None
+        # the steady state in C (_txstep.h: on_cum_ack and the common burst of a lone transfer; the same state
+        # afterwards, tests/host/test_txstep.py); None: the Python functions (Options.native off)
+        native = opts.native and _rxlane is not None
+        self._cum_ack = _rxlane.cum_ack if native else on_cum_ack
+        self._pick_solo = _rxlane.pick_solo if native else None
 
     def peer(self, rank: int) -> PeerState:
         p = self.peers.get(rank)
@@ -442,6 +448,7 @@ class Sender:
             p.progress = now  # nothing was in flight: the RTO clock starts with this send
         p.out[tid] = o
         p.active.append(o)
+        self.n_active += 1
         p.active.sort(key=lambda x: (-x.priority, x.created))
         return o
 
@@ -485,7 +492,7 @@ class Sender:
         if mt == MsgType.ACK and not count and not len(payload) and o.acked_hi <= o.cum_acked <= base <= o.next_seq:
             c["acks_rx"] += 1  # the common ACK: purely cumulative, no hole open at the sender
             o.acks += 1
-            on_cum_ack(p, o, base, ecn, now, w[W_OFFSET])
+            self._cum_ack(p, o, base, ecn, now, w[W_OFFSET])
             if ecn:
                 o.ecn_echoes += 1
                 c["ecn_echo_rx"] += 1
@@ -568,6 +575,14 @@ class Sender:
             return None, 1.0
         wait = 1.0
         k = len(peers)
+        if k == 1 and self._pick_solo is not None and len(peers[0].active) == 1:  # (the common case, in C)
+            p = peers[0]
+            r = self._pick_solo(self, p, p.active[0], now, self.opts.burst, self.opts.send_buf)
+            if r is not None:  # (None: not its shape, a retransmission queued, say; decided below)
+                if r[0] is None:
+                    return r
+                s0, s1, nbytes = r
+                return (p.active[0], p.addr, list(range(s0, s1)), nbytes), 0.0
         want = self.opts.send_buf if k == 1 else self.opts.send_buf_shared
         if want != self._send_buf:  # (a smaller buffer than what is queued only holds sends back until it drains)
             self._send_buf = want
@@ -702,6 +717,7 @@ class Sender:
         p.out.pop(o.tid, None)
         if o in p.active:
             p.active.remove(o)
+            self.n_active -= 1
         ended = time.monotonic()
         dur = max(ended - o.start, 1e-9)
         stats = {"peer": o.peer, "transfer_id": o.tid, "layer": o.layer, "bytes": o.tv.nbytes, "ended": ended,

@@ -1,0 +1,151 @@
+"""The sender's steady state in C (``host/transport/_txstep.h``: ``_rxlane.cum_ack`` and ``_rxlane.pick_solo``)
+against the Python functions it mirrors (``sender.on_cum_ack`` with ``cc.DctcpWindow.on_ack``, and
+``Sender.pick_burst``): twin senders driven by the same random events -- bursts under window and pacing, cumulative
+ACKs with and without ECN-Echo and with receiver clocks that show queues of every size (delay marks, HyStart's exit,
+the empty-queue growth), timeouts and their undo, each congestion-control mode -- end every step in the same state,
+field by field, floats bit for bit."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from host.transport.api import Options
+from host.transport.cc import FAST_ALPHA, CCParams
+from host.transport.packetio import _rxlane
+from host.transport.sender import Sender, on_cum_ack, plan_send
+from host.transport.stats import Counters
+from host.transport.tensors import view_tensor
+
+ARRAYS = ("acked", "inflight", "queued", "retx", "sent_order", "sent_time")
+SCALARS = ("cum_acked", "acked_hi", "progress", "probes", "next_seq", "order", "pkts_sent", "last_sent")
+PEER = ("inflight", "progress", "rto_at", "rto_fired", "owd_base", "owd_min", "next_send")
+
+MODES = {
+    "default": CCParams(mss=1436),
+    "fast": CCParams(mss=1436, fast_alpha=FAST_ALPHA),
+    "fast-small": CCParams(mss=1436, fast_alpha=16 << 10, init_cwnd_pkts=64),  # (FAST's own cuts)
+    "ecn": CCParams(mss=1436, delay_target=None, hystart_delay=None, probe_delay=None),
+    "no-stretch": CCParams(mss=1436, ack_delay_comp=False, init_cwnd_pkts=4),
+    "small": CCParams(mss=1436, init_cwnd_pkts=2, max_cwnd_bytes=64 << 10),
+}
+
+
+def _sender(ccp: CCParams, x: np.ndarray, loss_bound: float, now: float):
+    opts = Options(mtu=1500)
+    # (the PacketSocket is only touched when SO_SNDBUF must change, which a lone transfer never asks)
+    s = Sender(opts, {1: ("127.0.0.1", 9)}, ccp, None, Counters(), threading.Lock())
+    ids = dict(layer=0, rank=0, job_id=7, transfer_id=5, nonce=1)
+    plan, ready, slicer = plan_send(view_tensor(x), opts, loss_bound, ids, in_slices=False)
+    o = s.start(1, 5, view_tensor(x), plan, ready, now, layer=0, loss_bound=loss_bound, slicer=slicer)
+    return s, s.peers[1], o
+
+
+def _same(a, b) -> None:
+    (sa, pa, oa), (sb, pb, ob) = a, b
+    for k in ARRAYS:
+        assert np.array_equal(getattr(oa, k), getattr(ob, k)), k
+    for k in SCALARS:
+        assert getattr(oa, k) == getattr(ob, k), k
+    for k in PEER:
+        assert getattr(pa, k) == getattr(pb, k), k
+    assert sa._rr == sb._rr
+    va, vb = vars(pa.cc), vars(pb.cc)
+    assert va.keys() == vb.keys()
+    for k in va:  # (floats bit for bit: == would let -0.0 pass for 0.0, and NaN fail itself)
+        x, y = va[k], vb[k]
+        assert type(x) is type(y) or {type(x), type(y)} <= {int, float}, (k, x, y)
+        assert x == y or (x != x and y != y), (k, x, y)
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), mode=st.sampled_from(sorted(MODES)))
+def test_the_c_steady_state_equals_the_python_sender(seed, mode):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(40, 400)) * 356
+    x = rng.standard_normal(n).astype(np.float32)
+    loss_bound = float(rng.choice([0.0, 0.0, 0.05]))
+    now = 1.0
+    a, b = (_sender(MODES[mode], x, loss_bound, now) for _ in range(2))
+    burst = a[0].opts.burst
+    clock_skew = int(rng.integers(0, 1 << 32))  # the receiver's clock: any offset from ours
+    queue = 0.0  # the forward queue the receiver's timestamps show (seconds)
+    picked = acked = 0
+    for _ in range(int(rng.integers(20, 120))):
+        ev = rng.random()
+        if ev < 0.45:  # the I/O thread picks a burst
+            now += float(rng.choice([0.0, rng.uniform(0, 2e-4), rng.uniform(0, 5e-3)]))
+            ja, wa = a[0].pick_burst(now)
+            rb = _rxlane.pick_solo(b[0], b[1], b[2], now, burst, b[0].opts.send_buf)
+            assert rb is not None
+            if ja is None:
+                assert rb == (None, wa)
+            else:
+                o, _, seqs, nbytes = ja
+                assert rb == (seqs[0], seqs[-1] + 1, nbytes) and seqs == list(range(seqs[0], seqs[-1] + 1))
+                picked += 1
+        elif ev < 0.9:  # a cumulative ACK of part or all of what was sent
+            o = a[2]
+            if o.next_seq <= o.cum_acked and rng.random() < 0.8:
+                continue
+            hi = int(rng.integers(o.cum_acked, o.next_seq + 1))
+            now += float(rng.uniform(0, 3e-3))
+            if rng.random() < 0.3:
+                queue = float(rng.choice([0.0, rng.uniform(0, 2e-3), rng.uniform(2e-3, 0.03)]))
+            ts = (int((now - queue * rng.random()) * 1e6) + clock_skew) & 0xFFFFFFFF
+            ecn = bool(rng.random() < 0.15)
+            on_cum_ack(a[1], a[2], hi, ecn, now, ts)
+            _rxlane.cum_ack(b[1], b[2], hi, ecn, now, ts)
+            acked += 1
+        elif ev < 0.95:  # a retransmission timeout (Sender._timeout's window part): a later ACK may undo it
+            fired = now - float(rng.uniform(0, 0.01))
+            for t in (a, b):
+                t[1].cc.on_timeout()
+                t[1].rto_fired = fired
+        else:  # a packet resent (Karn: no RTT sample from it)
+            o = a[2]
+            if o.next_seq > o.cum_acked:
+                s = int(rng.integers(o.cum_acked, o.next_seq))
+                for t in (a, b):
+                    t[2].retx[s] = True
+        _same(a, b)
+    assert picked + acked
+
+
+def test_the_steady_state_declines_what_is_not_its_shape():
+    """pick_solo decides only for one transfer in progress with nothing to retransmit and the send buffer as
+    it is; otherwise it returns None and changes nothing (the Python pick decides)."""
+    x = np.ones(356 * 50, np.float32)
+    s, p, o = _sender(MODES["default"], x, 0.0, 1.0)
+    ref = _sender(MODES["default"], x, 0.0, 1.0)
+    burst, buf = s.opts.burst, s.opts.send_buf
+    o.retxq.append(3)
+    ref[2].retxq.append(3)
+    assert _rxlane.pick_solo(s, p, o, 1.0, burst, buf) is None
+    o.sending = ref[2].sending = True
+    o.retxq.clear()
+    ref[2].retxq.clear()
+    assert _rxlane.pick_solo(s, p, o, 1.0, burst, buf) is None
+    o.sending = ref[2].sending = False
+    assert _rxlane.pick_solo(s, p, o, 1.0, burst, buf + 1) is None  # (SO_SNDBUF would change)
+    s.n_active = 2
+    assert _rxlane.pick_solo(s, p, o, 1.0, burst, buf) is None
+    s.n_active = 1
+    _same((s, p, o), ref)
+    assert _rxlane.pick_solo(s, p, o, 1.0, burst, buf) == (0, burst, burst * 356 * 4)
+
+
+def test_bad_state_is_an_error_not_a_crash():
+    x = np.ones(356 * 10, np.float32)
+    s, p, o = _sender(MODES["default"], x, 0.0, 1.0)
+    with pytest.raises(ValueError, match="ACK of 11 packets"):
+        _rxlane.cum_ack(p, o, 11, False, 1.0, 0)
+    o.next_seq = 5
+    o.sent_time = o.sent_time[:-1]
+    with pytest.raises(ValueError, match="sent_time"):
+        _rxlane.cum_ack(p, o, 5, False, 1.0, 0)
+    with pytest.raises(TypeError, match="6 arguments"):
+        _rxlane.cum_ack(p, o, 5)
