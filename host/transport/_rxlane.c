@@ -759,33 +759,221 @@ static int send_ack(int fd, const uint8_t *tmpl, uint32_t base, const uint8_t *s
     return errno ? errno : EIO;
 }
 
+
+/* ---- the lone send's ACKs and bursts, within rx_wait (_txstep.h does the sender's part) ----------------------- */
+
+#define MT_ACK 1
+
+/* A record of cumulative ACKs for the lone send: every datagram a header-only ACK (count 0, no bitmap) of transfer
+ * ``tid`` of ``rank`` with ``total`` packets, of this job (Intake's checks for an ACK, and Sender.on_feedback's
+ * common shape). The tags are record_tags_ok's. */
+static int ack_record_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, uint32_t job, uint32_t nonce,
+                         uint32_t rank, uint64_t tid, uint32_t total)
+{
+    if (seg == 0 || seg > nbytes)
+        seg = nbytes;
+    if (seg != HEADER_LEN || nbytes % HEADER_LEN)
+        return 0;
+    for (Py_ssize_t s = 0; s < nbytes; s += HEADER_LEN) {
+        const uint8_t *h = base + s;
+        if (h[O_VT] != ((VERSION << 4) | MT_ACK) || (h[O_FLAGS] & 0xF0) || (h[O_PMR] & 3) || h[O_DTYPE] >= NDTYPES
+            || be16(h + O_COUNT) || be32(h + O_JOB) != job || be16(h + O_NONCE) != nonce || be16(h + O_RANK) != rank
+            || tid64(h) != tid || be32(h + O_TOTAL) != total)
+            return 0;
+    }
+    return 1;
+}
+
+/* What rx_wait needs of the lone send (Sender.native_candidate, via Intake.wait) */
+typedef struct {
+    PyObject *sender, *p, *o, *rank_obj, *tid_obj, *transmit, *txobj, *counters, *heard, *addr;
+    long rank;
+    long long src, total, burst, send_buf;
+    uint64_t tid;
+    double next;  /* when pacing lets the next burst leave (0: no deadline) */
+} Tx;
+
+static PyObject *s_rx_datagrams, *s_rx_gro_buffers, *s_acks_rx, *s_ecn_echo_rx, *s_acks, *s_ecn_echoes,
+    *s_last_feedback;
+
+static int ctr_add(PyObject *d, PyObject *name, long long n)  /* counters[name] += n */
+{
+    PyObject *v = PyDict_GetItemWithError(d, name);
+    if (v == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_KeyError, "no counter %R", name);
+        return -1;
+    }
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *y = PyLong_FromLongLong(x + n);
+    if (y == NULL)
+        return -1;
+    int r = PyDict_SetItem(d, name, y);
+    Py_DECREF(y);
+    return r;
+}
+
+static int obj_add(PyObject *obj, PyObject *name, long long n)  /* obj.name += n */
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    long long x = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *y = PyLong_FromLongLong(x + n);
+    if (y == NULL)
+        return -1;
+    int r = PyObject_SetAttr(obj, name, y);
+    Py_DECREF(y);
+    return r;
+}
+
+/* With the GIL and the endpoint's lock held: take the cumulative ACK ``h`` (checked by ack_record_ok and its tag)
+ * for the lone send as Intake and Sender.on_feedback would (the source heard, the counters, the peer's feedback
+ * time, sender.on_cum_ack): 1 taken, 0 not this path's (the send is no longer in progress, or the ACK is not of
+ * the common shape: the Python path takes it, unchanged), -1 with an exception set. */
+static int tx_take_ack(Tx *t, const uint8_t *h, double now)
+{
+    PyObject *peers = PyObject_GetAttr(t->sender, ATTR[A_PEERS]);
+    if (peers == NULL)
+        return -1;
+    PyObject *p = PyDict_GetItemWithError(peers, t->rank_obj);  /* borrowed */
+    Py_DECREF(peers);  /* (p stays referenced by t->p) */
+    if (p != t->p)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *out = PyObject_GetAttr(p, ATTR[A_OUT]);
+    if (out == NULL)
+        return -1;
+    PyObject *o = PyDict_GetItemWithError(out, t->tid_obj);
+    Py_DECREF(out);
+    if (o != t->o)
+        return PyErr_Occurred() ? -1 : 0;
+    long long cum, hi_acked, next_seq;
+    if (get_ll(o, A_CUM_ACKED, &cum) < 0 || get_ll(o, A_ACKED_HI, &hi_acked) < 0 || get_ll(o, A_NEXT_SEQ, &next_seq) < 0)
+        return -1;
+    long long base = be32(h + O_SEQ);
+    if (!(hi_acked <= cum && cum <= base && base <= next_seq))
+        return 0;
+    int ecn = (h[O_FLAGS] & F_ECN_ECHO) != 0;
+    PyObject *t_now = PyFloat_FromDouble(now);
+    if (t_now == NULL)
+        return -1;
+    int r = PyDict_SetItem(t->heard, t->rank_obj, t_now);
+    if (r == 0)
+        r = PyObject_SetAttr(p, s_last_feedback, t_now);
+    Py_DECREF(t_now);
+    if (r < 0 || ctr_add(t->counters, s_rx_datagrams, 1) < 0 || ctr_add(t->counters, s_acks_rx, 1) < 0
+        || obj_add(o, s_acks, 1) < 0 || tx_cum_ack(p, o, base, ecn, now, be32(h + O_OFFSET)) < 0)
+        return -1;
+    if (ecn && (obj_add(o, s_ecn_echoes, 1) < 0 || ctr_add(t->counters, s_ecn_echo_rx, 1) < 0))
+        return -1;
+    return 1;
+}
+
+/* With the GIL held, the lock not: send what the window and pacing allow now, as the Python loop's picks would (at
+ * most four bursts, each through the Transmitter). 0 done (t->next: the pacing deadline, or 0), 1 four bursts sent
+ * (more may be due: receive first, then pick again), 2 the Python loop must decide (another transfer in progress,
+ * a retransmission queued, the send buffer full, ...), -1 with an exception set. */
+static int tx_send_step(Tx *t, PyObject *lock)
+{
+    for (int b = 0; b < 4; b++) {
+        PyObject *got = PyObject_CallMethodNoArgs(lock, s_acquire);
+        if (got == NULL)
+            return -1;
+        Py_DECREF(got);
+        long long s0 = 0, s1 = 0, nbytes = 0;
+        double wait = 1.0, now = mono_now();
+        int r = tx_pick(t->sender, t->p, t->o, now, t->burst, t->send_buf, &s0, &s1, &nbytes, &wait);
+        PyObject *rel = PyObject_CallMethodNoArgs(lock, s_release);
+        if (rel == NULL)
+            return -1;
+        Py_DECREF(rel);
+        if (r != 1) {
+            t->next = r == 0 && wait < 1.0 ? now + wait : 0.0;
+            return r;
+        }
+        PyObject *seqs = PyList_New((Py_ssize_t)(s1 - s0));
+        if (seqs == NULL)
+            return -1;
+        for (long long k = s0; k < s1; k++) {
+            PyObject *v = PyLong_FromLongLong(k);
+            if (v == NULL) {
+                Py_DECREF(seqs);
+                return -1;
+            }
+            PyList_SET_ITEM(seqs, (Py_ssize_t)(k - s0), v);
+        }
+        PyObject *job = Py_BuildValue("(OONL)", t->o, t->addr, seqs, nbytes);
+        if (job == NULL)
+            return -1;
+        PyObject *res = PyObject_CallOneArg(t->transmit, job);
+        Py_DECREF(job);
+        if (res == NULL)
+            return -1;
+        Py_DECREF(res);
+        PyObject *full = PyObject_GetAttr(t->txobj, ATTR[A_FULL]);
+        if (full == NULL)
+            return -1;
+        int f = PyObject_IsTrue(full);
+        Py_DECREF(full);
+        if (f)
+            return f < 0 ? -1 : 2;
+    }
+    t->next = 0.0;
+    return 1;
+}
+
 PyDoc_STRVAR(rx_wait_doc,
 "rx_wait(fd, wake_fd, timer_fd, timeout, buf, recs, maxrecs, maxbytes, slot, incoming, inc, rank, src,\n"
-"        job, nonce, key, ack, ack_every, lock, since_ack, unacked_at, last_arrival, hold, ack_min)\n"
+"        job, nonce, key, ack, ack_every, lock, since_ack, unacked_at, last_arrival, hold, ack_min, tx)\n"
 "--\n\n"
 "The I/O thread's sleep, for an endpoint whose one posted transfer ``inc`` (``incoming[(rank, inc.tid)]``, from\n"
-"the source key ``src``) is arriving in order: wait (GIL released) until ``timeout`` seconds pass, ``wake_fd`` or\n"
-"``timer_fd`` (-1: none) is readable, or the socket is; take the socket's records as ``recv_batch`` does and,\n"
-"while every one of them is a DATA record of ``inc`` that the fast lane would take (``fast_pass``'s checks, the\n"
-"keyed tag included, and the transfer's ECN state), write them in with ``lock`` (the endpoint's) held and ACK\n"
-"them as the Python path's receive pass would: at once when ``ack_every`` are unACKed, else once the socket is\n"
-"empty, each ACK the header ``ack`` (48 bytes, built by the caller) with its cumulative seq, clock and keyed tag\n"
-"written here; with a ``hold`` (Options.ack_hold), an ACK of fewer than ``ack_min`` packets waits until ``hold``\n"
-"after the first of them arrived, and ACKs carry the latest arrival's time (``since_ack``, ``unacked_at`` and\n"
-"``last_arrival``: the transfer's ACK owed when the wait starts). Then sleep again. It returns to Python for anything else: a record the lane does not take (left at\n"
-"the front of ``recs``), a duplicate, a hole (an ACK with a bitmap), the LAST seq, every protected packet in (the\n"
-"transfer completes), an ACK it could not send, or ``inc`` no longer the open transfer it was.\n"
+"the source key ``src``; None: none) is arriving in order, or whose one send in progress ``tx`` describes (None:\n"
+"none): wait (GIL released) until ``timeout`` seconds pass, ``wake_fd`` or ``timer_fd`` (-1: none) is readable,\n"
+"or the socket is; take the socket's records as ``recv_batch`` does and, while every one of them is a DATA record\n"
+"of ``inc`` that the fast lane would take (``fast_pass``'s checks, the keyed tag included, and the transfer's ECN\n"
+"state), write them in with ``lock`` (the endpoint's) held and ACK them as the Python path's receive pass would:\n"
+"at once when ``ack_every`` are unACKed, else once the socket is empty, each ACK the header ``ack`` (48 bytes,\n"
+"built by the caller) with its cumulative seq, clock and keyed tag written here; with a ``hold``\n"
+"(Options.ack_hold), an ACK of fewer than ``ack_min`` packets waits until ``hold`` after the first of them\n"
+"arrived, and ACKs carry the latest arrival's time (``since_ack``, ``unacked_at`` and ``last_arrival``: the\n"
+"transfer's ACK owed when the wait starts).\n"
+"``tx``: (sender, p, o, peer, peer_src, total, burst, send_buf, transmit, transmitter, counters, heard, addr,\n"
+"next_send): the lone send ``o`` (Sender.native_candidate). A record of cumulative ACKs for it (header only,\n"
+"tag checked) is taken as Intake and Sender.on_feedback take it (_txstep.h's on_cum_ack, with the lock held);\n"
+"then, and when pacing allows (``next_send``, time.monotonic()), the bursts Sender.pick_burst would choose\n"
+"leave through ``transmit`` (Transmitter.transmit), at most four between two receive passes.\n"
+"Then sleep again. It returns to Python for anything else: a record neither path takes (left at the front of\n"
+"``recs``), a duplicate, a hole (an ACK with a bitmap), the LAST seq, every protected packet in (the transfer\n"
+"completes), an ACK it could not send, ``inc`` no longer the open transfer it was, or a send no longer alone,\n"
+"with a retransmission queued, or behind a full send buffer.\n"
 "Returns (why, left, wakes, datagrams, gro_buffers, fresh, duplicates, bytes, elements, max_count, max_end,\n"
-"max_seq, cum, acks, unacked, last_arrival, unacked_at): ``why`` the W_* bits, ``left`` the records left in\n"
-"``recs``, ``wakes`` the socket wake-ups it handled whole, then the totals of what it wrote in (as fast_pass's\n"
-"progress tuple), the ACKs it sent, the packets it has not ACKed, the time.monotonic() of its last receive and\n"
-"the arrival time of the first packet not ACKed.");
+"max_seq, cum, acks, unacked, last_arrival, unacked_at, ce_state, ce_fresh): ``why`` the W_* bits, ``left`` the\n"
+"records left in ``recs``, ``wakes`` the socket wake-ups it handled whole, then the totals of what it wrote in\n"
+"(as fast_pass's progress tuple), the ACKs it sent, the packets it has not ACKed, the time.monotonic() of its\n"
+"last receive and the arrival time of the first packet not ACKed, the ECN state and the CE-marked packets. (The\n"
+"send's ACKs and bursts are counted in ``counters`` and its objects as the Python path counts them.)");
 
 static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 24) {
-        PyErr_Format(PyExc_TypeError, "rx_wait takes 24 arguments, got %zd", nargs);
+    if (nargs != 25) {
+        PyErr_Format(PyExc_TypeError, "rx_wait takes 25 arguments, got %zd", nargs);
+        return NULL;
+    }
+    Tx tx;
+    memset(&tx, 0, sizeof tx);
+    int have_tx = args[24] != Py_None, have_rx = args[10] != Py_None;
+    if (have_tx && !PyArg_ParseTuple(args[24], "OOOlLLLLOOO!O!Od:rx_wait's send", &tx.sender, &tx.p, &tx.o, &tx.rank,
+                                     &tx.src, &tx.total, &tx.burst, &tx.send_buf, &tx.transmit, &tx.txobj,
+                                     &PyDict_Type, &tx.counters, &PyDict_Type, &tx.heard, &tx.addr, &tx.next))
+        return NULL;
+    if (!have_rx && !have_tx) {
+        PyErr_SetString(PyExc_ValueError, "rx_wait: neither a transfer to receive nor one to send");
         return NULL;
     }
     int fd = (int)PyLong_AsLong(args[0]), wake_fd = (int)PyLong_AsLong(args[1]);
@@ -843,35 +1031,43 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         goto done;
     }
     long long tid = -1;
-    {
+    long max_seq0 = -1, pcum = 0;
+    if (have_rx) {
         int ok = 1;
         tid = attr_long(inc, "tid", &ok);  /* (the transfer ids the lane meets fit 63 bits) */
         if (!ok)
             goto done;
-    }
-    key = Py_BuildValue("(lL)", rank, tid);
-    st = key != NULL ? PyObject_GetAttrString(inc, "st") : NULL;
-    if (st == NULL)
-        goto done;
-    long max_seq0 = 0, pcum = 0;
-    {
-        int ok = 1;
+        key = Py_BuildValue("(lL)", rank, tid);
+        st = key != NULL ? PyObject_GetAttrString(inc, "st") : NULL;
+        if (st == NULL)
+            goto done;
         max_seq0 = st == Py_None ? -1 : attr_long(st, "max_seq", &ok);
         pcum = st == Py_None ? 0 : attr_long(st, "pcum", &ok);
         if (!ok)
             goto done;
+        Py_INCREF(inc);
+        int r = entry_fill(&e, inc);
+        if (r < 0)
+            goto done;
+        if (r > 0 || e.nacked != NULL) {
+            PyErr_SetString(PyExc_ValueError, "rx_wait: the transfer is not one for the fast lane (no Reassembly "
+                                              "or buffer, or NACKs outstanding)");
+            goto done;
+        }
+        e.rank = rank;
+        e.tid = (unsigned long long)tid;
     }
-    Py_INCREF(inc);
-    int r = entry_fill(&e, inc);
-    if (r < 0)
-        goto done;
-    if (r > 0 || e.nacked != NULL) {
-        PyErr_SetString(PyExc_ValueError, "rx_wait: the transfer is not one for the fast lane (no Reassembly or "
-                                          "buffer, or NACKs outstanding)");
-        goto done;
+    if (have_tx) {
+        int ok = 1;
+        long long t = attr_long(tx.o, "tid", &ok);
+        if (!ok)
+            goto done;
+        tx.tid = (uint64_t)t;
+        tx.rank_obj = PyLong_FromLong(tx.rank);
+        tx.tid_obj = tx.rank_obj != NULL ? PyLong_FromLongLong(t) : NULL;
+        if (tx.tid_obj == NULL)
+            goto done;
     }
-    e.rank = rank;
-    e.tid = (unsigned long long)tid;
     uint8_t *buf = (uint8_t *)vb.buf;
     int64_t *rows = (int64_t *)vr.buf;
     uint8_t *arrived = (uint8_t *)e.arrived.buf;
@@ -900,9 +1096,24 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         acks++;                                                                                              \
         since_ack = 0;                                                                                       \
     } while (0)
+    int tx_due = 0;  /* pick bursts now (ACKs came, or four bursts left and more may be due) */
     PyThreadState *ts = PyEval_SaveThread();
     for (;;) {
         double now = mono_now();
+        if (have_tx && (tx_due || (tx.next > 0 && now >= tx.next))) {  /* the lone send's bursts */
+            tx_due = 0;
+            PyEval_RestoreThread(ts);
+            int r = tx_send_step(&tx, lock);
+            ts = PyEval_SaveThread();
+            if (r < 0)
+                failed = 1;  /* (the exception stays set: raised once the loop is left) */
+            if (r < 0 || r == 2) {
+                why = W_PROGRESS;
+                break;
+            }
+            tx_due = r == 1;  /* (four bursts: receive what came meanwhile, then pick again) */
+            now = mono_now();
+        }
         int held = since_ack > 0 && hold > 0;  /* (only ever a held ACK is owed while the thread sleeps) */
         if (held && now >= unacked_at + hold) {  /* the hold is out: Receiver.timers would flush it now */
             SEND_ACK();
@@ -911,11 +1122,17 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
             held = 0;
         }
         double until = held && unacked_at + hold < deadline ? unacked_at + hold : deadline;
+        if (tx_due)
+            until = now;  /* (a poll that does not sleep) */
+        else if (have_tx && tx.next > 0 && tx.next < until)
+            until = tx.next;  /* pacing lets the next burst leave then */
         double rem = until - now;
-        if (rem <= 0) {
+        if (rem <= 0 && until >= deadline) {
             why = W_TIMEOUT;
             break;
         }
+        if (rem < 0)
+            rem = 0;
         struct pollfd pfd[3] = {{fd, POLLIN, 0}, {wake_fd, POLLIN, 0}, {timer_fd, POLLIN, 0}};
         struct timespec tsp = {(time_t)rem, (long)((rem - (double)(time_t)rem) * 1e9)};
         int pr = ppoll(pfd, timer_fd >= 0 ? 3 : 2, &tsp, NULL);
@@ -957,15 +1174,21 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                                                         * records after it (the first of them checked already) */
                 Py_ssize_t k = verified;  /* the records, from the first, that the lane takes */
                 int ce_change = 0;  /* records[k] fails only for its ECN state: the other one */
+                int is_ack = 0;  /* records[k] is of cumulative ACKs for the lone send */
                 for (; k < n; k++) {
                     const int64_t *row = rows + 5 * k;
                     const uint8_t *h = buf + row[0];
-                    if (row[4] != src || row[1] < HEADER_LEN
+                    if (!have_rx || row[4] != src || row[1] < HEADER_LEN
                         || !record_ok(h, row[1], row[3], (uint32_t)job, (uint32_t)nonce, (uint32_t)rank,
                                       (uint64_t)tid, (uint32_t)total, (uint32_t)elig, (uint32_t)e.dtype,
                                       (uint32_t)e.itemsize, e.dst.len)
-                        || (tag_key != NULL && !record_tags_ok(h, row[1], row[3], tag_key)))
+                        || (tag_key != NULL && !record_tags_ok(h, row[1], row[3], tag_key))) {
+                        is_ack = have_tx && row[4] == tx.src && row[1] >= HEADER_LEN
+                                 && ack_record_ok(h, row[1], row[3], (uint32_t)job, (uint32_t)nonce,
+                                                  (uint32_t)tx.rank, tx.tid, (uint32_t)tx.total)
+                                 && (tag_key == NULL || record_tags_ok(h, row[1], row[3], tag_key));
                         break;
+                    }
                     if (((row[2] & 3) == 3) != e.ce_state) {
                         ce_change = 1;
                         break;
@@ -1023,7 +1246,8 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                     if (e.acc.max_seq > max_seq)
                         max_seq = e.acc.max_seq;
                 }
-                int plain = !e.acc.dups && pcum < total && max_seq < total - 1 && max_seq < ACK_BASE();
+                int plain = !have_rx || (!e.acc.dups && pcum < total && max_seq < total - 1
+                                         && max_seq < ACK_BASE());
                 if (k < n && ce_change && plain && ours > 0) {
                     /* the other ECN state from records[k] on: as DCTCP's receiver (and the Python path), ACK what
                      * came before in the old state, at once (no hold), then take the rest in the new one */
@@ -1042,6 +1266,54 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                     memmove(rows, rows + 5 * k, (size_t)(n - k) * 5 * sizeof(int64_t));
                     n -= k;
                     verified = 1;  /* (records[k] passed every check but its ECN state's, which now matches) */
+                    continue;
+                }
+                if (k < n && is_ack && plain && ours > 0) {
+                    /* cumulative ACKs of the lone send: taken as Sender.on_feedback takes them, with the lock
+                     * held; a GRO buffer of several, one after another (what this path does not take, from the
+                     * first such ACK on, goes to the Python path, the record cut to it) */
+                    int64_t *row = rows + 5 * k;
+                    Py_ssize_t nd = (Py_ssize_t)(row[1] / HEADER_LEN), j = 0;
+                    PyEval_RestoreThread(ts);
+                    PyObject *got = PyObject_CallMethodNoArgs(lock, s_acquire);
+                    int r = got != NULL ? 1 : -1;
+                    double tnow = mono_now();
+                    while (r > 0 && j < nd) {
+                        r = tx_take_ack(&tx, buf + row[0] + j * HEADER_LEN, tnow);
+                        if (r > 0)
+                            j++;
+                    }
+                    /* (a GRO buffer is counted once, as the Python path counts it: here when this path took it
+                     * whole, or left one datagram of it) */
+                    if (r >= 0 && nd > 1 && (j == nd || (j > 0 && nd - j == 1))
+                        && ctr_add(tx.counters, s_rx_gro_buffers, 1) < 0)
+                        r = -1;
+                    if (got != NULL) {
+                        PyObject *rel = PyObject_CallMethodNoArgs(lock, s_release);
+                        if (rel == NULL)
+                            r = -1;
+                        Py_XDECREF(rel);
+                    }
+                    Py_XDECREF(got);
+                    ts = PyEval_SaveThread();
+                    if (r < 0) {
+                        failed = 1;
+                        why = W_PROGRESS;
+                        break;
+                    }
+                    if (j > 0)
+                        tx_due = 1;
+                    if (j < nd) {
+                        row[0] += j * HEADER_LEN;
+                        row[1] -= j * HEADER_LEN;
+                        memmove(rows, row, (size_t)(n - k) * 5 * sizeof(int64_t));
+                        left = n - k;
+                        why = W_SOCK;
+                        break;
+                    }
+                    memmove(rows, row + 5, (size_t)(n - k - 1) * 5 * sizeof(int64_t));
+                    n -= k + 1;
+                    verified = 0;
                     continue;
                 }
                 if (k < n) {  /* the rest to the Python path, at the front of recs */
@@ -1086,6 +1358,8 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                            a->nelems, a->max_count, a->max_end, a->max_seq, e.cum, acks, since_ack, last, unacked_at,
                            e.ce_state, ce_fresh);
 done:
+    Py_XDECREF(tx.rank_obj);
+    Py_XDECREF(tx.tid_obj);
     entry_release(&e);
     Py_XDECREF(st);
     Py_XDECREF(key);
@@ -1116,6 +1390,15 @@ PyMODINIT_FUNC PyInit__rxlane(void)
     if (s_acquire == NULL && (s_acquire = PyUnicode_InternFromString("acquire")) == NULL)
         return NULL;
     if (s_release == NULL && (s_release = PyUnicode_InternFromString("release")) == NULL)
+        return NULL;
+    if (s_rx_datagrams == NULL
+        && ((s_rx_datagrams = PyUnicode_InternFromString("rx_datagrams")) == NULL
+            || (s_rx_gro_buffers = PyUnicode_InternFromString("rx_gro_buffers")) == NULL
+            || (s_acks_rx = PyUnicode_InternFromString("acks_rx")) == NULL
+            || (s_ecn_echo_rx = PyUnicode_InternFromString("ecn_echo_rx")) == NULL
+            || (s_acks = PyUnicode_InternFromString("acks")) == NULL
+            || (s_ecn_echoes = PyUnicode_InternFromString("ecn_echoes")) == NULL
+            || (s_last_feedback = PyUnicode_InternFromString("last_feedback")) == NULL))
         return NULL;
     if (ATTR[0] == NULL && txstep_init() < 0)
         return NULL;

@@ -407,9 +407,14 @@ class Endpoint:
                     self._plan_timers(now)  # as before) was most of the thread's wake-ups on a slow link
                 until = self._next_tick
                 timeout = max(0.0, min(wait, until - now)) if busy else min(0.2, max(0.0, until - now))
+                cand = send = None
+                if native_wait and job is None and not tx.full and not tx.ctl_backlog:
+                    cand = self._receiver.native_candidate()
+                    lone = sender.native_candidate()
+                    if lone is not None:  # (the wait sends the lone send's bursts itself, when pacing allows)
+                        send = (*lone, now + wait if wait < 1.0 else 0.0)
+                        timeout = max(0.0, until - now)
                 self._sleep_until = now + timeout
-                cand = self._receiver.native_candidate() if native_wait and job is None and not tx.full and \
-                    not tx.ctl_backlog else None
             if job is not None:
                 tx.transmit(job)
                 continue
@@ -417,9 +422,9 @@ class Endpoint:
             taken = 0
             if held:
                 continue
-            if cand is not None:  # (the receiver's steady state, natively: Intake.wait)
+            if cand is not None or send is not None:  # (the steady state, natively: Intake.wait)
                 try:
-                    why, left = self._intake.wait(cand, timeout, wake_fd, timer_fd, self._lock)
+                    why, left = self._intake.wait(cand, send, timeout, wake_fd, timer_fd, self._lock, tx)
                 except Exception:  # never let a bug kill the I/O thread silently
                     with self._lock:
                         self._c["internal_errors"] += 1

@@ -36,6 +36,7 @@ __all__ = ["Intake", "TOOK"]
 
 #: in :meth:`Intake.wait`'s first result: the wait took datagrams (not one of ``_rxlane``'s W_* bits)
 TOOK = _TOOK = 0x1000
+_NO_ACK = bytes(wire.HEADER_LEN)  # (rx_wait's ACK header when it waits for a send alone: never sent)
 
 
 class Intake:
@@ -120,23 +121,36 @@ class Intake:
             rest.extend(self._lane(again, m, now))  # (what it leaves: the Python path, after the others)
         return rest
 
-    def wait(self, inc, timeout: float, wake_fd: int, timer_fd: int, lock) -> tuple[int, int]:
-        """The I/O thread's sleep while ``inc`` (``Receiver.native_candidate``) arrives in order, called without
-        the lock: ``_rxlane.rx_wait`` receives, writes in and ACKs its packets natively, one socket wake-up after
-        another, until something else needs the Python loop. Then, under the lock, the receiver accounts for what
-        it did (``Receiver.native_progress``) and this counts the datagrams and wake-ups. Returns (why, records):
-        the ``_rxlane.W_*`` bits that ended the wait, with ``TOOK`` when it took any datagram (the timers' plan is
-        stale: a NACK's deadline may come from them), and how many records it left at the front of the socket's
-        ``recs`` for :meth:`handle`."""
+    def wait(self, inc, send, timeout: float, wake_fd: int, timer_fd: int, lock, transmitter) -> tuple[int, int]:
+        """The I/O thread's sleep while ``inc`` (``Receiver.native_candidate``; None: none) arrives in order and
+        the lone send ``send`` (``(peer, transfer, pacing deadline)`` of ``Sender.native_candidate``; None: none)
+        is ACKed, called without the lock: ``_rxlane.rx_wait`` receives, writes in and ACKs the one's packets, and
+        takes the other's cumulative ACKs and sends its next bursts (through ``transmitter``), natively, one socket
+        wake-up after another, until something else needs the Python loop. Then, under the lock, the receiver
+        accounts for what it did (``Receiver.native_progress``; the send's ACKs and bursts were counted as they
+        came) and this counts the datagrams and wake-ups. Returns (why, records): the ``_rxlane.W_*`` bits that
+        ended the wait, with ``TOOK`` when it took any datagram (the timers' plan is stale: a NACK's deadline may
+        come from them), and how many records it left at the front of the socket's ``recs`` for :meth:`handle`."""
         io = self._io
         o = self._receiver.opts
+        tx = None
+        if send is not None:
+            p, out, pacing = send
+            tx = (self._sender, p, out, p.rank, self._key_of[p.rank], out.total, o.burst, o.send_buf,
+                  transmitter.transmit, transmitter, self._c, self._heard, p.addr, pacing)
+        if inc is not None:
+            args = (self._receiver.incoming, inc, inc.peer, self._key_of[inc.peer], self.job_id, self.nonce,
+                    self._key, self._receiver.ack_template(inc), o.ack_every, lock, inc.since_ack, inc.unacked_at,
+                    inc.last_arrival)
+        else:
+            args = (self._receiver.incoming, None, 0, 0, self.job_id, self.nonce, self._key, _NO_ACK, o.ack_every,
+                    lock, 0, 0.0, 0.0)
+        acks_rx = self._c["acks_rx"]
         (why, left, wakes, dgrams, gro, fresh, dups, got, nelems, max_count, max_end, max_seq, cum, acks, unacked,
          last, unacked_at, ce_state, marked) = _rxlane.rx_wait(
             io.sock.fileno(), wake_fd, timer_fd, timeout, io.rxbuf, io.recs, RX_BATCH, RX_BATCH_BYTES, MAX_DGRAM,
-            self._receiver.incoming, inc, inc.peer, self._key_of[inc.peer], self.job_id, self.nonce, self._key,
-            self._receiver.ack_template(inc), o.ack_every, lock, inc.since_ack, inc.unacked_at, inc.last_arrival,
-            float(o.ack_hold), o.ack_min)
-        if dgrams or acks or wakes:
+            *args, float(o.ack_hold), o.ack_min, tx)
+        if dgrams or acks or wakes or self._c["acks_rx"] != acks_rx:
             why |= _TOOK
             with lock:
                 c = self._c
@@ -145,8 +159,9 @@ class Intake:
                 c["rx_gro_buffers"] += gro
                 c["io_wakes_socket"] += wakes
                 c["io_native_wakes"] += wakes
-                self._receiver.native_progress(inc, fresh, dups, got, nelems, max_count, max_end, max_seq, cum,
-                                               acks, unacked, unacked_at, bool(ce_state), marked, last)
+                if inc is not None:
+                    self._receiver.native_progress(inc, fresh, dups, got, nelems, max_count, max_end, max_seq, cum,
+                                                   acks, unacked, unacked_at, bool(ce_state), marked, last)
         return why, left
 
     def _handle_records(self, recs: list[tuple], now: float) -> None:

@@ -532,6 +532,20 @@ class Sender:
             o.ecn_echoes += 1
             c["ecn_echo_rx"] += 1
 
+    def native_candidate(self) -> tuple[PeerState, OutTransfer] | None:
+        """The lone send the I/O thread may sleep in ``_rxlane.rx_wait`` for (under the lock, about to sleep):
+        ``(peer, transfer)`` when one transfer is in progress, with no retransmission queued, no burst of a caller
+        in flight, no slices left to classify, and the send buffer as :meth:`pick_burst` wants it (the shape
+        ``_rxlane.pick_solo`` decides for). Its cumulative ACKs and its next bursts then take no Python loop.
+        None when there is none, or the C lanes are off."""
+        if self.n_active != 1 or self._pick_solo is None or self.sliced or self._send_buf != self.opts.send_buf:
+            return None
+        for p in self.peers.values():
+            if p.active:
+                o = p.active[0]
+                return None if o.sending or o.retxq or o.tid >> 63 else (p, o)
+        return None
+
     def classify_slices(self) -> None:
         """On the I/O thread: classify the next slice of every sliced send with less than half a slice of written
         headers left to send, and make its packets sendable. Here and not in send()'s caller, nor in a thread of its

@@ -7,18 +7,24 @@ field by field, floats bit for bit."""
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from host.transport.api import Options
+from host.transport.control import CTL, CTL_DONE, HDR, W_FLAGS, W_SEQ, W_TAG, W_VT, clock_us, pack_control_header
+from host.transport.packetio import packet_tag
 from host.transport.cc import FAST_ALPHA, CCParams
 from host.transport.packetio import _rxlane
 from host.transport.sender import Sender, on_cum_ack, plan_send
 from host.transport.stats import Counters
 from host.transport.tensors import view_tensor
+from host.wire import TAG_AT as W_TAG_AT
+from host.wire import Flag, MsgType
 
 ARRAYS = ("acked", "inflight", "queued", "retx", "sent_order", "sent_time")
 SCALARS = ("cum_acked", "acked_hi", "progress", "probes", "next_seq", "order", "pkts_sent", "last_sent")
@@ -149,3 +155,133 @@ def test_bad_state_is_an_error_not_a_crash():
         _rxlane.cum_ack(p, o, 5, False, 1.0, 0)
     with pytest.raises(TypeError, match="6 arguments"):
         _rxlane.cum_ack(p, o, 5)
+
+
+# --- the lone send in rx_wait, end to end ---------------------------------------------------------------------------
+
+KEY = bytes(range(60, 76))
+JOB, NONCE = 9, 0x4321
+
+
+class _Peer:
+    """A silent rank 1 on a real socket, answering the send of rank 0's endpoint (``native_wait`` on or off) with
+    ACKs it builds itself, in lock step: each answer, then every data packet the endpoint sends for it, until it
+    goes quiet. A small fixed window (4 packets, no delay signal, no ACK-delay stretch, RTOs of seconds) makes every
+    burst depend only on the ACKs, not on the clock, so both loops must send the same packets for the same
+    answers."""
+
+    def __init__(self, native_wait: bool, x: np.ndarray):
+        from host.transport import Endpoint
+        from host.transport.chunking import payload_capacity
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        mss = payload_capacity(1500)
+        ccp = CCParams(mss=mss, init_cwnd_pkts=4, max_cwnd_bytes=4 * mss, delay_target=None, hystart_delay=None,
+                       probe_delay=None, ack_delay_comp=False, rto_min=5.0, rto_max=10.0, rto_init=5.0)
+        self.ep = Endpoint(0, {0: ("127.0.0.1", 0), 1: self.sock.getsockname()}, JOB, NONCE,
+                           Options(mtu=1500, native_wait=native_wait, cc=ccp, peer_timeout=30, linger=0.0), key=KEY)
+        self.to = self.ep._io.sock.getsockname()
+        self.total = -(-x.size // 356)
+        self.got: list[tuple[int, int]] = []  # (seq, flags) of every data packet, in order
+        self.steps: list[list[int]] = []  # the seqs each answer brought
+        self.h = self.ep.send(1, x, transfer_id=5)
+        self.cum = 0
+        self._collect()
+
+    def _collect(self) -> None:
+        seqs = []
+        while True:
+            try:
+                d = self.sock.recv(65536)
+            except socket.timeout:
+                break
+            w = HDR.unpack_from(d)
+            if w[W_VT] & 0x0F == MsgType.CONTROL:
+                continue  # (a liveness probe: the peer had not been heard from yet)
+            assert w[W_VT] & 0x0F == MsgType.DATA and packet_tag(KEY, d[:48], d[48:]) == w[W_TAG]
+            seqs.append(w[W_SEQ])
+            self.got.append((w[W_SEQ], w[W_FLAGS]))
+        while self.cum < self.total and any(s == self.cum for s, _ in self.got):
+            self.cum += 1
+        self.steps.append(seqs)
+
+    def answer(self, kind: str, upto: int | None = None) -> None:
+        """One answer: ``kind`` ack (cumulative, of ``upto`` packets or all in), ecn (the same with ECN-Echo), dup
+        (the last ACK again),
+        bitmap (an ACK of the next two packets as a bitmap above the current base), forged (a wrong tag),
+        foreign (another job), stale (another transfer), done (the DONE)."""
+        buf = bytearray(48 + (1 if kind == "bitmap" else 0) + (CTL.size if kind == "done" else 0))
+        tid, job, seq, count = 5, JOB, min(self.cum, upto) if upto is not None else self.cum, 0
+        mt, flags = MsgType.ACK, 0
+        if kind == "ecn":
+            flags = int(Flag.ECN_ECHO)
+        elif kind == "dup":
+            seq = self.prev
+        elif kind == "bitmap":
+            seq, count = self.prev, 2
+            buf[48] = 0b11000000 if self.cum >= self.prev + 2 else 0
+        elif kind == "foreign":
+            job += 1
+        elif kind == "stale":
+            tid = 6
+        elif kind == "done":
+            mt = MsgType.CONTROL
+            CTL.pack_into(buf, 48, CTL_DONE, self.total)
+        pack_control_header(buf, mt, flags=flags, rank=1, job_id=job, transfer_id=tid, seq=seq, total=self.total,
+                            count=count, nonce=NONCE, offset=clock_us(time.monotonic()))
+        tag = packet_tag(KEY, buf[:48], buf[48:])
+        buf[W_TAG_AT:48] = (tag ^ (1 if kind == "forged" else 0)).to_bytes(8, "big")
+        self.sock.sendto(bytes(buf), self.to)
+        if kind in ("ack", "ecn"):
+            self.prev = seq
+        self._collect()
+
+    def close(self) -> None:
+        self.ep.close()
+        self.sock.close()
+
+
+def test_the_lone_send_in_the_native_wait_equals_the_python_loop():
+    """The sender's steady state in ``_rxlane.rx_wait`` (a lone send: its cumulative ACKs taken and its next bursts
+    sent natively) against the Python loop: the same answers -- plain ACKs of one to three packets, ECN-Echo
+    (a cut), a forged, a foreign and a stale ACK, a duplicate, an ACK with a bitmap (the Python path's), the DONE
+    -- bring the same data packets, burst by burst, the same counters and the same window; most ACKs took no
+    Python (``io_native_wakes``)."""
+    x = np.random.default_rng(3).standard_normal(60 * 356).astype(np.float32)
+    script = [("ack", 2), ("ack", None), ("ecn", None), ("forged", None), ("foreign", None), ("stale", None),
+              ("ack", None), ("dup", None), ("ack", None), ("bitmap", None), ("ack", None)]
+    twins = []
+    try:
+        for native in (True, False):  # (one after the other: a send left waiting would time out)
+            t = _Peer(native, x)
+            twins.append(t)
+            for kind, upto in script:
+                t.answer(kind, upto)
+            rng = np.random.default_rng(8)
+            for _ in range(200):
+                if t.cum >= t.total:
+                    break
+                t.answer("ack", t.prev + int(rng.integers(1, 4)))
+            assert t.cum == t.total, (t.cum, t.total)
+            t.answer("done")
+            stats = t.h.wait(10)
+            assert stats["packets_sent"] == t.total and stats["retransmissions"] == 0
+        a, b = twins
+        assert a.steps == b.steps and a.got == b.got
+        keys = ("tx_data_packets", "acks_rx", "ecn_echo_rx", "stale_feedback", "foreign",
+                "rejected_by_field", "malformed", "retransmissions", "dones_rx", "transfers_sent", "rx_datagrams")
+        sa, sb = (t.ep.stats() for t in twins)
+        assert {k: sa[k] for k in keys} == {k: sb[k] for k in keys}
+        assert sa["foreign"] == 1 and sa["stale_feedback"] == 1 and sa["rejected_by_field"] == {"tag": 1}
+        assert sa["ecn_echo_rx"] == 1 and sa["transfers_sent"] == 1
+        ca, cb = (t.ep.stats()["peers"][1] for t in twins)
+        for k in ("cwnd", "ssthresh", "alpha", "cuts", "ecn_marks", "timeouts"):
+            assert ca[k] == cb[k], k
+        assert ca["cuts"] >= 1
+        print("NATIVE_WAKES", sa["io_native_wakes"], "of", sa["acks_rx"], "ACKs")
+        assert sa["io_native_wakes"] >= sa["acks_rx"] // 2 and sb["io_native_wakes"] == 0
+    finally:
+        for t in twins:
+            t.close()
