@@ -93,8 +93,9 @@ class Options:
     # the C fast lanes (host/transport/_rxlane.c, _txlane.c); False, or DLCP_NATIVE=0 in the environment: the
     # Python paths only (A/B measurements, debugging)
     native: bool = field(default_factory=lambda: os.environ.get("DLCP_NATIVE", "1") != "0")
-    # with native: while one posted transfer arrives in order, the I/O thread sleeps in the C receive lane's
-    # rx_wait, which takes its packets and ACKs them with no Python per wake-up (Intake.wait); False: every
+    # with native: while one posted transfer arrives in order, or one send is in progress alone, the I/O thread
+    # sleeps in the C receive lane's rx_wait, which takes the one's packets and ACKs them, and the other's
+    # cumulative ACKs and sends its next bursts, with no Python per wake-up (Intake.wait); False: every
     # wake-up runs the Python loop (the twin tests hold the two equal). Off with a socket_wrapper (its sends
     # must see every ACK) and with rx_hold (a sleep of its own); it keeps ack_hold's rule itself.
     native_wait: bool = True
