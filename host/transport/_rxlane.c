@@ -929,7 +929,8 @@ static int tx_send_step(Tx *t, PyObject *lock)
 
 PyDoc_STRVAR(rx_wait_doc,
 "rx_wait(fd, wake_fd, timer_fd, timeout, buf, recs, maxrecs, maxbytes, slot, incoming, inc, rank, src,\n"
-"        job, nonce, key, ack, ack_every, lock, since_ack, unacked_at, last_arrival, hold, ack_min, tx)\n"
+"        job, nonce, key, ack, ack_every, lock, since_ack, unacked_at, last_arrival, hold, ack_min, tx, rx_hold,\n"
+"        rx_hold_records, taken)\n"
 "--\n\n"
 "The I/O thread's sleep, for an endpoint whose one posted transfer ``inc`` (``incoming[(rank, inc.tid)]``, from\n"
 "the source key ``src``; None: none) is arriving in order, or whose one send in progress ``tx`` describes (None:\n"
@@ -947,6 +948,10 @@ PyDoc_STRVAR(rx_wait_doc,
 "tag checked) is taken as Intake and Sender.on_feedback take it (_txstep.h's on_cum_ack, with the lock held);\n"
 "then, and when pacing allows (``next_send``, time.monotonic()), the bursts Sender.pick_burst would choose\n"
 "leave through ``transmit`` (Transmitter.transmit), at most four between two receive passes.\n"
+"``rx_hold`` (Options.rx_hold; 0: none): after a socket wake-up of at most ``rx_hold_records`` records (or the\n"
+"Python loop's pass of ``taken`` records) while ``inc`` has more than 4 packets to come or the send is in\n"
+"progress, the socket is not polled for ``rx_hold`` seconds (Endpoint._rx_hold's rule): what came meanwhile is\n"
+"taken in one pass.\n"
 "Then sleep again. It returns to Python for anything else: a record neither path takes (left at the front of\n"
 "``recs``), a duplicate, a hole (an ACK with a bitmap), the LAST seq, every protected packet in (the transfer\n"
 "completes), an ACK it could not send, ``inc`` no longer the open transfer it was, or a send no longer alone,\n"
@@ -955,16 +960,21 @@ PyDoc_STRVAR(rx_wait_doc,
 "max_seq, cum, acks, unacked, last_arrival, unacked_at, ce_state, ce_fresh): ``why`` the W_* bits, ``left`` the\n"
 "records left in ``recs``, ``wakes`` the socket wake-ups it handled whole, then the totals of what it wrote in\n"
 "(as fast_pass's progress tuple), the ACKs it sent, the packets it has not ACKed, the time.monotonic() of its\n"
-"last receive and the arrival time of the first packet not ACKed, the ECN state and the CE-marked packets. (The\n"
+"last receive and the arrival time of the first packet not ACKed, the ECN state, the CE-marked packets and the\n"
+"receive holds slept out. (The\n"
 "send's ACKs and bursts are counted in ``counters`` and its objects as the Python path counts them.)");
 
 static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 25) {
-        PyErr_Format(PyExc_TypeError, "rx_wait takes 25 arguments, got %zd", nargs);
+    if (nargs != 28) {
+        PyErr_Format(PyExc_TypeError, "rx_wait takes 28 arguments, got %zd", nargs);
         return NULL;
     }
+    double rx_hold = PyFloat_AsDouble(args[25]);
+    long long rx_hold_records = PyLong_AsLongLong(args[26]), taken = PyLong_AsLongLong(args[27]);
+    if (PyErr_Occurred())
+        return NULL;
     Tx tx;
     memset(&tx, 0, sizeof tx);
     int have_tx = args[24] != Py_None, have_rx = args[10] != Py_None;
@@ -1097,6 +1107,19 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         since_ack = 0;                                                                                       \
     } while (0)
     int tx_due = 0;  /* pick bursts now (ACKs came, or four bursts left and more may be due) */
+    /* the receive hold (Options.rx_hold, Endpoint._rx_hold's rule): after a socket wake-up of at most
+     * rx_hold_records records while the transfer has more than 4 packets to come (or the send is in progress),
+     * sleep through arrivals until hold_until (a caller's work and the wake-up timer still end it); ``taken``: the
+     * records the Python loop's last pass took (0: none) */
+    long long holds = 0, took = (long long)taken;
+#define HOLD_AFTER(now)                                                                                      \
+    do {                                                                                                     \
+        if (rx_hold > 0 && took > 0 && took <= rx_hold_records && ((have_rx && total - e.cum > 4) || have_tx)) \
+            hold_until = (now) + rx_hold;                                                                    \
+        took = 0;                                                                                            \
+    } while (0)
+    double hold_until = 0.0;
+    HOLD_AFTER(mono_now());
     PyThreadState *ts = PyEval_SaveThread();
     for (;;) {
         double now = mono_now();
@@ -1122,6 +1145,9 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
             held = 0;
         }
         double until = held && unacked_at + hold < deadline ? unacked_at + hold : deadline;
+        int holding = hold_until > now;
+        if (holding && hold_until < until)
+            until = hold_until;
         if (tx_due)
             until = now;  /* (a poll that does not sleep) */
         else if (have_tx && tx.next > 0 && tx.next < until)
@@ -1133,7 +1159,7 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         }
         if (rem < 0)
             rem = 0;
-        struct pollfd pfd[3] = {{fd, POLLIN, 0}, {wake_fd, POLLIN, 0}, {timer_fd, POLLIN, 0}};
+        struct pollfd pfd[3] = {{holding ? -1 : fd, POLLIN, 0}, {wake_fd, POLLIN, 0}, {timer_fd, POLLIN, 0}};
         struct timespec tsp = {(time_t)rem, (long)((rem - (double)(time_t)rem) * 1e9)};
         int pr = ppoll(pfd, timer_fd >= 0 ? 3 : 2, &tsp, NULL);
         if (pr < 0) {
@@ -1143,8 +1169,12 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
             break;
         }
         if (pr == 0) {
+            if (holding && until >= hold_until) {
+                holds++;  /* the receive hold is out: the socket is polled (and drained) again */
+                hold_until = 0.0;
+            }
             if (until < deadline)
-                continue;  /* the held ACK's time: sent above */
+                continue;  /* the held ACK's time: sent above (or pacing's, or the hold's end) */
             why = W_TIMEOUT;
             break;
         }
@@ -1164,6 +1194,7 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         for (int pass = 0;; pass++) {  /* one socket wake-up: receive passes until the socket is empty */
             int err = 0, full = 0;
             Py_ssize_t n = recv_into(fd, buf, rows, maxrecs, maxbytes, slot, &err, &full);
+            took += n;
             if (n == 0) {
                 if (pass == 0 || err) {  /* readable, yet nothing: an error report (the Python path reads it) */
                     why = W_SOCK;
@@ -1347,16 +1378,18 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         if (why)
             break;
         wakes++;
+        HOLD_AFTER(mono_now());
     }
+#undef HOLD_AFTER
 #undef SEND_ACK
 #undef ACK_BASE
     PyEval_RestoreThread(ts);
     if (failed)
         goto done;
     Acc *a = &e.acc;
-    result = Py_BuildValue("(inLLLLLLLLLLnLLddiL)", why, left, wakes, a->ndg, gro, a->fresh, a->dups, a->got,
+    result = Py_BuildValue("(inLLLLLLLLLLnLLddiLL)", why, left, wakes, a->ndg, gro, a->fresh, a->dups, a->got,
                            a->nelems, a->max_count, a->max_end, a->max_seq, e.cum, acks, since_ack, last, unacked_at,
-                           e.ce_state, ce_fresh);
+                           e.ce_state, ce_fresh, holds);
 done:
     Py_XDECREF(tx.rank_obj);
     Py_XDECREF(tx.tid_obj);

@@ -97,7 +97,7 @@ class Options:
     # sleeps in the C receive lane's rx_wait, which takes the one's packets and ACKs them, and the other's
     # cumulative ACKs and sends its next bursts, with no Python per wake-up (Intake.wait); False: every
     # wake-up runs the Python loop (the twin tests hold the two equal). Off with a socket_wrapper (its sends
-    # must see every ACK) and with rx_hold (a sleep of its own); it keeps ack_hold's rule itself.
+    # must see every ACK); it keeps ack_hold's and rx_hold's rules itself.
     native_wait: bool = True
 
 

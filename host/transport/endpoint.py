@@ -145,7 +145,7 @@ class Endpoint:
         self._liveness.attach(self._sender, self._receiver, settle=self._settle)
         self._intake = Intake(self.job_id, self.nonce, key, rank_of, io, native_rx=io.native_rx, counters=counters,
                               receiver=self._receiver, sender=self._sender, liveness=self._liveness)
-        self._native_wait = io.native_rx and opts.native_wait and io.tx is io.sock and not opts.rx_hold
+        self._native_wait = io.native_rx and opts.native_wait and io.tx is io.sock
         self._io_thread = threading.Thread(target=self._io_loop, name=f"dlcp-io-{rank}", daemon=True)
         self._io_thread.start()
 
@@ -418,13 +418,14 @@ class Endpoint:
             if job is not None:
                 tx.transmit(job)
                 continue
-            held = self._rx_hold(taken, timeout)
-            taken = 0
+            native = cand is not None or send is not None
+            held = not native and self._rx_hold(taken, timeout)  # (the native wait keeps the hold itself)
+            took, taken = taken, 0
             if held:
                 continue
-            if cand is not None or send is not None:  # (the steady state, natively: Intake.wait)
+            if native:  # (the steady state, natively: Intake.wait)
                 try:
-                    why, left = self._intake.wait(cand, send, timeout, wake_fd, timer_fd, self._lock, tx)
+                    why, left = self._intake.wait(cand, send, timeout, wake_fd, timer_fd, self._lock, tx, took)
                 except Exception:  # never let a bug kill the I/O thread silently
                     with self._lock:
                         self._c["internal_errors"] += 1

@@ -121,7 +121,8 @@ class Intake:
             rest.extend(self._lane(again, m, now))  # (what it leaves: the Python path, after the others)
         return rest
 
-    def wait(self, inc, send, timeout: float, wake_fd: int, timer_fd: int, lock, transmitter) -> tuple[int, int]:
+    def wait(self, inc, send, timeout: float, wake_fd: int, timer_fd: int, lock, transmitter,
+             taken: int) -> tuple[int, int]:
         """The I/O thread's sleep while ``inc`` (``Receiver.native_candidate``; None: none) arrives in order and
         the lone send ``send`` (``(peer, transfer, pacing deadline)`` of ``Sender.native_candidate``; None: none)
         is ACKed, called without the lock: ``_rxlane.rx_wait`` receives, writes in and ACKs the one's packets, and
@@ -130,7 +131,9 @@ class Intake:
         accounts for what it did (``Receiver.native_progress``; the send's ACKs and bursts were counted as they
         came) and this counts the datagrams and wake-ups. Returns (why, records): the ``_rxlane.W_*`` bits that
         ended the wait, with ``TOOK`` when it took any datagram (the timers' plan is stale: a NACK's deadline may
-        come from them), and how many records it left at the front of the socket's ``recs`` for :meth:`handle`."""
+        come from them), and how many records it left at the front of the socket's ``recs`` for :meth:`handle`.
+        ``taken``: the records the loop's passes took since it last slept (the receive hold's rule, Options.rx_hold,
+        which the wait keeps)."""
         io = self._io
         o = self._receiver.opts
         tx = None
@@ -147,9 +150,11 @@ class Intake:
                     lock, 0, 0.0, 0.0)
         acks_rx = self._c["acks_rx"]
         (why, left, wakes, dgrams, gro, fresh, dups, got, nelems, max_count, max_end, max_seq, cum, acks, unacked,
-         last, unacked_at, ce_state, marked) = _rxlane.rx_wait(
+         last, unacked_at, ce_state, marked, holds) = _rxlane.rx_wait(
             io.sock.fileno(), wake_fd, timer_fd, timeout, io.rxbuf, io.recs, RX_BATCH, RX_BATCH_BYTES, MAX_DGRAM,
-            *args, float(o.ack_hold), o.ack_min, tx)
+            *args, float(o.ack_hold), o.ack_min, tx, float(o.rx_hold), o.rx_hold_records, taken)
+        if holds:
+            self._c["io_rx_holds"] += holds  # (this thread's counter)
         if dgrams or acks or wakes or self._c["acks_rx"] != acks_rx:
             why |= _TOOK
             with lock:
