@@ -678,7 +678,7 @@ done:
 #define W_CLOSED 0x10   /* poll failed: a descriptor was closed under it (the endpoint is closing) */
 #define W_SENDERR 0x20  /* an ACK could not be sent (left to the Python path, which may queue it); when the
                          * failure was an ICMP report, the error queue has it */
-#define W_PROGRESS 0x40 /* what it wrote in needs the Python path: a duplicate, a hole, the LAST seq, the transfer
+#define W_PROGRESS 0x40 /* what it wrote in needs the Python path: a duplicate, the LAST seq, the transfer
                          * complete, or an ACK it could not send */
 
 /* the bytes of a batch from which rx_wait copies them in with the GIL released (the lock still held): a smaller
@@ -732,22 +732,45 @@ static int still_ours(PyObject *incoming, PyObject *key, PyObject *inc, PyObject
     return same;
 }
 
+/* the most packets an ACK's bitmap reports (Receiver.send_ack: 8 * (mss - 8), mss at least 576 - 28 - 48) */
+#define MAX_ACK_BITS (8 * (9000 - 28 - HEADER_LEN - 8))
+
 /* Send the ACK of ``template`` (48 bytes: the transfer's ACK header, seq, offset and tag still to write) for
- * ``base`` now, stamped with the time ``stamp`` (0: now), keyed when ``sched``; 0 sent, else the errno (an ICMP report is retried once, as the Python path's
- * ``unrefused`` does). */
+ * ``base`` now, stamped with the time ``stamp`` (0: now), keyed when ``sched``; with a hole (``max_seq`` >= base)
+ * its bitmap reports what arrived from ``base`` on (``arrived``, at most ``maxbits`` seqs, up to the last that
+ * arrived), as Receiver.send_ack builds it. 0 sent, else the errno (an ICMP report is retried once, as the Python
+ * path's ``unrefused`` does). */
 static int send_ack(int fd, const uint8_t *tmpl, uint32_t base, const uint8_t *sched, const struct sockaddr_in *to,
-                    double stamp, int ece)
+                    double stamp, int ece, const uint8_t *arrived, long long max_seq, long long total,
+                    long long maxbits)
 {
-    uint8_t pkt[HEADER_LEN];
+    uint8_t pkt[HEADER_LEN + MAX_ACK_BITS / 8];
     memcpy(pkt, tmpl, HEADER_LEN);
     pkt[O_FLAGS] = (uint8_t)((pkt[O_FLAGS] & ~F_ECN_ECHO) | (ece ? F_ECN_ECHO : 0));
     put_be32(pkt + O_SEQ, base);
+    size_t plen = 0;
+    if (arrived != NULL && max_seq >= (long long)base) {
+        long long end = (long long)base + maxbits < total ? (long long)base + maxbits : total, count = 0;
+        for (long long k = end - 1; k >= (long long)base; k--)
+            if (arrived[k]) {
+                count = k - (long long)base + 1;
+                break;
+            }
+        plen = (size_t)((count + 7) >> 3);
+        memset(pkt + HEADER_LEN, 0, plen);
+        for (long long k = 0; k < count; k++)
+            if (arrived[base + k])
+                pkt[HEADER_LEN + (k >> 3)] |= (uint8_t)(0x80 >> (k & 7));  /* np.packbits: the first bit high */
+        pkt[O_COUNT] = (uint8_t)(count >> 8);
+        pkt[O_COUNT + 1] = (uint8_t)count;
+    }
     double t = stamp > 0 ? stamp : mono_now();
     put_be32(pkt + O_OFFSET, (uint32_t)((uint64_t)(t * 1e6) & 0xFFFFFFFFu));  /* control.clock_us */
     if (sched != NULL)
-        dlcp_put_be64(pkt + O_TAG, dlcp_tag(sched, pkt, pkt + HEADER_LEN, 0));
+        dlcp_put_be64(pkt + O_TAG, dlcp_tag(sched, pkt, pkt + HEADER_LEN, plen));
     for (int tries = 0; tries < 2; tries++) {
-        if (sendto(fd, pkt, HEADER_LEN, MSG_DONTWAIT, (const struct sockaddr *)to, sizeof *to) == HEADER_LEN)
+        if (sendto(fd, pkt, HEADER_LEN + plen, MSG_DONTWAIT, (const struct sockaddr *)to, sizeof *to)
+            == (ssize_t)(HEADER_LEN + plen))
             return 0;
         if (errno == EINTR) {
             tries--;
@@ -763,22 +786,23 @@ static int send_ack(int fd, const uint8_t *tmpl, uint32_t base, const uint8_t *s
 /* ---- the lone send's ACKs and bursts, within rx_wait (_txstep.h does the sender's part) ----------------------- */
 
 #define MT_ACK 1
+#define MT_NACK 2
 
-/* A record of cumulative ACKs for the lone send: every datagram a header-only ACK (count 0, no bitmap) of transfer
- * ``tid`` of ``rank`` with ``total`` packets, of this job (Intake's checks for an ACK, and Sender.on_feedback's
- * common shape). The tags are record_tags_ok's. */
-static int ack_record_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, uint32_t job, uint32_t nonce,
-                         uint32_t rank, uint64_t tid, uint32_t total)
+/* A record of feedback for the lone send: every datagram an ACK or NACK of transfer ``tid`` of ``rank`` with
+ * ``total`` packets, of this job, its bitmap ``count`` bits long (Intake's checks for feedback). The tags are
+ * record_tags_ok's. */
+static int fb_record_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, uint32_t job, uint32_t nonce,
+                        uint32_t rank, uint64_t tid, uint32_t total)
 {
     if (seg == 0 || seg > nbytes)
         seg = nbytes;
-    if (seg != HEADER_LEN || nbytes % HEADER_LEN)
-        return 0;
-    for (Py_ssize_t s = 0; s < nbytes; s += HEADER_LEN) {
+    for (Py_ssize_t s = 0; s < nbytes; s += seg) {
+        Py_ssize_t ln = nbytes - s < seg ? nbytes - s : seg;
         const uint8_t *h = base + s;
-        if (h[O_VT] != ((VERSION << 4) | MT_ACK) || (h[O_FLAGS] & 0xF0) || (h[O_PMR] & 3) || h[O_DTYPE] >= NDTYPES
-            || be16(h + O_COUNT) || be32(h + O_JOB) != job || be16(h + O_NONCE) != nonce || be16(h + O_RANK) != rank
-            || tid64(h) != tid || be32(h + O_TOTAL) != total)
+        if (ln < HEADER_LEN || (h[O_VT] != ((VERSION << 4) | MT_ACK) && h[O_VT] != ((VERSION << 4) | MT_NACK))
+            || (h[O_FLAGS] & 0xF0) || (h[O_PMR] & 3) || h[O_DTYPE] >= NDTYPES
+            || ln - HEADER_LEN != (Py_ssize_t)((be16(h + O_COUNT) + 7) >> 3) || be32(h + O_JOB) != job
+            || be16(h + O_NONCE) != nonce || be16(h + O_RANK) != rank || tid64(h) != tid || be32(h + O_TOTAL) != total)
             return 0;
     }
     return 1;
@@ -786,7 +810,7 @@ static int ack_record_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg,
 
 /* What rx_wait needs of the lone send (Sender.native_candidate, via Intake.wait) */
 typedef struct {
-    PyObject *sender, *p, *o, *rank_obj, *tid_obj, *transmit, *txobj, *counters, *heard, *addr;
+    PyObject *sender, *p, *o, *rank_obj, *tid_obj, *transmit, *txobj, *counters, *heard, *addr, *feedback;
     long rank;
     long long src, total, burst, send_buf;
     uint64_t tid;
@@ -832,12 +856,14 @@ static int obj_add(PyObject *obj, PyObject *name, long long n)  /* obj.name += n
     return r;
 }
 
-/* With the GIL and the endpoint's lock held: take the cumulative ACK ``h`` (checked by ack_record_ok and its tag)
+/* With the GIL and the endpoint's lock held: take the cumulative ACK ``h`` (checked by fb_record_ok and its tag)
  * for the lone send as Intake and Sender.on_feedback would (the source heard, the counters, the peer's feedback
- * time, sender.on_cum_ack): 1 taken, 0 not this path's (the send is no longer in progress, or the ACK is not of
- * the common shape: the Python path takes it, unchanged), -1 with an exception set. */
-static int tx_take_ack(Tx *t, const uint8_t *h, double now)
+ * time, sender.on_cum_ack): 1 taken, 0 not this path's (not a cumulative ACK, the send no longer in progress, a
+ * hole open at the sender: the Python path takes it, unchanged), -1 with an exception set. */
+static int tx_take_ack(Tx *t, const uint8_t *h, Py_ssize_t ln, double now)
 {
+    if (h[O_VT] != ((VERSION << 4) | MT_ACK) || be16(h + O_COUNT) || ln != HEADER_LEN)
+        return 0;
     PyObject *peers = PyObject_GetAttr(t->sender, ATTR[A_PEERS]);
     if (peers == NULL)
         return -1;
@@ -930,22 +956,25 @@ static int tx_send_step(Tx *t, PyObject *lock)
 PyDoc_STRVAR(rx_wait_doc,
 "rx_wait(fd, wake_fd, timer_fd, timeout, buf, recs, maxrecs, maxbytes, slot, incoming, inc, rank, src,\n"
 "        job, nonce, key, ack, ack_every, lock, since_ack, unacked_at, last_arrival, hold, ack_min, tx, rx_hold,\n"
-"        rx_hold_records, taken)\n"
+"        rx_hold_records, taken, maxbits)\n"
 "--\n\n"
 "The I/O thread's sleep, for an endpoint whose one posted transfer ``inc`` (``incoming[(rank, inc.tid)]``, from\n"
-"the source key ``src``; None: none) is arriving in order, or whose one send in progress ``tx`` describes (None:\n"
+"the source key ``src``; None: none) is arriving, or whose one send in progress ``tx`` describes (None:\n"
 "none): wait (GIL released) until ``timeout`` seconds pass, ``wake_fd`` or ``timer_fd`` (-1: none) is readable,\n"
 "or the socket is; take the socket's records as ``recv_batch`` does and, while every one of them is a DATA record\n"
 "of ``inc`` that the fast lane would take (``fast_pass``'s checks, the keyed tag included, and the transfer's ECN\n"
 "state), write them in with ``lock`` (the endpoint's) held and ACK them as the Python path's receive pass would:\n"
 "at once when ``ack_every`` are unACKed, else once the socket is empty, each ACK the header ``ack`` (48 bytes,\n"
-"built by the caller) with its cumulative seq, clock and keyed tag written here; with a ``hold``\n"
+"built by the caller) with its cumulative seq, clock and keyed tag written here (and, past a hole, the bitmap of\n"
+"what arrived, at most ``maxbits`` seqs, as Receiver.send_ack builds it); with a ``hold``\n"
 "(Options.ack_hold), an ACK of fewer than ``ack_min`` packets waits until ``hold`` after the first of them\n"
 "arrived, and ACKs carry the latest arrival's time (``since_ack``, ``unacked_at`` and ``last_arrival``: the\n"
 "transfer's ACK owed when the wait starts).\n"
 "``tx``: (sender, p, o, peer, peer_src, total, burst, send_buf, transmit, transmitter, counters, heard, addr,\n"
-"next_send): the lone send ``o`` (Sender.native_candidate). A record of cumulative ACKs for it (header only,\n"
-"tag checked) is taken as Intake and Sender.on_feedback take it (_txstep.h's on_cum_ack, with the lock held);\n"
+"next_send, feedback): the lone send ``o`` (Sender.native_candidate). A record of its feedback (checked as the\n"
+"intake checks an ACK or NACK, tag included) is taken with the lock held: a cumulative ACK as Intake and\n"
+"Sender.on_feedback take it (_txstep.h's on_cum_ack), any other by ``feedback(position, bytes, now)``\n"
+"(Intake.native_feedback: the Python sender's);\n"
 "then, and when pacing allows (``next_send``, time.monotonic()), the bursts Sender.pick_burst would choose\n"
 "leave through ``transmit`` (Transmitter.transmit), at most four between two receive passes.\n"
 "``rx_hold`` (Options.rx_hold; 0: none): after a socket wake-up of at most ``rx_hold_records`` records (or the\n"
@@ -953,7 +982,7 @@ PyDoc_STRVAR(rx_wait_doc,
 "progress, the socket is not polled for ``rx_hold`` seconds (Endpoint._rx_hold's rule): what came meanwhile is\n"
 "taken in one pass.\n"
 "Then sleep again. It returns to Python for anything else: a record neither path takes (left at the front of\n"
-"``recs``), a duplicate, a hole (an ACK with a bitmap), the LAST seq, every protected packet in (the transfer\n"
+"``recs``), a duplicate, the LAST seq, every protected packet in (the transfer\n"
 "completes), an ACK it could not send, ``inc`` no longer the open transfer it was, or a send no longer alone,\n"
 "with a retransmission queued, or behind a full send buffer.\n"
 "Returns (why, left, wakes, datagrams, gro_buffers, fresh, duplicates, bytes, elements, max_count, max_end,\n"
@@ -967,8 +996,14 @@ PyDoc_STRVAR(rx_wait_doc,
 static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 28) {
-        PyErr_Format(PyExc_TypeError, "rx_wait takes 28 arguments, got %zd", nargs);
+    if (nargs != 29) {
+        PyErr_Format(PyExc_TypeError, "rx_wait takes 29 arguments, got %zd", nargs);
+        return NULL;
+    }
+    long long maxbits = PyLong_AsLongLong(args[28]);
+    if (maxbits < 8 || maxbits > MAX_ACK_BITS) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "rx_wait: maxbits %lld outside 8..%d", maxbits, MAX_ACK_BITS);
         return NULL;
     }
     double rx_hold = PyFloat_AsDouble(args[25]);
@@ -978,9 +1013,10 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Tx tx;
     memset(&tx, 0, sizeof tx);
     int have_tx = args[24] != Py_None, have_rx = args[10] != Py_None;
-    if (have_tx && !PyArg_ParseTuple(args[24], "OOOlLLLLOOO!O!Od:rx_wait's send", &tx.sender, &tx.p, &tx.o, &tx.rank,
-                                     &tx.src, &tx.total, &tx.burst, &tx.send_buf, &tx.transmit, &tx.txobj,
-                                     &PyDict_Type, &tx.counters, &PyDict_Type, &tx.heard, &tx.addr, &tx.next))
+    if (have_tx && !PyArg_ParseTuple(args[24], "OOOlLLLLOOO!O!OdO:rx_wait's send", &tx.sender, &tx.p, &tx.o,
+                                     &tx.rank, &tx.src, &tx.total, &tx.burst, &tx.send_buf, &tx.transmit,
+                                     &tx.txobj, &PyDict_Type, &tx.counters, &PyDict_Type, &tx.heard, &tx.addr,
+                                     &tx.next, &tx.feedback))
         return NULL;
     if (!have_rx && !have_tx) {
         PyErr_SetString(PyExc_ValueError, "rx_wait: neither a transfer to receive nor one to send");
@@ -1099,7 +1135,7 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 #define SEND_ACK()                                                                                           \
     do {                                                                                                     \
         if (send_ack(fd, (const uint8_t *)va.buf, (uint32_t)ACK_BASE(), tag_key, &to, hold > 0 ? last : 0,   \
-                     e.ce_state)) {                                                                          \
+                     e.ce_state, arrived, max_seq, total, maxbits)) {                                        \
             why = W_PROGRESS | W_SENDERR;                                                                    \
             break;                                                                                           \
         }                                                                                                    \
@@ -1215,8 +1251,8 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                                       (uint32_t)e.itemsize, e.dst.len)
                         || (tag_key != NULL && !record_tags_ok(h, row[1], row[3], tag_key))) {
                         is_ack = have_tx && row[4] == tx.src && row[1] >= HEADER_LEN
-                                 && ack_record_ok(h, row[1], row[3], (uint32_t)job, (uint32_t)nonce,
-                                                  (uint32_t)tx.rank, tx.tid, (uint32_t)tx.total)
+                                 && fb_record_ok(h, row[1], row[3], (uint32_t)job, (uint32_t)nonce,
+                                                 (uint32_t)tx.rank, tx.tid, (uint32_t)tx.total)
                                  && (tag_key == NULL || record_tags_ok(h, row[1], row[3], tag_key));
                         break;
                     }
@@ -1277,14 +1313,13 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                     if (e.acc.max_seq > max_seq)
                         max_seq = e.acc.max_seq;
                 }
-                int plain = !have_rx || (!e.acc.dups && pcum < total && max_seq < total - 1
-                                         && max_seq < ACK_BASE());
+                int plain = !have_rx || (!e.acc.dups && pcum < total && max_seq < total - 1);
                 if (k < n && ce_change && plain && ours > 0) {
                     /* the other ECN state from records[k] on: as DCTCP's receiver (and the Python path), ACK what
                      * came before in the old state, at once (no hold), then take the rest in the new one */
                     if (since_ack) {
                         if (send_ack(fd, (const uint8_t *)va.buf, (uint32_t)ACK_BASE(), tag_key, &to, 0,
-                                     e.ce_state)) {
+                                     e.ce_state, arrived, max_seq, total, maxbits)) {
                             memmove(rows, rows + 5 * k, (size_t)(n - k) * 5 * sizeof(int64_t));
                             left = n - k;
                             why = W_PROGRESS | W_SENDERR;
@@ -1300,24 +1335,29 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                     continue;
                 }
                 if (k < n && is_ack && plain && ours > 0) {
-                    /* cumulative ACKs of the lone send: taken as Sender.on_feedback takes them, with the lock
-                     * held; a GRO buffer of several, one after another (what this path does not take, from the
-                     * first such ACK on, goes to the Python path, the record cut to it) */
+                    /* feedback for the lone send, with the lock held: a cumulative ACK taken here as
+                     * Sender.on_feedback takes it, any other (a bitmap, a NACK, a hole open at the sender) handed
+                     * to the Python sender (Intake.native_feedback); a GRO buffer's one after another */
                     int64_t *row = rows + 5 * k;
-                    Py_ssize_t nd = (Py_ssize_t)(row[1] / HEADER_LEN), j = 0;
+                    Py_ssize_t sg = row[3] && row[3] < row[1] ? row[3] : row[1];
+                    Py_ssize_t nd = (row[1] + sg - 1) / sg, j = 0;
                     PyEval_RestoreThread(ts);
                     PyObject *got = PyObject_CallMethodNoArgs(lock, s_acquire);
                     int r = got != NULL ? 1 : -1;
                     double tnow = mono_now();
                     while (r > 0 && j < nd) {
-                        r = tx_take_ack(&tx, buf + row[0] + j * HEADER_LEN, tnow);
+                        Py_ssize_t at = row[0] + j * sg, ln = row[1] - j * sg < sg ? row[1] - j * sg : sg;
+                        r = tx_take_ack(&tx, buf + at, ln, tnow);
+                        if (r == 0) {  /* (the Python sender's) */
+                            PyObject *res = PyObject_CallFunction(tx.feedback, "nnd", at, ln, tnow);
+                            r = res != NULL ? 1 : -1;
+                            Py_XDECREF(res);
+                        }
                         if (r > 0)
                             j++;
                     }
-                    /* (a GRO buffer is counted once, as the Python path counts it: here when this path took it
-                     * whole, or left one datagram of it) */
-                    if (r >= 0 && nd > 1 && (j == nd || (j > 0 && nd - j == 1))
-                        && ctr_add(tx.counters, s_rx_gro_buffers, 1) < 0)
+                    /* (a GRO buffer is counted once, as the Python path counts it) */
+                    if (r >= 0 && nd > 1 && ctr_add(tx.counters, s_rx_gro_buffers, 1) < 0)
                         r = -1;
                     if (got != NULL) {
                         PyObject *rel = PyObject_CallMethodNoArgs(lock, s_release);
@@ -1332,16 +1372,7 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                         why = W_PROGRESS;
                         break;
                     }
-                    if (j > 0)
-                        tx_due = 1;
-                    if (j < nd) {
-                        row[0] += j * HEADER_LEN;
-                        row[1] -= j * HEADER_LEN;
-                        memmove(rows, row, (size_t)(n - k) * 5 * sizeof(int64_t));
-                        left = n - k;
-                        why = W_SOCK;
-                        break;
-                    }
+                    tx_due = 1;
                     memmove(rows, row + 5, (size_t)(n - k - 1) * 5 * sizeof(int64_t));
                     n -= k + 1;
                     verified = 0;
@@ -1354,7 +1385,7 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                     break;
                 }
                 if (!plain) {
-                    why = W_PROGRESS;  /* a duplicate, the transfer complete, its LAST, or a hole: the Python path */
+                    why = W_PROGRESS;  /* a duplicate, the transfer complete, or its LAST: the Python path */
                     break;
                 }
                 if (err) {  /* a receive error ended the batch: it recurs on the Python path's next receive */

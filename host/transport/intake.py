@@ -140,7 +140,7 @@ class Intake:
         if send is not None:
             p, out, pacing = send
             tx = (self._sender, p, out, p.rank, self._key_of[p.rank], out.total, o.burst, o.send_buf,
-                  transmitter.transmit, transmitter, self._c, self._heard, p.addr, pacing)
+                  transmitter.transmit, transmitter, self._c, self._heard, p.addr, pacing, self.native_feedback)
         if inc is not None:
             args = (self._receiver.incoming, inc, inc.peer, self._key_of[inc.peer], self.job_id, self.nonce,
                     self._key, self._receiver.ack_template(inc), o.ack_every, lock, inc.since_ack, inc.unacked_at,
@@ -152,7 +152,8 @@ class Intake:
         (why, left, wakes, dgrams, gro, fresh, dups, got, nelems, max_count, max_end, max_seq, cum, acks, unacked,
          last, unacked_at, ce_state, marked, holds) = _rxlane.rx_wait(
             io.sock.fileno(), wake_fd, timer_fd, timeout, io.rxbuf, io.recs, RX_BATCH, RX_BATCH_BYTES, MAX_DGRAM,
-            *args, float(o.ack_hold), o.ack_min, tx, float(o.rx_hold), o.rx_hold_records, taken)
+            *args, float(o.ack_hold), o.ack_min, tx, float(o.rx_hold), o.rx_hold_records, taken,
+            self._receiver.ack_bits)
         if holds:
             self._c["io_rx_holds"] += holds  # (this thread's counter)
         if dgrams or acks or wakes or self._c["acks_rx"] != acks_rx:
@@ -168,6 +169,17 @@ class Intake:
                     self._receiver.native_progress(inc, fresh, dups, got, nelems, max_count, max_end, max_seq, cum,
                                                    acks, unacked, unacked_at, bool(ce_state), marked, last)
         return why, left
+
+    def native_feedback(self, pos: int, nbytes: int, now: float) -> None:
+        """Under the lock, from ``_rxlane.rx_wait``: the feedback datagram at ``pos`` of the receive buffer (an ACK
+        with a bitmap, a NACK, an ACK while a hole is open at the sender), which the wait checked as
+        :meth:`_handle_records` checks one (header, job, nonce, keyed tag, source), handed on as that method
+        hands it on."""
+        mv = self._io.rxmv
+        w = HDR.unpack_from(mv, pos)
+        self._c["rx_datagrams"] += 1
+        self._heard[w[W_RANK]] = now
+        self._on_feedback(w, w[W_VT] & 0x0F, mv[pos + wire.HEADER_LEN: pos + nbytes], now)
 
     def _handle_records(self, recs: list[tuple], now: float) -> None:
         """Received records ``(position, bytes, TOS, GRO segment size, source rank or None)`` the Python path

@@ -125,6 +125,7 @@ class Receiver:
         dicts: a dead rank's stragglers open nothing; data refreshes when its sender was heard from)."""
         self.rank, self.job_id, self.nonce, self.addr_map = rank, job_id, nonce, addr_map
         self.opts, self._mss = opts, mss
+        self.ack_bits = 8 * (mss - 8)  # the most seqs an ACK's bitmap reports (what fits a datagram)
         self._io, self._tx, self._counters, self._c, self._lock = io, tx, counters, counters.c, lock
         self._dead, self._heard = dead, heard
         self.incoming: dict[tuple[int, int], InTransfer] = {}
@@ -415,9 +416,10 @@ class Receiver:
 
     def native_candidate(self) -> InTransfer | None:
         """The transfer the I/O thread may sleep in ``_rxlane.rx_wait`` for (called under the lock, about to
-        sleep): the posted one that arrives in order and is mid-way (the one last heard from, when several), whose
-        every packet so far is ACKed (the pass's ACKs went out) or, with ``ack_hold``, its ACK held for no
-        duplicate, with no NACK sent, not at its LAST or its completion. Its next packets, while they keep that
+        sleep): the posted one that is mid-way (the one last heard from, when several; holes left by reordering or
+        loss are the wait's too: its ACKs carry the bitmap), whose every packet so far is ACKed (the pass's ACKs
+        went out) or, with ``ack_hold``, its ACK held for no duplicate, with no NACK sent, not at its LAST or its
+        completion. Its next packets, while they keep that
         shape, take no Python at all (:meth:`native_progress` accounts for them afterwards). None when there is
         none."""
         hold = self.opts.ack_hold
@@ -426,15 +428,15 @@ class Receiver:
             st = inc.st
             if (st is None or inc.done or not inc.posted or inc.dst is None or inc.nacked is not None
                     or inc.since_ack and not (hold and inc.unacked_at) or st.last_seen or st.pcum >= st.total
-                    or st.max_seq >= st.ack_base() or inc.tid >> 63):
+                    or inc.tid >> 63):
                 continue
             if best is None or inc.last_arrival > best.last_arrival:
                 best = inc
         return best
 
     def ack_template(self, inc: InTransfer) -> bytearray:
-        """``inc``'s ACK header as :meth:`send_ack` writes it, but for the cumulative seq, the clock and the keyed
-        tag, which ``_rxlane.rx_wait`` writes per ACK (an in-order ACK carries no bitmap)."""
+        """``inc``'s ACK header as :meth:`send_ack` writes it, but for the cumulative seq, the clock, the count
+        and bitmap past a hole, and the keyed tag, which ``_rxlane.rx_wait`` writes per ACK."""
         buf = bytearray(wire.HEADER_LEN)
         pack_control_header(buf, MsgType.ACK, flags=Flag.ECN_ECHO if inc.ce_state else 0, rank=self.rank,
                             job_id=self.job_id, transfer_id=inc.tid, offset=0, seq=0, total=inc.st.total, count=0,
@@ -531,8 +533,7 @@ class Receiver:
         if st.max_seq < base:  # in order so far: nothing beyond cum to report
             seg, count = None, 0
         else:
-            maxbits = 8 * (self._mss - 8)
-            seg = st.arrived[base: base + maxbits]
+            seg = st.arrived[base: base + self.ack_bits]
             nz = np.flatnonzero(seg)
             count = int(nz[-1]) + 1 if nz.size else 0
         buf = self._tx.ctl_buf

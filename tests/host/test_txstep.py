@@ -210,9 +210,10 @@ class _Peer:
     def answer(self, kind: str, upto: int | None = None) -> None:
         """One answer: ``kind`` ack (cumulative, of ``upto`` packets or all in), ecn (the same with ECN-Echo), dup
         (the last ACK again),
-        bitmap (an ACK of the next two packets as a bitmap above the current base), forged (a wrong tag),
+        bitmap (an ACK of the next two packets as a bitmap above the current base), nack (of the first packet
+        not ACKed: one retransmission), forged (a wrong tag),
         foreign (another job), stale (another transfer), done (the DONE)."""
-        buf = bytearray(48 + (1 if kind == "bitmap" else 0) + (CTL.size if kind == "done" else 0))
+        buf = bytearray(48 + (1 if kind in ("bitmap", "nack") else 0) + (CTL.size if kind == "done" else 0))
         tid, job, seq, count = 5, JOB, min(self.cum, upto) if upto is not None else self.cum, 0
         mt, flags = MsgType.ACK, 0
         if kind == "ecn":
@@ -222,6 +223,9 @@ class _Peer:
         elif kind == "bitmap":
             seq, count = self.prev, 2
             buf[48] = 0b11000000 if self.cum >= self.prev + 2 else 0
+        elif kind == "nack":  # (of the first packet sent and not ACKed)
+            mt, seq, count = MsgType.NACK, self.prev, 1
+            buf[48] = 0b10000000
         elif kind == "foreign":
             job += 1
         elif kind == "stale":
@@ -246,12 +250,13 @@ class _Peer:
 def test_the_lone_send_in_the_native_wait_equals_the_python_loop():
     """The sender's steady state in ``_rxlane.rx_wait`` (a lone send: its cumulative ACKs taken and its next bursts
     sent natively) against the Python loop: the same answers -- plain ACKs of one to three packets, ECN-Echo
-    (a cut), a forged, a foreign and a stale ACK, a duplicate, an ACK with a bitmap (the Python path's), the DONE
-    -- bring the same data packets, burst by burst, the same counters and the same window; most ACKs took no
-    Python (``io_native_wakes``)."""
+    (a cut), a forged, a foreign and a stale ACK, a duplicate, an ACK with a bitmap and a NACK (the Python
+    sender's, called from the wait), the DONE -- bring the same data packets, burst by burst (the NACKed one
+    again), the same counters and the same window; most ACKs took no Python loop (``io_native_wakes``)."""
     x = np.random.default_rng(3).standard_normal(60 * 356).astype(np.float32)
     script = [("ack", 2), ("ack", None), ("ecn", None), ("forged", None), ("foreign", None), ("stale", None),
-              ("ack", None), ("dup", None), ("ack", None), ("bitmap", None), ("ack", None)]
+              ("ack", None), ("dup", None), ("ack", None), ("bitmap", None), ("ack", None), ("nack", None),
+              ("ack", None)]
     twins = []
     try:
         for native in (True, False):  # (one after the other: a send left waiting would time out)
@@ -267,7 +272,7 @@ def test_the_lone_send_in_the_native_wait_equals_the_python_loop():
             assert t.cum == t.total, (t.cum, t.total)
             t.answer("done")
             stats = t.h.wait(10)
-            assert stats["packets_sent"] == t.total and stats["retransmissions"] == 0
+            assert stats["packets_sent"] == t.total + 1 and stats["retransmissions"] == 1
         a, b = twins
         assert a.steps == b.steps and a.got == b.got
         keys = ("tx_data_packets", "acks_rx", "ecn_echo_rx", "stale_feedback", "foreign",
