@@ -732,8 +732,9 @@ static int still_ours(PyObject *incoming, PyObject *key, PyObject *inc, PyObject
     return same;
 }
 
-/* the most packets an ACK's bitmap reports (Receiver.send_ack: 8 * (mss - 8), mss at least 576 - 28 - 48) */
-#define MAX_ACK_BITS (8 * (9000 - 28 - HEADER_LEN - 8))
+/* the most packets an ACK's bitmap may report (Receiver.ack_bits: 8 * (mss - 8); a datagram holds at most 64 KiB,
+ * loopback's path MTU) */
+#define MAX_ACK_BITS (8 * 65536)
 
 /* Send the ACK of ``template`` (48 bytes: the transfer's ACK header, seq, offset and tag still to write) for
  * ``base`` now, stamped with the time ``stamp`` (0: now), keyed when ``sched``; with a hole (``max_seq`` >= base)
