@@ -818,8 +818,7 @@ typedef struct {
     double next;  /* when pacing lets the next burst leave (0: no deadline) */
 } Tx;
 
-static PyObject *s_rx_datagrams, *s_rx_gro_buffers, *s_acks_rx, *s_ecn_echo_rx, *s_acks, *s_ecn_echoes,
-    *s_last_feedback;
+static PyObject *s_rx_datagrams, *s_rx_gro_buffers, *s_acks_rx, *s_ecn_echo_rx;  /* counter names */
 
 static int ctr_add(PyObject *d, PyObject *name, long long n)  /* counters[name] += n */
 {
@@ -836,23 +835,6 @@ static int ctr_add(PyObject *d, PyObject *name, long long n)  /* counters[name] 
     if (y == NULL)
         return -1;
     int r = PyDict_SetItem(d, name, y);
-    Py_DECREF(y);
-    return r;
-}
-
-static int obj_add(PyObject *obj, PyObject *name, long long n)  /* obj.name += n */
-{
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL)
-        return -1;
-    long long x = PyLong_AsLongLong(v);
-    Py_DECREF(v);
-    if (x == -1 && PyErr_Occurred())
-        return -1;
-    PyObject *y = PyLong_FromLongLong(x + n);
-    if (y == NULL)
-        return -1;
-    int r = PyObject_SetAttr(obj, name, y);
     Py_DECREF(y);
     return r;
 }
@@ -890,13 +872,12 @@ static int tx_take_ack(Tx *t, const uint8_t *h, Py_ssize_t ln, double now)
     if (t_now == NULL)
         return -1;
     int r = PyDict_SetItem(t->heard, t->rank_obj, t_now);
-    if (r == 0)
-        r = PyObject_SetAttr(p, s_last_feedback, t_now);
     Py_DECREF(t_now);
-    if (r < 0 || ctr_add(t->counters, s_rx_datagrams, 1) < 0 || ctr_add(t->counters, s_acks_rx, 1) < 0
-        || obj_add(o, s_acks, 1) < 0 || tx_cum_ack(p, o, base, ecn, now, be32(h + O_OFFSET)) < 0)
+    if (r < 0 || set_d(p, A_LAST_FEEDBACK, now) < 0 || ctr_add(t->counters, s_rx_datagrams, 1) < 0
+        || ctr_add(t->counters, s_acks_rx, 1) < 0 || add_ll(o, A_ACKS, 1) < 0
+        || tx_cum_ack(p, o, base, ecn, now, be32(h + O_OFFSET)) < 0)
         return -1;
-    if (ecn && (obj_add(o, s_ecn_echoes, 1) < 0 || ctr_add(t->counters, s_ecn_echo_rx, 1) < 0))
+    if (ecn && (add_ll(o, A_ECN_ECHOES, 1) < 0 || ctr_add(t->counters, s_ecn_echo_rx, 1) < 0))
         return -1;
     return 1;
 }
@@ -1460,10 +1441,7 @@ PyMODINIT_FUNC PyInit__rxlane(void)
         && ((s_rx_datagrams = PyUnicode_InternFromString("rx_datagrams")) == NULL
             || (s_rx_gro_buffers = PyUnicode_InternFromString("rx_gro_buffers")) == NULL
             || (s_acks_rx = PyUnicode_InternFromString("acks_rx")) == NULL
-            || (s_ecn_echo_rx = PyUnicode_InternFromString("ecn_echo_rx")) == NULL
-            || (s_acks = PyUnicode_InternFromString("acks")) == NULL
-            || (s_ecn_echoes = PyUnicode_InternFromString("ecn_echoes")) == NULL
-            || (s_last_feedback = PyUnicode_InternFromString("last_feedback")) == NULL))
+            || (s_ecn_echo_rx = PyUnicode_InternFromString("ecn_echo_rx")) == NULL))
         return NULL;
     if (ATTR[0] == NULL && txstep_init() < 0)
         return NULL;

@@ -98,6 +98,16 @@ static int get_ll(PyObject *obj, int a, long long *out)
     return 0;
 }
 
+static int set_obj(PyObject *obj, int a, PyObject *v);
+
+static int add_ll(PyObject *obj, int a, long long n)  /* obj.<a> += n, an int attribute */
+{
+    long long x;
+    if (get_ll(obj, a, &x) < 0)
+        return -1;
+    return set_obj(obj, a, PyLong_FromLongLong(x + n));
+}
+
 static int set_obj(PyObject *obj, int a, PyObject *v)  /* steals v */
 {
     if (v == NULL)
