@@ -10,7 +10,8 @@ _FLAGS = ["-O2", "-Wall", "-Wextra", "-Werror=implicit-function-declaration", "-
 setup(ext_modules=[Extension(f"host.transport.{name}", [f"host/transport/{name}.c"], extra_compile_args=_FLAGS,
                              depends=["host/transport/_siphash.h", "host/transport/_tag.h",
                                       "host/transport/_tagkey.h",  # the keyed tag, in both lanes
-                                      "host/transport/_txstep.h"])  # the sender's steady state (in _rxlane)
+                                      "host/transport/_txstep.h",  # the sender's steady state (in _rxlane)
+                                      "host/transport/_sendrun.h"])  # one GSO run onto the socket (both)
                    for name in ("_rxlane", "_txlane")]
       + [Extension("host._elementwise", ["host/_elementwise.c"], extra_compile_args=_FLAGS)]
       + [Extension("switch.daemon._portio", ["switch/daemon/_portio.c"], extra_compile_args=_FLAGS)])

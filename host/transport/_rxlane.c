@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <time.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <string.h>
@@ -36,6 +37,7 @@
 
 #include "_tagkey.h"
 #include "_txstep.h"
+#include "_sendrun.h"
 
 #ifndef SOL_UDP
 #define SOL_UDP 17
@@ -816,9 +818,139 @@ typedef struct {
     long long src, total, burst, send_buf;
     uint64_t tid;
     double next;  /* when pacing lets the next burst leave (0: no deadline) */
+    int fd;
+    const uint8_t *key;  /* the tag schedule (NULL: an unkeyed job) */
+    struct sockaddr_in to;  /* the peer's address */
 } Tx;
 
-static PyObject *s_rx_datagrams, *s_rx_gro_buffers, *s_acks_rx, *s_ecn_echo_rx;  /* counter names */
+static PyObject *s_rx_datagrams, *s_rx_gro_buffers, *s_acks_rx, *s_ecn_echo_rx, *s_tx_datagrams,
+    *s_tx_data_packets, *s_tx_bytes, *s_tx_gso_sends;  /* counter names */
+
+#define GSO_MAX_BYTES 65000  /* transmit._GSO_MAX_BYTES */
+
+static int ctr_add(PyObject *d, PyObject *name, long long n);
+
+/* With the GIL held, the lock not: send the burst [s0, s1) of the lone send (``nbytes`` payload bytes, counted
+ * already) as Transmitter.transmit sends it: runs of consecutive, equal-size (the last no larger), same-TOS
+ * packets, each one GSO sendmsg (_sendrun.h, the keyed tags written first), with the GIL released. A send that
+ * fails (a full send buffer, a refusal, a host queue's drop, GSO refused) hands the rest of the burst, that run
+ * included, to ``transmit`` with its counts, which handles the error as it always does. 0 done, -1 with an
+ * exception set. */
+static int tx_send_burst(Tx *t, PyObject *lock, long long s0, long long s1, long long nbytes)
+{
+    PyObject *gso_obj = PyObject_GetAttr(t->txobj, ATTR[A_GSO]);
+    if (gso_obj == NULL)
+        return -1;
+    int gso = PyObject_IsTrue(gso_obj);
+    Py_DECREF(gso_obj);
+    long long n_elig;
+    if (gso < 0 || get_ll(t->o, A_N_ELIG, &n_elig) < 0)
+        return -1;
+    PyObject *offs = PyObject_GetAttr(t->o, ATTR[A_OFFS]), *lens = PyObject_GetAttr(t->o, ATTR[A_LENS]);
+    PyObject *tos = PyObject_GetAttr(t->o, ATTR[A_TOS]);
+    PyObject *hdr = PyObject_GetAttr(t->o, ATTR[A_HDR]), *pay = PyObject_GetAttr(t->o, ATTR[A_PAYLOAD]);
+    Py_buffer vh = {0}, vp = {0};
+    int ret = -1;
+    long long m = s1 - s0, i = 0;
+    struct iovec iov[2 * SENDRUN_MAX];
+    long long size[SENDRUN_MAX];
+    if (offs == NULL || lens == NULL || tos == NULL || hdr == NULL || pay == NULL)
+        goto out;
+    if (!PyList_Check(offs) || !PyList_Check(lens) || !PyTuple_Check(tos) || PyTuple_GET_SIZE(tos) != 2
+        || m < 1 || m > SENDRUN_MAX || PyList_GET_SIZE(lens) < s1 || PyList_GET_SIZE(offs) < s1) {
+        PyErr_SetString(PyExc_ValueError, "rx_wait: the lone send's buffers do not hold its burst");
+        goto out;
+    }
+    long tos_b[2] = {PyLong_AsLong(PyTuple_GET_ITEM(tos, 0)), PyLong_AsLong(PyTuple_GET_ITEM(tos, 1))};
+    if (PyErr_Occurred() || PyObject_GetBuffer(hdr, &vh, PyBUF_WRITABLE) < 0
+        || PyObject_GetBuffer(pay, &vp, PyBUF_SIMPLE) < 0)
+        goto out;
+    for (long long k = 0; k < m; k++) {
+        long long off = PyLong_AsLongLong(PyList_GET_ITEM(offs, s0 + k));
+        size[k] = PyLong_AsLongLong(PyList_GET_ITEM(lens, s0 + k));
+        if (PyErr_Occurred())
+            goto out;
+        if ((s0 + k + 1) * SENDRUN_HEADER_LEN > vh.len || off < 0 || size[k] < 0 || off + size[k] > vp.len
+            || size[k] > NH_MAX_PAYLOAD) {
+            PyErr_Format(PyExc_ValueError, "rx_wait: packet %lld outside its buffers", s0 + k);
+            goto out;
+        }
+        iov[2 * k].iov_base = (uint8_t *)vh.buf + (s0 + k) * SENDRUN_HEADER_LEN;
+        iov[2 * k].iov_len = SENDRUN_HEADER_LEN;
+        iov[2 * k + 1].iov_base = (uint8_t *)vp.buf + off;
+        iov[2 * k + 1].iov_len = (size_t)size[k];
+    }
+    long long gso_sends = 0;
+    int failed = 0;
+    PyThreadState *ts = PyEval_SaveThread();
+    while (i < m) {  /* the runs, as Transmitter.transmit cuts them */
+        long long j = i + 1, sz = size[i];
+        int elig = s0 + i < n_elig;
+        if (gso) {
+            long long lim = i + SENDRUN_MAX, bylen = i + GSO_MAX_BYTES / (SENDRUN_HEADER_LEN + sz);
+            lim = lim < m ? lim : m;
+            lim = lim < bylen ? lim : bylen;
+            while (j < lim && size[j - 1] == sz && size[j] <= sz && (s0 + j < n_elig) == elig)
+                j++;
+        }
+        ssize_t r = dlcp_send_run(t->fd, iov + 2 * i, (size_t)(j - i), &t->to, (int)tos_b[elig],
+                                  j > i + 1 ? (int)(SENDRUN_HEADER_LEN + sz) : 0, t->key);
+        if (r < 0) {
+            failed = 1;
+            break;
+        }
+        if (j > i + 1)
+            gso_sends++;
+        i = j;
+    }
+    PyEval_RestoreThread(ts);
+    if (gso_sends || failed) {
+        long long rest = m - i, rest_bytes = 0;
+        for (long long k = i; k < m; k++)
+            rest_bytes += size[k];
+        PyObject *got = PyObject_CallMethodNoArgs(lock, s_acquire);
+        if (got == NULL)
+            goto out;
+        Py_DECREF(got);
+        /* (what went to transmit is counted there again: take it back here) */
+        int e = (gso_sends && ctr_add(t->counters, s_tx_gso_sends, gso_sends) < 0)
+                || (failed && (ctr_add(t->counters, s_tx_datagrams, -rest) < 0
+                               || ctr_add(t->counters, s_tx_data_packets, -rest) < 0
+                               || ctr_add(t->counters, s_tx_bytes, -(rest_bytes + SENDRUN_HEADER_LEN * rest)) < 0));
+        PyObject *rel = PyObject_CallMethodNoArgs(lock, s_release);
+        if (rel == NULL || e)
+            goto out;
+        Py_DECREF(rel);
+        if (failed) {
+            PyObject *seqs = PyList_New((Py_ssize_t)rest);
+            if (seqs == NULL)
+                goto out;
+            for (long long k = 0; k < rest; k++) {
+                PyObject *v = PyLong_FromLongLong(s0 + i + k);
+                if (v == NULL) {
+                    Py_DECREF(seqs);
+                    goto out;
+                }
+                PyList_SET_ITEM(seqs, (Py_ssize_t)k, v);
+            }
+            PyObject *res = PyObject_CallFunction(t->transmit, "((OONL))", t->o, t->addr, seqs, rest_bytes);
+            if (res == NULL)
+                goto out;
+            Py_DECREF(res);
+        }
+    }
+    (void)nbytes;
+    ret = 0;
+out:
+    if (vh.obj) PyBuffer_Release(&vh);
+    if (vp.obj) PyBuffer_Release(&vp);
+    Py_XDECREF(offs);
+    Py_XDECREF(lens);
+    Py_XDECREF(tos);
+    Py_XDECREF(hdr);
+    Py_XDECREF(pay);
+    return ret;
+}
 
 static int ctr_add(PyObject *d, PyObject *name, long long n)  /* counters[name] += n */
 {
@@ -896,6 +1028,11 @@ static int tx_send_step(Tx *t, PyObject *lock)
         long long s0 = 0, s1 = 0, nbytes = 0;
         double wait = 1.0, now = mono_now();
         int r = tx_pick(t->sender, t->p, t->o, now, t->burst, t->send_buf, &s0, &s1, &nbytes, &wait);
+        /* counted before they leave, as Transmitter.transmit counts them (the stats never lag a completion) */
+        if (r == 1 && (ctr_add(t->counters, s_tx_datagrams, s1 - s0) < 0
+                       || ctr_add(t->counters, s_tx_data_packets, s1 - s0) < 0
+                       || ctr_add(t->counters, s_tx_bytes, nbytes + SENDRUN_HEADER_LEN * (s1 - s0)) < 0))
+            r = -1;
         PyObject *rel = PyObject_CallMethodNoArgs(lock, s_release);
         if (rel == NULL)
             return -1;
@@ -904,25 +1041,8 @@ static int tx_send_step(Tx *t, PyObject *lock)
             t->next = r == 0 && wait < 1.0 ? now + wait : 0.0;
             return r;
         }
-        PyObject *seqs = PyList_New((Py_ssize_t)(s1 - s0));
-        if (seqs == NULL)
+        if (tx_send_burst(t, lock, s0, s1, nbytes) < 0)
             return -1;
-        for (long long k = s0; k < s1; k++) {
-            PyObject *v = PyLong_FromLongLong(k);
-            if (v == NULL) {
-                Py_DECREF(seqs);
-                return -1;
-            }
-            PyList_SET_ITEM(seqs, (Py_ssize_t)(k - s0), v);
-        }
-        PyObject *job = Py_BuildValue("(OONL)", t->o, t->addr, seqs, nbytes);
-        if (job == NULL)
-            return -1;
-        PyObject *res = PyObject_CallOneArg(t->transmit, job);
-        Py_DECREF(job);
-        if (res == NULL)
-            return -1;
-        Py_DECREF(res);
         PyObject *full = PyObject_GetAttr(t->txobj, ATTR[A_FULL]);
         if (full == NULL)
             return -1;
@@ -1090,6 +1210,18 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         long long t = attr_long(tx.o, "tid", &ok);
         if (!ok)
             goto done;
+        const char *host;
+        int port;
+        if (!PyArg_ParseTuple(tx.addr, "si:the lone send's peer address", &host, &port))
+            goto done;
+        tx.to.sin_family = AF_INET;
+        tx.to.sin_port = htons((uint16_t)port);
+        if (inet_pton(AF_INET, host, &tx.to.sin_addr) != 1) {
+            PyErr_Format(PyExc_ValueError, "rx_wait: the lone send's peer address %s is not IPv4", host);
+            goto done;
+        }
+        tx.fd = fd;
+        tx.key = tag_key;
         tx.tid = (uint64_t)t;
         tx.rank_obj = PyLong_FromLong(tx.rank);
         tx.tid_obj = tx.rank_obj != NULL ? PyLong_FromLongLong(t) : NULL;
@@ -1186,33 +1318,41 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
             why = W_CLOSED;
             break;
         }
+        int after_hold = 0;  /* the receive hold is out: drain what came meanwhile now, as the Python loop does
+                              * after Endpoint._rx_hold (a hold's wake-up, counted in holds, not a socket's) */
         if (pr == 0) {
             if (holding && until >= hold_until) {
-                holds++;  /* the receive hold is out: the socket is polled (and drained) again */
+                holds++;
                 hold_until = 0.0;
+                after_hold = 1;
+            } else if (until < deadline) {
+                continue;  /* the held ACK's time: sent above (or pacing's) */
+            } else {
+                why = W_TIMEOUT;
+                break;
             }
-            if (until < deadline)
-                continue;  /* the held ACK's time: sent above (or pacing's, or the hold's end) */
-            why = W_TIMEOUT;
-            break;
         }
-        if ((pfd[0].revents | pfd[1].revents | (timer_fd >= 0 ? pfd[2].revents : 0)) & POLLNVAL) {
-            why = W_CLOSED;
-            break;
-        }
-        if (pfd[1].revents)
-            why |= W_WAKE;
-        if (timer_fd >= 0 && pfd[2].revents)
-            why |= W_TIMER;
-        if (why) {  /* (the caller's work first; what the socket has, the Python loop drains next) */
-            if (pfd[0].revents)
-                why |= W_SOCK;
-            break;
+        if (!after_hold) {
+            if ((pfd[0].revents | pfd[1].revents | (timer_fd >= 0 ? pfd[2].revents : 0)) & POLLNVAL) {
+                why = W_CLOSED;
+                break;
+            }
+            if (pfd[1].revents)
+                why |= W_WAKE;
+            if (timer_fd >= 0 && pfd[2].revents)
+                why |= W_TIMER;
+            if (why) {  /* (the caller's work first; what the socket has, the Python loop drains next) */
+                if (pfd[0].revents)
+                    why |= W_SOCK;
+                break;
+            }
         }
         for (int pass = 0;; pass++) {  /* one socket wake-up: receive passes until the socket is empty */
             int err = 0, full = 0;
             Py_ssize_t n = recv_into(fd, buf, rows, maxrecs, maxbytes, slot, &err, &full);
             took += n;
+            if (n == 0 && pass == 0 && after_hold && !err)
+                break;  /* nothing came during the hold */
             if (n == 0) {
                 if (pass == 0 || err) {  /* readable, yet nothing: an error report (the Python path reads it) */
                     why = W_SOCK;
@@ -1390,7 +1530,8 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         }
         if (why)
             break;
-        wakes++;
+        if (!after_hold)
+            wakes++;
         HOLD_AFTER(mono_now());
     }
 #undef HOLD_AFTER
@@ -1441,7 +1582,11 @@ PyMODINIT_FUNC PyInit__rxlane(void)
         && ((s_rx_datagrams = PyUnicode_InternFromString("rx_datagrams")) == NULL
             || (s_rx_gro_buffers = PyUnicode_InternFromString("rx_gro_buffers")) == NULL
             || (s_acks_rx = PyUnicode_InternFromString("acks_rx")) == NULL
-            || (s_ecn_echo_rx = PyUnicode_InternFromString("ecn_echo_rx")) == NULL))
+            || (s_ecn_echo_rx = PyUnicode_InternFromString("ecn_echo_rx")) == NULL
+            || (s_tx_datagrams = PyUnicode_InternFromString("tx_datagrams")) == NULL
+            || (s_tx_data_packets = PyUnicode_InternFromString("tx_data_packets")) == NULL
+            || (s_tx_bytes = PyUnicode_InternFromString("tx_bytes")) == NULL
+            || (s_tx_gso_sends = PyUnicode_InternFromString("tx_gso_sends")) == NULL))
         return NULL;
     if (ATTR[0] == NULL && txstep_init() < 0)
         return NULL;

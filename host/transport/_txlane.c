@@ -32,15 +32,10 @@
 #include <unistd.h>
 
 #include "_tagkey.h"
+#include "_sendrun.h"
 
 #define HEADER_LEN 48
-#define MAX_RUN 64
-#ifndef SOL_UDP
-#define SOL_UDP 17
-#endif
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
+#define MAX_RUN SENDRUN_MAX
 
 static int list_index(PyObject *list, Py_ssize_t k, Py_ssize_t *out, const char *what)
 {
@@ -124,49 +119,14 @@ static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         iov[2 * k + 1].iov_base = (char *)vp.buf + off;
         iov[2 * k + 1].iov_len = (size_t)ln;
     }
-    if (key) {
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t k = 0; k < n; k++) {
-            uint8_t *h = iov[2 * k].iov_base;
-            dlcp_put_be64(h + HEADER_LEN - 8, dlcp_tag(key, h, iov[2 * k + 1].iov_base, iov[2 * k + 1].iov_len));
-        }
-        Py_END_ALLOW_THREADS
-    }
     struct sockaddr_in sa;
     memset(&sa, 0, sizeof sa);
     sa.sin_family = AF_INET;
     sa.sin_port = htons((uint16_t)port);
     memcpy(&sa.sin_addr, ip, 4);
-    union {
-        char buf[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint16_t))];
-        struct cmsghdr align;
-    } ctl;
-    memset(&ctl, 0, sizeof ctl);
-    struct msghdr msg;
-    memset(&msg, 0, sizeof msg);
-    msg.msg_name = &sa;
-    msg.msg_namelen = sizeof sa;
-    msg.msg_iov = iov;
-    msg.msg_iovlen = (size_t)(2 * n);
-    msg.msg_control = ctl.buf;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int)) + (seg ? CMSG_SPACE(sizeof(uint16_t)) : 0);
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = IPPROTO_IP;
-    c->cmsg_type = IP_TOS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    int t = (int)tos;
-    memcpy(CMSG_DATA(c), &t, sizeof t);
-    if (seg) {
-        c = CMSG_NXTHDR(&msg, c);
-        c->cmsg_level = SOL_UDP;
-        c->cmsg_type = UDP_SEGMENT;
-        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-        uint16_t g = (uint16_t)seg;
-        memcpy(CMSG_DATA(c), &g, sizeof g);
-    }
     ssize_t r;
     Py_BEGIN_ALLOW_THREADS
-    r = sendmsg(fd, &msg, 0);
+    r = dlcp_send_run(fd, iov, (size_t)n, &sa, (int)tos, (int)seg, key);  /* (the tags, then the system call) */
     Py_END_ALLOW_THREADS
     if (r < 0)
         PyErr_SetFromErrno(PyExc_OSError);

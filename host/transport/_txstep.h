@@ -34,8 +34,10 @@ enum {
     A_ACKED, A_SENT_ORDER, A_SENT_TIME, A_RETX, A_PLAN, A_LENGTHS, A_CUML, A_CUM_ACKED, A_ACKED_HI, A_PROBES,
     A_NEXT_SEQ, A_READY, A_ORDER, A_N_ELIG, A_PKTS_SENT, A_LAST_SENT, A_SENDING, A_RETXQ, A_ACKS, A_ECN_ECHOES,
     A_TOTAL,
+    /* OutTransfer's send buffers */
+    A_HDR, A_PAYLOAD, A_OFFS, A_LENS, A_TOS,
     /* Sender, Transmitter */
-    A_N_ACTIVE, A_SEND_BUF, A_RR, A_SLICED, A_PEERS, A_FULL,
+    A_N_ACTIVE, A_SEND_BUF, A_RR, A_SLICED, A_PEERS, A_FULL, A_GSO,
     NATTRS
 };
 static const char *const ATTR_NAMES[NATTRS] = {
@@ -51,7 +53,8 @@ static const char *const ATTR_NAMES[NATTRS] = {
     "acked", "sent_order", "sent_time", "retx", "plan", "lengths", "cuml", "cum_acked", "acked_hi", "probes",
     "next_seq", "ready", "order", "n_elig", "pkts_sent", "last_sent", "sending", "retxq", "acks", "ecn_echoes",
     "total",
-    "n_active", "_send_buf", "_rr", "sliced", "peers", "full",
+    "hdr", "payload", "offs", "lens", "tos",
+    "n_active", "_send_buf", "_rr", "sliced", "peers", "full", "gso",
 };
 static PyObject *ATTR[NATTRS];
 
