@@ -140,6 +140,12 @@ class _Twin:
         if post:
             self.thread = threading.Thread(target=self._recv, daemon=True)
             self.thread.start()
+            # (posted before the first feed: a twin whose thread posted later would stage what the other wrote in
+            # place, and their states differ for that alone; seen once in a loaded full run)
+            deadline = time.monotonic() + 10
+            while (0, 5) not in self.ep._receiver.incoming:
+                assert time.monotonic() < deadline, "recv() was not posted"
+                time.sleep(0.001)
 
     def _recv(self):
         try:
