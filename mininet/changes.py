@@ -52,9 +52,9 @@ DEFAULT_CHANGES: list[tuple[str, str, frozenset[str]]] = [
     # (the same packets for the same ACKs as the Python loop, tests/host/test_txstep.py, but less CPU per wake-up
     # and quicker answers: on the testbed's rings, where the ACKs of a rank's own sends had cut the receiver's
     # native wait short, the wait now takes them too, so "pressure" (its CPU-use column) is concerned as well)
-    ("2026-11-28T20:36:00+0000", "the I/O thread's native wait also takes the ACKs of a lone send and sends its "
-     "next bursts (host/transport/_txstep.h), and goes on past holes (ACKs with bitmaps); the Python loop's "
-     "cumulative ACKs use the same C code",
+    ("2026-11-28T21:19:00+0000", "the I/O thread's native wait also takes the ACKs of a lone send and sends its "
+     "next bursts in C (host/transport/_txstep.h, _sendrun.h), and goes on past holes (ACKs with bitmaps); the "
+     "Python loop's cumulative ACKs use the same C code",
      frozenset({"collectives", "cpu_profile", "transport", "keyed_tag", "bounded_loss", "pressure"})),
 ]
 
