@@ -830,13 +830,12 @@ static PyObject *s_rx_datagrams, *s_rx_gro_buffers, *s_acks_rx, *s_ecn_echo_rx, 
 
 static int ctr_add(PyObject *d, PyObject *name, long long n);
 
-/* With the GIL held, the lock not: send the burst [s0, s1) of the lone send (``nbytes`` payload bytes, counted
- * already) as Transmitter.transmit sends it: runs of consecutive, equal-size (the last no larger), same-TOS
- * packets, each one GSO sendmsg (_sendrun.h, the keyed tags written first), with the GIL released. A send that
- * fails (a full send buffer, a refusal, a host queue's drop, GSO refused) hands the rest of the burst, that run
+/* With the GIL held, the lock not: send the burst [s0, s1) of the lone send (counted already) as
+ * Transmitter.transmit sends it: runs of consecutive, equal-size (the last no larger), same-TOS packets, each
+ * one GSO sendmsg (_sendrun.h, the keyed tags written first), with the GIL released. A send that fails (a full send buffer, a refusal, a host queue's drop, GSO refused) hands the rest of the burst, that run
  * included, to ``transmit`` with its counts, which handles the error as it always does. 0 done, -1 with an
  * exception set. */
-static int tx_send_burst(Tx *t, PyObject *lock, long long s0, long long s1, long long nbytes)
+static int tx_send_burst(Tx *t, PyObject *lock, long long s0, long long s1)
 {
     PyObject *gso_obj = PyObject_GetAttr(t->txobj, ATTR[A_GSO]);
     if (gso_obj == NULL)
@@ -939,7 +938,6 @@ static int tx_send_burst(Tx *t, PyObject *lock, long long s0, long long s1, long
             Py_DECREF(res);
         }
     }
-    (void)nbytes;
     ret = 0;
 out:
     if (vh.obj) PyBuffer_Release(&vh);
@@ -1041,7 +1039,7 @@ static int tx_send_step(Tx *t, PyObject *lock)
             t->next = r == 0 && wait < 1.0 ? now + wait : 0.0;
             return r;
         }
-        if (tx_send_burst(t, lock, s0, s1, nbytes) < 0)
+        if (tx_send_burst(t, lock, s0, s1) < 0)
             return -1;
         PyObject *full = PyObject_GetAttr(t->txobj, ATTR[A_FULL]);
         if (full == NULL)
@@ -1078,7 +1076,8 @@ PyDoc_STRVAR(rx_wait_doc,
 "Sender.on_feedback take it (_txstep.h's on_cum_ack), any other by ``feedback(position, bytes, now)``\n"
 "(Intake.native_feedback: the Python sender's);\n"
 "then, and when pacing allows (``next_send``, time.monotonic()), the bursts Sender.pick_burst would choose\n"
-"leave through ``transmit`` (Transmitter.transmit), at most four between two receive passes.\n"
+"leave, at most four between two receive passes, cut into runs and counted as ``transmit``\n"
+"(Transmitter.transmit) cuts and counts them; a send that fails hands the rest of its burst to ``transmit``.\n"
 "``rx_hold`` (Options.rx_hold; 0: none): after a socket wake-up of at most ``rx_hold_records`` records (or the\n"
 "Python loop's pass of ``taken`` records) while ``inc`` has more than 4 packets to come or the send is in\n"
 "progress, the socket is not polled for ``rx_hold`` seconds (Endpoint._rx_hold's rule): what came meanwhile is\n"

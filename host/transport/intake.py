@@ -123,7 +123,7 @@ class Intake:
 
     def wait(self, inc, send, timeout: float, wake_fd: int, timer_fd: int, lock, transmitter,
              taken: int) -> tuple[int, int]:
-        """The I/O thread's sleep while ``inc`` (``Receiver.native_candidate``; None: none) arrives in order and
+        """The I/O thread's sleep while ``inc`` (``Receiver.native_candidate``; None: none) arrives and
         the lone send ``send`` (``(peer, transfer, pacing deadline)`` of ``Sender.native_candidate``; None: none)
         is ACKed, called without the lock: ``_rxlane.rx_wait`` receives, writes in and ACKs the one's packets, and
         takes the other's cumulative ACKs and sends its next bursts (through ``transmitter``), natively, one socket
