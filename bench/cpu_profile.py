@@ -25,10 +25,11 @@ as the project's other benchmarks and the testbed's workers do).
 call, summed over the ranks. The ``20Mb/s`` cases run on the demo's links (20 Mb/s tbf, MTU 1500), idle only:
 a transfer is hundreds of paced datagrams, each received, checked and acknowledged on its own. On ``20Mb/s``
 tbf lets a GSO run through at once (a GRO buffer per run at the receiver); on ``20Mb/s-paced`` datagrams arrive
-one at a time, as on the testbed's links: with the defaults; with the ACK hold (``DLCP_ACK_HOLD_MS=3``,
-``DLCP_ACK_MIN=4``: a pass ending with fewer than 4 new packets of a transfer holds its ACK, up to 3 ms); and with
-the receive hold as well (``DLCP_RX_HOLD_MS=1.5``: the I/O thread sleeps through arrivals for up to 1.5 ms while
-a transfer is mid-arrival). Both holds are off by default (``Options.ack_hold``, ``Options.rx_hold``).
+one at a time, as on the testbed's links: with the defaults, under which both holds apply there (the ACK hold: a
+pass ending with fewer than 4 new packets of a transfer holds its ACK, up to 3 ms; the receive hold: the I/O
+thread sleeps through arrivals for up to 1.5 ms while a transfer is mid-arrival; both only while a transfer's
+packets come at least 200 us apart: ``Options.ack_hold``, ``rx_hold``, ``hold_gap``); with the ACK hold alone
+(``DLCP_RX_HOLD_MS=0``); and with neither (``DLCP_ACK_HOLD_MS=0``, ``DLCP_RX_HOLD_MS=0``).
 
 The ``x8 torch-default`` cases are a training script as its user writes it: torch's own intra-op threads (no
 ``set_num_threads``, no ``OMP_NUM_THREADS``) and 8 all-reduces back to back in each window (as DDP issues its
@@ -61,8 +62,8 @@ SLOW_NET, SLOW_SIZES = "20Mb/s", [64 << 10, 1 << 20]
 #: Datagrams one at a time (bench/collectives.SHAPED): 1 MiB, with the defaults and with each of these
 #: environments (name suffix, variables).
 PACED_NET, PACED_SIZES = "20Mb/s-paced", [1 << 20]
-PACED_VARIANTS = [("", None), (" ack-hold", {"DLCP_ACK_HOLD_MS": "3", "DLCP_ACK_MIN": "4"}),
-                  (" ack-hold rx-hold", {"DLCP_ACK_HOLD_MS": "3", "DLCP_ACK_MIN": "4", "DLCP_RX_HOLD_MS": "1.5"})]
+PACED_VARIANTS = [("", None), (" no-rx-hold", {"DLCP_RX_HOLD_MS": "0"}),
+                  (" no-holds", {"DLCP_ACK_HOLD_MS": "0", "DLCP_RX_HOLD_MS": "0"})]
 #: dlcp's transport counters per call, summed over the ranks (host.backend.transport_stats): how many datagrams,
 #: GRO/GSO buffers, ACKs and retransmissions the CPU above pays for, and the I/O threads' wake-ups for datagrams
 #: and on their own timeouts, and the socket wake-ups the native wait handled whole (no Python).

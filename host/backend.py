@@ -106,12 +106,14 @@ class DlcpOptions:
     # Fault injection for tests and experiments: the fraction of this process's drop-eligible packets its socket
     # drops as it sends them, as a congested DLCP switch would (host.transport.faults.LossySocket); 0: none.
     drop_eligible: float = 0.0
-    # the transport's opt-in holds for slow links (docs/transport.md, Packets), in milliseconds and packets: an ACK
-    # of fewer than ack_min new packets waits up to ack_hold_ms; the I/O thread sleeps through arrivals for up to
-    # rx_hold_ms mid-transfer. 0: off (the defaults)
-    ack_hold_ms: float = 0.0
-    ack_min: int = 2
-    rx_hold_ms: float = 0.0
+    # the transport's holds for slow links (docs/transport.md, Packets), in milliseconds and packets: an ACK of
+    # fewer than ack_min new packets waits up to ack_hold_ms; the I/O thread sleeps through arrivals for up to
+    # rx_hold_ms mid-transfer; both only for a transfer whose packets come at least hold_gap_us apart (a slow link;
+    # 0: at any rate). ack_hold_ms or rx_hold_ms 0: that hold off
+    ack_hold_ms: float = 3.0
+    ack_min: int = 4
+    rx_hold_ms: float = 1.5
+    hold_gap_us: float = 200.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -125,7 +127,7 @@ class DlcpOptions:
             "addr": ("DLCP_ADDR", str), "port": ("DLCP_PORT", int), "job_id": ("DLCP_JOB_ID", int),
             "drop_eligible": ("DLCP_DROP_ELIGIBLE", float), "tag": ("DLCP_TAG", _on_off),
             "ack_hold_ms": ("DLCP_ACK_HOLD_MS", float), "ack_min": ("DLCP_ACK_MIN", int),
-            "rx_hold_ms": ("DLCP_RX_HOLD_MS", float),
+            "rx_hold_ms": ("DLCP_RX_HOLD_MS", float), "hold_gap_us": ("DLCP_HOLD_GAP_US", float),
         }
         for name, (var, fn) in conv.items():
             if var in env and env[var] != "":
@@ -142,6 +144,8 @@ class DlcpOptions:
         for name, var in (("ack_hold_ms", "DLCP_ACK_HOLD_MS"), ("rx_hold_ms", "DLCP_RX_HOLD_MS")):
             if not 0.0 <= getattr(opts, name) <= 1000.0:
                 raise ValueError(f"{name} ({var}) must be in [0, 1000] ms, got {getattr(opts, name)}")
+        if not 0.0 <= opts.hold_gap_us <= 1e6:
+            raise ValueError(f"hold_gap_us (DLCP_HOLD_GAP_US) must be in [0, 1e6] us, got {opts.hold_gap_us}")
         if not 1 <= opts.ack_min <= 64:
             raise ValueError(f"ack_min (DLCP_ACK_MIN) must be in [1, 64], got {opts.ack_min}")
         return opts
@@ -707,7 +711,7 @@ class DlcpBackend:
                         options=Options(mtu=o.mtu, policy=POLICIES[o.policy](), recv_timeout=o.timeout,
                                         peer_timeout=o.peer_timeout, cc=cc, socket_wrapper=_dropper(o),
                                         ack_hold=o.ack_hold_ms / 1000, ack_min=o.ack_min,
-                                        rx_hold=o.rx_hold_ms / 1000),
+                                        rx_hold=o.rx_hold_ms / 1000, hold_gap=o.hold_gap_us / 1e6),
                         key=key, sock=sock)
 
     # execution ------------------------------------------------------------------------------------------------

@@ -174,14 +174,45 @@ static int ccp_load(PyObject *p, CCP *q)
     return 0;
 }
 
-static int cc_load(PyObject *cc, CC *c)
+/* The last CCParams read, and what it held: CCParams is a frozen dataclass (cc.py), one per endpoint, so the same
+ * object has the same fields, and holding a reference keeps its address from naming another object. Read once,
+ * not on every ACK and pick (those ~20 attribute reads were a tenth of the sender's CPU on a paced link). */
+static PyObject *ccp_obj;
+static CCP ccp_last;
+
+static int ccp_get(PyObject *cc, CCP *q)
 {
     PyObject *p = PyObject_GetAttr(cc, ATTR[A_P]);
     if (p == NULL)
         return -1;
-    int r = ccp_load(p, &c->p);
-    Py_DECREF(p);
-    if (r < 0)
+    if (p != ccp_obj) {
+        if (ccp_load(p, &ccp_last) < 0) {
+            Py_DECREF(p);
+            Py_CLEAR(ccp_obj);
+            return -1;
+        }
+        Py_XSETREF(ccp_obj, p);  /* (keeps the new reference) */
+    } else {
+        Py_DECREF(p);
+    }
+    *q = ccp_last;
+    return 0;
+}
+
+/* What tx_pick needs of the window (cc_window, cc_pacing_rate): cwnd, ssthresh, rate, ack_delay, srtt. */
+static int cc_load_pick(PyObject *cc, CC *c)
+{
+    if (ccp_get(cc, &c->p) < 0)
+        return -1;
+    return get_d(cc, A_CWND, &c->cwnd, NULL) < 0 || get_d(cc, A_SSTHRESH, &c->ssthresh, NULL) < 0
+        || get_d(cc, A_RATE, &c->rate, NULL) < 0 || get_d(cc, A_ACK_DELAY, &c->ack_delay, NULL) < 0
+        || get_d(cc, A_SRTT, &c->srtt, &c->has_srtt) < 0 ? -1 : 0;
+}
+
+static int cc_load(PyObject *cc, CC *c)
+{
+    memset(c, 0, sizeof *c);  /* (padding and unused undo slots too: cc_store compares the structs field by field) */
+    if (ccp_get(cc, &c->p) < 0)
         return -1;
     if (get_d(cc, A_CWND, &c->cwnd, NULL) < 0 || get_d(cc, A_SSTHRESH, &c->ssthresh, NULL) < 0
         || get_d(cc, A_ALPHA, &c->alpha, NULL) < 0 || get_d(cc, A_SRTT, &c->srtt, &c->has_srtt) < 0
@@ -216,22 +247,29 @@ static int cc_load(PyObject *cc, CC *c)
     return PyErr_Occurred() ? -1 : 0;
 }
 
-static int cc_store(PyObject *cc, const CC *c)
+/* Write back the fields of ``c`` that differ from ``was`` (what cc_load read): bit for bit, so -0.0 and 0.0 differ;
+ * an unchanged field keeps its object (an int stays an int where Python would have left it). */
+static int cc_store(PyObject *cc, const CC *c, const CC *was)
 {
-    if (set_d(cc, A_CWND, c->cwnd) < 0 || set_d(cc, A_SSTHRESH, c->ssthresh) < 0 || set_d(cc, A_ALPHA, c->alpha) < 0
-        || set_opt(cc, A_SRTT, c->has_srtt, c->srtt) < 0 || set_d(cc, A_ACK_DELAY, c->ack_delay) < 0
-        || set_d(cc, A_RATE, c->rate) < 0 || set_opt(cc, A_WIN_START, c->has_win_start, c->win_start) < 0
-        || set_d(cc, A_RATE_BYTES, c->rate_bytes) < 0 || set_d(cc, A_RTTVAR, c->rttvar) < 0
-        || set_opt(cc, A_MIN_RTT, c->has_min_rtt, c->min_rtt) < 0 || set_d(cc, A_RTO, c->rto) < 0
-        || set_ll(cc, A_BACKOFF, c->backoff) < 0 || set_d(cc, A_WIN_ACKED, c->win_acked) < 0
-        || set_d(cc, A_WIN_MARKED, c->win_marked) < 0 || set_d(cc, A_WIN_TARGET, c->win_target) < 0
-        || set_d(cc, A_WIN_MIN_Q, c->win_min_q) < 0 || set_ll(cc, A_WIN_SAMPLES, c->win_samples) < 0
-        || set_d(cc, A_CWR, c->cwr) < 0 || set_d(cc, A_CWR_ACKED, c->cwr_acked) < 0
-        || set_d(cc, A_CWR_MARKED, c->cwr_marked) < 0 || set_ll(cc, A_MARKS_SEEN, c->marks_seen) < 0
-        || set_ll(cc, A_ECN_MARKS, c->ecn_marks) < 0 || set_ll(cc, A_DELAY_MARKS, c->delay_marks) < 0
-        || set_ll(cc, A_CUTS, c->cuts) < 0 || set_ll(cc, A_FAST_CUTS, c->fast_cuts) < 0
-        || set_ll(cc, A_HYSTART_EXITS, c->hystart_exits) < 0 || set_ll(cc, A_SPURIOUS, c->spurious) < 0)
-        return -1;
+#define CHG(f) (memcmp(&c->f, &was->f, sizeof c->f) != 0)
+#define ST_D(f, A) if (CHG(f) && set_d(cc, A, c->f) < 0) return -1
+#define ST_LL(f, A) if (CHG(f) && set_ll(cc, A, c->f) < 0) return -1
+#define ST_OPT(f, h, A) if ((CHG(f) || c->h != was->h) && set_opt(cc, A, c->h, c->f) < 0) return -1
+    ST_D(cwnd, A_CWND); ST_D(ssthresh, A_SSTHRESH); ST_D(alpha, A_ALPHA); ST_OPT(srtt, has_srtt, A_SRTT);
+    ST_D(ack_delay, A_ACK_DELAY); ST_D(rate, A_RATE); ST_OPT(win_start, has_win_start, A_WIN_START);
+    ST_D(rate_bytes, A_RATE_BYTES); ST_D(rttvar, A_RTTVAR); ST_OPT(min_rtt, has_min_rtt, A_MIN_RTT);
+    ST_D(rto, A_RTO); ST_LL(backoff, A_BACKOFF); ST_D(win_acked, A_WIN_ACKED); ST_D(win_marked, A_WIN_MARKED);
+    ST_D(win_target, A_WIN_TARGET); ST_D(win_min_q, A_WIN_MIN_Q); ST_LL(win_samples, A_WIN_SAMPLES);
+    ST_D(cwr, A_CWR); ST_D(cwr_acked, A_CWR_ACKED); ST_D(cwr_marked, A_CWR_MARKED);
+    ST_LL(marks_seen, A_MARKS_SEEN); ST_LL(ecn_marks, A_ECN_MARKS); ST_LL(delay_marks, A_DELAY_MARKS);
+    ST_LL(cuts, A_CUTS); ST_LL(fast_cuts, A_FAST_CUTS); ST_LL(hystart_exits, A_HYSTART_EXITS);
+    ST_LL(spurious, A_SPURIOUS);
+    if (c->has_undo == was->has_undo && (!c->has_undo || !CHG(undo)))
+        return 0;
+#undef ST_OPT
+#undef ST_LL
+#undef ST_D
+#undef CHG
     if (c->has_undo) {
         PyObject *t = Py_BuildValue("(dddd)", c->undo[0], c->undo[1], c->undo[2], c->undo[3]);
         return set_obj(cc, A_UNDO, t);
@@ -486,7 +524,7 @@ static int tx_cum_ack(PyObject *p, PyObject *o, long long hi, int ecn, double no
     PyObject *ccobj = PyObject_GetAttr(p, ATTR[A_CC]);
     if (ccobj == NULL)
         return -1;
-    CC c;
+    CC c, was;
     int ret = -1, has_rtt = 0, has_q = 0;
     double rtt = 0, qdelay = 0;
     long long nbytes = 0;
@@ -494,6 +532,7 @@ static int tx_cum_ack(PyObject *p, PyObject *o, long long hi, int ecn, double no
     PyObject *plan = NULL, *cuml = NULL;
     if (cc_load(ccobj, &c) < 0)
         goto out;
+    was = c;
     double rto_fired;
     if (get_d(p, A_RTO_FIRED, &rto_fired, NULL) < 0)
         goto out;
@@ -557,7 +596,7 @@ static int tx_cum_ack(PyObject *p, PyObject *o, long long hi, int ecn, double no
     if (rto_fired != 0 && set_d(p, A_RTO_FIRED, 0.0) < 0)
         goto out;
     cc_on_ack(&c, nbytes, ecn, has_rtt, rtt, has_q, qdelay, 1, now);
-    ret = cc_store(ccobj, &c);
+    ret = cc_store(ccobj, &c, &was);
 out:
     if (vack.obj) PyBuffer_Release(&vack);
     if (vinf.obj) PyBuffer_Release(&vinf);
@@ -619,7 +658,7 @@ static int tx_pick(PyObject *sender, PyObject *p, PyObject *o, double now, long 
     Py_buffer vord = {0}, vtime = {0}, vinf = {0};
     long long pin, order, n_elig, pkts;
     double next_send;
-    if (cc_load(ccobj, &c) < 0 || get_ll(p, A_INFLIGHT, &pin) < 0 || get_d(p, A_NEXT_SEND, &next_send, NULL) < 0)
+    if (cc_load_pick(ccobj, &c) < 0 || get_ll(p, A_INFLIGHT, &pin) < 0 || get_d(p, A_NEXT_SEND, &next_send, NULL) < 0)
         goto out;
     long long avail = cc_window(&c) - pin;
     if (avail <= 0) {

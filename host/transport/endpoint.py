@@ -56,7 +56,7 @@ from host.transport.liveness import DEAD_NOTICE_AGAIN, Liveness
 from host.transport.packetio import ICMP_ERRNOS as _ICMP_ERRNOS
 from host.transport.packetio import _rxlane, _txlane  # the C lanes (None in a broken install: the Python path)
 from host.transport.packetio import AddressInUse, PacketSocket, norm_addr, path_mtu, src_key
-from host.transport.receiver import Receiver
+from host.transport.receiver import HOLD_WINDOW, InTransfer, Receiver
 from host.transport.sender import Sender, plan_send
 from host.transport.stats import Counters
 from host.transport.tensors import allocate, view_tensor
@@ -406,14 +406,24 @@ class Endpoint:
                 if self._dirty:  # plan before sleeping: a wake-up only to plan (a tick after anything happened,
                     self._plan_timers(now)  # as before) was most of the thread's wake-ups on a slow link
                 until = self._next_tick
-                timeout = max(0.0, min(wait, until - now)) if busy else min(0.2, max(0.0, until - now))
                 cand = send = None
                 if native_wait and job is None and not tx.full and not tx.ctl_backlog:
                     cand = self._receiver.native_candidate()
+                    if cand is not None and cand.since_ack and self.opts.ack_hold:
+                        until = self._due(now, cand)  # (the wait sends cand's held ACK itself)
+                timeout = max(0.0, min(wait, until - now)) if busy else min(0.2, max(0.0, until - now))
+                if native_wait and job is None and not tx.full and not tx.ctl_backlog:
                     lone = sender.native_candidate()
                     if lone is not None:  # (the wait sends the lone send's bursts itself, when pacing allows)
                         send = (*lone, now + wait if wait < 1.0 else 0.0)
                         timeout = max(0.0, until - now)
+                    o = self.opts
+                    if cand is not None and (o.ack_hold or o.rx_hold) and not self._receiver.holds(cand):
+                        # a wait for a transfer the holds do not apply to (yet: Receiver.holds, judged by the
+                        # Python path when the wait returns) returns within two runs of HOLD_WINDOW packets at
+                        # the hold gap, so a slow arrival is judged so soon (else one wait could take a whole slow
+                        # transfer without them); on a fast link such a wait is idle by then
+                        timeout = min(timeout, 2 * HOLD_WINDOW * o.hold_gap)
                 self._sleep_until = now + timeout
             if job is not None:
                 tx.transmit(job)
@@ -487,7 +497,7 @@ class Endpoint:
         of such a delay). False when it did not hold, or was woken (the caller's own wait then returns at once)."""
         hold = self.opts.rx_hold
         if not hold or not 0 < taken <= self.opts.rx_hold_records or timeout <= 0 or not any(
-                i.posted and i.st is not None and i.st.total - i.st.npackets > 4
+                i.posted and i.st is not None and i.st.total - i.st.npackets > 4 and self._receiver.holds(i)
                 for i in list(self._receiver.incoming.values())):
             return False
         waits = [self._wake_r] if self._timer is None else [self._wake_r, self._timer]
@@ -510,12 +520,18 @@ class Endpoint:
         caller's work: new deadlines) before the thread sleeps, or once per tick while it does not. (Planning a
         tick later instead, by a wake-up of its own, was 70% of the thread's wake-ups on a 20 Mb/s link whose
         packets arrive one at a time.)"""
-        busy = self._receiver.incoming or any(p.active for p in self._sender.peers.values())
-        due = min(self._receiver.next_due(now), self._sender.next_due(now, self.opts.tick),
-                  self._liveness.next_due(now), now + (_TIMERS_MAX if busy else _IDLE_MAX))
-        self._next_tick = max(due, self._timers_at + self.opts.tick)
+        self._next_tick = self._due(now)
         self._planned_at = now
         self._dirty = False
+
+    def _due(self, now: float, held: InTransfer | None = None) -> float:
+        """Under the lock: when the timers run next (:meth:`_plan_timers`' rule); ``held``: a transfer whose held
+        ACK (``Options.ack_hold``) the caller's native wait sends itself when its hold runs out, so that its
+        deadline is not the timers' (waking Python at each hold's end was most of the wait's returns)."""
+        busy = self._receiver.incoming or any(p.active for p in self._sender.peers.values())
+        due = min(self._receiver.next_due(now, held), self._sender.next_due(now, self.opts.tick),
+                  self._liveness.next_due(now), now + (_TIMERS_MAX if busy else _IDLE_MAX))
+        return max(due, self._timers_at + self.opts.tick)
 
     def _disarm(self, fired: bool) -> None:
         """Under the lock, on the I/O thread, awake: disarm the wake-up timer (read its expiry when it ``fired``:

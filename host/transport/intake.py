@@ -141,6 +141,7 @@ class Intake:
             p, out, pacing = send
             tx = (self._sender, p, out, p.rank, self._key_of[p.rank], out.total, o.burst, o.send_buf,
                   transmitter.transmit, transmitter, self._c, self._heard, p.addr, pacing, self.native_feedback)
+        slow = inc is not None and self._receiver.holds(inc)  # (the holds are for slow links: Options.hold_gap)
         if inc is not None:
             args = (self._receiver.incoming, inc, inc.peer, self._key_of[inc.peer], self.job_id, self.nonce,
                     self._key, self._receiver.ack_template(inc), o.ack_every, lock, inc.since_ack, inc.unacked_at,
@@ -152,7 +153,8 @@ class Intake:
         (why, left, wakes, dgrams, gro, fresh, dups, got, nelems, max_count, max_end, max_seq, cum, acks, unacked,
          last, unacked_at, ce_state, marked, holds) = _rxlane.rx_wait(
             io.sock.fileno(), wake_fd, timer_fd, timeout, io.rxbuf, io.recs, RX_BATCH, RX_BATCH_BYTES, MAX_DGRAM,
-            *args, float(o.ack_hold), o.ack_min, tx, float(o.rx_hold), o.rx_hold_records, taken,
+            *args, float(o.ack_hold) if slow else 0.0, o.ack_min, tx, float(o.rx_hold) if slow else 0.0,
+            o.rx_hold_records, taken,
             self._receiver.ack_bits)
         if holds:
             self._c["io_rx_holds"] += holds  # (this thread's counter)

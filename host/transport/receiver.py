@@ -77,6 +77,10 @@ def fits_transfer(nelems: int, total: int, count: int) -> bool:
     return rest == 0 and c >= count and -(-nelems // c) == total
 
 
+#: Packets per run over which a transfer's arrival rate is measured for the holds (Options.hold_gap).
+HOLD_WINDOW = 8
+
+
 class InTransfer:
     """Receiver state of one transfer."""
 
@@ -95,6 +99,10 @@ class InTransfer:
         self.error: BaseException | None = None
         self.done = False
         self.first_arrival = self.last_arrival = 0.0
+        # the holds' rate test (Options.hold_gap): whether the last full run of HOLD_WINDOW packets came slowly, and
+        # where the run in progress began (its first arrival's time and the packet count then; -1: none yet)
+        self.slow = False
+        self.gap_t, self.gap_n = 0.0, -1
         self.since_ack = 0
         self.unacked_at = 0.0  # when the first packet since the last ACK arrived (0.0: a duplicate, ACK at once)
         self.ce_state = False
@@ -360,6 +368,12 @@ class Receiver:
         or leave the ACK for the end of the receive pass."""
         c = self._c
         inc.last_arrival = now
+        n = inc.st.npackets
+        if inc.gap_n < 0:
+            inc.gap_t, inc.gap_n = now, n
+        elif n - inc.gap_n >= HOLD_WINDOW:  # (a run's time over its packets, not the transfer's: a pause of the
+            inc.slow = now - inc.gap_t >= self.opts.hold_gap * (n - inc.gap_n)  # sender's is not a slow link)
+            inc.gap_t, inc.gap_n = now, n
         if inc.since_ack == fresh:  # (nothing unACKed before these, no duplicate among them)
             inc.unacked_at = now
         inc.bytes += got
@@ -433,6 +447,11 @@ class Receiver:
             if best is None or inc.last_arrival > best.last_arrival:
                 best = inc
         return best
+
+    def holds(self, inc: InTransfer) -> bool:
+        """Whether the holds (``Options.ack_hold``, ``rx_hold``) apply to ``inc``: its packets come at least
+        ``hold_gap`` apart (its last run of :data:`HOLD_WINDOW` packets did), or ``hold_gap`` is 0."""
+        return inc.slow or self.opts.hold_gap <= 0
 
     def ack_template(self, inc: InTransfer) -> bytearray:
         """``inc``'s ACK header as :meth:`send_ack` writes it, but for the cumulative seq, the clock, the count
@@ -656,10 +675,11 @@ class Receiver:
             inc = self.incoming.get(key)
             if inc is None or inc.st is None or not inc.since_ack:
                 continue
-            if hold and inc.since_ack < amin and inc.unacked_at and now - inc.unacked_at < hold:
+            slow = hold and self.holds(inc)
+            if slow and inc.since_ack < amin and inc.unacked_at and now - inc.unacked_at < hold:
                 held.append(key)
                 continue
-            self.send_ack(inc, inc.last_arrival if hold else None)
+            self.send_ack(inc, inc.last_arrival if slow else None)
         self._ack_pending.clear()
         self._ack_pending.update(held)
 
@@ -716,19 +736,20 @@ class Receiver:
                 inc.nack_next = now + inc.nack_interval
                 inc.nack_interval = min(o.nack_interval_max, inc.nack_interval * 2)
 
-    def next_due(self, now: float) -> float:
+    def next_due(self, now: float, held: InTransfer | None = None) -> float:
         """The earliest time :meth:`timers` or :meth:`expire_due` may have something to do (an early answer is
         safe, a late one delays a NACK): per transfer in progress, the NACK of what is missing (the reordering
         wait after its LAST packet, else ``nack_idle``, and not before ``nack_next``; none while every packet up to
         the highest arrived is in: there is nothing to NACK, and :meth:`timers` would find nothing) and a posted one's
         ``peer_timeout``; now for a posted one whose protected packets are all in (the loss bound may complete it);
-        the expiry of unclaimed transfers while there are any."""
+        the expiry of unclaimed transfers while there are any; the end of each held ACK's hold but ``held``'s (a
+        native wait's own: ``_rxlane.rx_wait`` sends it when its hold runs out)."""
         o = self.opts
         due = self._next_expiry if self.incoming or self.ready else math.inf
         if self._ack_pending and o.ack_hold:  # held ACKs (_flush)
             for key in self._ack_pending:
                 inc = self.incoming.get(key)
-                if inc is not None:
+                if inc is not None and inc is not held:
                     due = min(due, inc.unacked_at + o.ack_hold)
         for inc in self.incoming.values():
             st = inc.st

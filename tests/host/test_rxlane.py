@@ -22,6 +22,7 @@ from host.policy import PacketClasses
 from host.transport import Endpoint, Options
 from host.transport import packetio
 from host.transport.packetio import src_key
+from host.transport.receiver import HOLD_WINDOW
 from host.transport.chunking import plan_packets
 from host.transport.control import HDR, W_OFFSET, W_SEQ, W_TAG, W_VT, clock_us
 from host.wire import DType, Flag, MsgType
@@ -401,6 +402,8 @@ def test_ack_hold_acks_every_second_packet_of_a_slow_arrival(hold):
     plan = plan_packets(nelems=n, dtype=DType.FLOAT32, mtu=9000, rank=0, job_id=JOB, transfer_id=5, nonce=NONCE)
     t = _Twin(True, True, n, np.float32, KEY)
     t.ep.opts.ack_hold = hold
+    t.ep.opts.hold_gap = 0.0  # (the hold itself, from the first packet: not the rate test that enables it)
+    t.ep.opts.ack_min = 2  # (an ACK of two: the default waits for four)
     rx = t.ep._receiver
     try:
         deadline = time.monotonic() + 10
@@ -439,6 +442,54 @@ def test_ack_hold_acks_every_second_packet_of_a_slow_arrival(hold):
         t.close()
 
 
+def test_holds_follow_the_arrival_rate():
+    """The holds (``ack_hold``, ``rx_hold``) apply to a transfer only while its packets come at least ``hold_gap``
+    apart, measured per run of ``HOLD_WINDOW`` packets: not for a burst (a fast link: one GRO buffer), yes for
+    packets a millisecond apart (a slow one), and off again when they come fast again; while they apply, a pass
+    of one new packet holds its ACK until ``ack_min`` are owed, otherwise every pass ends with an ACK."""
+    n = 5 * HOLD_WINDOW * 2240
+    x = np.random.default_rng(6).standard_normal(n).astype(np.float32)
+    plan = plan_packets(nelems=n, dtype=DType.FLOAT32, mtu=9000, rank=0, job_id=JOB, transfer_id=5, nonce=NONCE)
+    t = _Twin(True, True, n, np.float32, KEY)
+    o = t.ep.opts
+    assert o.ack_hold > 0 and o.hold_gap > 0 and o.ack_min == 4  # (the defaults)
+    rx = t.ep._receiver
+    seqs = iter(range(plan.total))
+
+    def holds():
+        with t.ep._lock:
+            return rx.holds(rx.incoming[(0, 5)])
+
+    def burst():  # HOLD_WINDOW packets in one receive pass (one GRO buffer)
+        d = [_datagram(plan, next(seqs), x, KEY) for _ in range(HOLD_WINDOW)]
+        t.feed(d, len(d[0]), 2, SENDER)
+        rx.flush_acks()
+        return len(_acks(t.sender))
+
+    def spaced():  # HOLD_WINDOW packets 5 hold_gaps apart, a receive pass each; the ACKs after each
+        acked = []
+        for _ in range(HOLD_WINDOW):
+            time.sleep(5 * o.hold_gap)
+            t.feed([_datagram(plan, next(seqs), x, KEY)], 0, 2, SENDER)
+            rx.flush_acks()
+            acked.append(len(_acks(t.sender)))
+        return acked
+
+    try:
+        assert burst() == 1 and not holds()  # (the first packet only starts the measure)
+        assert burst() == 1 and not holds()
+        # judged slow on the run's last packet, whose ACK is the first held
+        assert spaced() == [1] * (HOLD_WINDOW - 1) + [0] and holds()
+        assert spaced() == [0, 0, 1, 0, 0, 0, 1, 0] and holds()  # (an ACK per four packets, one owed before)
+        assert burst() == 1 and not holds()  # (fast again: the pass's ACK at once)
+        for s in seqs:
+            t.feed([_datagram(plan, s, x, KEY)], 0, 2, SENDER)
+        t.thread.join(30)
+        assert t.err is None and np.array_equal(t.out, x)
+    finally:
+        t.close()
+
+
 class _Wire:
     """One receiving endpoint (rank 1) on a real socket, fed real datagrams by a silent rank 0 a few at a time, with
     recv() posted in a thread: what its I/O loop does with them, ``native_wait`` on or off."""
@@ -449,7 +500,7 @@ class _Wire:
         amap = {0: self.sender.getsockname(), 1: ("127.0.0.1", 0)}
         self.ep = Endpoint(1, amap, JOB, NONCE, Options(mtu=1500, native_wait=native_wait, peer_timeout=30,
                                                         recv_timeout=30, nack_idle=30, linger=0.0, ack_hold=hold,
-                                                        ack_min=2), key=key)
+                                                        ack_min=2, hold_gap=0.0), key=key)
         self.to = self.ep._io.sock.getsockname()
         self.out = np.full(n, 0, np.float32)
         self.res = self.err = None
