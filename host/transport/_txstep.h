@@ -211,7 +211,7 @@ static int cc_load_pick(PyObject *cc, CC *c)
 
 static int cc_load(PyObject *cc, CC *c)
 {
-    memset(c, 0, sizeof *c);  /* (padding and unused undo slots too: cc_store compares the structs field by field) */
+    memset(c, 0, sizeof *c);  /* (the undo slots too, which only an undo tuple fills) */
     if (ccp_get(cc, &c->p) < 0)
         return -1;
     if (get_d(cc, A_CWND, &c->cwnd, NULL) < 0 || get_d(cc, A_SSTHRESH, &c->ssthresh, NULL) < 0

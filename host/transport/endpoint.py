@@ -407,12 +407,13 @@ class Endpoint:
                     self._plan_timers(now)  # as before) was most of the thread's wake-ups on a slow link
                 until = self._next_tick
                 cand = send = None
-                if native_wait and job is None and not tx.full and not tx.ctl_backlog:
+                may_wait = native_wait and job is None and not tx.full and not tx.ctl_backlog
+                if may_wait:
                     cand = self._receiver.native_candidate()
                     if cand is not None and cand.since_ack and self.opts.ack_hold:
                         until = self._due(now, cand)  # (the wait sends cand's held ACK itself)
                 timeout = max(0.0, min(wait, until - now)) if busy else min(0.2, max(0.0, until - now))
-                if native_wait and job is None and not tx.full and not tx.ctl_backlog:
+                if may_wait:
                     lone = sender.native_candidate()
                     if lone is not None:  # (the wait sends the lone send's bursts itself, when pacing allows)
                         send = (*lone, now + wait if wait < 1.0 else 0.0)
