@@ -30,7 +30,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-__all__ = ["PacketClasses", "Policy", "LayerMagnitudePolicy", "packet_mean_abs", "as_float_view",
+__all__ = ["PacketClasses", "Policy", "LayerMagnitudePolicy", "packet_mean_abs", "mean_abs_and_classes", "as_float_view",
            "DATA_PRIORITY_MAX", "DATA_PRIORITY_MIN", "CONTROL_PRIORITY"]
 
 #: Data packets use priorities 1..6; 7 is kept for the transport's own ACK/NACK/control messages (they steer
@@ -122,17 +122,21 @@ def packet_mean_abs(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return out
 
 
-#: The C kernel of :func:`packet_mean_abs` (``abs_sums`` of ``host/transport/_txlane.c``), handed over by the
-#: transport when it loads its extension (:func:`use_abs_sums_kernel`). The policy does not import the transport:
-#: the transport depends on the policy, not the other way round.
+#: The C kernels of :func:`packet_mean_abs` (``abs_sums`` of ``host/transport/_txlane.c``) and of
+#: :func:`mean_abs_and_classes` (``mag_classes``), handed over by the transport when it loads its extension
+#: (:func:`use_native_kernels`). The policy does not import the transport: the transport depends on the policy, not
+#: the other way round.
 _ABS_SUMS_KERNEL: Callable[[np.ndarray, int, np.ndarray], int] | None = None
+_MAG_CLASSES_KERNEL: Callable[[np.ndarray, int, np.ndarray, np.ndarray], int] | None = None
 
 
-def use_abs_sums_kernel(kernel: Callable[[np.ndarray, int, np.ndarray], int] | None) -> None:
-    """Make ``kernel(values, chunk, out) -> packets`` the per-packet |x| sums of float32/float64 data (``None``:
-    numpy's path only)."""
-    global _ABS_SUMS_KERNEL
-    _ABS_SUMS_KERNEL = kernel
+def use_native_kernels(abs_sums: Callable[[np.ndarray, int, np.ndarray], int] | None,
+                       mag_classes: Callable[[np.ndarray, int, np.ndarray, np.ndarray], int] | None) -> None:
+    """Make ``abs_sums(values, chunk, out) -> packets`` the per-packet |x| sums of float32/float64 data, and
+    ``mag_classes(values, chunk, means, classes) -> packets`` their means and magnitude classes in one call
+    (``None``: numpy's paths only)."""
+    global _ABS_SUMS_KERNEL, _MAG_CLASSES_KERNEL
+    _ABS_SUMS_KERNEL, _MAG_CLASSES_KERNEL = abs_sums, mag_classes
 
 
 def _abs_sums_kernel() -> Callable[[np.ndarray, int, np.ndarray], int] | None:
@@ -141,6 +145,32 @@ def _abs_sums_kernel() -> Callable[[np.ndarray, int, np.ndarray], int] | None:
     if os.environ.get("DLCP_NATIVE", "1") == "0":
         return None
     return _ABS_SUMS_KERNEL
+
+
+def _mag_classes_kernel() -> Callable[[np.ndarray, int, np.ndarray, np.ndarray], int] | None:
+    """As :func:`_abs_sums_kernel`, for ``mag_classes``."""
+    if os.environ.get("DLCP_NATIVE", "1") == "0":
+        return None
+    return _MAG_CLASSES_KERNEL
+
+
+def mean_abs_and_classes(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(packet_mean_abs(values, counts), magnitude_classes(of them))``. In the transport's layout (equal packets,
+    a shorter last one) float32 and float64 data go to the C kernel ``mag_classes`` (``host/transport/_txlane.c``),
+    which gives the same arrays bit for bit with the GIL released throughout: numpy's path is a dozen calls after
+    the sums (partition, interpolation, search, masks), each taking the GIL back from the I/O thread."""
+    n = len(counts)
+    kernel = _mag_classes_kernel()
+    if kernel is not None and n > 1 and values.size and values.dtype in (np.float32, np.float64) \
+            and values.flags.c_contiguous:
+        c0 = int(counts[0])
+        if c0 > 0 and c0 * (n - 1) + int(counts[-1]) == values.size and 0 < int(counts[-1]) <= c0 \
+                and np.all(counts[:-1] == c0):
+            means, classes = np.empty(n, np.float64), np.empty(n, np.uint8)
+            kernel(values, c0, means, classes)
+            return means, classes
+    means = packet_mean_abs(values, counts)
+    return means, magnitude_classes(means)
 
 
 @dataclass(frozen=True)
@@ -194,8 +224,8 @@ class LayerMagnitudePolicy:
             means = _small_means(values, counts, cl)
             return PacketClasses(prio, np.array(_small_classes(means), np.uint8),
                                  np.array(_small_eligible(means, cl, loss_bound), bool))
-        means = packet_mean_abs(values, counts)
-        return PacketClasses(prio, magnitude_classes(means), eligible_smallest(means, counts, loss_bound))
+        means, classes = mean_abs_and_classes(values, counts)
+        return PacketClasses(prio, classes, eligible_smallest(means, counts, loss_bound))
 
 
 #: Packets up to which :meth:`LayerMagnitudePolicy.classify` works on Python lists: below it the two dozen numpy

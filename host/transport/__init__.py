@@ -16,14 +16,14 @@ from host.transport.endpoint import (Endpoint, LossReport, Options, RecvHandle, 
                                      TransportError, path_mtu)
 from host.transport.faults import LossySocket
 
-try:  # the magnitude classification's C kernel lives in the send lane's extension; the policy is told of it here
+try:  # the magnitude classification's C kernels live in the send lane's extension; the policy is told of it here
     from host.transport import _txlane as _txlane_kernel
 except ImportError:  # pragma: no cover - a broken install; the endpoint logs it
     pass
 else:
-    from host.policy import use_abs_sums_kernel
+    from host.policy import use_native_kernels
 
-    use_abs_sums_kernel(_txlane_kernel.abs_sums)
+    use_native_kernels(_txlane_kernel.abs_sums, _txlane_kernel.mag_classes)
 
 __all__ = ["Endpoint", "Options", "SendHandle", "RecvHandle", "RecvResult", "LossReport", "TransportError",
            "LossySocket", "path_mtu"]

@@ -24,6 +24,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
@@ -224,6 +225,291 @@ static PyObject *abs_sums(PyObject *self, PyObject *const *args, Py_ssize_t narg
 done:
     PyBuffer_Release(&vo);
     PyBuffer_Release(&vv);
+    return result;
+}
+
+/* ---- mag_classes: the policy's magnitude octiles in one native pass ---------------------------------------------
+ *
+ * Why: a large send's classification (host.policy: per-packet mean |x|, then the octile of each mean among all of
+ * them) took a dozen numpy calls after the sums (partition, lerp, searchsorted, clip, boolean masks), each taking
+ * the GIL back from the I/O thread: about a quarter of a 16 MiB all-reduce's caller-thread CPU on veth. Here the
+ * whole of it runs with the GIL released, and gives what packet_mean_abs + magnitude_classes give, bit for bit
+ * (tests/host/test_policy.py): the same sums (abs_sum_*), the same float64 division, the same order statistics
+ * (a selection instead of numpy's partition: order statistics are unique values), numpy's linear interpolation
+ * (_lerp) and numpy's binary search (searchsorted, side="left", with its narrowing from the previous key). */
+
+static inline void dswap(double *a, Py_ssize_t i, Py_ssize_t j)
+{
+    double t = a[i];
+    a[i] = a[j];
+    a[j] = t;
+}
+
+static int dcmp(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* a[k] becomes the order statistic k of a[lo:hi] (no NaN), smaller-or-equal values before it, larger-or-equal after:
+ * Hoare's selection with a median-of-three pivot, a sort of the rest past 64 rounds (no quadratic inputs) */
+static void dselect(double *a, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t k)
+{
+    for (int round = 0; hi - lo > 1; round++) {
+        if (round == 64) {
+            qsort(a + lo, (size_t)(hi - lo), sizeof(double), dcmp);
+            return;
+        }
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (a[mid] < a[lo]) dswap(a, mid, lo);
+        if (a[hi - 1] < a[lo]) dswap(a, hi - 1, lo);
+        if (a[hi - 1] < a[mid]) dswap(a, hi - 1, mid);
+        double piv = a[mid];
+        Py_ssize_t i = lo, j = hi - 1;
+        while (i <= j) {
+            while (a[i] < piv) i++;
+            while (a[j] > piv) j--;
+            if (i <= j) {
+                dswap(a, i, j);
+                i++;
+                j--;
+            }
+        }
+        if (k <= j)
+            hi = j + 1;
+        else if (k >= i)
+            lo = i;
+        else
+            return;  /* a[j+1 .. i-1] all equal the pivot */
+    }
+}
+
+/* policy.octile_edges over the ``n`` (> 0) finite values ``a`` (reordered) */
+static void octile_edges_c(double *a, Py_ssize_t n, double edges[7])
+{
+    Py_ssize_t lo[7], hi[7], want[14];
+    double t[7];
+    for (int k = 0; k < 7; k++) {
+        double pos = ((double)(k + 1) / 8.0) * (double)(n - 1);
+        lo[k] = (Py_ssize_t)floor(pos);
+        hi[k] = lo[k] + 1 < n - 1 ? lo[k] + 1 : n - 1;
+        t[k] = pos - (double)lo[k];
+        want[2 * k] = lo[k];
+        want[2 * k + 1] = hi[k];
+    }
+    /* ascending already (lo[k] <= hi[k] <= lo[k+1] + 1, and hi[k] <= lo[k+1] unless lo[k+1] == lo[k]): select each
+     * in the part after the previous one */
+    Py_ssize_t from = 0, prev = -1;
+    for (int w = 0; w < 14; w++) {
+        Py_ssize_t p = want[w];
+        if (p == prev)
+            continue;
+        if (p < prev) {  /* (hi[k] > lo[k+1]: that statistic is selected already, before prev) */
+            continue;
+        }
+        dselect(a, from, n, p);
+        from = p + 1;
+        prev = p;
+    }
+    for (int k = 0; k < 7; k++) {
+        double x = a[lo[k]], y = a[hi[k]], diff = y - x;
+        edges[k] = t[k] >= 0.5 ? y - diff * (1 - t[k]) : x + diff * t[k];
+    }
+}
+
+PyDoc_STRVAR(mag_classes_doc,
+"mag_classes(values, chunk, means, classes)\n"
+"--\n\n"
+"host.policy's packet_mean_abs and magnitude_classes in one call with the GIL released: per packet of ``chunk``\n"
+"elements of the flat float32 or float64 buffer ``values`` (the last packet shorter, none empty), its mean |x| into\n"
+"the float64 array ``means`` (+inf where not finite) and its octile class 0..7 among all finite means into the\n"
+"uint8 array ``classes`` (7 for all when none is finite). Bit for bit what the Python functions give with the\n"
+"abs_sums kernel. Returns the packets.");
+
+static PyObject *mag_classes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "mag_classes takes 4 arguments, got %zd", nargs);
+        return NULL;
+    }
+    Py_ssize_t chunk = PyLong_AsSsize_t(args[1]);
+    if (chunk == -1 && PyErr_Occurred())
+        return NULL;
+    if (chunk < 1) {
+        PyErr_SetString(PyExc_ValueError, "mag_classes: chunk must be > 0");
+        return NULL;
+    }
+    Py_buffer vv, vm, vc;
+    if (PyObject_GetBuffer(args[0], &vv, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[2], &vm, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&vv);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[3], &vc, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&vm);
+        PyBuffer_Release(&vv);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    double *tmp = NULL;
+    const char *fv = vv.format ? vv.format : "B", *fm = vm.format ? vm.format : "B", *fc = vc.format ? vc.format : "B";
+    int f32 = strcmp(fv, "f") == 0, f64 = strcmp(fv, "d") == 0;
+    if ((!f32 && !f64) || strcmp(fm, "d") != 0 || strcmp(fc, "B") != 0) {
+        PyErr_Format(PyExc_TypeError, "mag_classes: values must be float32 or float64 (got format '%s'), means "
+                     "float64 (got '%s'), classes uint8 (got '%s')", fv, fm, fc);
+        goto done;
+    }
+    Py_ssize_t n = vv.len / vv.itemsize, npk = (n + chunk - 1) / chunk;
+    if (n == 0) {
+        PyErr_SetString(PyExc_ValueError, "mag_classes: no values");
+        goto done;
+    }
+    if (vm.len / (Py_ssize_t)sizeof(double) != npk || vc.len != npk) {
+        PyErr_Format(PyExc_ValueError, "mag_classes: means has %zd entries and classes %zd, %zd packets need them",
+                     vm.len / (Py_ssize_t)sizeof(double), vc.len, npk);
+        goto done;
+    }
+    if ((tmp = PyMem_RawMalloc((size_t)npk * sizeof(double))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    double *means = (double *)vm.buf;
+    uint8_t *cls = (uint8_t *)vc.buf;
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t nfin = 0;
+    for (Py_ssize_t k = 0; k < npk; k++) {
+        Py_ssize_t a = k * chunk, b = a + chunk < n ? a + chunk : n;
+        double s = f32 ? (double)(float)abs_sum_f32((const float *)vv.buf + a, b - a)
+                       : abs_sum_f64((const double *)vv.buf + a, b - a);
+        double m = s / (double)(b - a);
+        if (!isfinite(m))
+            m = INFINITY;
+        else
+            tmp[nfin++] = m;
+        means[k] = m;
+    }
+    if (nfin == 0) {
+        memset(cls, 7, (size_t)npk);
+    } else {
+        double edges[7];
+        octile_edges_c(tmp, nfin, edges);
+        /* numpy's searchsorted(edges, means, side="left"): a binary search narrowed from the previous key's */
+        Py_ssize_t min_idx = 0, max_idx = 7;
+        double last = means[0];
+        for (Py_ssize_t k = 0; k < npk; k++) {
+            double key = means[k];
+            if (last < key) {
+                max_idx = 7;
+            } else {
+                min_idx = 0;
+                max_idx = max_idx < 7 ? max_idx + 1 : 7;
+            }
+            last = key;
+            while (min_idx < max_idx) {
+                Py_ssize_t mid = min_idx + ((max_idx - min_idx) >> 1);
+                if (edges[mid] < key)
+                    min_idx = mid + 1;
+                else
+                    max_idx = mid;
+            }
+            cls[k] = (uint8_t)min_idx;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(npk);
+done:
+    PyMem_RawFree(tmp);
+    PyBuffer_Release(&vc);
+    PyBuffer_Release(&vm);
+    PyBuffer_Release(&vv);
+    return result;
+}
+
+/* ---- in_order_headers: chunking.write_headers in one pass ----------------------------------------------------
+ *
+ * The per-packet words of an in-order plan's headers (seq = position): the template, then the flags (LAST on the
+ * transfer's last seq), the magnitude class's bits, the seq, the byte offset and the element count, big-endian.
+ * numpy's version is eight whole-array operations over a structured array (about 1 ms per 1,000 headers on a cold
+ * cache); tests/host/test_chunking.py holds the two byte for byte. HEADER_LAYOUT (below) is where the words lie;
+ * chunking.py uses this only while it matches host.wire's layout. */
+
+#define HL_FLAGS 1
+#define HL_MAG 2
+#define HL_MAG_SHIFT 2
+#define HL_SEQ 20
+#define HL_OFFSET 28
+#define HL_COUNT 32
+#define HL_LAST 0x08
+
+PyDoc_STRVAR(in_order_headers_doc,
+"in_order_headers(headers, template, lo, hi, total, chunk, itemsize, nelems, mag)\n"
+"--\n\n"
+"Write the headers of seqs ``lo..hi-1`` of an in-order plan of ``total`` packets of ``chunk`` elements of\n"
+"``itemsize`` bytes (``nelems`` in all) into ``headers`` (the plan's ``total`` x 48 bytes): each the 48-byte\n"
+"``template`` with its flags (LAST on seq total-1), magnitude class (``mag``: hi-lo uint8, or None for 0), seq,\n"
+"byte offset and element count set. chunking.write_headers's bytes.");
+
+static PyObject *in_order_headers(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 9) {
+        PyErr_Format(PyExc_TypeError, "in_order_headers takes 9 arguments, got %zd", nargs);
+        return NULL;
+    }
+    long long lo = PyLong_AsLongLong(args[2]), hi = PyLong_AsLongLong(args[3]), total = PyLong_AsLongLong(args[4]);
+    long long chunk = PyLong_AsLongLong(args[5]), itemsize = PyLong_AsLongLong(args[6]);
+    long long nelems = PyLong_AsLongLong(args[7]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (lo < 0 || hi < lo || hi > total || chunk < 1 || chunk > 0xFFFF || itemsize < 1 || nelems < 0
+        || (total - 1) * chunk * itemsize > 0xFFFFFFFFLL) {
+        PyErr_Format(PyExc_ValueError, "in_order_headers: seqs %lld..%lld of %lld packets of %lld x %lld bytes do not "
+                     "make a plan", lo, hi, total, chunk, itemsize);
+        return NULL;
+    }
+    Py_buffer vh, vt, vm = {0};
+    if (PyObject_GetBuffer(args[0], &vh, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &vt, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&vh);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (args[8] != Py_None && PyObject_GetBuffer(args[8], &vm, PyBUF_C_CONTIGUOUS) < 0)
+        goto done;
+    if (vh.len != total * HEADER_LEN || vt.len != HEADER_LEN || (vm.obj != NULL && vm.len != hi - lo)) {
+        PyErr_Format(PyExc_ValueError, "in_order_headers: headers hold %zd bytes (%lld wanted), the template %zd "
+                     "(%d), mag %zd (%lld)", vh.len, total * HEADER_LEN, vt.len, HEADER_LEN,
+                     vm.obj != NULL ? vm.len : (Py_ssize_t)0, hi - lo);
+        goto done;
+    }
+    const uint8_t *tp = vt.buf, *mag = vm.obj != NULL ? vm.buf : NULL;
+    uint8_t *h = (uint8_t *)vh.buf + lo * HEADER_LEN;
+    for (long long s = lo; s < hi; s++, h += HEADER_LEN) {
+        memcpy(h, tp, HEADER_LEN);
+        h[HL_FLAGS] = s == total - 1 ? HL_LAST : 0;
+        if (mag != NULL)
+            h[HL_MAG] |= (uint8_t)(mag[s - lo] << HL_MAG_SHIFT);
+        long long off = s * chunk, cnt = nelems - off;
+        if (cnt > chunk)
+            cnt = chunk;
+        if (cnt < 0)
+            cnt = 0;
+        uint32_t seq = (uint32_t)s, boff = (uint32_t)(off * itemsize);
+        h[HL_SEQ] = seq >> 24; h[HL_SEQ + 1] = seq >> 16; h[HL_SEQ + 2] = seq >> 8; h[HL_SEQ + 3] = seq;
+        h[HL_OFFSET] = boff >> 24; h[HL_OFFSET + 1] = boff >> 16; h[HL_OFFSET + 2] = boff >> 8; h[HL_OFFSET + 3] = boff;
+        h[HL_COUNT] = (uint8_t)(cnt >> 8);
+        h[HL_COUNT + 1] = (uint8_t)cnt;
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    if (vm.obj != NULL)
+        PyBuffer_Release(&vm);
+    PyBuffer_Release(&vt);
+    PyBuffer_Release(&vh);
     return result;
 }
 
@@ -482,6 +768,8 @@ static PyMethodDef methods[] = {
     {"packet_tag", (PyCFunction)(void (*)(void))packet_tag, METH_FASTCALL, packet_tag_doc},
     {"send_run", (PyCFunction)(void (*)(void))send_run, METH_FASTCALL, send_run_doc},
     {"abs_sums", (PyCFunction)(void (*)(void))abs_sums, METH_FASTCALL, abs_sums_doc},
+    {"mag_classes", (PyCFunction)(void (*)(void))mag_classes, METH_FASTCALL, mag_classes_doc},
+    {"in_order_headers", (PyCFunction)(void (*)(void))in_order_headers, METH_FASTCALL, in_order_headers_doc},
     {"ack_scan", (PyCFunction)(void (*)(void))ack_scan, METH_FASTCALL, ack_scan_doc},
     {"timer_fd", (PyCFunction)timer_fd, METH_NOARGS, timer_fd_doc},
     {"timer_arm", (PyCFunction)(void (*)(void))timer_arm, METH_FASTCALL, timer_arm_doc},
@@ -499,6 +787,13 @@ PyMODINIT_FUNC PyInit__txlane(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
+    /* (byte offsets of flags, mag_class's byte, its shift, seq, offset, count, and the LAST flag) */
+    PyObject *layout = Py_BuildValue("(iiiiiii)", HL_FLAGS, HL_MAG, HL_MAG_SHIFT, HL_SEQ, HL_OFFSET, HL_COUNT, HL_LAST);
+    if (layout == NULL || PyModule_AddObject(m, "HEADER_LAYOUT", layout) < 0) {
+        Py_XDECREF(layout);
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddIntConstant(m, "HEADER_LEN", HEADER_LEN) < 0 || PyModule_AddIntConstant(m, "MAX_RUN", MAX_RUN) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -27,6 +27,7 @@ in ``sender.py``: its first packets leave while the rest is still being classifi
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,7 +124,47 @@ def plan_in_order(*, nelems: int, dtype: DType, mtu: int, priority: int = 0, lay
 
 def write_headers(plan: Plan, lo: int, hi: int, mag_class=None) -> None:
     """Write the headers of seqs ``lo..hi-1`` of an in-order plan (:func:`plan_in_order`); ``mag_class``: their
-    magnitude classes (``None``: class 0). Gives the bytes :func:`plan_packets` gives for the same classes."""
+    magnitude classes (``None``: class 0). Gives the bytes :func:`plan_packets` gives for the same classes: in one
+    C pass (``_txlane.in_order_headers``) where the extension is built and its layout is this wire format's, else
+    numpy's (:func:`write_headers_numpy`)."""
+    native = _native_headers()
+    if native is None:
+        write_headers_numpy(plan, lo, hi, mag_class)
+        return
+    if mag_class is not None:
+        mag_class = np.ascontiguousarray(mag_class, np.uint8)
+        if mag_class.shape != (hi - lo,):
+            raise ValueError(f"{mag_class.shape} magnitude classes for seqs {lo}..{hi - 1}")
+        if (mag_class > 7).any():
+            raise ValueError(f"magnitude classes are 0..7, got {int(mag_class.max())}")
+    native(plan.headers, plan.template, lo, hi, plan.total, plan.chunk, plan.itemsize,
+           int(plan.offsets[-1]) // plan.itemsize + int(plan.lengths[-1]) // plan.itemsize, mag_class)
+
+
+#: ``_txlane.HEADER_LAYOUT`` as this wire format has it: (byte of flags, byte of mag_class, its shift, byte of seq,
+#: of offset, of count, the LAST flag)
+_LAYOUT = (wire.WIRE_DTYPE.fields[_W_FLAGS][1], wire.WIRE_DTYPE.fields[_W_MAG][1], _MAG_SHIFT,
+           wire.WIRE_DTYPE.fields[_W_SEQ][1], wire.WIRE_DTYPE.fields[_W_OFFSET][1],
+           wire.WIRE_DTYPE.fields[_W_COUNT][1], int(Flag.LAST))
+assert [wire.WIRE_DTYPE[w].itemsize for w in (_W_FLAGS, _W_MAG, _W_SEQ, _W_OFFSET, _W_COUNT)] == [1, 1, 4, 4, 2]
+
+
+@functools.lru_cache(maxsize=1)
+def _native_headers_fn():
+    try:
+        from host.transport import _txlane
+    except ImportError:  # pragma: no cover - without the build: numpy's path
+        return None
+    return _txlane.in_order_headers if getattr(_txlane, "HEADER_LAYOUT", None) == _LAYOUT else None
+
+
+def _native_headers():
+    """The C header writer, or None without the build, with another layout, or with ``DLCP_NATIVE=0``."""
+    return None if os.environ.get("DLCP_NATIVE", "1") == "0" else _native_headers_fn()
+
+
+def write_headers_numpy(plan: Plan, lo: int, hi: int, mag_class=None) -> None:
+    """:func:`write_headers` in numpy (the reference the C writer is held to)."""
     h = plan.headers[lo:hi]
     h[...] = np.frombuffer(plan.template, wire.WIRE_DTYPE)[0]
     flags = np.zeros(hi - lo, np.uint8)

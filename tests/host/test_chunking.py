@@ -206,3 +206,41 @@ def test_headers_written_a_range_at_a_time_equal_the_whole_plan(n, mtu, dt, data
         assert np.array_equal(getattr(got, f), getattr(want, f)), f
     with pytest.raises(ValueError):
         write_headers(got, 0, npk, mag[:-1] if npk > 1 else np.zeros(2, np.uint8))
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(0, 200000), mtu=st.sampled_from([576, 1500, 9000]),
+       dt=st.sampled_from([DType.FLOAT32, DType.FLOAT16, DType.INT64, DType.UINT8]), data=st.data())
+def test_the_c_header_writer_equals_numpys(n, mtu, dt, data):
+    """``_txlane.in_order_headers`` (behind write_headers) against write_headers_numpy: the same bytes for every
+    range of every in-order plan, with and without magnitude classes; its layout is the wire format's."""
+    from host.transport import _txlane
+    from host.transport.chunking import _LAYOUT, _native_headers, plan_in_order, write_headers, write_headers_numpy
+    assert _txlane.HEADER_LAYOUT == _LAYOUT and _native_headers() is not None  # two real paths compared
+    ids = dict(layer=5, rank=3, job_id=77, transfer_id=(1 << 40) + 9, nonce=0xBEEF)
+    a = plan_in_order(nelems=n, dtype=dt, mtu=mtu, priority=2, **ids)
+    b = plan_in_order(nelems=n, dtype=dt, mtu=mtu, priority=2, **ids)
+    a.headers.view(np.uint8)[:] = b.headers.view(np.uint8)[:] = 0xA5  # (unwritten rows must stay as they were)
+    lo = data.draw(st.integers(0, a.total - 1))
+    hi = data.draw(st.integers(lo, a.total))
+    mag = None if data.draw(st.booleans()) else np.array(
+        data.draw(st.lists(st.integers(0, 7), min_size=hi - lo, max_size=hi - lo)), np.uint8)
+    write_headers(a, lo, hi, mag)
+    write_headers_numpy(b, lo, hi, mag)
+    assert a.headers.tobytes() == b.headers.tobytes()
+
+
+def test_the_c_header_writer_refuses_what_is_not_a_plan():
+    from host.transport import _txlane
+    from host.transport.chunking import plan_in_order, write_headers
+    p = plan_in_order(nelems=1000, dtype=DType.FLOAT32, mtu=1500, priority=2)
+    with pytest.raises(ValueError, match="magnitude classes are 0..7"):
+        write_headers(p, 0, p.total, np.full(p.total, 8, np.uint8))
+    with pytest.raises(ValueError, match=r"\(2,\) magnitude classes"):
+        write_headers(p, 0, p.total, np.zeros(2, np.uint8))
+    with pytest.raises(ValueError, match="do not make a plan"):
+        _txlane.in_order_headers(p.headers, p.template, 0, p.total + 1, p.total, p.chunk, 4, 1000, None)
+    with pytest.raises(ValueError, match="the template 3"):
+        _txlane.in_order_headers(p.headers, b"abc", 0, p.total, p.total, p.chunk, 4, 1000, None)
+    with pytest.raises(TypeError, match="9 arguments"):
+        _txlane.in_order_headers(p.headers)

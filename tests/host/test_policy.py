@@ -185,6 +185,59 @@ def test_the_c_kernel_gives_the_numpy_paths_means(dtype, seed, monkeypatch):
     assert not (differ & ~near).any()
 
 
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from([np.float32, np.float64]))
+def test_the_c_classes_equal_the_python_functions_bit_for_bit(seed, dtype):
+    """``_txlane.mag_classes`` (behind mean_abs_and_classes) against packet_mean_abs with the abs_sums kernel and
+    magnitude_classes in numpy: the same means and classes, bit for bit, on tensors with ties, repeated values,
+    non-finite packets, a few packets or thousands, and an all-non-finite one."""
+    import host.policy as policy
+    import host.transport  # noqa: F401  (hands the policy its C kernels)
+
+    assert policy._mag_classes_kernel() is not None  # the build is there: this compares two real paths
+    rng = np.random.default_rng(seed)
+    c0 = int(rng.choice([1, 3, 366, 2240]))
+    n = int(rng.choice([2, 3, 9, 17, int(rng.integers(2, 3000))]))
+    size = c0 * (n - 1) + int(rng.integers(1, c0 + 1))
+    kind = rng.integers(0, 4)
+    if kind == 0:
+        vals = rng.standard_normal(size) * rng.choice([1e-6, 1.0, 1e3], size)
+    elif kind == 1:  # few distinct values: ties among the means, repeated order statistics
+        vals = rng.choice([0.0, 0.5, -1.0, 2.0], size)
+    elif kind == 2:  # constant
+        vals = np.full(size, float(rng.standard_normal()))
+    else:
+        vals = rng.standard_normal(size)
+        vals[rng.random(size) < 0.3] = rng.choice([np.nan, np.inf])
+    vals = vals.astype(dtype)
+    counts = np.array([c0] * (n - 1) + [size - c0 * (n - 1)])
+    means, classes = policy.mean_abs_and_classes(vals, counts)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(policy, "_mag_classes_kernel", lambda: None)
+        ref_means, ref_classes = policy.mean_abs_and_classes(vals, counts)
+    assert ref_means.tobytes() == means.tobytes()
+    assert np.array_equal(ref_classes, classes)
+    assert classes.dtype == np.uint8 and ref_classes.dtype == np.uint8
+
+
+def test_the_c_classes_reject_bad_arguments():
+    from host.transport import _txlane
+
+    m, c = np.zeros(4), np.zeros(4, np.uint8)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        _txlane.mag_classes(np.zeros(8, np.int32), 2, m, c)
+    with pytest.raises(TypeError, match="classes uint8"):
+        _txlane.mag_classes(np.ones(8, np.float32), 2, m, np.zeros(4, np.int8))
+    with pytest.raises(ValueError, match="5 packets need them"):
+        _txlane.mag_classes(np.ones(9, np.float32), 2, m, c)
+    with pytest.raises(ValueError, match="no values"):
+        _txlane.mag_classes(np.ones(0, np.float32), 2, m[:0], c[:0])
+    with pytest.raises(ValueError, match="chunk must be > 0"):
+        _txlane.mag_classes(np.ones(8, np.float32), 0, m, c)
+    assert _txlane.mag_classes(np.array([1, -2, 3, -4, 5, 6, 7, 8], np.float32), 2, m, c) == 4
+    assert m.tolist() == [1.5, 3.5, 5.5, 7.5] and c.tolist() == [0, 2, 5, 7]  # (edges 2.25, 3, 3.875, 4.5, ...)
+
+
 def test_the_c_kernel_rejects_bad_arguments():
     from host.transport import _txlane
 
