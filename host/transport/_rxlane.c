@@ -786,37 +786,42 @@ static int send_ack(int fd, const uint8_t *tmpl, uint32_t base, const uint8_t *s
 }
 
 
-/* ---- the lone send's ACKs and bursts, within rx_wait (_txstep.h does the sender's part) ----------------------- */
+/* ---- the sends to one peer: their ACKs and bursts within rx_wait (_txstep.h does the sender's part) ---------- */
 
 #define MT_ACK 1
 #define MT_NACK 2
+#define MT_CONTROL 3
 
-/* A record of feedback for the lone send: every datagram an ACK or NACK of transfer ``tid`` of ``rank`` with
- * ``total`` packets, of this job, its bitmap ``count`` bits long (Intake's checks for feedback). The tags are
+/* A record of feedback from the peer of the sends in progress: every datagram an ACK or NACK from ``rank``, of this
+ * job, its bitmap ``count`` bits long, or a control message (a DONE, a probe, ...) from it (Intake's checks for
+ * feedback; which transfer it is about, and whether it has that transfer's shape, is tx_take_ack's to see, with
+ * the lock held, and what it does not take goes to the Python path's Intake._on_feedback). The tags are
  * record_tags_ok's. */
 static int fb_record_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, uint32_t job, uint32_t nonce,
-                        uint32_t rank, uint64_t tid, uint32_t total)
+                        uint32_t rank)
 {
     if (seg == 0 || seg > nbytes)
         seg = nbytes;
     for (Py_ssize_t s = 0; s < nbytes; s += seg) {
         Py_ssize_t ln = nbytes - s < seg ? nbytes - s : seg;
         const uint8_t *h = base + s;
-        if (ln < HEADER_LEN || (h[O_VT] != ((VERSION << 4) | MT_ACK) && h[O_VT] != ((VERSION << 4) | MT_NACK))
+        if (ln < HEADER_LEN)
+            return 0;
+        int ctl = h[O_VT] == ((VERSION << 4) | MT_CONTROL);
+        if ((!ctl && h[O_VT] != ((VERSION << 4) | MT_ACK) && h[O_VT] != ((VERSION << 4) | MT_NACK))
             || (h[O_FLAGS] & 0xF0) || (h[O_PMR] & 3) || h[O_DTYPE] >= NDTYPES
-            || ln - HEADER_LEN != (Py_ssize_t)((be16(h + O_COUNT) + 7) >> 3) || be32(h + O_JOB) != job
-            || be16(h + O_NONCE) != nonce || be16(h + O_RANK) != rank || tid64(h) != tid || be32(h + O_TOTAL) != total)
+            || (!ctl && ln - HEADER_LEN != (Py_ssize_t)((be16(h + O_COUNT) + 7) >> 3)) || be32(h + O_JOB) != job
+            || be16(h + O_NONCE) != nonce || be16(h + O_RANK) != rank)
             return 0;
     }
     return 1;
 }
 
-/* What rx_wait needs of the lone send (Sender.native_candidate, via Intake.wait) */
+/* What rx_wait needs of the peer with sends in progress (Sender.native_candidate, via Intake.wait) */
 typedef struct {
-    PyObject *sender, *p, *o, *rank_obj, *tid_obj, *transmit, *txobj, *counters, *heard, *addr, *feedback;
+    PyObject *sender, *p, *rank_obj, *transmit, *txobj, *counters, *heard, *addr, *feedback;
     long rank;
-    long long src, total, burst, send_buf;
-    uint64_t tid;
+    long long src, burst, send_buf;
     double next;  /* when pacing lets the next burst leave (0: no deadline) */
     int fd;
     const uint8_t *key;  /* the tag schedule (NULL: an unkeyed job) */
@@ -830,12 +835,12 @@ static PyObject *s_rx_datagrams, *s_rx_gro_buffers, *s_acks_rx, *s_ecn_echo_rx, 
 
 static int ctr_add(PyObject *d, PyObject *name, long long n);
 
-/* With the GIL held, the lock not: send the burst [s0, s1) of the lone send (counted already) as
+/* With the GIL held, the lock not: send the burst [s0, s1) of send ``o`` (counted already) as
  * Transmitter.transmit sends it: runs of consecutive, equal-size (the last no larger), same-TOS packets, each
  * one GSO sendmsg (_sendrun.h, the keyed tags written first), with the GIL released. A send that fails (a full send buffer, a refusal, a host queue's drop, GSO refused) hands the rest of the burst, that run
  * included, to ``transmit`` with its counts, which handles the error as it always does. 0 done, -1 with an
  * exception set. */
-static int tx_send_burst(Tx *t, PyObject *lock, long long s0, long long s1)
+static int tx_send_burst(Tx *t, PyObject *lock, PyObject *o, long long s0, long long s1)
 {
     PyObject *gso_obj = PyObject_GetAttr(t->txobj, ATTR[A_GSO]);
     if (gso_obj == NULL)
@@ -843,11 +848,11 @@ static int tx_send_burst(Tx *t, PyObject *lock, long long s0, long long s1)
     int gso = PyObject_IsTrue(gso_obj);
     Py_DECREF(gso_obj);
     long long n_elig;
-    if (gso < 0 || get_ll(t->o, A_N_ELIG, &n_elig) < 0)
+    if (gso < 0 || get_ll(o, A_N_ELIG, &n_elig) < 0)
         return -1;
-    PyObject *offs = PyObject_GetAttr(t->o, ATTR[A_OFFS]), *lens = PyObject_GetAttr(t->o, ATTR[A_LENS]);
-    PyObject *tos = PyObject_GetAttr(t->o, ATTR[A_TOS]);
-    PyObject *hdr = PyObject_GetAttr(t->o, ATTR[A_HDR]), *pay = PyObject_GetAttr(t->o, ATTR[A_PAYLOAD]);
+    PyObject *offs = PyObject_GetAttr(o, ATTR[A_OFFS]), *lens = PyObject_GetAttr(o, ATTR[A_LENS]);
+    PyObject *tos = PyObject_GetAttr(o, ATTR[A_TOS]);
+    PyObject *hdr = PyObject_GetAttr(o, ATTR[A_HDR]), *pay = PyObject_GetAttr(o, ATTR[A_PAYLOAD]);
     Py_buffer vh = {0}, vp = {0};
     int ret = -1;
     long long m = s1 - s0, i = 0;
@@ -857,7 +862,7 @@ static int tx_send_burst(Tx *t, PyObject *lock, long long s0, long long s1)
         goto out;
     if (!PyList_Check(offs) || !PyList_Check(lens) || !PyTuple_Check(tos) || PyTuple_GET_SIZE(tos) != 2
         || m < 1 || m > SENDRUN_MAX || PyList_GET_SIZE(lens) < s1 || PyList_GET_SIZE(offs) < s1) {
-        PyErr_SetString(PyExc_ValueError, "rx_wait: the lone send's buffers do not hold its burst");
+        PyErr_SetString(PyExc_ValueError, "rx_wait: the send's buffers do not hold its burst");
         goto out;
     }
     long tos_b[2] = {PyLong_AsLong(PyTuple_GET_ITEM(tos, 0)), PyLong_AsLong(PyTuple_GET_ITEM(tos, 1))};
@@ -932,7 +937,7 @@ static int tx_send_burst(Tx *t, PyObject *lock, long long s0, long long s1)
                 }
                 PyList_SET_ITEM(seqs, (Py_ssize_t)k, v);
             }
-            PyObject *res = PyObject_CallFunction(t->transmit, "((OONL))", t->o, t->addr, seqs, rest_bytes);
+            PyObject *res = PyObject_CallFunction(t->transmit, "((OONL))", o, t->addr, seqs, rest_bytes);
             if (res == NULL)
                 goto out;
             Py_DECREF(res);
@@ -970,7 +975,7 @@ static int ctr_add(PyObject *d, PyObject *name, long long n)  /* counters[name] 
 }
 
 /* With the GIL and the endpoint's lock held: take the cumulative ACK ``h`` (checked by fb_record_ok and its tag)
- * for the lone send as Intake and Sender.on_feedback would (the source heard, the counters, the peer's feedback
+ * for a send to the peer as Intake and Sender.on_feedback would (the source heard, the counters, the peer's feedback
  * time, sender.on_cum_ack): 1 taken, 0 not this path's (not a cumulative ACK, the send no longer in progress, a
  * hole open at the sender: the Python path takes it, unchanged), -1 with an exception set. */
 static int tx_take_ack(Tx *t, const uint8_t *h, Py_ssize_t ln, double now)
@@ -987,13 +992,18 @@ static int tx_take_ack(Tx *t, const uint8_t *h, Py_ssize_t ln, double now)
     PyObject *out = PyObject_GetAttr(p, ATTR[A_OUT]);
     if (out == NULL)
         return -1;
-    PyObject *o = PyDict_GetItemWithError(out, t->tid_obj);
+    PyObject *tid = PyLong_FromUnsignedLongLong(tid64(h));
+    PyObject *o = tid != NULL ? PyDict_GetItemWithError(out, tid) : NULL;  /* (borrowed: out holds it) */
+    Py_XDECREF(tid);
     Py_DECREF(out);
-    if (o != t->o)
+    if (o == NULL)  /* (not a send in progress: stale, for the Python sender to count) */
         return PyErr_Occurred() ? -1 : 0;
-    long long cum, hi_acked, next_seq;
-    if (get_ll(o, A_CUM_ACKED, &cum) < 0 || get_ll(o, A_ACKED_HI, &hi_acked) < 0 || get_ll(o, A_NEXT_SEQ, &next_seq) < 0)
+    long long cum, hi_acked, next_seq, total;
+    if (get_ll(o, A_CUM_ACKED, &cum) < 0 || get_ll(o, A_ACKED_HI, &hi_acked) < 0 || get_ll(o, A_NEXT_SEQ, &next_seq) < 0
+        || get_ll(o, A_TOTAL, &total) < 0)
         return -1;
+    if (total != (long long)be32(h + O_TOTAL))
+        return 0;  /* (another shape: stale, the Python sender's) */
     long long base = be32(h + O_SEQ);
     if (!(hi_acked <= cum && cum <= base && base <= next_seq))
         return 0;
@@ -1025,21 +1035,27 @@ static int tx_send_step(Tx *t, PyObject *lock)
         Py_DECREF(got);
         long long s0 = 0, s1 = 0, nbytes = 0;
         double wait = 1.0, now = mono_now();
-        int r = tx_pick(t->sender, t->p, t->o, now, t->burst, t->send_buf, &s0, &s1, &nbytes, &wait);
+        PyObject *o = NULL;
+        int r = tx_pick(t->sender, t->p, now, t->burst, t->send_buf, &o, &s0, &s1, &nbytes, &wait);
         /* counted before they leave, as Transmitter.transmit counts them (the stats never lag a completion) */
         if (r == 1 && (ctr_add(t->counters, s_tx_datagrams, s1 - s0) < 0
                        || ctr_add(t->counters, s_tx_data_packets, s1 - s0) < 0
                        || ctr_add(t->counters, s_tx_bytes, nbytes + SENDRUN_HEADER_LEN * (s1 - s0)) < 0))
             r = -1;
         PyObject *rel = PyObject_CallMethodNoArgs(lock, s_release);
-        if (rel == NULL)
+        if (rel == NULL) {
+            Py_XDECREF(o);
             return -1;
+        }
         Py_DECREF(rel);
         if (r != 1) {
+            Py_XDECREF(o);
             t->next = r == 0 && wait < 1.0 ? now + wait : 0.0;
             return r;
         }
-        if (tx_send_burst(t, lock, s0, s1) < 0)
+        int sent = tx_send_burst(t, lock, o, s0, s1);
+        Py_DECREF(o);
+        if (sent < 0)
             return -1;
         PyObject *full = PyObject_GetAttr(t->txobj, ATTR[A_FULL]);
         if (full == NULL)
@@ -1070,11 +1086,11 @@ PyDoc_STRVAR(rx_wait_doc,
 "(Options.ack_hold), an ACK of fewer than ``ack_min`` packets waits until ``hold`` after the first of them\n"
 "arrived, and ACKs carry the latest arrival's time (``since_ack``, ``unacked_at`` and ``last_arrival``: the\n"
 "transfer's ACK owed when the wait starts).\n"
-"``tx``: (sender, p, o, peer, peer_src, total, burst, send_buf, transmit, transmitter, counters, heard, addr,\n"
-"next_send, feedback): the lone send ``o`` (Sender.native_candidate). A record of its feedback (checked as the\n"
-"intake checks an ACK or NACK, tag included) is taken with the lock held: a cumulative ACK as Intake and\n"
-"Sender.on_feedback take it (_txstep.h's on_cum_ack), any other by ``feedback(position, bytes, now)``\n"
-"(Intake.native_feedback: the Python sender's);\n"
+"``tx``: (sender, p, peer, peer_src, burst, send_buf, transmit, transmitter, counters, heard, addr, next_send,\n"
+"feedback): PeerState ``p``, the one peer with sends in progress (Sender.native_candidate). A record of feedback\n"
+"from it (checked as the intake checks an ACK or NACK, tag included) is taken with the lock held: a cumulative\n"
+"ACK of one of its sends as Intake and Sender.on_feedback take it (_txstep.h's on_cum_ack), any other by\n"
+"``feedback(position, bytes, now)`` (Intake.native_feedback: the Python sender's);\n"
 "then, and when pacing allows (``next_send``, time.monotonic()), the bursts Sender.pick_burst would choose\n"
 "leave, at most four between two receive passes, cut into runs and counted as ``transmit``\n"
 "(Transmitter.transmit) cuts and counts them; a send that fails hands the rest of its burst to ``transmit``.\n"
@@ -1084,8 +1100,8 @@ PyDoc_STRVAR(rx_wait_doc,
 "taken in one pass.\n"
 "Then sleep again. It returns to Python for anything else: a record neither path takes (left at the front of\n"
 "``recs``), a duplicate, the LAST seq, every protected packet in (the transfer\n"
-"completes), an ACK it could not send, ``inc`` no longer the open transfer it was, or a send no longer alone,\n"
-"with a retransmission queued, or behind a full send buffer.\n"
+"completes), an ACK it could not send, ``inc`` no longer the open transfer it was, or sends in progress to\n"
+"another peer too, a retransmission queued, or a full send buffer.\n"
 "Returns (why, left, wakes, datagrams, gro_buffers, fresh, duplicates, bytes, elements, max_count, max_end,\n"
 "max_seq, cum, acks, unacked, last_arrival, unacked_at, ce_state, ce_fresh): ``why`` the W_* bits, ``left`` the\n"
 "records left in ``recs``, ``wakes`` the socket wake-ups it handled whole, then the totals of what it wrote in\n"
@@ -1114,8 +1130,8 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Tx tx;
     memset(&tx, 0, sizeof tx);
     int have_tx = args[24] != Py_None, have_rx = args[10] != Py_None;
-    if (have_tx && !PyArg_ParseTuple(args[24], "OOOlLLLLOOO!O!OdO:rx_wait's send", &tx.sender, &tx.p, &tx.o,
-                                     &tx.rank, &tx.src, &tx.total, &tx.burst, &tx.send_buf, &tx.transmit,
+    if (have_tx && !PyArg_ParseTuple(args[24], "OOlLLLOOO!O!OdO:rx_wait's send", &tx.sender, &tx.p,
+                                     &tx.rank, &tx.src, &tx.burst, &tx.send_buf, &tx.transmit,
                                      &tx.txobj, &PyDict_Type, &tx.counters, &PyDict_Type, &tx.heard, &tx.addr,
                                      &tx.next, &tx.feedback))
         return NULL;
@@ -1205,26 +1221,20 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         e.tid = (unsigned long long)tid;
     }
     if (have_tx) {
-        int ok = 1;
-        long long t = attr_long(tx.o, "tid", &ok);
-        if (!ok)
-            goto done;
         const char *host;
         int port;
-        if (!PyArg_ParseTuple(tx.addr, "si:the lone send's peer address", &host, &port))
+        if (!PyArg_ParseTuple(tx.addr, "si:the sends' peer address", &host, &port))
             goto done;
         tx.to.sin_family = AF_INET;
         tx.to.sin_port = htons((uint16_t)port);
         if (inet_pton(AF_INET, host, &tx.to.sin_addr) != 1) {
-            PyErr_Format(PyExc_ValueError, "rx_wait: the lone send's peer address %s is not IPv4", host);
+            PyErr_Format(PyExc_ValueError, "rx_wait: the sends' peer address %s is not IPv4", host);
             goto done;
         }
         tx.fd = fd;
         tx.key = tag_key;
-        tx.tid = (uint64_t)t;
         tx.rank_obj = PyLong_FromLong(tx.rank);
-        tx.tid_obj = tx.rank_obj != NULL ? PyLong_FromLongLong(t) : NULL;
-        if (tx.tid_obj == NULL)
+        if (tx.rank_obj == NULL)
             goto done;
     }
     uint8_t *buf = (uint8_t *)vb.buf;
@@ -1272,7 +1282,7 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     PyThreadState *ts = PyEval_SaveThread();
     for (;;) {
         double now = mono_now();
-        if (have_tx && (tx_due || (tx.next > 0 && now >= tx.next))) {  /* the lone send's bursts */
+        if (have_tx && (tx_due || (tx.next > 0 && now >= tx.next))) {  /* the bursts to the peer */
             tx_due = 0;
             PyEval_RestoreThread(ts);
             int r = tx_send_step(&tx, lock);
@@ -1362,7 +1372,7 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                                                         * records after it (the first of them checked already) */
                 Py_ssize_t k = verified;  /* the records, from the first, that the lane takes */
                 int ce_change = 0;  /* records[k] fails only for its ECN state: the other one */
-                int is_ack = 0;  /* records[k] is of cumulative ACKs for the lone send */
+                int is_ack = 0;  /* records[k] is of cumulative ACKs from the peer */
                 for (; k < n; k++) {
                     const int64_t *row = rows + 5 * k;
                     const uint8_t *h = buf + row[0];
@@ -1373,7 +1383,7 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                         || (tag_key != NULL && !record_tags_ok(h, row[1], row[3], tag_key))) {
                         is_ack = have_tx && row[4] == tx.src && row[1] >= HEADER_LEN
                                  && fb_record_ok(h, row[1], row[3], (uint32_t)job, (uint32_t)nonce,
-                                                 (uint32_t)tx.rank, tx.tid, (uint32_t)tx.total)
+                                                 (uint32_t)tx.rank)
                                  && (tag_key == NULL || record_tags_ok(h, row[1], row[3], tag_key));
                         break;
                     }
@@ -1456,7 +1466,7 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                     continue;
                 }
                 if (k < n && is_ack && plain && ours > 0) {
-                    /* feedback for the lone send, with the lock held: a cumulative ACK taken here as
+                    /* feedback from the peer, with the lock held: a cumulative ACK taken here as
                      * Sender.on_feedback takes it, any other (a bitmap, a NACK, a hole open at the sender) handed
                      * to the Python sender (Intake.native_feedback); a GRO buffer's one after another */
                     int64_t *row = rows + 5 * k;
@@ -1545,7 +1555,6 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                            e.ce_state, ce_fresh, holds);
 done:
     Py_XDECREF(tx.rank_obj);
-    Py_XDECREF(tx.tid_obj);
     entry_release(&e);
     Py_XDECREF(st);
     Py_XDECREF(key);
@@ -1561,7 +1570,7 @@ static PyMethodDef methods[] = {
     {"fast_pass", (PyCFunction)(void (*)(void))fast_pass, METH_FASTCALL, fast_pass_doc},
     {"rx_wait", (PyCFunction)(void (*)(void))rx_wait, METH_FASTCALL, rx_wait_doc},
     {"cum_ack", (PyCFunction)(void (*)(void))cum_ack, METH_FASTCALL, cum_ack_doc},
-    {"pick_solo", (PyCFunction)(void (*)(void))pick_solo, METH_FASTCALL, pick_solo_doc},
+    {"pick_peer", (PyCFunction)(void (*)(void))pick_peer, METH_FASTCALL, pick_peer_doc},
     {NULL, NULL, 0, NULL},
 };
 

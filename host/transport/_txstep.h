@@ -1,6 +1,7 @@
 /* The sender's steady state in C: a cumulative ACK taken (sender.on_cum_ack with cc.DctcpWindow.on_ack) and the
- * next burst of new packets chosen (sender.Sender.pick_burst's common branch, one transfer in progress), for
- * ``_rxlane.rx_wait``, which runs them without the Python loop, and for the Python loop's own cumulative ACKs.
+ * next burst of new packets chosen (sender.Sender.pick_burst's common branch: sends in progress to one peer, none
+ * with a retransmission queued), for ``_rxlane.rx_wait``, which runs them without the Python loop, and for the
+ * Python loop's own cumulative ACKs and picks.
  *
  * Why: on a ring the ACKs for a rank's own sends come about one per data packet, and each cost the Python loop a
  * wake-up, a dozen numpy slice operations, the window's update and a pick (~100 us of a CPU); rx_wait handled the
@@ -610,48 +611,79 @@ out:
     return ret;
 }
 
-/* ---- the next burst of one transfer in progress: Sender.pick_burst ------------------------------------------- */
+/* ---- the next burst to the one peer with sends in progress: Sender.pick_burst ----------------------------------- */
 
-/* The burst Sender.pick_burst would choose now when ``o`` (of peer ``p``) is the only transfer in progress and has
- * no retransmission queued: new packets [*s0, *s1) of *nbytes payload bytes, with the same state changes (seqs
- * sent, in flight, pacing); 1 when it chose one, 0 when none may leave (*wait: seconds until pacing allows one,
- * or 1.0 when the window is full or nothing is ready), 2 when the state is not that shape (the Python pick
- * decides), -1 with an exception set. ``send_buf``: Options.send_buf (what SO_SNDBUF must be set to already). */
-static int tx_pick(PyObject *sender, PyObject *p, PyObject *o, double now, long long burst, long long send_buf,
-                   long long *s0_out, long long *s1_out, long long *nbytes_out, double *wait)
+/* The burst Sender.pick_burst would choose now when ``p`` is the only peer with sends in progress and none of them
+ * has a retransmission queued: new packets [*s0, *s1) of *nbytes payload bytes of the transfer *o_out (a new
+ * reference: the first of p.active, in its order, that no caller is sending and that has packets ready), with the
+ * same state changes (seqs sent, in flight, pacing); 1 when it chose one, 0 when none may leave (*wait: seconds
+ * until pacing allows one, or 1.0 when the window is full or nothing is ready), 2 when the state is not that shape
+ * (the Python pick decides), -1 with an exception set. ``send_buf``: Options.send_buf (what SO_SNDBUF must be set
+ * to already). */
+static int tx_pick(PyObject *sender, PyObject *p, double now, long long burst, long long send_buf,
+                   PyObject **o_out, long long *s0_out, long long *s1_out, long long *nbytes_out, double *wait)
 {
     *wait = 1.0;
-    long long n_active, sb, next_seq, ready, total;
+    *o_out = NULL;
+    long long n_active, sb, next_seq = 0, ready = 0, total = 0;
     if (get_ll(sender, A_N_ACTIVE, &n_active) < 0 || get_ll(sender, A_SEND_BUF, &sb) < 0)
         return -1;
-    if (n_active != 1 || sb != send_buf)
+    if (n_active < 1 || sb != send_buf)
         return 2;
-    PyObject *v = PyObject_GetAttr(p, ATTR[A_ACTIVE]);
-    if (v == NULL)
+    PyObject *act = PyObject_GetAttr(p, ATTR[A_ACTIVE]);
+    if (act == NULL)
         return -1;
-    int solo = PyList_Check(v) && PyList_GET_SIZE(v) == 1 && PyList_GET_ITEM(v, 0) == o;
-    Py_DECREF(v);
-    if (!solo)
+    /* every transfer in progress is p's (pick_burst's one peer), none has a retransmission queued; the pick: the
+     * first one not being sent by a caller with packets ready (pick_burst's loop over p.active) */
+    if (!PyList_Check(act) || PyList_GET_SIZE(act) != n_active) {
+        Py_DECREF(act);
         return 2;
-    if ((v = PyObject_GetAttr(o, ATTR[A_SENDING])) == NULL)
-        return -1;
-    int sending = PyObject_IsTrue(v);
-    Py_DECREF(v);
-    if ((v = PyObject_GetAttr(o, ATTR[A_RETXQ])) == NULL)
-        return -1;
-    Py_ssize_t nq = PyObject_Length(v);
-    Py_DECREF(v);
-    if (sending < 0 || nq < 0)
-        return -1;
-    if (sending || nq)
-        return 2;
-    if (get_ll(o, A_NEXT_SEQ, &next_seq) < 0 || get_ll(o, A_READY, &ready) < 0 || get_ll(o, A_TOTAL, &total) < 0)
-        return -1;
-    if (next_seq >= ready)
+    }
+    PyObject *o = NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(act); i++) {
+        PyObject *x = PyList_GET_ITEM(act, i), *v;
+        if ((v = PyObject_GetAttr(x, ATTR[A_SENDING])) == NULL)
+            goto fail;
+        int sending = PyObject_IsTrue(v);
+        Py_DECREF(v);
+        if (sending < 0)
+            goto fail;
+        if (sending)
+            continue;
+        if ((v = PyObject_GetAttr(x, ATTR[A_RETXQ])) == NULL)
+            goto fail;
+        Py_ssize_t nq = PyObject_Length(v);
+        Py_DECREF(v);
+        if (nq < 0)
+            goto fail;
+        if (nq) {
+            Py_DECREF(act);
+            return 2;
+        }
+        if (o == NULL) {
+            long long ns, rd;
+            if (get_ll(x, A_NEXT_SEQ, &ns) < 0 || get_ll(x, A_READY, &rd) < 0)
+                goto fail;
+            if (ns < rd) {
+                o = x;
+                next_seq = ns;
+                ready = rd;
+            }
+        }
+    }
+    Py_XINCREF(o);
+    Py_DECREF(act);
+    if (o == NULL)
         return 0;  /* (nothing ready: no burst, no deadline) */
-    PyObject *ccobj = PyObject_GetAttr(p, ATTR[A_CC]);
-    if (ccobj == NULL)
+    if (get_ll(o, A_TOTAL, &total) < 0) {
+        Py_DECREF(o);
         return -1;
+    }
+    PyObject *ccobj = PyObject_GetAttr(p, ATTR[A_CC]);
+    if (ccobj == NULL) {
+        Py_DECREF(o);
+        return -1;
+    }
     CC c;
     int ret = -1;
     PyObject *cuml = NULL;
@@ -717,6 +749,8 @@ static int tx_pick(PyObject *sender, PyObject *p, PyObject *o, double now, long 
     *s1_out = s1;
     *nbytes_out = nbytes;
     *wait = 0.0;
+    *o_out = o;
+    o = NULL;
     ret = 1;
 out:
     if (vord.obj) PyBuffer_Release(&vord);
@@ -724,7 +758,11 @@ out:
     if (vinf.obj) PyBuffer_Release(&vinf);
     Py_XDECREF(cuml);
     Py_DECREF(ccobj);
+    Py_XDECREF(o);
     return ret;
+fail:
+    Py_DECREF(act);
+    return -1;
 }
 
 /* ---- Python entry points (the twin tests', and the Python loop's cumulative ACKs) ---------------------------- */
@@ -754,32 +792,36 @@ static PyObject *cum_ack(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(pick_solo_doc,
-"pick_solo(sender, p, o, now, burst, send_buf)\n"
+PyDoc_STRVAR(pick_peer_doc,
+"pick_peer(sender, p, now, burst, send_buf)\n"
 "--\n\n"
-"Sender.pick_burst in C for one transfer in progress (``o``, of PeerState ``p``) with nothing to retransmit:\n"
-"(s0, s1, nbytes) for the burst of new packets s0..s1-1 it chose (the state changed as pick_burst changes it),\n"
-"(None, wait) when none may leave now, or None when the state is not that shape.");
+"Sender.pick_burst in C while PeerState ``p`` is the only peer with sends in progress and none of them has a\n"
+"retransmission queued: (o, s0, s1, nbytes) for the burst of new packets s0..s1-1 of transfer ``o`` it chose (the\n"
+"state changed as pick_burst changes it), (None, wait) when none may leave now, or None when the state is not\n"
+"that shape.");
 
-static PyObject *pick_solo(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *pick_peer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 6) {
-        PyErr_Format(PyExc_TypeError, "pick_solo takes 6 arguments, got %zd", nargs);
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "pick_peer takes 5 arguments, got %zd", nargs);
         return NULL;
     }
-    double now = PyFloat_AsDouble(args[3]);
-    long long burst = PyLong_AsLongLong(args[4]), send_buf = PyLong_AsLongLong(args[5]);
+    double now = PyFloat_AsDouble(args[2]);
+    long long burst = PyLong_AsLongLong(args[3]), send_buf = PyLong_AsLongLong(args[4]);
     if (PyErr_Occurred())
         return NULL;
     long long s0, s1, nbytes;
     double wait;
-    int r = tx_pick(args[0], args[1], args[2], now, burst, send_buf, &s0, &s1, &nbytes, &wait);
+    PyObject *o;
+    int r = tx_pick(args[0], args[1], now, burst, send_buf, &o, &s0, &s1, &nbytes, &wait);
     if (r < 0)
         return NULL;
     if (r == 2)
         Py_RETURN_NONE;
     if (r == 0)
         return Py_BuildValue("(Od)", Py_None, wait);
-    return Py_BuildValue("(LLL)", s0, s1, nbytes);
+    PyObject *res = Py_BuildValue("(OLLL)", o, s0, s1, nbytes);
+    Py_DECREF(o);
+    return res;
 }

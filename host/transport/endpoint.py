@@ -390,7 +390,11 @@ class Endpoint:
                 tx.transmit(job)
                 sent += 1
                 self._dirty = True
-            if recs or sent:
+            # Again at once after a send (ACKs and data must not wait behind sends), and after a pass that took
+            # datagrams -- unless the native wait may take over: with it, the loop goes on to its sleep, where a
+            # wait for the candidate transfers receives, ACKs and sends in C what comes next (on a fast link the
+            # next GRO buffer is nearly always there: looping here kept that steady state in Python).
+            if sent or recs and not native_wait:
                 continue
             self._receiver.flush_acks()
             if flush is not None:
@@ -414,9 +418,9 @@ class Endpoint:
                         until = self._due(now, cand)  # (the wait sends cand's held ACK itself)
                 timeout = max(0.0, min(wait, until - now)) if busy else min(0.2, max(0.0, until - now))
                 if may_wait:
-                    lone = sender.native_candidate()
-                    if lone is not None:  # (the wait sends the lone send's bursts itself, when pacing allows)
-                        send = (*lone, now + wait if wait < 1.0 else 0.0)
+                    peer = sender.native_candidate()
+                    if peer is not None:  # (the wait sends the peer's bursts itself, when pacing allows)
+                        send = (peer, now + wait if wait < 1.0 else 0.0)
                         timeout = max(0.0, until - now)
                     o = self.opts
                     if cand is not None and (o.ack_hold or o.rx_hold) and not self._receiver.holds(cand):

@@ -36,7 +36,7 @@ __all__ = ["Intake", "TOOK"]
 
 #: in :meth:`Intake.wait`'s first result: the wait took datagrams (not one of ``_rxlane``'s W_* bits)
 TOOK = _TOOK = 0x1000
-_NO_ACK = bytes(wire.HEADER_LEN)  # (rx_wait's ACK header when it waits for a send alone: never sent)
+_NO_ACK = bytes(wire.HEADER_LEN)  # (rx_wait's ACK header when it waits for sends alone: never sent)
 
 
 class Intake:
@@ -124,9 +124,10 @@ class Intake:
     def wait(self, inc, send, timeout: float, wake_fd: int, timer_fd: int, lock, transmitter,
              taken: int) -> tuple[int, int]:
         """The I/O thread's sleep while ``inc`` (``Receiver.native_candidate``; None: none) arrives and
-        the lone send ``send`` (``(peer, transfer, pacing deadline)`` of ``Sender.native_candidate``; None: none)
-        is ACKed, called without the lock: ``_rxlane.rx_wait`` receives, writes in and ACKs the one's packets, and
-        takes the other's cumulative ACKs and sends its next bursts (through ``transmitter``), natively, one socket
+        the sends ``send`` (``(peer, pacing deadline)``: the one peer with sends in progress,
+        ``Sender.native_candidate``; None: none) are ACKed, called without the lock: ``_rxlane.rx_wait`` receives,
+        writes in and ACKs the one's packets, and takes the others' cumulative ACKs and sends their next bursts
+        (through ``transmitter``), natively, one socket
         wake-up after another, until something else needs the Python loop. Then, under the lock, the receiver
         accounts for what it did (``Receiver.native_progress``; the send's ACKs and bursts were counted as they
         came) and this counts the datagrams and wake-ups. Returns (why, records): the ``_rxlane.W_*`` bits that
@@ -138,9 +139,9 @@ class Intake:
         o = self._receiver.opts
         tx = None
         if send is not None:
-            p, out, pacing = send
-            tx = (self._sender, p, out, p.rank, self._key_of[p.rank], out.total, o.burst, o.send_buf,
-                  transmitter.transmit, transmitter, self._c, self._heard, p.addr, pacing, self.native_feedback)
+            p, pacing = send
+            tx = (self._sender, p, p.rank, self._key_of[p.rank], o.burst, o.send_buf, transmitter.transmit,
+                  transmitter, self._c, self._heard, p.addr, pacing, self.native_feedback)
         slow = inc is not None and self._receiver.holds(inc)  # (the holds are for slow links: Options.hold_gap)
         if inc is not None:
             args = (self._receiver.incoming, inc, inc.peer, self._key_of[inc.peer], self.job_id, self.nonce,

@@ -405,15 +405,15 @@ class Sender:
         self.sliced: dict[OutTransfer, None] = {}  # sends with slices still to classify (slicer), oldest first
         self._created = itertools.count()
         self._rr = 0  # the peer pick_burst looks at first
-        self.n_active = 0  # transfers in progress, over all peers (the C steady state acts only while it is 1)
+        self.n_active = 0  # transfers in progress, over all peers (the C steady state acts while all are one peer's)
         self._send_buf = opts.send_buf  # what SO_SNDBUF is set to now (see pick_burst)
         # a general ACK's per-seq work in C (on_ack_native); None: the Python on_ack (Options.native off)
         self._ack_scan = _txlane.ack_scan if opts.native and _txlane is not None else None
-        # the steady state in C (_txstep.h: on_cum_ack and the common burst of a lone transfer; the same state
-        # afterwards, tests/host/test_txstep.py); None: the Python functions (Options.native off)
+        # the steady state in C (_txstep.h: on_cum_ack and the common burst while one peer has sends in progress;
+        # the same state afterwards, tests/host/test_txstep.py); None: the Python functions (Options.native off)
         native = opts.native and _rxlane is not None
         self._cum_ack = _rxlane.cum_ack if native else on_cum_ack
-        self._pick_solo = _rxlane.pick_solo if native else None
+        self._pick_peer = _rxlane.pick_peer if native else None
 
     def peer(self, rank: int) -> PeerState:
         p = self.peers.get(rank)
@@ -532,18 +532,19 @@ class Sender:
             o.ecn_echoes += 1
             c["ecn_echo_rx"] += 1
 
-    def native_candidate(self) -> tuple[PeerState, OutTransfer] | None:
-        """The lone send the I/O thread may sleep in ``_rxlane.rx_wait`` for (under the lock, about to sleep):
-        ``(peer, transfer)`` when one transfer is in progress, with no retransmission queued, no burst of a caller
-        in flight, no slices left to classify, and the send buffer as :meth:`pick_burst` wants it (the shape
-        ``_rxlane.pick_solo`` decides for). Its cumulative ACKs and its next bursts then take no Python loop.
-        None when there is none, or the C lanes are off."""
-        if self.n_active != 1 or self._pick_solo is None or self.sliced or self._send_buf != self.opts.send_buf:
+    def native_candidate(self) -> PeerState | None:
+        """The peer whose sends the I/O thread may sleep in ``_rxlane.rx_wait`` for (under the lock, about to
+        sleep): the one peer with sends in progress, when none of them has a retransmission queued, no slices are
+        left to classify, and the send buffer is as :meth:`pick_burst` wants it (the shape ``_rxlane.pick_peer``
+        decides for). Their cumulative ACKs and next bursts then take no Python loop. None when there is none, or
+        the C lanes are off."""
+        if not self.n_active or self._pick_peer is None or self.sliced or self._send_buf != self.opts.send_buf:
             return None
         for p in self.peers.values():
             if p.active:
-                o = p.active[0]
-                return None if o.sending or o.retxq or o.tid >> 63 else (p, o)
+                if len(p.active) != self.n_active or any(o.retxq or o.tid >> 63 for o in p.active):
+                    return None
+                return p
         return None
 
     def classify_slices(self) -> None:
@@ -589,14 +590,14 @@ class Sender:
             return None, 1.0
         wait = 1.0
         k = len(peers)
-        if k == 1 and self._pick_solo is not None and len(peers[0].active) == 1:  # (the common case, in C)
+        if k == 1 and self._pick_peer is not None:  # (the common case, in C)
             p = peers[0]
-            r = self._pick_solo(self, p, p.active[0], now, self.opts.burst, self.opts.send_buf)
+            r = self._pick_peer(self, p, now, self.opts.burst, self.opts.send_buf)
             if r is not None:  # (None: not its shape, a retransmission queued, say; decided below)
                 if r[0] is None:
                     return r
-                s0, s1, nbytes = r
-                return (p.active[0], p.addr, list(range(s0, s1)), nbytes), 0.0
+                o, s0, s1, nbytes = r
+                return (o, p.addr, list(range(s0, s1)), nbytes), 0.0
         want = self.opts.send_buf if k == 1 else self.opts.send_buf_shared
         if want != self._send_buf:  # (a smaller buffer than what is queued only holds sends back until it drains)
             self._send_buf = want

@@ -1,4 +1,4 @@
-"""The sender's steady state in C (``host/transport/_txstep.h``: ``_rxlane.cum_ack`` and ``_rxlane.pick_solo``)
+"""The sender's steady state in C (``host/transport/_txstep.h``: ``_rxlane.cum_ack`` and ``_rxlane.pick_peer``)
 against the Python functions it mirrors (``sender.on_cum_ack`` with ``cc.DctcpWindow.on_ack``, and
 ``Sender.pick_burst``): twin senders driven by the same random events -- bursts under window and pacing, cumulative
 ACKs with and without ECN-Echo and with receiver clocks that show queues of every size (delay marks, HyStart's exit,
@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from host.transport.api import Options
-from host.transport.control import CTL, CTL_DONE, HDR, W_FLAGS, W_SEQ, W_TAG, W_VT, clock_us, pack_control_header
+from host.transport.control import (CTL, CTL_DONE, HDR, W_FLAGS, W_SEQ, W_TAG, W_TID, W_VT, clock_us,
+                                    pack_control_header)
 from host.transport.packetio import packet_tag
 from host.transport.cc import FAST_ALPHA, CCParams
 from host.transport.packetio import _rxlane
@@ -40,25 +41,29 @@ MODES = {
 }
 
 
-def _sender(ccp: CCParams, x: np.ndarray, loss_bound: float, now: float):
-    opts = Options(mtu=1500)
-    # (the PacketSocket is only touched when SO_SNDBUF must change, which a lone transfer never asks)
-    s = Sender(opts, {1: ("127.0.0.1", 9)}, ccp, None, Counters(), threading.Lock())
-    ids = dict(layer=0, rank=0, job_id=7, transfer_id=5, nonce=1)
-    plan, ready, slicer = plan_send(view_tensor(x), opts, loss_bound, ids, in_slices=False)
-    o = s.start(1, 5, view_tensor(x), plan, ready, now, layer=0, loss_bound=loss_bound, slicer=slicer)
-    return s, s.peers[1], o
+def _sender(ccp: CCParams, native: bool) -> Sender:
+    opts = Options(mtu=1500, native=native)  # (native=False: the reference, Python's pick_burst and on_cum_ack)
+    # (the PacketSocket is only touched when SO_SNDBUF must change, which one peer's sends never ask)
+    return Sender(opts, {1: ("127.0.0.1", 9)}, ccp, None, Counters(), threading.Lock())
 
 
-def _same(a, b) -> None:
-    (sa, pa, oa), (sb, pb, ob) = a, b
-    for k in ARRAYS:
-        assert np.array_equal(getattr(oa, k), getattr(ob, k)), k
-    for k in SCALARS:
-        assert getattr(oa, k) == getattr(ob, k), k
+def _start(s: Sender, x: np.ndarray, tid: int, loss_bound: float, now: float):
+    ids = dict(layer=0, rank=0, job_id=7, transfer_id=tid, nonce=1)
+    plan, ready, slicer = plan_send(view_tensor(x), s.opts, loss_bound, ids, in_slices=False)
+    return s.start(1, tid, view_tensor(x), plan, ready, now, layer=0, loss_bound=loss_bound, slicer=slicer)
+
+
+def _same(a: Sender, b: Sender) -> None:
+    pa, pb = a.peers[1], b.peers[1]
+    assert [o.tid for o in pa.active] == [o.tid for o in pb.active] and pa.out.keys() == pb.out.keys()
+    for oa, ob in zip(pa.active, pb.active):
+        for k in ARRAYS:
+            assert np.array_equal(getattr(oa, k), getattr(ob, k)), k
+        for k in SCALARS:
+            assert getattr(oa, k) == getattr(ob, k), k
     for k in PEER:
         assert getattr(pa, k) == getattr(pb, k), k
-    assert sa._rr == sb._rr
+    assert a._rr == b._rr and a.n_active == b.n_active
     va, vb = vars(pa.cc), vars(pb.cc)
     assert va.keys() == vb.keys()
     for k in va:  # (floats bit for bit: == would let -0.0 pass for 0.0, and NaN fail itself)
@@ -70,31 +75,46 @@ def _same(a, b) -> None:
 @settings(max_examples=80, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), mode=st.sampled_from(sorted(MODES)))
 def test_the_c_steady_state_equals_the_python_sender(seed, mode):
+    """Sends to one peer, one to three in progress at once (started, finished and caught mid-send by a caller as
+    a ring's segments are), driven through the same events."""
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(40, 400)) * 356
-    x = rng.standard_normal(n).astype(np.float32)
-    loss_bound = float(rng.choice([0.0, 0.0, 0.05]))
     now = 1.0
-    a, b = (_sender(MODES[mode], x, loss_bound, now) for _ in range(2))
-    burst = a[0].opts.burst
+    a, b = _sender(MODES[mode], False), _sender(MODES[mode], True)
+    assert a._pick_peer is None and b._pick_peer is not None
+    burst = a.opts.burst
     clock_skew = int(rng.integers(0, 1 << 32))  # the receiver's clock: any offset from ours
     queue = 0.0  # the forward queue the receiver's timestamps show (seconds)
     picked = acked = 0
-    for _ in range(int(rng.integers(20, 120))):
+    tid = 5
+
+    def start() -> None:
+        nonlocal tid
+        n = int(rng.integers(40, 400)) * 356
+        x = rng.standard_normal(n).astype(np.float32)
+        loss_bound = float(rng.choice([0.0, 0.0, 0.05]))
+        for s in (a, b):
+            _start(s, x, tid, loss_bound, now)
+        tid += 1
+
+    start()
+    for _ in range(int(rng.integers(20, 160))):
         ev = rng.random()
-        if ev < 0.45:  # the I/O thread picks a burst
+        act_a, act_b = a.peers[1].active, b.peers[1].active
+        if ev < 0.4:  # the I/O thread picks a burst
             now += float(rng.choice([0.0, rng.uniform(0, 2e-4), rng.uniform(0, 5e-3)]))
-            ja, wa = a[0].pick_burst(now)
-            rb = _rxlane.pick_solo(b[0], b[1], b[2], now, burst, b[0].opts.send_buf)
+            ja, wa = a.pick_burst(now)
+            rb = _rxlane.pick_peer(b, b.peers[1], now, burst, b.opts.send_buf) if act_b else (None, 1.0)
             assert rb is not None
             if ja is None:
                 assert rb == (None, wa)
             else:
                 o, _, seqs, nbytes = ja
-                assert rb == (seqs[0], seqs[-1] + 1, nbytes) and seqs == list(range(seqs[0], seqs[-1] + 1))
+                assert rb[0].tid == o.tid and rb[1:] == (seqs[0], seqs[-1] + 1, nbytes)
+                assert seqs == list(range(seqs[0], seqs[-1] + 1))
                 picked += 1
-        elif ev < 0.9:  # a cumulative ACK of part or all of what was sent
-            o = a[2]
+        elif ev < 0.8 and act_a:  # a cumulative ACK of part or all of what one send sent
+            i = int(rng.integers(len(act_a)))
+            o = act_a[i]
             if o.next_seq <= o.cum_acked and rng.random() < 0.8:
                 continue
             hi = int(rng.integers(o.cum_acked, o.next_seq + 1))
@@ -103,50 +123,65 @@ def test_the_c_steady_state_equals_the_python_sender(seed, mode):
                 queue = float(rng.choice([0.0, rng.uniform(0, 2e-3), rng.uniform(2e-3, 0.03)]))
             ts = (int((now - queue * rng.random()) * 1e6) + clock_skew) & 0xFFFFFFFF
             ecn = bool(rng.random() < 0.15)
-            on_cum_ack(a[1], a[2], hi, ecn, now, ts)
-            _rxlane.cum_ack(b[1], b[2], hi, ecn, now, ts)
+            on_cum_ack(a.peers[1], o, hi, ecn, now, ts)
+            _rxlane.cum_ack(b.peers[1], act_b[i], hi, ecn, now, ts)
             acked += 1
-        elif ev < 0.95:  # a retransmission timeout (Sender._timeout's window part): a later ACK may undo it
+        elif ev < 0.86 and len(act_a) < 3:  # another send starts (a ring's next segment)
+            start()
+        elif ev < 0.9 and act_a:  # a caller is sending one's first burst (the I/O thread leaves it alone), or
+            i = int(rng.integers(len(act_a)))  # is done with it
+            act_a[i].sending = act_b[i].sending = not act_a[i].sending
+        elif ev < 0.93 and act_a:  # a send ends (its DONE)
+            i = int(rng.integers(len(act_a)))
+            oa, ob = act_a[i], act_b[i]
+            a.finish(a.peers[1], oa, None)
+            b.finish(b.peers[1], ob, None)
+        elif ev < 0.96:  # a retransmission timeout (Sender._timeout's window part): a later ACK may undo it
             fired = now - float(rng.uniform(0, 0.01))
-            for t in (a, b):
-                t[1].cc.on_timeout()
-                t[1].rto_fired = fired
-        else:  # a packet resent (Karn: no RTT sample from it)
-            o = a[2]
+            for s in (a, b):
+                s.peers[1].cc.on_timeout()
+                s.peers[1].rto_fired = fired
+        elif act_a:  # a packet resent (Karn: no RTT sample from it)
+            i = int(rng.integers(len(act_a)))
+            o = act_a[i]
             if o.next_seq > o.cum_acked:
                 s = int(rng.integers(o.cum_acked, o.next_seq))
-                for t in (a, b):
-                    t[2].retx[s] = True
+                act_a[i].retx[s] = act_b[i].retx[s] = True
         _same(a, b)
     assert picked + acked
 
 
 def test_the_steady_state_declines_what_is_not_its_shape():
-    """pick_solo decides only for one transfer in progress with nothing to retransmit and the send buffer as
-    it is; otherwise it returns None and changes nothing (the Python pick decides)."""
+    """pick_peer decides only while one peer has sends in progress, none with a retransmission to send, and the
+    send buffer as it is; otherwise it returns None and changes nothing (the Python pick decides). A send a caller
+    is sending is passed over, as pick_burst passes it over."""
     x = np.ones(356 * 50, np.float32)
-    s, p, o = _sender(MODES["default"], x, 0.0, 1.0)
-    ref = _sender(MODES["default"], x, 0.0, 1.0)
+    s, ref = _sender(MODES["default"], True), _sender(MODES["default"], True)
+    o, o_ref = _start(s, x, 5, 0.0, 1.0), _start(ref, x, 5, 0.0, 1.0)
+    p = s.peers[1]
     burst, buf = s.opts.burst, s.opts.send_buf
     o.retxq.append(3)
-    ref[2].retxq.append(3)
-    assert _rxlane.pick_solo(s, p, o, 1.0, burst, buf) is None
-    o.sending = ref[2].sending = True
+    o_ref.retxq.append(3)
+    assert _rxlane.pick_peer(s, p, 1.0, burst, buf) is None
     o.retxq.clear()
-    ref[2].retxq.clear()
-    assert _rxlane.pick_solo(s, p, o, 1.0, burst, buf) is None
-    o.sending = ref[2].sending = False
-    assert _rxlane.pick_solo(s, p, o, 1.0, burst, buf + 1) is None  # (SO_SNDBUF would change)
-    s.n_active = 2
-    assert _rxlane.pick_solo(s, p, o, 1.0, burst, buf) is None
+    o_ref.retxq.clear()
+    assert _rxlane.pick_peer(s, p, 1.0, burst, buf + 1) is None  # (SO_SNDBUF would change)
+    s.n_active = 2  # (a send to another peer in progress)
+    assert _rxlane.pick_peer(s, p, 1.0, burst, buf) is None
     s.n_active = 1
-    _same((s, p, o), ref)
-    assert _rxlane.pick_solo(s, p, o, 1.0, burst, buf) == (0, burst, burst * 356 * 4)
+    _same(s, ref)
+    o.sending = o_ref.sending = True
+    assert _rxlane.pick_peer(s, p, 1.0, burst, buf) == (None, 1.0)  # (its caller sends it: nothing else to send)
+    o2, o2_ref = _start(s, x, 6, 0.0, 1.0), _start(ref, x, 6, 0.0, 1.0)
+    got = _rxlane.pick_peer(s, p, 1.0, burst, buf)
+    assert got is not None and got[0] is o2 and got[1:] == (0, burst, burst * 356 * 4)
 
 
 def test_bad_state_is_an_error_not_a_crash():
     x = np.ones(356 * 10, np.float32)
-    s, p, o = _sender(MODES["default"], x, 0.0, 1.0)
+    s = _sender(MODES["default"], True)
+    o = _start(s, x, 5, 0.0, 1.0)
+    p = s.peers[1]
     with pytest.raises(ValueError, match="ACK of 11 packets"):
         _rxlane.cum_ack(p, o, 11, False, 1.0, 0)
     o.next_seq = 5
@@ -164,13 +199,13 @@ JOB, NONCE = 9, 0x4321
 
 
 class _Peer:
-    """A silent rank 1 on a real socket, answering the send of rank 0's endpoint (``native_wait`` on or off) with
-    ACKs it builds itself, in lock step: each answer, then every data packet the endpoint sends for it, until it
-    goes quiet. A small fixed window (4 packets, no delay signal, no ACK-delay stretch, RTOs of seconds) makes every
-    burst depend only on the ACKs, not on the clock, so both loops must send the same packets for the same
-    answers."""
+    """A silent rank 1 on a real socket, answering the sends of rank 0's endpoint (``native_wait`` on or off;
+    ``tids``: the sends, started at once as a ring's segments are) with ACKs it builds itself, in lock step: each
+    answer (about the send ``self.tid``), then every data packet the endpoint sends for it, until it goes quiet. A
+    small fixed window (4 packets, no delay signal, no ACK-delay stretch, RTOs of seconds) makes every burst depend
+    only on the ACKs, not on the clock, so both loops must send the same packets for the same answers."""
 
-    def __init__(self, native_wait: bool, x: np.ndarray):
+    def __init__(self, native_wait: bool, x: np.ndarray, tids: tuple[int, ...] = (5,)):
         from host.transport import Endpoint
         from host.transport.chunking import payload_capacity
 
@@ -184,10 +219,16 @@ class _Peer:
                            Options(mtu=1500, native_wait=native_wait, cc=ccp, peer_timeout=30, linger=0.0), key=KEY)
         self.to = self.ep._io.sock.getsockname()
         self.total = -(-x.size // 356)
-        self.got: list[tuple[int, int]] = []  # (seq, flags) of every data packet, in order
-        self.steps: list[list[int]] = []  # the seqs each answer brought
-        self.h = self.ep.send(1, x, transfer_id=5)
-        self.cum = 0
+        self.got: list[tuple[int, int, int]] = []  # (transfer, seq, flags) of every data packet, in order
+        self.steps: list[list[tuple[int, int]]] = []  # the (transfer, seq)s each answer brought
+        self.hs = [self.ep.send(1, x, transfer_id=tid) for tid in tids]
+        self.h = self.hs[0]
+        self.tid, self.cum, self.prev = tids[0], 0, 0
+        self._collect()
+
+    def focus(self, tid: int) -> None:
+        """Answer about send ``tid`` from now on."""
+        self.tid, self.cum, self.prev = tid, 0, 0
         self._collect()
 
     def _collect(self) -> None:
@@ -201,9 +242,9 @@ class _Peer:
             if w[W_VT] & 0x0F == MsgType.CONTROL:
                 continue  # (a liveness probe: the peer had not been heard from yet)
             assert w[W_VT] & 0x0F == MsgType.DATA and packet_tag(KEY, d[:48], d[48:]) == w[W_TAG]
-            seqs.append(w[W_SEQ])
-            self.got.append((w[W_SEQ], w[W_FLAGS]))
-        while self.cum < self.total and any(s == self.cum for s, _ in self.got):
+            seqs.append((w[W_TID], w[W_SEQ]))
+            self.got.append((w[W_TID], w[W_SEQ], w[W_FLAGS]))
+        while self.cum < self.total and any(t == self.tid and s == self.cum for t, s, _ in self.got):
             self.cum += 1
         self.steps.append(seqs)
 
@@ -214,7 +255,7 @@ class _Peer:
         not ACKed: one retransmission), forged (a wrong tag),
         foreign (another job), stale (another transfer), done (the DONE)."""
         buf = bytearray(48 + (1 if kind in ("bitmap", "nack") else 0) + (CTL.size if kind == "done" else 0))
-        tid, job, seq, count = 5, JOB, min(self.cum, upto) if upto is not None else self.cum, 0
+        tid, job, seq, count = self.tid, JOB, min(self.cum, upto) if upto is not None else self.cum, 0
         mt, flags = MsgType.ACK, 0
         if kind == "ecn":
             flags = int(Flag.ECN_ECHO)
@@ -229,7 +270,7 @@ class _Peer:
         elif kind == "foreign":
             job += 1
         elif kind == "stale":
-            tid = 6
+            tid = 99
         elif kind == "done":
             mt = MsgType.CONTROL
             CTL.pack_into(buf, 48, CTL_DONE, self.total)
@@ -247,7 +288,7 @@ class _Peer:
         self.sock.close()
 
 
-def test_the_lone_send_in_the_native_wait_equals_the_python_loop():
+def test_a_send_in_the_native_wait_equals_the_python_loop():
     """The sender's steady state in ``_rxlane.rx_wait`` (a lone send: its cumulative ACKs taken and its next bursts
     sent natively) against the Python loop: the same answers -- plain ACKs of one to three packets, ECN-Echo
     (a cut), a forged, a foreign and a stale ACK, a duplicate, an ACK with a bitmap and a NACK (the Python
@@ -286,6 +327,50 @@ def test_the_lone_send_in_the_native_wait_equals_the_python_loop():
             assert ca[k] == cb[k], k
         assert ca["cuts"] >= 1
         print("NATIVE_WAKES", sa["io_native_wakes"], "of", sa["acks_rx"], "ACKs")
+        assert sa["io_native_wakes"] >= sa["acks_rx"] // 2 and sb["io_native_wakes"] == 0
+    finally:
+        for t in twins:
+            t.close()
+
+
+def test_sends_to_one_peer_in_the_native_wait_equal_the_python_loop():
+    """Three sends to one peer at once (a pipelined ring's first step): the wait takes the cumulative ACKs of each
+    (the send named by the ACK), picks the first send in order with packets ready, and takes a DONE, a stale ACK and
+    an ACK with a bitmap through the Python sender from within the wait; the same data packets, burst by burst, the
+    same counters and window as the Python loop, and most ACKs took no Python loop."""
+    x = np.random.default_rng(4).standard_normal(30 * 356).astype(np.float32)
+    twins = []
+    try:
+        for native in (True, False):
+            t = _Peer(native, x, tids=(5, 6, 7))
+            twins.append(t)
+            rng = np.random.default_rng(9)
+            for tid in (5, 6, 7):
+                t.focus(tid)
+                first = True
+                for _ in range(200):
+                    if t.cum >= t.total:
+                        break
+                    t.answer("ack", t.prev + int(rng.integers(1, 4)))
+                    if first and tid == 6:  # (a stale ACK, and a bitmap above the base, mid-send)
+                        t.answer("stale")
+                        t.answer("bitmap")
+                        first = False
+                assert t.cum == t.total, (tid, t.cum, t.total)
+                t.answer("done")
+            for h in t.hs:
+                assert h.wait(10)["packets_sent"] == t.total
+        a, b = twins
+        assert a.steps == b.steps and a.got == b.got
+        assert {tid for tid, _, _ in a.got} == {5, 6, 7}
+        keys = ("tx_data_packets", "acks_rx", "stale_feedback", "retransmissions", "dones_rx", "transfers_sent",
+                "rx_datagrams")
+        sa, sb = (t.ep.stats() for t in twins)
+        assert {k: sa[k] for k in keys} == {k: sb[k] for k in keys}
+        assert sa["transfers_sent"] == 3 and sa["dones_rx"] == 3 and sa["stale_feedback"] == 1
+        ca, cb = (t.ep.stats()["peers"][1] for t in twins)
+        for k in ("cwnd", "ssthresh", "alpha", "cuts", "timeouts"):
+            assert ca[k] == cb[k], k
         assert sa["io_native_wakes"] >= sa["acks_rx"] // 2 and sb["io_native_wakes"] == 0
     finally:
         for t in twins:
