@@ -61,6 +61,12 @@ DEFAULT_CHANGES: list[tuple[str, str, frozenset[str]]] = [
      "for a transfer whose packets come at least 200 us apart (host/transport/api.py, hold_gap), and the native "
      "wait sends a held ACK itself instead of returning to Python at the hold's end",
      frozenset({"cpu_profile", "pressure"})),
+    # (wherever a rank keeps several sends to one peer in progress -- every pipelined ring -- or datagrams come
+    # back to back: every benchmark with dlcp runs, and the testbed's rings)
+    ("2026-11-29T03:55:00+0000", "the I/O thread's native wait takes every send to the one peer with sends in "
+     "progress (not only a lone send) and that peer's DONEs, and the loop enters the wait after a receive pass "
+     "(host/transport/_txstep.h, _rxlane.c, endpoint.py)",
+     frozenset({"collectives", "cpu_profile", "transport", "keyed_tag", "bounded_loss", "pressure"})),
 ]
 
 
