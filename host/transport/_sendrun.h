@@ -1,6 +1,6 @@
 /* One GSO run (or one datagram) onto a UDP socket: the send lane's system call, shared by _txlane's send_run (the
- * Python loop's bursts) and _rxlane's rx_wait (the lone send's bursts in the native wait), so both put the same
- * bytes on the wire.
+ * Python loop's bursts) and _rxlane's rx_wait (the bursts of one peer's sends in the native wait), so both put the
+ * same bytes on the wire.
  *
  * ``iov`` holds 2 * n entries, each datagram's 48-byte header then its payload. With a ``key`` (the tag schedule,
  * _tagkey.h) each header's keyed tag is written first, in place. ``tos``: the IP TOS byte; ``seg`` > 0 adds

@@ -192,7 +192,7 @@ def test_bad_state_is_an_error_not_a_crash():
         _rxlane.cum_ack(p, o, 5)
 
 
-# --- the lone send in rx_wait, end to end ---------------------------------------------------------------------------
+# --- sends in rx_wait, end to end -------------------------------------------------------------------------------------
 
 KEY = bytes(range(60, 76))
 JOB, NONCE = 9, 0x4321
@@ -289,7 +289,7 @@ class _Peer:
 
 
 def test_a_send_in_the_native_wait_equals_the_python_loop():
-    """The sender's steady state in ``_rxlane.rx_wait`` (a lone send: its cumulative ACKs taken and its next bursts
+    """The sender's steady state in ``_rxlane.rx_wait`` (one send: its cumulative ACKs taken and its next bursts
     sent natively) against the Python loop: the same answers -- plain ACKs of one to three packets, ECN-Echo
     (a cut), a forged, a foreign and a stale ACK, a duplicate, an ACK with a bitmap and a NACK (the Python
     sender's, called from the wait), the DONE -- bring the same data packets, burst by burst (the NACKed one
