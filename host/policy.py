@@ -77,6 +77,16 @@ def as_float_view(arr: np.ndarray, bf16: bool = False) -> np.ndarray | None:
     return None
 
 
+def _uniform_chunk(values: np.ndarray, counts: np.ndarray) -> int:
+    """The packets' common size when ``counts`` is the transport's layout of ``values`` (more than one packet, all
+    of ``c0`` elements but a last one of at most that many), which the C kernels take; else 0."""
+    n = len(counts)
+    c0 = int(counts[0]) if n > 1 else 0
+    if c0 > 0 and np.all(counts[:-1] == c0) and c0 * (n - 1) + int(counts[-1]) == values.size:
+        return c0
+    return 0
+
+
 def packet_mean_abs(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Mean ``|x|`` of each packet's slice (vectorised; float64 result). Empty packets get 0; NaN/inf count as +inf
     so a packet carrying them is never classed small (it is protected).
@@ -93,8 +103,8 @@ def packet_mean_abs(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     out = np.zeros(n, dtype=np.float64)
     if n == 0 or values.size == 0:
         return out
-    c0 = int(counts[0])
-    if n > 1 and c0 > 0 and np.all(counts[:-1] == c0) and c0 * (n - 1) + int(counts[-1]) == values.size:
+    c0 = _uniform_chunk(values, counts)
+    if c0:
         kernel = _abs_sums_kernel()
         if kernel is not None and values.dtype in (np.float32, np.float64) and values.flags.c_contiguous:
             kernel(values, c0, out)
@@ -159,13 +169,11 @@ def mean_abs_and_classes(values: np.ndarray, counts: np.ndarray) -> tuple[np.nda
     a shorter last one) float32 and float64 data go to the C kernel ``mag_classes`` (``host/transport/_txlane.c``),
     which gives the same arrays bit for bit with the GIL released throughout: numpy's path is a dozen calls after
     the sums (partition, interpolation, search, masks), each taking the GIL back from the I/O thread."""
-    n = len(counts)
     kernel = _mag_classes_kernel()
-    if kernel is not None and n > 1 and values.size and values.dtype in (np.float32, np.float64) \
-            and values.flags.c_contiguous:
-        c0 = int(counts[0])
-        if c0 > 0 and c0 * (n - 1) + int(counts[-1]) == values.size and 0 < int(counts[-1]) <= c0 \
-                and np.all(counts[:-1] == c0):
+    if kernel is not None and values.size and values.dtype in (np.float32, np.float64) and values.flags.c_contiguous:
+        c0 = _uniform_chunk(values, counts)
+        if c0 and 0 < int(counts[-1]) <= c0:
+            n = len(counts)
             means, classes = np.empty(n, np.float64), np.empty(n, np.uint8)
             kernel(values, c0, means, classes)
             return means, classes

@@ -486,6 +486,11 @@ static PyObject *in_order_headers(PyObject *self, PyObject *const *args, Py_ssiz
         goto done;
     }
     const uint8_t *tp = vt.buf, *mag = vm.obj != NULL ? vm.buf : NULL;
+    for (long long i = 0; mag != NULL && i < hi - lo; i++)  /* (checked before anything is written) */
+        if (mag[i] > 7) {
+            PyErr_Format(PyExc_ValueError, "magnitude classes are 0..7, got %d (seq %lld)", mag[i], lo + i);
+            goto done;
+        }
     uint8_t *h = (uint8_t *)vh.buf + lo * HEADER_LEN;
     for (long long s = lo; s < hi; s++, h += HEADER_LEN) {
         memcpy(h, tp, HEADER_LEN);

@@ -135,8 +135,6 @@ def write_headers(plan: Plan, lo: int, hi: int, mag_class=None) -> None:
         mag_class = np.ascontiguousarray(mag_class, np.uint8)
         if mag_class.shape != (hi - lo,):
             raise ValueError(f"{mag_class.shape} magnitude classes for seqs {lo}..{hi - 1}")
-        if (mag_class > 7).any():
-            raise ValueError(f"magnitude classes are 0..7, got {int(mag_class.max())}")
     native(plan.headers, plan.template, lo, hi, plan.total, plan.chunk, plan.itemsize,
            int(plan.offsets[-1]) // plan.itemsize + int(plan.lengths[-1]) // plan.itemsize, mag_class)
 
