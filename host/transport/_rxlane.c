@@ -682,6 +682,8 @@ done:
                          * failure was an ICMP report, the error queue has it */
 #define W_PROGRESS 0x40 /* what it wrote in needs the Python path: a duplicate, the LAST seq, the transfer
                          * complete, or an ACK it could not send */
+#define W_TXPY 0x80     /* the sends' next pick is the Python loop's (tx_send_step's 2: a retransmission queued,
+                         * another peer's sends, the send buffer full, ...): it must not defer them to a wait */
 
 /* the bytes of a batch from which rx_wait copies them in with the GIL released (the lock still held): a smaller
  * batch is not worth two GIL hand-offs */
@@ -1290,7 +1292,7 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
             if (r < 0)
                 failed = 1;  /* (the exception stays set: raised once the loop is left) */
             if (r < 0 || r == 2) {
-                why = W_PROGRESS;
+                why = r == 2 ? W_PROGRESS | W_TXPY : W_PROGRESS;
                 break;
             }
             tx_due = r == 1;  /* (four bursts: receive what came meanwhile, then pick again) */
@@ -1632,7 +1634,8 @@ PyMODINIT_FUNC PyInit__rxlane(void)
         || PyModule_AddIntConstant(m, "W_WAKE", W_WAKE) < 0 || PyModule_AddIntConstant(m, "W_TIMER", W_TIMER) < 0
         || PyModule_AddIntConstant(m, "W_CLOSED", W_CLOSED) < 0
         || PyModule_AddIntConstant(m, "W_SENDERR", W_SENDERR) < 0
-        || PyModule_AddIntConstant(m, "W_PROGRESS", W_PROGRESS) < 0)
+        || PyModule_AddIntConstant(m, "W_PROGRESS", W_PROGRESS) < 0
+        || PyModule_AddIntConstant(m, "W_TXPY", W_TXPY) < 0)
         goto fail;
     return m;
 fail:

@@ -333,6 +333,7 @@ class Endpoint:
         taken = 0  # records received since the thread last slept (Options.rx_hold)
         left = 0  # records a native wait left in the socket's recs (handled before the next receive)
         native_wait = self._native_wait
+        py_pick = False  # the last native wait left the sends' next pick to this loop (W_TXPY)
         wake_fd, timer_fd = wake.fileno(), -1 if timer is None else timer
         while not self._closed:
             try:
@@ -381,8 +382,15 @@ class Endpoint:
             if tx.ctl_backlog and not tx.full:
                 with self._lock:
                     tx.flush_ctl()
-            while sent < _TX_BURSTS_PER_ROUND and not tx.full:  # then receive again: ACKs and data must
-                # not wait behind sends
+            # With the native wait, the one peer's bursts are its to send (no Python per burst): this loop only
+            # picks when there is no such peer, or when the last wait handed the pick back (W_TXPY).
+            defer = native_wait and not py_pick and not tx.full and not tx.ctl_backlog
+            if defer:
+                with self._lock:
+                    defer = sender.native_candidate() is not None
+            py_pick = False
+            while not defer and sent < _TX_BURSTS_PER_ROUND and not tx.full:  # then receive again: ACKs and
+                # data must not wait behind sends
                 with self._lock:
                     job, wait = sender.pick_burst(time.monotonic())
                 if job is None:
@@ -403,7 +411,9 @@ class Endpoint:
                 if self._closed:
                     return
                 now = time.monotonic()
-                job, wait = sender.pick_burst(now) if not tx.full else (None, 1.0)
+                if defer and (tx.full or tx.ctl_backlog or sender.native_candidate() is None):
+                    defer = False  # (a caller's send to another peer came meanwhile: this loop picks after all)
+                job, wait = sender.pick_burst(now) if not tx.full and not defer else (None, 1.0)
                 if job is None:
                     self._sleeping = True  # from here on, send() writes to the wake socket
                 busy = self._receiver.incoming or any(p.active for p in sender.peers.values())
@@ -419,8 +429,9 @@ class Endpoint:
                 timeout = max(0.0, min(wait, until - now)) if busy else min(0.2, max(0.0, until - now))
                 if may_wait:
                     peer = sender.native_candidate()
-                    if peer is not None:  # (the wait sends the peer's bursts itself, when pacing allows)
-                        send = (peer, now + wait if wait < 1.0 else 0.0)
+                    if peer is not None:  # (the wait sends the peer's bursts itself, when pacing allows; a
+                        # deferred pick is due at once: the wait's first step picks, as pick_burst would have)
+                        send = (peer, now if defer else now + wait if wait < 1.0 else 0.0)
                         timeout = max(0.0, until - now)
                     o = self.opts
                     if cand is not None and (o.ack_hold or o.rx_hold) and not self._receiver.holds(cand):
@@ -448,6 +459,7 @@ class Endpoint:
                     why, left = _rxlane.W_TIMEOUT, 0
                 if why & _rxlane.W_CLOSED:
                     return
+                py_pick = bool(why & _rxlane.W_TXPY)
                 ready = [w for w, bit in ((sock, _rxlane.W_SOCK), (wake, _rxlane.W_WAKE), (timer, _rxlane.W_TIMER))
                          if why & bit]
                 writable = []

@@ -409,3 +409,52 @@ def test_the_native_wait_runs_at_every_mtu(mtu):
     finally:
         for e in eps:
             e.close()
+
+
+def test_one_peers_bursts_leave_from_the_native_wait_not_the_python_loop():
+    """Sends both ways at once between two real endpoints (a ring step: four segments each way): once the wait may
+    take one peer's sends, the I/O thread's Python loop picks none of their bursts itself, not even after the wait
+    returned for something else (a datagram of another transfer, a completion): it goes straight back to the wait,
+    whose first step picks. Only a pick the wait hands back (a retransmission queued) is the loop's. The data
+    arrives whole either way."""
+    from host.transport import Endpoint
+
+    socks = []
+    for _ in range(2):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    amap = {r: s.getsockname() for r, s in enumerate(socks)}
+    eps = [Endpoint(r, amap, JOB, NONCE, Options(mtu=9000, linger=0.0), key=KEY, sock=socks[r]) for r in range(2)]
+    loop_bursts = [0, 0]
+    try:
+        for r, ep in enumerate(eps):
+            io, inner = ep._io_thread, ep._tx.transmit
+
+            def counted(job, _r=r, _io=io, _inner=inner):
+                if threading.current_thread() is _io:
+                    loop_bursts[_r] += 1
+                return _inner(job)
+
+            ep._tx.transmit = counted
+        rng = np.random.default_rng(6)
+        segs = [[rng.standard_normal(1 << 20).astype(np.float32) for _ in range(4)] for _ in range(2)]
+        outs = [[np.zeros(1 << 20, np.float32) for _ in range(4)] for _ in range(2)]
+        for rep in range(3):
+            recvs = [eps[r].post_recv(1 - r, 100 * rep + k, outs[r][k], timeout=30) for r in range(2) for k in range(4)]
+            sends = [eps[r].send(1 - r, segs[r][k], transfer_id=100 * rep + k) for r in range(2) for k in range(4)]
+            for h in recvs + sends:
+                h.wait(30)
+            for r in range(2):
+                for k in range(4):
+                    assert np.array_equal(outs[r][k], segs[1 - r][k])
+        stats = [e.stats() for e in eps]
+        assert [s["internal_errors"] for s in stats] == [0, 0]
+        for r, s in enumerate(stats):
+            bursts = s["tx_data_packets"] // Options().burst
+            print("rank", r, "loop bursts", loop_bursts[r], "of about", bursts, "retransmissions", s["retransmissions"])
+            assert bursts >= 100
+            assert loop_bursts[r] <= s["transfers_sent"] + s["retransmissions"], (r, loop_bursts[r], s)
+    finally:
+        for e in eps:
+            e.close()
