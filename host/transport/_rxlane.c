@@ -1074,7 +1074,7 @@ static int tx_send_step(Tx *t, PyObject *lock)
 PyDoc_STRVAR(rx_wait_doc,
 "rx_wait(fd, wake_fd, timer_fd, timeout, buf, recs, maxrecs, maxbytes, slot, incoming, inc, rank, src,\n"
 "        job, nonce, key, ack, ack_every, lock, since_ack, unacked_at, last_arrival, hold, ack_min, tx, rx_hold,\n"
-"        rx_hold_records, taken, maxbits)\n"
+"        rx_hold_records, taken, maxbits, redue)\n"
 "--\n\n"
 "The I/O thread's sleep, for an endpoint whose one posted transfer ``inc`` (``incoming[(rank, inc.tid)]``, from\n"
 "the source key ``src``; None: none) is arriving, or whose one send in progress ``tx`` describes (None:\n"
@@ -1110,13 +1110,22 @@ PyDoc_STRVAR(rx_wait_doc,
 "(as fast_pass's progress tuple), the ACKs it sent, the packets it has not ACKed, the time.monotonic() of its\n"
 "last receive and the arrival time of the first packet not ACKed, the ECN state, the CE-marked packets and the\n"
 "receive holds slept out. (The\n"
-"send's ACKs and bursts are counted in ``counters`` and its objects as the Python path counts them.)");
+"send's ACKs and bursts are counted in ``counters`` and its objects as the Python path counts them.)\n"
+"``redue`` (None: none): called as ``redue(now, last)`` (time.monotonic(); ``last``: ``inc``'s latest arrival\n"
+"the wait took) when ``timeout`` has passed; it returns when the wait should end instead (Endpoint._redue: the\n"
+"timers' due time planned again), and the wait sleeps on until then when that is later than ``now`` (a\n"
+"deadline that moved meanwhile, as an RTO does with every new ACK and a NACK's wait with every arrival).");
 
 static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 29) {
-        PyErr_Format(PyExc_TypeError, "rx_wait takes 29 arguments, got %zd", nargs);
+    if (nargs != 30) {
+        PyErr_Format(PyExc_TypeError, "rx_wait takes 30 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *redue = args[29] == Py_None ? NULL : args[29];
+    if (redue != NULL && !PyCallable_Check(redue)) {
+        PyErr_SetString(PyExc_TypeError, "rx_wait: redue must be callable or None");
         return NULL;
     }
     long long maxbits = PyLong_AsLongLong(args[28]);
@@ -1314,6 +1323,23 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         else if (have_tx && tx.next > 0 && tx.next < until)
             until = tx.next;  /* pacing lets the next burst leave then */
         double rem = until - now;
+        if (rem <= 0 && until >= deadline && redue != NULL) {  /* the deadline: is it still one? */
+            PyEval_RestoreThread(ts);
+            PyObject *r = PyObject_CallFunction(redue, "dd", now, last);
+            double next = r != NULL ? PyFloat_AsDouble(r) : -1.0;
+            Py_XDECREF(r);
+            int bad = PyErr_Occurred() != NULL;
+            ts = PyEval_SaveThread();
+            if (bad) {
+                failed = 1;  /* (raised once the loop is left) */
+                why = W_TIMEOUT;
+                break;
+            }
+            if (next > now) {  /* it moved: sleep on until then */
+                deadline = next;
+                continue;
+            }
+        }
         if (rem <= 0 && until >= deadline) {
             why = W_TIMEOUT;
             break;
@@ -1338,6 +1364,8 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                 after_hold = 1;
             } else if (until < deadline) {
                 continue;  /* the held ACK's time: sent above (or pacing's) */
+            } else if (redue != NULL) {
+                continue;  /* the deadline: asked above whether it still is one */
             } else {
                 why = W_TIMEOUT;
                 break;

@@ -122,6 +122,7 @@ class Endpoint:
         self._timer = _txlane.timer_fd() if opts.native and _txlane is not None else None
         self._timer_at = 0.0
         self._sleep_until = 0.0
+        self._wait_cand = None  # the transfer the native wait in progress receives (its held ACK is the wait's)
         self._lock = threading.Lock()
         self._closed = False
         self._sleeping = False
@@ -420,7 +421,7 @@ class Endpoint:
                 if self._dirty:  # plan before sleeping: a wake-up only to plan (a tick after anything happened,
                     self._plan_timers(now)  # as before) was most of the thread's wake-ups on a slow link
                 until = self._next_tick
-                cand = send = None
+                cand = send = redue = None
                 may_wait = native_wait and job is None and not tx.full and not tx.ctl_backlog
                 if may_wait:
                     cand = self._receiver.native_candidate()
@@ -434,12 +435,15 @@ class Endpoint:
                         send = (peer, now if defer else now + wait if wait < 1.0 else 0.0)
                         timeout = max(0.0, until - now)
                     o = self.opts
+                    redue = self._redue if busy else None  # (the timers' plan made the timeout; see _redue)
                     if cand is not None and (o.ack_hold or o.rx_hold) and not self._receiver.holds(cand):
                         # a wait for a transfer the holds do not apply to (yet: Receiver.holds, judged by the
                         # Python path when the wait returns) returns within two runs of HOLD_WINDOW packets at
                         # the hold gap, so a slow arrival is judged so soon (else one wait could take a whole slow
                         # transfer without them); on a fast link such a wait is idle by then
                         timeout = min(timeout, 2 * HOLD_WINDOW * o.hold_gap)
+                        redue = None  # (that return is for the Python path to judge the holds)
+                    self._wait_cand = cand
                 self._sleep_until = now + timeout
             if job is not None:
                 tx.transmit(job)
@@ -451,7 +455,8 @@ class Endpoint:
                 continue
             if native:  # (the steady state, natively: Intake.wait)
                 try:
-                    why, left = self._intake.wait(cand, send, timeout, wake_fd, timer_fd, self._lock, tx, took)
+                    why, left = self._intake.wait(cand, send, timeout, wake_fd, timer_fd, self._lock, tx, took,
+                                                  redue)
                 except Exception:  # never let a bug kill the I/O thread silently
                     with self._lock:
                         self._c["internal_errors"] += 1
@@ -549,6 +554,28 @@ class Endpoint:
         due = min(self._receiver.next_due(now, held), self._sender.next_due(now, self.opts.tick),
                   self._liveness.next_due(now), now + (_TIMERS_MAX if busy else _IDLE_MAX))
         return max(due, self._timers_at + self.opts.tick)
+
+    def _redue(self, now: float, last: float) -> float:
+        """From the native wait, on the I/O thread, when its timeout (the timers' planned time) has passed: that
+        time planned again (:meth:`_due`, the wait's own held ACK left out as when it started), which the wait
+        sleeps on until when it is later. A deadline moves while the wait runs without Python: a peer's RTO with
+        every ACK that frees packets, a NACK's wait with every arrival; on a paced 20 Mb/s link nearly every return
+        of the wait was such a deadline, each a pass of the Python loop (its timers, the plan, the candidates) that
+        found nothing to do. ``_TIMERS_MAX`` still counts from when the timers last ran, so planning again never
+        postpones that bound; the thread's sleep deadline follows, for :meth:`_after_first_burst`. ``last``: the
+        latest arrival of the wait's transfer that the wait took (``Receiver.native_progress`` records it when the
+        wait returns; a NACK's wait counts from it)."""
+        with self._lock:
+            if self._closed:
+                return 0.0
+            cand = self._wait_cand
+            if cand is not None and last > cand.last_arrival:
+                cand.last_arrival = last
+            due = min(self._due(now, cand), self._timers_at + _TIMERS_MAX)
+            if due > now:
+                self._next_tick = due
+                self._sleep_until = due
+            return due
 
     def _disarm(self, fired: bool) -> None:
         """Under the lock, on the I/O thread, awake: disarm the wake-up timer (read its expiry when it ``fired``:

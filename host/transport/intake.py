@@ -122,7 +122,7 @@ class Intake:
         return rest
 
     def wait(self, inc, send, timeout: float, wake_fd: int, timer_fd: int, lock, transmitter,
-             taken: int) -> tuple[int, int]:
+             taken: int, redue=None) -> tuple[int, int]:
         """The I/O thread's sleep while ``inc`` (``Receiver.native_candidate``; None: none) arrives and
         the sends ``send`` (``(peer, pacing deadline)``: the one peer with sends in progress,
         ``Sender.native_candidate``; None: none) are ACKed, called without the lock: ``_rxlane.rx_wait`` receives,
@@ -134,7 +134,8 @@ class Intake:
         ended the wait, with ``TOOK`` when it took any datagram (the timers' plan is stale: a NACK's deadline may
         come from them), and how many records it left at the front of the socket's ``recs`` for :meth:`handle`.
         ``taken``: the records the loop's passes took since it last slept (the receive hold's rule, Options.rx_hold,
-        which the wait keeps)."""
+        which the wait keeps). ``redue(now)``: asked when ``timeout`` passes, the time the wait should end instead
+        (``Endpoint._redue``; None: it ends then)."""
         io = self._io
         o = self._receiver.opts
         tx = None
@@ -156,7 +157,7 @@ class Intake:
             io.sock.fileno(), wake_fd, timer_fd, timeout, io.rxbuf, io.recs, RX_BATCH, RX_BATCH_BYTES, MAX_DGRAM,
             *args, float(o.ack_hold) if slow else 0.0, o.ack_min, tx, float(o.rx_hold) if slow else 0.0,
             o.rx_hold_records, taken,
-            self._receiver.ack_bits)
+            self._receiver.ack_bits, redue)
         if holds:
             self._c["io_rx_holds"] += holds  # (this thread's counter)
         if dgrams or acks or wakes or self._c["acks_rx"] != acks_rx:
