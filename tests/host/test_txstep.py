@@ -377,12 +377,8 @@ def test_sends_to_one_peer_in_the_native_wait_equal_the_python_loop():
             t.close()
 
 
-@pytest.mark.parametrize("mtu", [1500, 65535])
-def test_the_native_wait_runs_at_every_mtu(mtu):
-    """A send and its receive between two real endpoints at MTU 1500 and at loopback's path MTU (64 KiB datagrams,
-    whose ACK bitmaps may report 8 * (mss - 8) packets): the data arrives whole, most socket wake-ups are native,
-    and the I/O threads met no internal error (an exception in the native wait is caught, counted and logged, so
-    only this counter shows it)."""
+def _endpoint_pair(mtu: int) -> list:
+    """Ranks 0 and 1, each an endpoint on its own real loopback socket (native lanes and wait as configured)."""
     from host.transport import Endpoint
 
     socks = []
@@ -391,7 +387,16 @@ def test_the_native_wait_runs_at_every_mtu(mtu):
         s.bind(("127.0.0.1", 0))
         socks.append(s)
     amap = {r: s.getsockname() for r, s in enumerate(socks)}
-    eps = [Endpoint(r, amap, JOB, NONCE, Options(mtu=mtu, linger=0.0), key=KEY, sock=socks[r]) for r in range(2)]
+    return [Endpoint(r, amap, JOB, NONCE, Options(mtu=mtu, linger=0.0), key=KEY, sock=socks[r]) for r in range(2)]
+
+
+@pytest.mark.parametrize("mtu", [1500, 65535])
+def test_the_native_wait_runs_at_every_mtu(mtu):
+    """A send and its receive between two real endpoints at MTU 1500 and at loopback's path MTU (64 KiB datagrams,
+    whose ACK bitmaps may report 8 * (mss - 8) packets): the data arrives whole, most socket wake-ups are native,
+    and the I/O threads met no internal error (an exception in the native wait is caught, counted and logged, so
+    only this counter shows it)."""
+    eps = _endpoint_pair(mtu)
     try:
         x = np.random.default_rng(5).standard_normal(3 << 20).astype(np.float32)  # 12 MiB
         out = np.zeros_like(x)
@@ -417,15 +422,7 @@ def test_one_peers_bursts_leave_from_the_native_wait_not_the_python_loop():
     returned for something else (a datagram of another transfer, a completion): it goes straight back to the wait,
     whose first step picks. Only a pick the wait hands back (a retransmission queued) is the loop's. The data
     arrives whole either way."""
-    from host.transport import Endpoint
-
-    socks = []
-    for _ in range(2):
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    amap = {r: s.getsockname() for r, s in enumerate(socks)}
-    eps = [Endpoint(r, amap, JOB, NONCE, Options(mtu=9000, linger=0.0), key=KEY, sock=socks[r]) for r in range(2)]
+    eps = _endpoint_pair(9000)
     loop_bursts = [0, 0]
     try:
         for r, ep in enumerate(eps):
