@@ -435,7 +435,8 @@ class Endpoint:
                         send = (peer, now if defer else now + wait if wait < 1.0 else 0.0)
                         timeout = max(0.0, until - now)
                     o = self.opts
-                    redue = self._redue if busy else None  # (the timers' plan made the timeout; see _redue)
+                    if busy and (send is not None or until - now <= wait):  # (the timers' plan made the
+                        redue = self._redue  # timeout, not the pacing of a send this loop picks: see _redue)
                     if cand is not None and (o.ack_hold or o.rx_hold) and not self._receiver.holds(cand):
                         # a wait for a transfer the holds do not apply to (yet: Receiver.holds, judged by the
                         # Python path when the wait returns) returns within two runs of HOLD_WINDOW packets at
@@ -564,7 +565,8 @@ class Endpoint:
         found nothing to do. ``_TIMERS_MAX`` still counts from when the timers last ran, so planning again never
         postpones that bound; the thread's sleep deadline follows, for :meth:`_after_first_burst`. ``last``: the
         latest arrival of the wait's transfer that the wait took (``Receiver.native_progress`` records it when the
-        wait returns; a NACK's wait counts from it)."""
+        wait returns; a NACK's wait counts from it). Only a wait whose timeout is the timers' plan gets it: not one
+        ended early by the pacing of a send this loop picks (sends to several peers), nor by the holds' judging."""
         with self._lock:
             if self._closed:
                 return 0.0

@@ -24,7 +24,7 @@ from host.transport import packetio
 from host.transport.packetio import src_key
 from host.transport.receiver import HOLD_WINDOW
 from host.transport.chunking import plan_packets
-from host.transport.control import HDR, W_OFFSET, W_SEQ, W_TAG, W_VT, clock_us
+from host.transport.control import HDR, W_OFFSET, W_SEQ, W_TAG, W_TID, W_VT, clock_us
 from host.wire import DType, Flag, MsgType
 
 JOB, NONCE = 7, 0x1234
@@ -710,3 +710,53 @@ def test_a_deadline_that_moves_keeps_the_native_wait_asleep_and_one_that_comes_e
     finally:
         ep.close()
         sender.close()
+
+
+def test_a_paced_send_to_two_peers_leaves_on_time_beside_a_native_wait():
+    """The native wait for an incoming transfer may have a timeout set by the pacing of sends the Python loop picks
+    (sends to two peers: no one peer for the wait to take). That timeout is the loop's to act on: the wait must not
+    ask ``Endpoint._redue`` and sleep on to the timers' time (up to ``_TIMERS_MAX``, 100 ms, later). Three rounds of a
+    one-packet send to each of two silent peers, each paced 10 ms ahead, while the wait sits in a posted receive
+    that has its first packet: every send leaves within a few ms of its pacing time."""
+    socks = {}
+    for r in (1, 2):
+        socks[r] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        socks[r].bind(("127.0.0.1", 0))
+        socks[r].settimeout(2.0)
+    amap = {0: ("127.0.0.1", 0), 1: socks[1].getsockname(), 2: socks[2].getsockname()}
+    ep = Endpoint(0, amap, JOB, NONCE, Options(mtu=1500, peer_timeout=30, recv_timeout=30, linger=0.0, ack_hold=0.0,
+                                               rx_hold=0.0), key=KEY)
+    to = ep._io.sock.getsockname()
+    n = 30 * 356
+    x = np.random.default_rng(9).standard_normal(n).astype(np.float32)
+    plan = plan_packets(nelems=n, dtype=DType.FLOAT32, mtu=1500, rank=1, job_id=JOB, transfer_id=5, nonce=NONCE)
+    try:
+        h = ep.post_recv(1, 5, np.zeros(n, np.float32), timeout=30)
+        socks[1].sendto(_datagram(plan, 0, x, KEY), to)
+        deadline = time.monotonic() + 10
+        while ep._receiver.incoming[(1, 5)].st is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        late = []
+        for rnd in range(3):
+            time.sleep(0.02)  # (the I/O thread asleep in the wait for transfer 5)
+            with ep._lock:
+                t0 = time.monotonic()
+                for r in (1, 2):
+                    ep._sender.peer(r).next_send = t0 + 0.01
+            for r in (1, 2):
+                ep.send(r, np.full(100, rnd, np.float32), transfer_id=40 + 10 * rnd + r)
+            for r in (1, 2):
+                while True:
+                    w = HDR.unpack_from(socks[r].recv(65536))
+                    if w[W_VT] & 0x0F == MsgType.DATA and w[W_SEQ] == 0 and (w[W_TID] - 40) // 10 == rnd:
+                        break
+                late.append(time.monotonic() - t0)
+        print("sends left after", [round(t * 1e3, 1) for t in late], "ms")
+        assert min(late) >= 0.009 and max(late) < 0.045, late
+        assert ep.stats()["internal_errors"] == 0
+        assert not h.done()
+    finally:
+        ep.close()
+        for s in socks.values():
+            s.close()
