@@ -823,7 +823,8 @@ static int fb_record_ok(const uint8_t *base, Py_ssize_t nbytes, Py_ssize_t seg, 
 typedef struct {
     PyObject *sender, *p, *rank_obj, *transmit, *txobj, *counters, *heard, *addr, *feedback;
     long rank;
-    long long src, burst, send_buf;
+    long long src, burst, send_buf, reorder_pkts;
+    double reo_floor;  /* (with reorder_pkts: the loss detection's REORDER_TIME and REORDER_PKTS) */
     double next;  /* when pacing lets the next burst leave (0: no deadline) */
     int fd;
     const uint8_t *key;  /* the tag schedule (NULL: an unkeyed job) */
@@ -976,13 +977,15 @@ static int ctr_add(PyObject *d, PyObject *name, long long n)  /* counters[name] 
     return r;
 }
 
-/* With the GIL and the endpoint's lock held: take the cumulative ACK ``h`` (checked by fb_record_ok and its tag)
+/* With the GIL and the endpoint's lock held: take the ACK ``h`` (``ln`` bytes, checked by fb_record_ok and its tag)
  * for a send to the peer as Intake and Sender.on_feedback would (the source heard, the counters, the peer's feedback
- * time, sender.on_cum_ack): 1 taken, 0 not this path's (not a cumulative ACK, the send no longer in progress, a
- * hole open at the sender: the Python path takes it, unchanged), -1 with an exception set. */
+ * time, then sender.on_cum_ack for a purely cumulative ACK with no hole open at the sender, else sender.on_ack with
+ * its bitmap): 1 taken, 0 not this path's (not an ACK, the send no longer in progress or of another shape, a count
+ * past its end, a malformed bitmap: the Python path takes it, unchanged, and counts what is wrong), -1 with an
+ * exception set. */
 static int tx_take_ack(Tx *t, const uint8_t *h, Py_ssize_t ln, double now)
 {
-    if (h[O_VT] != ((VERSION << 4) | MT_ACK) || be16(h + O_COUNT) || ln != HEADER_LEN)
+    if (h[O_VT] != ((VERSION << 4) | MT_ACK))
         return 0;
     PyObject *peers = PyObject_GetAttr(t->sender, ATTR[A_PEERS]);
     if (peers == NULL)
@@ -1006,9 +1009,10 @@ static int tx_take_ack(Tx *t, const uint8_t *h, Py_ssize_t ln, double now)
         return -1;
     if (total != (long long)be32(h + O_TOTAL))
         return 0;  /* (another shape: stale, the Python sender's) */
-    long long base = be32(h + O_SEQ);
-    if (!(hi_acked <= cum && cum <= base && base <= next_seq))
-        return 0;
+    long long base = be32(h + O_SEQ), count = be16(h + O_COUNT);
+    int plain = !count && ln == HEADER_LEN && hi_acked <= cum && cum <= base && base <= next_seq;
+    if (!plain && (base + count > total || !bitmap_ok(h + HEADER_LEN, ln - HEADER_LEN, count)))
+        return 0;  /* (malformed: the Python sender names the field) */
     int ecn = (h[O_FLAGS] & F_ECN_ECHO) != 0;
     PyObject *t_now = PyFloat_FromDouble(now);
     if (t_now == NULL)
@@ -1016,8 +1020,11 @@ static int tx_take_ack(Tx *t, const uint8_t *h, Py_ssize_t ln, double now)
     int r = PyDict_SetItem(t->heard, t->rank_obj, t_now);
     Py_DECREF(t_now);
     if (r < 0 || set_d(p, A_LAST_FEEDBACK, now) < 0 || ctr_add(t->counters, s_rx_datagrams, 1) < 0
-        || ctr_add(t->counters, s_acks_rx, 1) < 0 || add_ll(o, A_ACKS, 1) < 0
-        || tx_cum_ack(p, o, base, ecn, now, be32(h + O_OFFSET)) < 0)
+        || ctr_add(t->counters, s_acks_rx, 1) < 0 || add_ll(o, A_ACKS, 1) < 0)
+        return -1;
+    if (plain ? tx_cum_ack(p, o, base, ecn, now, be32(h + O_OFFSET)) < 0
+              : tx_bitmap_ack(p, o, base, h + HEADER_LEN, ln - HEADER_LEN, count, ecn, now, be32(h + O_OFFSET),
+                              t->reo_floor, t->reorder_pkts) < 0)
         return -1;
     if (ecn && (add_ll(o, A_ECN_ECHOES, 1) < 0 || ctr_add(t->counters, s_ecn_echo_rx, 1) < 0))
         return -1;
@@ -1089,10 +1096,12 @@ PyDoc_STRVAR(rx_wait_doc,
 "arrived, and ACKs carry the latest arrival's time (``since_ack``, ``unacked_at`` and ``last_arrival``: the\n"
 "transfer's ACK owed when the wait starts).\n"
 "``tx``: (sender, p, peer, peer_src, burst, send_buf, transmit, transmitter, counters, heard, addr, next_send,\n"
-"feedback): PeerState ``p``, the one peer with sends in progress (Sender.native_candidate). A record of feedback\n"
-"from it (checked as the intake checks an ACK or NACK, tag included) is taken with the lock held: a cumulative\n"
-"ACK of one of its sends as Intake and Sender.on_feedback take it (_txstep.h's on_cum_ack), any other by\n"
-"``feedback(position, bytes, now)`` (Intake.native_feedback: the Python sender's);\n"
+"feedback, reo_floor, reorder_pkts): PeerState ``p``, the one peer with sends in progress\n"
+"(Sender.native_candidate). A record of feedback from it (checked as the intake checks an ACK or NACK, tag\n"
+"included) is taken with the lock held: an ACK of one of its sends as Intake and Sender.on_feedback take it\n"
+"(_txstep.h's on_cum_ack, or on_ack with its bitmap and the loss detection's REORDER_TIME and REORDER_PKTS), any\n"
+"other (a NACK, a DONE, a stale or malformed ACK) by ``feedback(position, bytes, now)`` (Intake.native_feedback:\n"
+"the Python sender's);\n"
 "then, and when pacing allows (``next_send``, time.monotonic()), the bursts Sender.pick_burst would choose\n"
 "leave, at most four between two receive passes, cut into runs and counted as ``transmit``\n"
 "(Transmitter.transmit) cuts and counts them; a send that fails hands the rest of its burst to ``transmit``.\n"
@@ -1141,10 +1150,10 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Tx tx;
     memset(&tx, 0, sizeof tx);
     int have_tx = args[24] != Py_None, have_rx = args[10] != Py_None;
-    if (have_tx && !PyArg_ParseTuple(args[24], "OOlLLLOOO!O!OdO:rx_wait's send", &tx.sender, &tx.p,
+    if (have_tx && !PyArg_ParseTuple(args[24], "OOlLLLOOO!O!OdOdL:rx_wait's send", &tx.sender, &tx.p,
                                      &tx.rank, &tx.src, &tx.burst, &tx.send_buf, &tx.transmit,
                                      &tx.txobj, &PyDict_Type, &tx.counters, &PyDict_Type, &tx.heard, &tx.addr,
-                                     &tx.next, &tx.feedback))
+                                     &tx.next, &tx.feedback, &tx.reo_floor, &tx.reorder_pkts))
         return NULL;
     if (!have_rx && !have_tx) {
         PyErr_SetString(PyExc_ValueError, "rx_wait: neither a transfer to receive nor one to send");
@@ -1496,9 +1505,9 @@ static PyObject *rx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                     continue;
                 }
                 if (k < n && is_ack && plain && ours > 0) {
-                    /* feedback from the peer, with the lock held: a cumulative ACK taken here as
-                     * Sender.on_feedback takes it, any other (a bitmap, a NACK, a hole open at the sender) handed
-                     * to the Python sender (Intake.native_feedback); a GRO buffer's one after another */
+                    /* feedback from the peer, with the lock held: an ACK taken here as Sender.on_feedback takes
+                     * it, any other (a NACK, a DONE, a stale or malformed ACK) handed to the Python sender
+                     * (Intake.native_feedback); a GRO buffer's one after another */
                     int64_t *row = rows + 5 * k;
                     Py_ssize_t sg = row[3] && row[3] < row[1] ? row[3] : row[1];
                     Py_ssize_t nd = (row[1] + sg - 1) / sg, j = 0;
@@ -1600,6 +1609,7 @@ static PyMethodDef methods[] = {
     {"fast_pass", (PyCFunction)(void (*)(void))fast_pass, METH_FASTCALL, fast_pass_doc},
     {"rx_wait", (PyCFunction)(void (*)(void))rx_wait, METH_FASTCALL, rx_wait_doc},
     {"cum_ack", (PyCFunction)(void (*)(void))cum_ack, METH_FASTCALL, cum_ack_doc},
+    {"bitmap_ack", (PyCFunction)(void (*)(void))bitmap_ack, METH_FASTCALL, bitmap_ack_doc},
     {"pick_peer", (PyCFunction)(void (*)(void))pick_peer, METH_FASTCALL, pick_peer_doc},
     {NULL, NULL, 0, NULL},
 };

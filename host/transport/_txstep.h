@@ -34,7 +34,7 @@ enum {
     /* OutTransfer */
     A_ACKED, A_SENT_ORDER, A_SENT_TIME, A_RETX, A_PLAN, A_LENGTHS, A_CUML, A_CUM_ACKED, A_ACKED_HI, A_PROBES,
     A_NEXT_SEQ, A_READY, A_ORDER, A_N_ELIG, A_PKTS_SENT, A_LAST_SENT, A_SENDING, A_RETXQ, A_ACKS, A_ECN_ECHOES,
-    A_TOTAL,
+    A_TOTAL, A_QUEUED, A_ELIGIBLE,
     /* OutTransfer's send buffers */
     A_HDR, A_PAYLOAD, A_OFFS, A_LENS, A_TOS,
     /* Sender, Transmitter */
@@ -53,7 +53,7 @@ static const char *const ATTR_NAMES[NATTRS] = {
     "last_feedback",
     "acked", "sent_order", "sent_time", "retx", "plan", "lengths", "cuml", "cum_acked", "acked_hi", "probes",
     "next_seq", "ready", "order", "n_elig", "pkts_sent", "last_sent", "sending", "retxq", "acks", "ecn_echoes",
-    "total",
+    "total", "queued", "eligible",
     "hdr", "payload", "offs", "lens", "tos",
     "n_active", "_send_buf", "_rr", "sliced", "peers", "full", "gso",
 };
@@ -611,6 +611,196 @@ out:
     return ret;
 }
 
+/* ---- a general ACK (with a bitmap): sender.on_ack ------------------------------------------------------------
+ *
+ * Why: on paths that reorder (per-packet spraying) or drop eligible packets most ACKs carry a bitmap; taken by the
+ * Python sender (a scan in C, the window and the bookkeeping in Python) each cost a demo worker's I/O thread ~40 us
+ * of interpreter, about a tenth of its CPU, and every one of them inside rx_wait was a call back into Python. */
+
+/* 1 when ``len`` bytes hold exactly the ``count`` bits of a bitmap (MSB first) with its padding bits 0 */
+static int bitmap_ok(const uint8_t *bm, Py_ssize_t len, long long count)
+{
+    return count >= 0 && len == (count + 7) / 8 && !(count % 8 && (bm[count / 8] & (0xFF >> (count % 8))));
+}
+
+typedef struct {
+    long long n_new, nbytes, infl_bytes, lost_bytes;
+    Py_ssize_t newest, top, cum;  /* the newest-sent new seq, the highest new seq (-1: none), the new cum_acked */
+    double first_clean;  /* the earliest send time of a new packet never resent (inf: none) */
+} AckScan;
+
+/* The per-seq work of an ACK of every seq below ``base`` and of the seqs ``base + i`` set in the (well-formed)
+ * bitmap ``bm`` of ``count`` bits, on a send's arrays (``lo``: its cum_acked): mark the new seqs (sent ones only)
+ * acked and not in flight, then judge lost, in ``lo .. min(total, base + count)``, what is in flight, unacked,
+ * sent more than ``reorder_pkts`` sends and ``reo`` seconds before the newest acked packet (no longer in flight;
+ * protected ones not queued yet are marked queued and appended to the list ``prot``). 0, or -1 with an exception
+ * set (``prot`` could not grow). */
+static int ack_scan_run(uint8_t *acked, uint8_t *inflight, uint8_t *queued, const uint8_t *retx, const uint8_t *elig,
+                        const int64_t *order, const double *stime, const int64_t *lens, const uint8_t *bm,
+                        Py_ssize_t count, Py_ssize_t lo, Py_ssize_t base, Py_ssize_t total, double reo,
+                        long long reorder_pkts, PyObject *prot, AckScan *r)
+{
+    long long n_new = 0, nbytes = 0, infl_bytes = 0, lost_bytes = 0;
+    Py_ssize_t newest = -1, top = -1;
+    int64_t newest_order = -1;
+    double first_clean = INFINITY;
+    /* the new seqs, ascending: unacked below base (from lo), then the bitmap's */
+    Py_ssize_t hi = base + count;
+    for (Py_ssize_t s = lo < base ? lo : base; s < hi; s++) {
+        if (s < base) {
+            if (s < lo)
+                continue;
+        } else if (!(bm[(s - base) >> 3] & (0x80 >> ((s - base) & 7)))) {
+            continue;
+        }
+        if (acked[s] || order[s] < 0)
+            continue;
+        acked[s] = 1;
+        n_new++;
+        nbytes += lens[s];
+        if (inflight[s]) {
+            inflight[s] = 0;
+            infl_bytes += lens[s];
+        }
+        if (order[s] > newest_order) {
+            newest_order = order[s];
+            newest = s;
+        }
+        top = s;
+        if (!retx[s] && stime[s] < first_clean)
+            first_clean = stime[s];
+    }
+    if (n_new) {
+        /* loss detection by send order and time over lo .. min(total, base + count) */
+        Py_ssize_t end = hi < total ? hi : total;
+        double cutoff = stime[newest] - reo;
+        int64_t before = newest_order - reorder_pkts;
+        for (Py_ssize_t s = lo; s < end; s++) {
+            if (!inflight[s] || acked[s] || order[s] >= before || stime[s] > cutoff)
+                continue;
+            inflight[s] = 0;
+            lost_bytes += lens[s];
+            if (!elig[s] && !queued[s]) {
+                queued[s] = 1;
+                PyObject *k = PyLong_FromSsize_t(s);
+                if (k == NULL || PyList_Append(prot, k) < 0) {
+                    Py_XDECREF(k);
+                    return -1;
+                }
+                Py_DECREF(k);
+            }
+        }
+    }
+    Py_ssize_t cum = lo;
+    while (cum < total && acked[cum])
+        cum++;
+    r->n_new = n_new;
+    r->nbytes = nbytes;
+    r->infl_bytes = infl_bytes;
+    r->lost_bytes = lost_bytes;
+    r->newest = newest;
+    r->top = top;
+    r->cum = cum;
+    r->first_clean = first_clean;
+    return 0;
+}
+
+/* sender.on_ack(p, o, base, bits, ecn, now, ts) for the ACK whose bitmap is the ``bmlen`` bytes at ``bm`` (``count``
+ * bits; the caller checked base + count <= o.total): the new packets marked, losses judged (protected ones queued
+ * for retransmission), the RTT sample, the timeout's undo and the window, the same state afterwards
+ * (tests/host/test_ack_scan.py). ``reo_floor``, ``reorder_pkts``: control.REORDER_TIME and sender.REORDER_PKTS.
+ * 1 taken, 0 a malformed bitmap (nothing changed: the caller names the field), -1 with an exception set. */
+static int tx_bitmap_ack(PyObject *p, PyObject *o, long long base, const uint8_t *bm, Py_ssize_t bmlen,
+                         long long count, int ecn, double now, long long ts, double reo_floor, long long reorder_pkts)
+{
+    if (!bitmap_ok(bm, bmlen, count))
+        return 0;
+    long long lo, total, acked_hi;
+    if (get_ll(o, A_CUM_ACKED, &lo) < 0 || get_ll(o, A_TOTAL, &total) < 0 || get_ll(o, A_ACKED_HI, &acked_hi) < 0)
+        return -1;
+    if (base < 0 || lo < 0 || lo > total || base + count > total) {
+        PyErr_Format(PyExc_ValueError, "bitmap_ack: an ACK of seqs below %lld + %lld (cum_acked %lld) of a transfer "
+                     "of %lld", base, count, lo, total);
+        return -1;
+    }
+    PyObject *ccobj = PyObject_GetAttr(p, ATTR[A_CC]);
+    if (ccobj == NULL)
+        return -1;
+    CC c, was;
+    int ret = -1, has_rtt = 0, has_q = 0;
+    double rtt = 0, qdelay = 0, rto_fired;
+    Py_buffer v[8];
+    int got = 0;
+    PyObject *plan = NULL, *prot = NULL;
+    AckScan r;
+    if (cc_load(ccobj, &c) < 0 || get_d(p, A_RTO_FIRED, &rto_fired, NULL) < 0)
+        goto out;
+    was = c;
+    plan = PyObject_GetAttr(o, ATTR[A_PLAN]);
+    if (plan == NULL)
+        goto out;
+    {
+        static const int attr[8] = {A_ACKED, A_INFLIGHT, A_QUEUED, A_RETX, A_ELIGIBLE, A_SENT_ORDER, A_SENT_TIME,
+                                    A_LENGTHS};
+        static const Py_ssize_t size[8] = {1, 1, 1, 1, 1, 8, 8, 8};
+        for (; got < 8; got++)
+            if (arr_get(got == 4 || got == 7 ? plan : o, attr[got], &v[got], size[got], total) < 0)
+                goto out;
+    }
+    double reo = c.has_min_rtt && c.min_rtt != 0 ? pmax(reo_floor, 0.25 * c.min_rtt) : reo_floor;
+    prot = PyList_New(0);
+    if (prot == NULL
+        || ack_scan_run(v[0].buf, v[1].buf, v[2].buf, v[3].buf, v[4].buf, v[5].buf, v[6].buf, v[7].buf, bm,
+                        (Py_ssize_t)count, (Py_ssize_t)lo, (Py_ssize_t)base, (Py_ssize_t)total, reo, reorder_pkts,
+                        prot, &r) < 0)
+        goto out;
+    if (r.n_new) {
+        /* _progress */
+        if (set_d(o, A_PROGRESS, now) < 0 || set_d(p, A_PROGRESS, now) < 0 || set_ll(o, A_PROBES, 0) < 0
+            || set_d(p, A_RTO_AT, 0.0) < 0)
+            goto out;
+        if (c.backoff)
+            c.rto = cc_base_rto(&c);
+        if (r.top >= acked_hi && set_ll(o, A_ACKED_HI, r.top + 1) < 0)
+            goto out;
+        long long pin;
+        if (get_ll(p, A_INFLIGHT, &pin) < 0 || set_ll(p, A_INFLIGHT, pin - (r.infl_bytes + r.lost_bytes)) < 0)
+            goto out;
+        if (!((const uint8_t *)v[3].buf)[r.newest]) {
+            double sent = ((const double *)v[6].buf)[r.newest];
+            has_rtt = has_q = 1;
+            rtt = now - sent;
+            if (one_way_queue(p, ts, sent, &qdelay) < 0)
+                goto out;
+        }
+        if (PyList_GET_SIZE(prot)) {
+            PyObject *q = PyObject_GetAttr(o, ATTR[A_RETXQ]);
+            PyObject *res = q != NULL ? PyObject_CallMethod(q, "extend", "O", prot) : NULL;
+            Py_XDECREF(q);
+            if (res == NULL)
+                goto out;
+            Py_DECREF(res);
+        }
+    }
+    if (set_ll(o, A_CUM_ACKED, r.cum) < 0)
+        goto out;
+    if (rto_fired != 0) {
+        if (r.n_new && r.first_clean < rto_fired)
+            cc_undo_timeout(&c);  /* data sent before the timeout got through: the timeout was spurious */
+        if (set_d(p, A_RTO_FIRED, 0.0) < 0)
+            goto out;
+    }
+    cc_on_ack(&c, r.nbytes, ecn, has_rtt, rtt, has_q, qdelay, 1, now);
+    ret = cc_store(ccobj, &c, &was) < 0 ? -1 : 1;
+out:
+    for (int k = 0; k < got; k++)
+        PyBuffer_Release(&v[k]);
+    Py_XDECREF(prot);
+    Py_XDECREF(plan);
+    Py_DECREF(ccobj);
+    return ret;
+}
+
 /* ---- the next burst to the one peer with sends in progress: Sender.pick_burst ----------------------------------- */
 
 /* The burst Sender.pick_burst would choose now when ``p`` is the only peer with sends in progress and none of them
@@ -790,6 +980,38 @@ static PyObject *cum_ack(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     if (tx_cum_ack(args[0], args[1], hi, ecn, now, ts) < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(bitmap_ack_doc,
+"bitmap_ack(p, o, base, bitmap, count, ecn, now, ts, reo_floor, reorder_pkts)\n"
+"--\n\n"
+"sender.on_ack in C: an ACK of every packet of ``o`` (an OutTransfer of PeerState ``p``) below ``base`` and of the\n"
+"seqs ``base + i`` whose bit i is set in ``bitmap`` (the ACK's payload: ``count`` bits, MSB first, padding bits 0),\n"
+"with ECN-Echo ``ecn``, sent at the receiver's clock ``ts``; ``reo_floor`` and ``reorder_pkts`` are the loss\n"
+"detection's REORDER_TIME and REORDER_PKTS. True when taken (the same state afterwards as the Python function:\n"
+"tests/host/test_ack_scan.py); False, changing nothing, for a malformed bitmap.");
+
+static PyObject *bitmap_ack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 10) {
+        PyErr_Format(PyExc_TypeError, "bitmap_ack takes 10 arguments, got %zd", nargs);
+        return NULL;
+    }
+    long long base = PyLong_AsLongLong(args[2]), count = PyLong_AsLongLong(args[4]), ts = PyLong_AsLongLong(args[7]);
+    long long reorder_pkts = PyLong_AsLongLong(args[9]);
+    int ecn = PyObject_IsTrue(args[5]);
+    double now = PyFloat_AsDouble(args[6]), reo_floor = PyFloat_AsDouble(args[8]);
+    if (PyErr_Occurred() || ecn < 0)
+        return NULL;
+    Py_buffer vb;
+    if (PyObject_GetBuffer(args[3], &vb, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int r = tx_bitmap_ack(args[0], args[1], base, vb.buf, vb.len, count, ecn, now, ts, reo_floor, reorder_pkts);
+    PyBuffer_Release(&vb);
+    if (r < 0)
+        return NULL;
+    return PyBool_FromLong(r);
 }
 
 PyDoc_STRVAR(pick_peer_doc,

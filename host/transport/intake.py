@@ -23,12 +23,13 @@ import time
 import numpy as np
 
 from host import wire
-from host.transport.control import (CTL, CTL_DONE, HDR, ITEMSIZE, NDTYPES, W_COUNT, W_DTYPE, W_FLAGS, W_JOB,
-                                    W_NONCE, W_OFFSET, W_PMR, W_RANK, W_SEQ, W_TAG, W_TID, W_TID_HI, W_TOTAL, W_VT)
+from host.transport.control import (CTL, CTL_DONE, HDR, ITEMSIZE, NDTYPES, REORDER_TIME, W_COUNT, W_DTYPE, W_FLAGS,
+                                    W_JOB, W_NONCE, W_OFFSET, W_PMR, W_RANK, W_SEQ, W_TAG, W_TID, W_TID_HI, W_TOTAL,
+                                    W_VT)
 from host.transport.liveness import Liveness
 from host.transport.packetio import MAX_DGRAM, RX_BATCH, RX_BATCH_BYTES, PacketSocket, _rxlane, packet_tag
 from host.transport.receiver import Receiver
-from host.transport.sender import Sender
+from host.transport.sender import REORDER_PKTS, Sender
 from host.transport.stats import Counters
 from host.wire import MsgType
 
@@ -142,7 +143,7 @@ class Intake:
         if send is not None:
             p, pacing = send
             tx = (self._sender, p, p.rank, self._key_of[p.rank], o.burst, o.send_buf, transmitter.transmit,
-                  transmitter, self._c, self._heard, p.addr, pacing, self.native_feedback)
+                  transmitter, self._c, self._heard, p.addr, pacing, self.native_feedback, REORDER_TIME, REORDER_PKTS)
         slow = inc is not None and self._receiver.holds(inc)  # (the holds are for slow links: Options.hold_gap)
         if inc is not None:
             args = (self._receiver.incoming, inc, inc.peer, self._key_of[inc.peer], self.job_id, self.nonce,

@@ -55,7 +55,7 @@ from host.transport.cc import CCParams, DctcpWindow, seed_rto
 from host.transport.chunking import chunk_elems, plan_in_order, plan_packets, tos_byte, write_headers
 from host.transport.control import (CTL, CTL_DONE, DONE_UNKNOWN, FLAGS_AT, W_COUNT, W_FLAGS, W_OFFSET, W_RANK, W_SEQ,
                                     W_TID, W_TID_HI, W_TOTAL, REORDER_TIME, clock_us)
-from host.transport.packetio import PacketSocket, _rxlane, _txlane
+from host.transport.packetio import PacketSocket, _rxlane
 from host.transport.stats import Counters
 from host.transport.tensors import TensorView
 from host.wire import DType, Flag, MsgType
@@ -65,12 +65,12 @@ __all__ = ["OutTransfer", "PeerState", "Sender", "nack_gap", "on_ack", "on_cum_a
 
 log = logging.getLogger("host.transport")
 
-# Loss detection by ACK (RACK-like, RFC 8985): a packet is lost once a packet sent at least _REORDER_PKTS packets
+# Loss detection by ACK (RACK-like, RFC 8985): a packet is lost once a packet sent at least REORDER_PKTS packets
 # and one reordering window later has been ACKed. The count alone (TCP's dupthresh) is not enough: packets of one
 # burst can arrive out of order (sprayed over paths, or on Linux veth/loopback paths without RPS, where each CPU's
 # backlog delivers the packets that CPU dequeued; a whole GRO buffer can arrive behind the next one). The window
 # is a quarter of the minimum RTT, at least REORDER_TIME (as RACK's reo_wnd; docs/decisions.md).
-_REORDER_PKTS = 3
+REORDER_PKTS = 3
 _F_ECN_ECHO, _F_RETRANSMIT = int(Flag.ECN_ECHO), int(Flag.RETRANSMIT)
 
 #: Packets up to which a send's byte prefix sums come from its Python list of lengths, not numpy.
@@ -228,14 +228,14 @@ def on_ack(p: PeerState, o: OutTransfer, base: int, bits: np.ndarray, ecn: bool,
         if not o.retx[s]:
             rtt = now - float(o.sent_time[s])
             qdelay = p.one_way_queue(ts, float(o.sent_time[s]))
-        # loss detection by send order and time (see _REORDER_PKTS): still in flight, sent well before
+        # loss detection by send order and time (see REORDER_PKTS): still in flight, sent well before
         # something now ACKed
         hi = min(o.total, base + bits.size)
         if hi > lo:
             region = slice(lo, hi)
             reo = max(REORDER_TIME, 0.25 * p.cc.min_rtt) if p.cc.min_rtt else REORDER_TIME
             lost = np.flatnonzero(o.inflight[region] & ~acked[region]
-                                  & (o.sent_order[region] < int(so[j]) - _REORDER_PKTS)
+                                  & (o.sent_order[region] < int(so[j]) - REORDER_PKTS)
                                   & (o.sent_time[region] <= o.sent_time[s] - reo)) + lo
             if lost.size:
                 p.inflight -= int(lens[lost].sum())
@@ -252,38 +252,6 @@ def on_ack(p: PeerState, o: OutTransfer, base: int, bits: np.ndarray, ecn: bool,
         p.cc.undo_timeout()  # data sent before the timeout got through: the timeout was spurious
     p.rto_fired = 0.0
     p.cc.on_ack(nbytes, ecn=ecn, rtt=rtt, qdelay=qdelay, now=now)
-
-
-def on_ack_native(scan, p: PeerState, o: OutTransfer, base: int, bitmap, count: int, ecn: bool, now: float,
-                  ts: int) -> bool:
-    """:func:`on_ack` with the per-seq work in C (``_txlane.ack_scan``): the same state afterwards
-    (tests/host/test_ack_scan.py); ``bitmap`` is the ACK's payload, unpacked by the C function. False, changing
-    nothing, when the bitmap is malformed (the caller names the field). The window, the retransmission queue, the
-    RTT sample and the timeout's undo stay here."""
-    reo = max(REORDER_TIME, 0.25 * p.cc.min_rtt) if p.cc.min_rtt else REORDER_TIME
-    r = scan(o.acked, o.inflight, o.queued, o.retx, o.plan.eligible, o.sent_order, o.sent_time, o.plan.lengths,
-             bitmap, count, o.cum_acked, base, o.total, reo, _REORDER_PKTS)
-    if r is None:
-        return False
-    n_new, nbytes, infl_bytes, s, top, cum, lost_bytes, prot, first_clean = r
-    rtt = qdelay = None
-    if n_new:
-        _progress(p, o, now)
-        if top >= o.acked_hi:
-            o.acked_hi = top + 1
-        p.inflight -= infl_bytes + lost_bytes
-        if not o.retx[s]:
-            sent = float(o.sent_time[s])
-            rtt = now - sent
-            qdelay = p.one_way_queue(ts, sent)
-        if prot:
-            o.retxq.extend(prot)
-    o.cum_acked = cum
-    if p.rto_fired and n_new and first_clean < p.rto_fired:
-        p.cc.undo_timeout()  # data sent before the timeout got through: the timeout was spurious
-    p.rto_fired = 0.0
-    p.cc.on_ack(nbytes, ecn=ecn, rtt=rtt, qdelay=qdelay, now=now)
-    return True
 
 
 def on_cum_ack(p: PeerState, o: OutTransfer, hi: int, ecn: bool, now: float, ts: int) -> None:
@@ -407,12 +375,12 @@ class Sender:
         self._rr = 0  # the peer pick_burst looks at first
         self.n_active = 0  # transfers in progress, over all peers (the C steady state acts while all are one peer's)
         self._send_buf = opts.send_buf  # what SO_SNDBUF is set to now (see pick_burst)
-        # a general ACK's per-seq work in C (on_ack_native); None: the Python on_ack (Options.native off)
-        self._ack_scan = _txlane.ack_scan if opts.native and _txlane is not None else None
-        # the steady state in C (_txstep.h: on_cum_ack and the common burst while one peer has sends in progress;
-        # the same state afterwards, tests/host/test_txstep.py); None: the Python functions (Options.native off)
+        # the steady state in C (_txstep.h: on_cum_ack, on_ack with a bitmap, and the common burst while one peer
+        # has sends in progress; the same state afterwards, tests/host/test_txstep.py and test_ack_scan.py); None:
+        # the Python functions (Options.native off)
         native = opts.native and _rxlane is not None
         self._cum_ack = _rxlane.cum_ack if native else on_cum_ack
+        self._bitmap_ack = _rxlane.bitmap_ack if native else None
         self._pick_peer = _rxlane.pick_peer if native else None
 
     def peer(self, rank: int) -> PeerState:
@@ -497,8 +465,8 @@ class Sender:
                 o.ecn_echoes += 1
                 c["ecn_echo_rx"] += 1
             return
-        if mt == MsgType.ACK and self._ack_scan is not None and base + count <= o.total:
-            if not on_ack_native(self._ack_scan, p, o, base, payload, count, ecn, now, w[W_OFFSET]):
+        if mt == MsgType.ACK and self._bitmap_ack is not None and base + count <= o.total:
+            if not self._bitmap_ack(p, o, base, payload, count, ecn, now, w[W_OFFSET], REORDER_TIME, REORDER_PKTS):
                 try:  # (a malformed bitmap: name its field)
                     wire.unpack_bitmap(payload, count)
                 except wire.WireError as e:

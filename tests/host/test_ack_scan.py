@@ -1,7 +1,7 @@
-"""The sender's general ACK in C (``_txlane.ack_scan`` behind ``sender.on_ack_native``) against the Python
-``sender.on_ack`` it replaces: the same state afterwards, field by field, on random transfers (drop-eligible packets,
-retransmissions, reordering, stale and duplicate ACKs, timeouts to undo) and random ACK bitmaps; and a malformed
-bitmap changes nothing."""
+"""The sender's general ACK in C (``_rxlane.bitmap_ack``, which ``Sender.on_feedback`` and the native wait take an
+ACK with a bitmap by) against the Python ``sender.on_ack`` it replaces: the same state afterwards, field by field, the
+window's included, on random transfers (drop-eligible packets, retransmissions, reordering, stale and duplicate ACKs,
+ECN echoes, timeouts to undo) and random ACK bitmaps; and a malformed bitmap changes nothing."""
 
 from __future__ import annotations
 
@@ -15,14 +15,20 @@ from host import wire
 from host.policy import PacketClasses
 from host.transport.cc import CCParams
 from host.transport.chunking import plan_packets
-from host.transport.packetio import _txlane
-from host.transport.sender import OutTransfer, PeerState, on_ack, on_ack_native
+from host.transport.control import REORDER_TIME
+from host.transport.packetio import _rxlane
+from host.transport.sender import REORDER_PKTS, OutTransfer, PeerState, on_ack
 from host.transport.tensors import view_tensor
 from host.wire import DType
 
 ARRAYS = ("acked", "inflight", "queued", "retx", "sent_order", "sent_time")
 SCALARS = ("cum_acked", "acked_hi", "progress", "probes")
 PEER = ("inflight", "progress", "rto_at", "rto_fired", "owd_base", "owd_min")
+
+
+def _native(p: PeerState, o: OutTransfer, base: int, payload: bytes, count: int, ecn: bool, now: float,
+            ts: int) -> bool:
+    return _rxlane.bitmap_ack(p, o, base, payload, count, ecn, now, ts, REORDER_TIME, REORDER_PKTS)
 
 
 def _twin(o: OutTransfer, p: PeerState) -> tuple[OutTransfer, PeerState]:
@@ -101,9 +107,10 @@ def test_native_general_ack_equals_the_python_one(seed):
             bits[:] = False
         payload = np.packbits(bits).tobytes()
         ts = int(now * 1e6) & 0xFFFFFFFF
+        ecn = bool(rng.random() < 0.3)
         a, b = _twin(o, p), _twin(o, p)
-        on_ack(a[1], a[0], base, bits, False, now, ts)
-        assert on_ack_native(_txlane.ack_scan, b[1], b[0], base, payload, count, False, now, ts)
+        on_ack(a[1], a[0], base, bits, ecn, now, ts)
+        assert _native(b[1], b[0], base, payload, count, ecn, now, ts) is True
         _same(a, b)
         checked += 1
         o, p = a
@@ -119,7 +126,7 @@ def test_a_malformed_bitmap_changes_nothing():
     o.next_seq, o.order = 5, 5
     before = _twin(o, p)
     for payload, count in ((b"\xff", 9), (b"\xff\x00", 7), (b"\xf1", 4)):
-        assert not on_ack_native(_txlane.ack_scan, p, o, 0, payload, count, False, 1.0, 0)
+        assert _native(p, o, 0, payload, count, False, 1.0, 0) is False
         with pytest.raises(wire.WireError) as e:
             wire.unpack_bitmap(payload, count)
         assert e.value.field == "count"
@@ -127,12 +134,20 @@ def test_a_malformed_bitmap_changes_nothing():
 
 
 def test_bad_arguments_are_refused():
+    """A count past the transfer's end, or state arrays of the wrong size or type: an error that names what was
+    wrong, nothing changed."""
     rng = np.random.default_rng(6)
-    o, _ = _transfer(rng)
-    args = [o.acked, o.inflight, o.queued, o.retx, o.plan.eligible, o.sent_order, o.sent_time, o.plan.lengths]
-    with pytest.raises(ValueError, match="base \\+ count"):
-        _txlane.ack_scan(*args, b"", 0, 0, o.total + 1, o.total, 0.001, 3)
+    o, p = _transfer(rng)
+    before = _twin(o, p)
+    with pytest.raises(ValueError, match="of a transfer of"):
+        _native(p, o, o.total, b"\x80", 1, False, 1.0, 0)
+    _same(before, (o, p))
+    o.sent_order = o.sent_order[:-1]
     with pytest.raises(ValueError, match="sent_order"):
-        _txlane.ack_scan(*args[:5], o.sent_order[:-1], *args[6:], b"", 0, 0, 0, o.total, 0.001, 3)
+        _native(p, o, 0, b"", 0, False, 1.0, 0)
+    o, p = _transfer(rng)
+    o.sent_time = o.sent_time.astype(np.float32)
     with pytest.raises(ValueError, match="sent_time"):
-        _txlane.ack_scan(*args[:6], o.sent_time.astype(np.float32), args[7], b"", 0, 0, 0, o.total, 0.001, 3)
+        _native(p, o, 0, b"", 0, False, 1.0, 0)
+    with pytest.raises(TypeError, match="10 arguments"):
+        _rxlane.bitmap_ack(p, o, 0, b"", 0, False, 1.0, 0)

@@ -455,3 +455,109 @@ def test_one_peers_bursts_leave_from_the_native_wait_not_the_python_loop():
     finally:
         for e in eps:
             e.close()
+
+
+class _ReorderingRelay:
+    """A UDP relay between ranks 0 and 1 (two real sockets, one thread): rank 0 addresses rank 1 at ``to1`` and rank
+    1 addresses rank 0 at ``to0``; every datagram is forwarded from the other socket, so each rank sees its peer's
+    datagrams come from the address it has for it. Every ``every``-th data datagram from rank 0 is held back until
+    the next one has gone (a swap, as per-packet spraying makes), so rank 1's ACKs carry bitmaps; ``bitmap_acks``
+    counts the ACKs with a bitmap it forwarded to rank 0."""
+
+    def __init__(self, every: int = 5):
+        self.s0, self.s1 = (socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2))
+        for s in (self.s0, self.s1):
+            s.bind(("127.0.0.1", 0))
+            s.settimeout(0.05)
+        self.to1, self.to0 = self.s0.getsockname(), self.s1.getsockname()
+        self.every, self.bitmap_acks, self.peer = every, 0, {}
+        self._stop = False
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def start(self, addr0, addr1) -> None:
+        self.peer = {0: addr0, 1: addr1}
+        self._t.start()
+
+    def _run(self) -> None:
+        import select as _select
+        held, n = None, 0
+        while not self._stop:
+            ready, _, _ = _select.select([self.s0, self.s1], [], [], 0.05)
+            for s in ready:
+                try:
+                    d = s.recv(65535)
+                except OSError:
+                    continue
+                mt = d[0] & 0x0F if d else -1
+                if s is self.s0:  # from rank 0, to rank 1
+                    if mt == MsgType.DATA:
+                        n += 1
+                        if held is None and n % self.every == 0:
+                            held = d
+                            continue
+                    self.s1.sendto(d, self.peer[1])
+                    if held is not None and mt == MsgType.DATA:
+                        self.s1.sendto(held, self.peer[1])
+                        held = None
+                else:  # from rank 1, to rank 0
+                    if mt == MsgType.ACK and len(d) > 48:
+                        self.bitmap_acks += 1
+                    self.s0.sendto(d, self.peer[0])
+            if not ready and held is not None:  # (the last one: let it go)
+                self.s1.sendto(held, self.peer[1])
+                held = None
+
+    def close(self) -> None:
+        self._stop = True
+        self._t.join(5)
+        self.s0.close()
+        self.s1.close()
+
+
+def test_acks_with_bitmaps_are_taken_in_the_native_wait():
+    """Data from rank 0 to rank 1 through a relay that swaps packets (rank 1's ACKs then carry bitmaps): rank 0's
+    native wait takes those ACKs itself (``_txstep.h``'s on_ack), as it takes cumulative ones; before, each went
+    back to the Python sender (``Intake.native_feedback``), ~40 us of interpreter apiece. Only a stale one (its send
+    finished) may still take that path. The data arrives whole, and rank 0 counted every ACK."""
+    from host.transport import Endpoint
+
+    relay = _ReorderingRelay()
+    socks = []
+    for _ in range(2):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    relay.start(socks[0].getsockname(), socks[1].getsockname())
+    amaps = [{0: socks[0].getsockname(), 1: relay.to1}, {0: relay.to0, 1: socks[1].getsockname()}]
+    eps = [Endpoint(r, amaps[r], JOB, NONCE, Options(mtu=1500, linger=0.0), key=KEY, sock=socks[r]) for r in range(2)]
+    acks_to_python = [0]
+    try:
+        intake = eps[0]._intake
+        inner = intake.native_feedback
+
+        def counted(pos, nbytes, now):
+            if intake._io.rxmv[pos] & 0x0F == MsgType.ACK:
+                acks_to_python[0] += 1
+            return inner(pos, nbytes, now)
+
+        intake.native_feedback = counted
+        rng = np.random.default_rng(7)
+        for rep in range(4):
+            x = rng.standard_normal(1 << 18).astype(np.float32)  # 1 MiB, ~730 packets at MTU 1500
+            out = np.zeros_like(x)
+            r = eps[1].post_recv(0, 50 + rep, out, timeout=30)
+            eps[0].send(1, x, transfer_id=50 + rep).wait(30)
+            r.wait(30)
+            assert np.array_equal(out, x)
+        s0 = eps[0].stats()
+        print("bitmap ACKs", relay.bitmap_acks, "ACKs to Python", acks_to_python[0], "stale", s0["stale_feedback"],
+              "native wakes", s0["io_native_wakes"])
+        assert [e.stats()["internal_errors"] for e in eps] == [0, 0]
+        assert relay.bitmap_acks >= 50
+        assert s0["io_native_wakes"] > 0
+        assert acks_to_python[0] <= s0["stale_feedback"], (acks_to_python[0], s0["stale_feedback"])
+        assert s0["acks_rx"] + s0["stale_feedback"] >= relay.bitmap_acks
+    finally:
+        for e in eps:
+            e.close()
+        relay.close()
