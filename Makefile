@@ -29,7 +29,8 @@ help:
 # The stamp is rebuilt only when the dependency list, the set-up script or the C extension changes.
 setup: $(STAMP)
 $(STAMP): pyproject.toml setup.py scripts/setup.sh host/transport/_rxlane.c host/transport/_txlane.c \
-		host/transport/_siphash.h host/transport/_tag.h host/transport/_tagkey.h host/_elementwise.c switch/daemon/_portio.c
+		host/transport/_siphash.h host/transport/_tag.h host/transport/_tagkey.h host/transport/_txstep.h \
+		host/transport/_sendrun.h host/_elementwise.c switch/daemon/_portio.c
 	scripts/setup.sh
 	@touch $@
 
