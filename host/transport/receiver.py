@@ -142,6 +142,7 @@ class Receiver:
         self._ack_pending: set[tuple[int, int]] = set()
         self.staging = self._staging = StagingBudget(opts.max_staged_bytes)  # what unclaimed transfers hold
         self.reo: dict[int, float] = {}  # per sending peer: the adaptive wait after LAST (see _REORDER_MAX)
+        self.slow_peers: dict[int, bool] = {}  # per sending peer: its last judged run of packets came slowly (holds)
         self._next_expiry = 0.0  # when expire_unposted runs next
 
     def claim(self, peer: int, tid: int, dead_error) -> InTransfer:
@@ -371,9 +372,14 @@ class Receiver:
         n = inc.st.npackets
         if inc.gap_n < 0:
             inc.gap_t, inc.gap_n = now, n
+            # its first run is taken as the peer's last judged run came (the same link, moments ago), not as fast:
+            # judged fast, each of the demo's transfers of a few dozen packets spent its first two runs unheld, an
+            # ACK and a wake-up per packet, and its native wait returned once to the Python loop to judge them
+            inc.slow = self.slow_peers.get(inc.peer, False)
         elif n - inc.gap_n >= HOLD_WINDOW:  # (a run's time over its packets, not the transfer's: a pause of the
             inc.slow = now - inc.gap_t >= self.opts.hold_gap * (n - inc.gap_n)  # sender's is not a slow link)
             inc.gap_t, inc.gap_n = now, n
+            self.slow_peers[inc.peer] = inc.slow
         if inc.since_ack == fresh:  # (nothing unACKed before these, no duplicate among them)
             inc.unacked_at = now
         inc.bytes += got
@@ -450,7 +456,8 @@ class Receiver:
 
     def holds(self, inc: InTransfer) -> bool:
         """Whether the holds (``Options.ack_hold``, ``rx_hold``) apply to ``inc``: its packets come at least
-        ``hold_gap`` apart (its last run of :data:`HOLD_WINDOW` packets did), or ``hold_gap`` is 0."""
+        ``hold_gap`` apart (its last run of :data:`HOLD_WINDOW` packets did; before its first run was judged, the
+        last judged run of its peer's), or ``hold_gap`` is 0."""
         return inc.slow or self.opts.hold_gap <= 0
 
     def ack_template(self, inc: InTransfer) -> bytearray:

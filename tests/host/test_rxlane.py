@@ -511,6 +511,40 @@ def test_holds_follow_the_arrival_rate():
         t.close()
 
 
+def test_a_transfers_first_run_is_held_as_its_peers_last_judged_run_came():
+    """The rate test judges runs of ``HOLD_WINDOW`` packets, so a new transfer has no rate of its own before its
+    first run is in: it is taken as its peer's last judged run came (the same link, moments before). A transfer from
+    a peer whose packets came slowly is held from its first packet on (on the testbed's paced links each of DeAR's
+    transfers of a few dozen packets spent its first two runs unheld: an ACK and a wake-up per packet); one from a
+    peer judged fast again is not; a peer never judged counts as fast."""
+    n = 64 * 356
+    x = np.random.default_rng(7).standard_normal(n).astype(np.float32)
+    plans = {tid: plan_packets(nelems=n, dtype=DType.FLOAT32, mtu=1500, rank=0, job_id=JOB, transfer_id=tid,
+                               nonce=NONCE) for tid in (5, 6, 7)}
+    t = _Twin(True, True, n, np.float32, KEY)
+    o, rx = t.ep.opts, t.ep._receiver
+    nxt = {tid: iter(range(p.total)) for tid, p in plans.items()}
+
+    def feed(tid: int, k: int, gap: float) -> bool:  # k packets of transfer tid, each its own pass; held after?
+        for _ in range(k):
+            time.sleep(gap)
+            t.feed([_datagram(plans[tid], next(nxt[tid]), x, KEY)], 0, 2, SENDER)
+        with t.ep._lock:
+            return rx.holds(rx.incoming[(0, tid)])
+
+    try:
+        assert not feed(5, 1, 0.0)  # (a peer never judged: fast)
+        assert feed(5, HOLD_WINDOW, 5 * o.hold_gap)  # (its first run came slowly)
+        assert feed(6, 1, 0.0)  # the next transfer's first packet: held at once
+        d = [_datagram(plans[5], next(nxt[5]), x, KEY) for _ in range(2 * HOLD_WINDOW)]  # transfer 5: fast again
+        t.feed(d, len(d[0]), 2, SENDER)
+        with t.ep._lock:
+            assert not rx.holds(rx.incoming[(0, 5)])
+        assert not feed(7, 1, 0.0)  # and a new transfer follows that judgement
+    finally:
+        t.close()
+
+
 class _Wire:
     """One receiving endpoint (rank 1) on a real socket, fed real datagrams by a silent rank 0 a few at a time, with
     recv() posted in a thread: what its I/O loop does with them, ``native_wait`` on or off."""
