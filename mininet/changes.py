@@ -78,6 +78,11 @@ DEFAULT_CHANGES: list[tuple[str, str, frozenset[str]]] = [
     ("2026-11-29T08:13:00+0000", "the native wait no longer sleeps past a pacing deadline of sends the Python loop "
      "picks (sends to several peers): it asks for a moved deadline only when its timeout is the timers' plan",
      frozenset({"pressure"})),
+    # (slow links, where the holds act: cpu_profile's 20 Mb/s cases and the testbed's links; ACKs with bitmaps come
+    # where packets are dropped or reordered: bounded_loss's drops and the testbed's sprayed, lossy paths)
+    ("2026-11-29T10:20:00+0000", "a transfer's first run of packets is held as its peer's last judged run came "
+     "(Receiver.slow_peers), and the native wait takes ACKs with bitmaps in C (_txstep.h's bitmap_ack)",
+     frozenset({"cpu_profile", "bounded_loss", "pressure"})),
 ]
 
 

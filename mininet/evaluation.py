@@ -115,7 +115,10 @@ def _compare(label: str, a: dict[str, Any], b: dict[str, Any], what: str, lower_
 
 
 def _table(doc: dict[str, Any], ref: str | None) -> list[str]:
-    head = ["cell", "what", "runs"] + [label for _k, label, _s, _u in METRICS] + ["target reached"]
+    # (a metric no run of the sweep recorded -- a sweep made before the figure existed -- has no column)
+    metrics = [m for m in METRICS if any((st.get(m[0]) or {}).get("median") is not None
+                                         for st in doc["cells"].values())]
+    head = ["cell", "what", "runs"] + [label for _k, label, _s, _u in metrics] + ["target reached"]
     if ref:
         head.insert(3, f"iteration time vs {ref}")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -125,7 +128,7 @@ def _table(doc: dict[str, Any], ref: str | None) -> list[str]:
         if ref:
             m = st["iter_p50_s"]["median"]
             row.append(f"{m / base:.2f}x" if m and base else "-")
-        row += [format_stat(st.get(key), scale, unit) for key, _l, scale, unit in METRICS]  # older sweeps lack some
+        row += [format_stat(st.get(key), scale, unit) for key, _l, scale, unit in metrics]  # older sweeps lack some
         row.append(f"{st['target_reached']}/{st['runs']}")
         lines.append("| " + " | ".join(row) + " |")
     return lines
@@ -815,7 +818,11 @@ def render(demo: dict[str, Any] | None, ablation: dict[str, Any] | None, sources
                                      ("time_to_target_s", "time to target", True),
                                      ("final_accuracy", "final accuracy", False),
                                      ("background_goodput_bps", "background goodput", False),
-                                     ("cpu_use", "CPU use", True)):
+                                     ("cpu_use", "CPU use", True),
+                                     ("cpu_per_iter_s", "CPU per iteration", True)):
+                if cells["dlcp"].get(key, {}).get("median") is None or \
+                        cells["gloo-fair"].get(key, {}).get("median") is None:
+                    continue  # (a result made before the figure was recorded)
                 out.append(_compare("dlcp vs gloo-fair", cells["dlcp"][key], cells["gloo-fair"][key], what, lower))
         out.append("")
     if ablation:

@@ -545,7 +545,18 @@ def summarise(spec: RunSpec, workers: list[dict[str, Any]], wall_s: float) -> di
             "retransmissions": retrans,
             # workers' CPU seconds per second of training, summed over ranks (how many cores the job kept busy)
             "cpu_use": (sum(float(w["cpu_s"]) for w in workers) / max(1e-9, float(r0.get("wall_s") or 0.0))
-                        if all("cpu_s" in w for w in workers) and r0.get("wall_s") else None)}
+                        if all("cpu_s" in w for w in workers) and r0.get("wall_s") else None),
+            # a worker's CPU seconds per training step, the mean over ranks: the training loop's own
+            # (loop_cpu_s: no set-up or tear-down), per its own steps. Not cpu_use over iteration time: runs stop
+            # at the target, so their step counts and the share of evaluations in the wall time differ
+            "cpu_per_iter_s": _cpu_per_iter(workers)}
+
+
+def _cpu_per_iter(workers: list[dict[str, Any]]) -> float | None:
+    """Mean over the workers of their training loop's CPU seconds per step (None without the figures)."""
+    per = [float(w["loop_cpu_s"]) / len(w["iterations"]) for w in workers
+           if w.get("loop_cpu_s") is not None and w.get("iterations")]
+    return sum(per) / len(per) if per and len(per) == len(workers) else None
 
 
 @contextmanager

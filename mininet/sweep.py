@@ -64,6 +64,7 @@ METRICS: tuple[tuple[str, str, float, str], ...] = (
     ("zero_filled_fraction", "zero-filled fraction", 100.0, "%"),
     ("background_goodput_bps", "background goodput", 1e-6, "Mb/s"),
     ("cpu_use", "CPU use (cores)", 1.0, ""),
+    ("cpu_per_iter_s", "CPU per iteration (a worker's)", 1000.0, "ms"),
 )
 #: The tails (testbed.tails): per run its p90/p99 step time, the quantiles of its collective calls' completion
 #: times and how many steps waited on a retransmission timeout; a sweep gives each the median over runs with the

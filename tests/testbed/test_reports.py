@@ -324,3 +324,22 @@ def test_a_count_that_is_zero_in_the_median_run_is_said_so_not_called_missing():
     assert _compare("x vs y", two, zero, "steps", True) == "- x vs y, steps: 2 against 0 (medians)."
     assert _compare("x vs y", {"median": None}, zero, "steps", True) == "- x vs y, steps: no data."
     assert _compare("x vs y", two, two, "steps", True).startswith("- x vs y, steps: ratio of medians 1.00")
+
+
+def test_cpu_per_iteration_is_each_workers_training_loop_over_its_steps_and_absent_in_older_sweeps():
+    """A run's ``cpu_per_iter_s``: the mean over workers of their training loop's CPU over their steps (set-up and
+    tear-down left out); None when a worker did not record it. A table of sweeps made before the figure existed
+    has no column for it, and the demo's comparisons name it only when both cells have it."""
+    from testbed.run import _cpu_per_iter
+
+    its = [{"dt": 0.3}] * 50
+    assert _cpu_per_iter([{"loop_cpu_s": 1.5, "iterations": its}, {"loop_cpu_s": 2.5, "iterations": its}]) == 0.04
+    assert _cpu_per_iter([{"loop_cpu_s": 1.5, "iterations": its}, {"cpu_s": 2.5, "iterations": its}]) is None
+    old = _doc({"gloo-fair": [_summary(0.5, 16e6)] * 3, "dlcp": [_summary(0.3, 10e6)] * 3})
+    text = render(old, old, {"demo": "d.json"})
+    assert "CPU per iteration" not in text and "CPU use (cores)" in text
+    new = _doc({"gloo-fair": [{**_summary(0.5, 16e6), "cpu_per_iter_s": 0.013}] * 3,
+                "dlcp": [{**_summary(0.3, 10e6), "cpu_per_iter_s": 0.03}] * 3})
+    text = render(new, new, {"demo": "d.json"})
+    assert "| CPU per iteration (a worker's) |" in text and "30 ms [30, 30]" in text
+    assert "dlcp vs gloo-fair, CPU per iteration: ratio of medians 2.31, **worse**." in text
