@@ -510,6 +510,18 @@ static int one_way_queue(PyObject *p, long long ts, double sent, double *out)
     return 0;
 }
 
+/* sender._progress: packets of ``o`` were newly ACKed at ``now`` (the RTO clock and the tail probes start again;
+ * a backed-off RTO returns to its base, in the window ``c`` the caller stores). 0, or -1 with an exception set. */
+static int tx_progress(PyObject *p, PyObject *o, CC *c, double now)
+{
+    if (set_d(o, A_PROGRESS, now) < 0 || set_d(p, A_PROGRESS, now) < 0 || set_ll(o, A_PROBES, 0) < 0
+        || set_d(p, A_RTO_AT, 0.0) < 0)
+        return -1;
+    if (c->backoff)
+        c->rto = cc_base_rto(c);
+    return 0;
+}
+
 /* sender.on_cum_ack(p, o, hi, ecn, now, ts): everything below ``hi`` ACKed (the caller checked the shape: no
  * hole open, hi <= next_seq) */
 static int tx_cum_ack(PyObject *p, PyObject *o, long long hi, int ecn, double now, long long ts)
@@ -553,12 +565,8 @@ static int tx_cum_ack(PyObject *p, PyObject *o, long long hi, int ecn, double no
         const int64_t *order = vord.buf, *lens = vlen.buf;
         const double *stime = vtime.buf;
         memset(acked + lo, 1, (size_t)(hi - lo));
-        /* _progress */
-        if (set_d(o, A_PROGRESS, now) < 0 || set_d(p, A_PROGRESS, now) < 0 || set_ll(o, A_PROBES, 0) < 0
-            || set_d(p, A_RTO_AT, 0.0) < 0)
+        if (tx_progress(p, o, &c, now) < 0)
             goto out;
-        if (c.backoff)
-            c.rto = cc_base_rto(&c);
         nbytes = c_hi - c_lo;
         long long pin;
         if (get_ll(p, A_INFLIGHT, &pin) < 0)
@@ -755,12 +763,8 @@ static int tx_bitmap_ack(PyObject *p, PyObject *o, long long base, const uint8_t
                         prot, &r) < 0)
         goto out;
     if (r.n_new) {
-        /* _progress */
-        if (set_d(o, A_PROGRESS, now) < 0 || set_d(p, A_PROGRESS, now) < 0 || set_ll(o, A_PROBES, 0) < 0
-            || set_d(p, A_RTO_AT, 0.0) < 0)
+        if (tx_progress(p, o, &c, now) < 0)
             goto out;
-        if (c.backoff)
-            c.rto = cc_base_rto(&c);
         if (r.top >= acked_hi && set_ll(o, A_ACKED_HI, r.top + 1) < 0)
             goto out;
         long long pin;
