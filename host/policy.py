@@ -138,15 +138,19 @@ def packet_mean_abs(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
 #: the other way round.
 _ABS_SUMS_KERNEL: Callable[[np.ndarray, int, np.ndarray], int] | None = None
 _MAG_CLASSES_KERNEL: Callable[[np.ndarray, int, np.ndarray, np.ndarray], int] | None = None
+_CLASSIFY_KERNEL: Callable[[np.ndarray, int, float, np.ndarray, np.ndarray], int] | None = None
 
 
 def use_native_kernels(abs_sums: Callable[[np.ndarray, int, np.ndarray], int] | None,
-                       mag_classes: Callable[[np.ndarray, int, np.ndarray, np.ndarray], int] | None) -> None:
-    """Make ``abs_sums(values, chunk, out) -> packets`` the per-packet |x| sums of float32/float64 data, and
-    ``mag_classes(values, chunk, means, classes) -> packets`` their means and magnitude classes in one call
-    (``None``: numpy's paths only)."""
-    global _ABS_SUMS_KERNEL, _MAG_CLASSES_KERNEL
-    _ABS_SUMS_KERNEL, _MAG_CLASSES_KERNEL = abs_sums, mag_classes
+                       mag_classes: Callable[[np.ndarray, int, np.ndarray, np.ndarray], int] | None,
+                       classify: Callable[[np.ndarray, int, float, np.ndarray, np.ndarray], int] | None = None
+                       ) -> None:
+    """Make ``abs_sums(values, chunk, out) -> packets`` the per-packet |x| sums of float32/float64 data,
+    ``mag_classes(values, chunk, means, classes) -> packets`` their means and magnitude classes in one call, and
+    ``classify(values, chunk, loss_bound, classes, eligible) -> eligible packets`` those classes with
+    :func:`eligible_smallest`'s verdict (``None``: numpy's paths only)."""
+    global _ABS_SUMS_KERNEL, _MAG_CLASSES_KERNEL, _CLASSIFY_KERNEL
+    _ABS_SUMS_KERNEL, _MAG_CLASSES_KERNEL, _CLASSIFY_KERNEL = abs_sums, mag_classes, classify
 
 
 def _abs_sums_kernel() -> Callable[[np.ndarray, int, np.ndarray], int] | None:
@@ -162,6 +166,13 @@ def _mag_classes_kernel() -> Callable[[np.ndarray, int, np.ndarray, np.ndarray],
     if os.environ.get("DLCP_NATIVE", "1") == "0":
         return None
     return _MAG_CLASSES_KERNEL
+
+
+def _classify_kernel() -> Callable[[np.ndarray, int, float, np.ndarray, np.ndarray], int] | None:
+    """As :func:`_abs_sums_kernel`, for ``classify_packets``."""
+    if os.environ.get("DLCP_NATIVE", "1") == "0":
+        return None
+    return _CLASSIFY_KERNEL
 
 
 def mean_abs_and_classes(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -227,6 +238,13 @@ class LayerMagnitudePolicy:
             finite = math.isfinite(float(np.abs(values).sum(dtype=np.float64)))
             fits = math.floor(loss_bound * int(counts[0]) + 1e-9) >= counts[0]
             return PacketClasses(prio, np.array([0 if finite else 7], np.uint8), np.array([finite and fits]))
+        kernel = _classify_kernel()
+        if (kernel is not None and values.dtype in (np.float32, np.float64) and values.flags.c_contiguous
+                and 0 < int(counts[-1]) <= int(counts[0]) and _uniform_chunk(values, counts)):
+            # the whole verdict in one C call with the GIL released: what the two paths below give, bit for bit
+            classes, eligible = np.empty(n, np.uint8), np.empty(n, bool)
+            kernel(values, int(counts[0]), loss_bound, classes, eligible)
+            return PacketClasses(prio, classes, eligible)
         if n <= SMALL_CLASSIFY:
             cl = counts.tolist()
             means = _small_means(values, counts, cl)

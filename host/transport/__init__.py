@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover - a broken install; the endpoint logs it
 else:
     from host.policy import use_native_kernels
 
-    use_native_kernels(_txlane_kernel.abs_sums, _txlane_kernel.mag_classes)
+    use_native_kernels(_txlane_kernel.abs_sums, _txlane_kernel.mag_classes, _txlane_kernel.classify_packets)
 
 __all__ = ["Endpoint", "Options", "SendHandle", "RecvHandle", "RecvResult", "LossReport", "TransportError",
            "LossySocket", "path_mtu"]

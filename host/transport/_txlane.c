@@ -317,6 +317,75 @@ static void octile_edges_c(double *a, Py_ssize_t n, double edges[7])
     }
 }
 
+/* ---- classify_packets: the default policy's whole verdict in one native pass ------------------------------------
+ *
+ * Why: a send's classification on the caller's thread (host.policy.LayerMagnitudePolicy.classify) was, after the
+ * means and classes (mag_classes), Python's octile edges for a few dozen packets or numpy's argsort, cumsum and
+ * masks for more: about 75 us of a 60-packet segment's send set-up, hot, and twice that on a cold cache. Here the
+ * classes and the drop-eligible packets come out of one call with the GIL released, bit for bit what the Python
+ * functions give (tests/host/test_policy.py): mag_classes's means and classes, then policy.eligible_smallest's
+ * rule: the finite means in a stable ascending order (ties by position), eligible while the elements so far fit
+ * floor(loss_bound * elements + 1e-9). */
+
+typedef struct {
+    double m;
+    Py_ssize_t i;
+} mean_at;
+
+static int mean_at_cmp(const void *x, const void *y)
+{
+    const mean_at *a = x, *b = y;
+    if (a->m != b->m)
+        return (a->m > b->m) - (a->m < b->m);
+    return (a->i > b->i) - (a->i < b->i);
+}
+
+/* means (+inf where not finite) and octile classes of the packets of ``chunk`` elements of ``vals`` (n elements,
+ * npk packets); ``tmp``: npk doubles of scratch */
+static void means_and_classes(const void *vals, int f32, Py_ssize_t n, Py_ssize_t chunk, Py_ssize_t npk,
+                              double *means, uint8_t *cls, double *tmp)
+{
+    Py_ssize_t nfin = 0;
+    for (Py_ssize_t k = 0; k < npk; k++) {
+        Py_ssize_t a = k * chunk, b = a + chunk < n ? a + chunk : n;
+        double s = f32 ? (double)(float)abs_sum_f32((const float *)vals + a, b - a)
+                       : abs_sum_f64((const double *)vals + a, b - a);
+        double m = s / (double)(b - a);
+        if (!isfinite(m))
+            m = INFINITY;
+        else
+            tmp[nfin++] = m;
+        means[k] = m;
+    }
+    if (nfin == 0) {
+        memset(cls, 7, (size_t)npk);
+        return;
+    }
+    double edges[7];
+    octile_edges_c(tmp, nfin, edges);
+    /* numpy's searchsorted(edges, means, side="left"): a binary search narrowed from the previous key's */
+    Py_ssize_t min_idx = 0, max_idx = 7;
+    double last = means[0];
+    for (Py_ssize_t k = 0; k < npk; k++) {
+        double key = means[k];
+        if (last < key) {
+            max_idx = 7;
+        } else {
+            min_idx = 0;
+            max_idx = max_idx < 7 ? max_idx + 1 : 7;
+        }
+        last = key;
+        while (min_idx < max_idx) {
+            Py_ssize_t mid = min_idx + ((max_idx - min_idx) >> 1);
+            if (edges[mid] < key)
+                min_idx = mid + 1;
+            else
+                max_idx = mid;
+        }
+        cls[k] = (uint8_t)min_idx;
+    }
+}
+
 PyDoc_STRVAR(mag_classes_doc,
 "mag_classes(values, chunk, means, classes)\n"
 "--\n\n"
@@ -378,51 +447,121 @@ static PyObject *mag_classes(PyObject *self, PyObject *const *args, Py_ssize_t n
     double *means = (double *)vm.buf;
     uint8_t *cls = (uint8_t *)vc.buf;
     Py_BEGIN_ALLOW_THREADS
-    Py_ssize_t nfin = 0;
-    for (Py_ssize_t k = 0; k < npk; k++) {
-        Py_ssize_t a = k * chunk, b = a + chunk < n ? a + chunk : n;
-        double s = f32 ? (double)(float)abs_sum_f32((const float *)vv.buf + a, b - a)
-                       : abs_sum_f64((const double *)vv.buf + a, b - a);
-        double m = s / (double)(b - a);
-        if (!isfinite(m))
-            m = INFINITY;
-        else
-            tmp[nfin++] = m;
-        means[k] = m;
-    }
-    if (nfin == 0) {
-        memset(cls, 7, (size_t)npk);
-    } else {
-        double edges[7];
-        octile_edges_c(tmp, nfin, edges);
-        /* numpy's searchsorted(edges, means, side="left"): a binary search narrowed from the previous key's */
-        Py_ssize_t min_idx = 0, max_idx = 7;
-        double last = means[0];
-        for (Py_ssize_t k = 0; k < npk; k++) {
-            double key = means[k];
-            if (last < key) {
-                max_idx = 7;
-            } else {
-                min_idx = 0;
-                max_idx = max_idx < 7 ? max_idx + 1 : 7;
-            }
-            last = key;
-            while (min_idx < max_idx) {
-                Py_ssize_t mid = min_idx + ((max_idx - min_idx) >> 1);
-                if (edges[mid] < key)
-                    min_idx = mid + 1;
-                else
-                    max_idx = mid;
-            }
-            cls[k] = (uint8_t)min_idx;
-        }
-    }
+    means_and_classes(vv.buf, f32, n, chunk, npk, means, cls, tmp);
     Py_END_ALLOW_THREADS
     result = PyLong_FromSsize_t(npk);
 done:
     PyMem_RawFree(tmp);
     PyBuffer_Release(&vc);
     PyBuffer_Release(&vm);
+    PyBuffer_Release(&vv);
+    return result;
+}
+
+PyDoc_STRVAR(classify_packets_doc,
+"classify_packets(values, chunk, loss_bound, classes, eligible)\n"
+"--\n\n"
+"host.policy's LayerMagnitudePolicy verdict on packets of ``chunk`` elements of the flat float32 or float64 buffer\n"
+"``values`` (the last packet shorter, none empty), in one call with the GIL released: each packet's magnitude class\n"
+"into the uint8 array ``classes`` (as mag_classes) and into the bool array ``eligible`` whether it is drop-eligible\n"
+"(policy.eligible_smallest: the smallest finite means, ties by position, while their elements fit\n"
+"floor(loss_bound * elements + 1e-9)). Returns the number of eligible packets.");
+
+static PyObject *classify_packets(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "classify_packets takes 5 arguments, got %zd", nargs);
+        return NULL;
+    }
+    Py_ssize_t chunk = PyLong_AsSsize_t(args[1]);
+    if (chunk == -1 && PyErr_Occurred())
+        return NULL;
+    double lb = PyFloat_AsDouble(args[2]);
+    if (lb == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (chunk < 1) {
+        PyErr_SetString(PyExc_ValueError, "classify_packets: chunk must be > 0");
+        return NULL;
+    }
+    if (!(lb >= 0.0 && lb < 1.0)) {
+        PyErr_Format(PyExc_ValueError, "classify_packets: loss_bound must be in [0, 1), got %R", args[2]);
+        return NULL;
+    }
+    Py_buffer vv, vc, ve;
+    if (PyObject_GetBuffer(args[0], &vv, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[3], &vc, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&vv);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[4], &ve, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&vc);
+        PyBuffer_Release(&vv);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    double *means = NULL, *tmp = NULL;
+    mean_at *order = NULL;
+    const char *fv = vv.format ? vv.format : "B", *fc = vc.format ? vc.format : "B", *fe = ve.format ? ve.format : "B";
+    int f32 = strcmp(fv, "f") == 0, f64 = strcmp(fv, "d") == 0;
+    if ((!f32 && !f64) || strcmp(fc, "B") != 0 || strcmp(fe, "?") != 0) {
+        PyErr_Format(PyExc_TypeError, "classify_packets: values must be float32 or float64 (got format '%s'), classes "
+                     "uint8 (got '%s'), eligible bool (got '%s')", fv, fc, fe);
+        goto done;
+    }
+    Py_ssize_t n = vv.len / vv.itemsize, npk = (n + chunk - 1) / chunk;
+    if (n == 0) {
+        PyErr_SetString(PyExc_ValueError, "classify_packets: no values");
+        goto done;
+    }
+    if (vc.len != npk || ve.len != npk) {
+        PyErr_Format(PyExc_ValueError, "classify_packets: classes has %zd entries and eligible %zd, %zd packets need "
+                     "them", vc.len, ve.len, npk);
+        goto done;
+    }
+    means = PyMem_RawMalloc((size_t)npk * sizeof(double));
+    tmp = PyMem_RawMalloc((size_t)npk * sizeof(double));
+    order = PyMem_RawMalloc((size_t)npk * sizeof(mean_at));
+    if (means == NULL || tmp == NULL || order == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint8_t *cls = (uint8_t *)vc.buf;
+    char *elig = (char *)ve.buf;
+    Py_ssize_t n_elig = 0;
+    Py_BEGIN_ALLOW_THREADS
+    means_and_classes(vv.buf, f32, n, chunk, npk, means, cls, tmp);
+    memset(elig, 0, (size_t)npk);
+    double prod = lb * (double)n;  /* (-ffp-contract=off: rounded as Python's lb * n, then + 1e-9) */
+    double budget = floor(prod + 1e-9);
+    if (budget >= 1.0) {
+        Py_ssize_t nfin = 0;
+        for (Py_ssize_t k = 0; k < npk; k++)
+            if (isfinite(means[k])) {
+                order[nfin].m = means[k];
+                order[nfin].i = k;
+                nfin++;
+            }
+        qsort(order, (size_t)nfin, sizeof(mean_at), mean_at_cmp);
+        double used = 0;
+        for (Py_ssize_t j = 0; j < nfin; j++) {
+            Py_ssize_t k = order[j].i, a = k * chunk, b = a + chunk < n ? a + chunk : n;
+            used += (double)(b - a);
+            if (used > budget)
+                break;
+            elig[k] = 1;
+            n_elig++;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(n_elig);
+done:
+    PyMem_RawFree(order);
+    PyMem_RawFree(tmp);
+    PyMem_RawFree(means);
+    PyBuffer_Release(&ve);
+    PyBuffer_Release(&vc);
     PyBuffer_Release(&vv);
     return result;
 }
@@ -515,6 +654,120 @@ done:
         PyBuffer_Release(&vm);
     PyBuffer_Release(&vt);
     PyBuffer_Release(&vh);
+    return result;
+}
+
+/* ---- classified_plan: chunking.plan_packets's arrays in one pass ---------------------------------------------
+ *
+ * A plan with the policy's classes: seqs in the wire's order (the drop-eligible positions first, then the
+ * protected ones, each in position order), every header the template with its per-packet words, and the plan's
+ * per-seq arrays. numpy's builder (chunking._plan_arrays) is about twenty whole-array calls, Python's for a few
+ * packets (_plan_lists) a loop each: 40-90 us of a 60-packet send's set-up; tests/host/test_chunking.py holds all
+ * three equal, byte for byte. */
+
+#define HL_ELIGIBLE 0x01
+
+PyDoc_STRVAR(classified_plan_doc,
+"classified_plan(headers, offsets, lengths, eligible, tos, template, chunk, itemsize, nelems, elig_pos, mag_pos,\n"
+"                tos_protected, tos_eligible)\n"
+"--\n\n"
+"Fill a plan of ``len(offsets)`` packets of ``chunk`` elements of ``itemsize`` bytes (``nelems`` in all) whose\n"
+"position k is drop-eligible when ``elig_pos[k]`` (bool, or None: none) and of magnitude class ``mag_pos[k]``\n"
+"(uint8, or None: 0): per seq, in the wire's order, its header (the 48-byte ``template`` with flags, class, seq,\n"
+"byte offset and count) into ``headers``, its byte offset and length (int64) into ``offsets`` and ``lengths``,\n"
+"whether it is eligible into ``eligible`` (bool) and its TOS byte into ``tos`` (uint8). chunking.plan_packets's\n"
+"arrays.");
+
+static PyObject *classified_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 13) {
+        PyErr_Format(PyExc_TypeError, "classified_plan takes 13 arguments, got %zd", nargs);
+        return NULL;
+    }
+    long long chunk = PyLong_AsLongLong(args[6]), itemsize = PyLong_AsLongLong(args[7]);
+    long long nelems = PyLong_AsLongLong(args[8]);
+    long tos_p = PyLong_AsLong(args[11]), tos_e = PyLong_AsLong(args[12]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer b[8];
+    int got = 0, nbuf = 8;
+    PyObject *result = NULL;
+    memset(b, 0, sizeof b);
+    static const int writable[8] = {1, 1, 1, 1, 1, 0, 0, 0};
+    static const int argi[8] = {0, 1, 2, 3, 4, 5, 9, 10};
+    for (; got < nbuf; got++) {
+        PyObject *o = args[argi[got]];
+        if (o == Py_None && got >= 6)
+            continue;
+        if (PyObject_GetBuffer(o, &b[got], (writable[got] ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+    }
+    long long total = b[1].len / 8;
+    if (chunk < 1 || chunk > 0xFFFF || itemsize < 1 || nelems < 0 || total != (nelems > 0 ? (nelems + chunk - 1) / chunk : 1)
+        || (total - 1) * chunk * itemsize > 0xFFFFFFFFLL || tos_p < 0 || tos_p > 255 || tos_e < 0 || tos_e > 255) {
+        PyErr_Format(PyExc_ValueError, "classified_plan: %lld packets of %lld x %lld bytes (%lld elements) do not make "
+                     "a plan", total, chunk, itemsize, nelems);
+        goto done;
+    }
+    if (b[0].len != total * HEADER_LEN || b[2].len != total * 8 || b[3].len != total || b[4].len != total
+        || b[5].len != HEADER_LEN || (b[6].obj != NULL && b[6].len != total) || (b[7].obj != NULL && b[7].len != total)) {
+        PyErr_Format(PyExc_ValueError, "classified_plan: the arrays do not match %lld packets (headers %zd bytes, "
+                     "lengths %zd, eligible %zd, tos %zd, template %zd, elig_pos %zd, mag_pos %zd)", total, b[0].len,
+                     b[2].len, b[3].len, b[4].len, b[5].len, b[6].obj != NULL ? b[6].len : (Py_ssize_t)0,
+                     b[7].obj != NULL ? b[7].len : (Py_ssize_t)0);
+        goto done;
+    }
+    const char *ep = b[6].obj != NULL ? b[6].buf : NULL;
+    const uint8_t *mag = b[7].obj != NULL ? b[7].buf : NULL, *tp = b[5].buf;
+    long long n_elig = 0;
+    for (long long k = 0; k < total; k++) {
+        if (mag != NULL && mag[k] > 7) {
+            PyErr_Format(PyExc_ValueError, "magnitude classes are 0..7, got %d (position %lld)", mag[k], k);
+            goto done;
+        }
+        n_elig += ep != NULL && ep[k];
+    }
+    if (n_elig >= total) {
+        PyErr_Format(PyExc_ValueError, "classified_plan: all %lld packets drop-eligible", total);
+        goto done;
+    }
+    uint8_t *h = b[0].buf, *el = b[3].buf, *tos = b[4].buf;
+    int64_t *off = b[1].buf, *len = b[2].buf;
+    long long seq = 0;
+    for (int pass = 0; pass < 2; pass++)  /* eligible positions, then protected ones */
+        for (long long k = 0; k < total; k++) {
+            int e = ep != NULL && ep[k];
+            if (e != (pass == 0))
+                continue;
+            long long cnt = nelems - k * chunk;
+            if (cnt > chunk)
+                cnt = chunk;
+            if (cnt < 0)
+                cnt = 0;
+            uint32_t s32 = (uint32_t)seq, boff = (uint32_t)(k * chunk * itemsize);
+            memcpy(h, tp, HEADER_LEN);
+            h[HL_FLAGS] = (uint8_t)((e ? HL_ELIGIBLE : 0) | (seq == total - 1 ? HL_LAST : 0));
+            if (mag != NULL)
+                h[HL_MAG] |= (uint8_t)(mag[k] << HL_MAG_SHIFT);
+            h[HL_SEQ] = s32 >> 24; h[HL_SEQ + 1] = s32 >> 16; h[HL_SEQ + 2] = s32 >> 8; h[HL_SEQ + 3] = s32;
+            h[HL_OFFSET] = boff >> 24; h[HL_OFFSET + 1] = boff >> 16; h[HL_OFFSET + 2] = boff >> 8;
+            h[HL_OFFSET + 3] = boff;
+            h[HL_COUNT] = (uint8_t)(cnt >> 8);
+            h[HL_COUNT + 1] = (uint8_t)cnt;
+            off[seq] = k * chunk * itemsize;
+            len[seq] = cnt * itemsize;
+            el[seq] = (uint8_t)e;
+            tos[seq] = (uint8_t)(e ? tos_e : tos_p);
+            h += HEADER_LEN;
+            seq++;
+        }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    for (int i = 0; i < nbuf; i++)
+        if (b[i].obj != NULL)
+            PyBuffer_Release(&b[i]);
     return result;
 }
 
@@ -624,7 +877,9 @@ static PyMethodDef methods[] = {
     {"send_run", (PyCFunction)(void (*)(void))send_run, METH_FASTCALL, send_run_doc},
     {"abs_sums", (PyCFunction)(void (*)(void))abs_sums, METH_FASTCALL, abs_sums_doc},
     {"mag_classes", (PyCFunction)(void (*)(void))mag_classes, METH_FASTCALL, mag_classes_doc},
+    {"classify_packets", (PyCFunction)(void (*)(void))classify_packets, METH_FASTCALL, classify_packets_doc},
     {"in_order_headers", (PyCFunction)(void (*)(void))in_order_headers, METH_FASTCALL, in_order_headers_doc},
+    {"classified_plan", (PyCFunction)(void (*)(void))classified_plan, METH_FASTCALL, classified_plan_doc},
     {"timer_fd", (PyCFunction)timer_fd, METH_NOARGS, timer_fd_doc},
     {"timer_arm", (PyCFunction)(void (*)(void))timer_arm, METH_FASTCALL, timer_arm_doc},
     {NULL, NULL, 0, NULL},
@@ -641,8 +896,9 @@ PyMODINIT_FUNC PyInit__txlane(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    /* (byte offsets of flags, mag_class's byte, its shift, seq, offset, count, and the LAST flag) */
-    PyObject *layout = Py_BuildValue("(iiiiiii)", HL_FLAGS, HL_MAG, HL_MAG_SHIFT, HL_SEQ, HL_OFFSET, HL_COUNT, HL_LAST);
+    /* (byte offsets of flags, mag_class's byte, its shift, seq, offset, count, the LAST and DROP_ELIGIBLE flags) */
+    PyObject *layout = Py_BuildValue("(iiiiiiii)", HL_FLAGS, HL_MAG, HL_MAG_SHIFT, HL_SEQ, HL_OFFSET, HL_COUNT, HL_LAST,
+                                     HL_ELIGIBLE);
     if (layout == NULL || PyModule_AddObject(m, "HEADER_LAYOUT", layout) < 0) {
         Py_XDECREF(layout);
         Py_DECREF(m);

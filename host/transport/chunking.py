@@ -102,6 +102,9 @@ def plan_packets(*, nelems: int, dtype: DType, mtu: int,
     if n_elig >= npk:
         raise ValueError(f"policy made all {npk} packets drop-eligible: a transfer keeps at least one protected")
     template = _template(priority, dtype, layer, rank, job_id, transfer_id, n_elig, npk, nonce)
+    native = _native_plan()
+    if native is not None:
+        return _plan_native(native, nelems, itemsize, chunk, npk, classes, priority, template)
     if npk <= SMALL_PLAN:
         return _plan_lists(nelems, itemsize, chunk, npk, classes, priority, template)
     if classes is None or not np.any(classes.eligible):
@@ -143,22 +146,45 @@ def write_headers(plan: Plan, lo: int, hi: int, mag_class=None) -> None:
 #: of offset, of count, the LAST flag)
 _LAYOUT = (wire.WIRE_DTYPE.fields[_W_FLAGS][1], wire.WIRE_DTYPE.fields[_W_MAG][1], _MAG_SHIFT,
            wire.WIRE_DTYPE.fields[_W_SEQ][1], wire.WIRE_DTYPE.fields[_W_OFFSET][1],
-           wire.WIRE_DTYPE.fields[_W_COUNT][1], int(Flag.LAST))
+           wire.WIRE_DTYPE.fields[_W_COUNT][1], int(Flag.LAST), int(Flag.DROP_ELIGIBLE))
 assert [wire.WIRE_DTYPE[w].itemsize for w in (_W_FLAGS, _W_MAG, _W_SEQ, _W_OFFSET, _W_COUNT)] == [1, 1, 4, 4, 2]
 
 
 @functools.lru_cache(maxsize=1)
-def _native_headers_fn():
+def _native_fns():
     try:
         from host.transport import _txlane
     except ImportError:  # pragma: no cover - without the build: numpy's path
-        return None
-    return _txlane.in_order_headers if getattr(_txlane, "HEADER_LAYOUT", None) == _LAYOUT else None
+        return None, None
+    if getattr(_txlane, "HEADER_LAYOUT", None) != _LAYOUT:
+        return None, None
+    return _txlane.in_order_headers, _txlane.classified_plan
 
 
 def _native_headers():
     """The C header writer, or None without the build, with another layout, or with ``DLCP_NATIVE=0``."""
-    return None if os.environ.get("DLCP_NATIVE", "1") == "0" else _native_headers_fn()
+    return None if os.environ.get("DLCP_NATIVE", "1") == "0" else _native_fns()[0]
+
+
+def _native_plan():
+    """The C builder of classified plans (``_txlane.classified_plan``), or None as :func:`_native_headers`."""
+    return None if os.environ.get("DLCP_NATIVE", "1") == "0" else _native_fns()[1]
+
+
+def _plan_native(native, nelems: int, itemsize: int, chunk: int, npk: int, classes, priority: int,
+                 template: bytes) -> Plan:
+    """:func:`plan_packets`'s plan from the C builder: the arrays :func:`_plan_arrays` (or :func:`_plan_lists`)
+    gives, byte for byte (tests/host/test_chunking.py)."""
+    offsets, lengths = np.empty(npk, np.int64), np.empty(npk, np.int64)
+    eligible, tos, headers = np.empty(npk, bool), np.empty(npk, np.uint8), np.empty(npk, wire.WIRE_DTYPE)
+    elig = mag = None
+    if classes is not None:
+        elig = np.ascontiguousarray(classes.eligible, bool)
+        mag = np.ascontiguousarray(classes.mag_class, np.uint8)
+    native(headers, offsets, lengths, eligible, tos, template, chunk, itemsize, nelems, elig, mag,
+           tos_byte(priority, False), tos_byte(priority, True))
+    return Plan(total=npk, chunk=chunk, offsets=offsets, lengths=lengths, eligible=eligible, headers=headers, tos=tos,
+                itemsize=itemsize, template=template)
 
 
 def write_headers_numpy(plan: Plan, lo: int, hi: int, mag_class=None) -> None:

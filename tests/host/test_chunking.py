@@ -165,19 +165,69 @@ def test_small_plans_from_lists_equal_the_array_builder(npk, short, dt, mtu, wit
         classes = PacketClasses(data.draw(st.integers(0, 7)), mag, elig)
     args = dict(nelems=n, dtype=dt, mtu=mtu, classes=classes, priority=3, layer=2, rank=5, job_id=77,
                 transfer_id=123456, nonce=0xBEEF)
-    got = plan_packets(**args)
-    old = chunking.SMALL_PLAN
-    chunking.SMALL_PLAN = 0  # everything through the array builder
-    try:
+    assert chunking._native_plan() is not None  # (the build is there: the C builder is compared too)
+    native = plan_packets(**args)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(chunking, "_native_plan", lambda: None)
+        got = plan_packets(**args)  # (Python's lists)
+        mp.setattr(chunking, "SMALL_PLAN", 0)  # everything through the array builder
         want = plan_packets(**args)
-    finally:
-        chunking.SMALL_PLAN = old
-    assert got.total == want.total and got.chunk == want.chunk
+    for plan in (got, native):
+        assert plan.total == want.total and plan.chunk == want.chunk and plan.template == want.template
+        for f in ("offsets", "lengths", "eligible", "tos"):
+            a, b = getattr(plan, f), getattr(want, f)
+            assert a.dtype == b.dtype and np.array_equal(a, b), f
+        assert plan.headers.dtype == want.headers.dtype
+        assert plan.headers.tobytes() == want.headers.tobytes()
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(0, 300000), dt=st.sampled_from(list(DType)), mtu=st.sampled_from([576, 1500, 9000]),
+       with_classes=st.booleans(), data=st.data())
+def test_the_c_plan_builder_equals_the_array_builder(n, dt, mtu, with_classes, data):
+    """``_txlane.classified_plan`` (behind plan_packets) against numpy's builder, for plans of any size, byte for
+    byte and field for field, with eligible packets anywhere (the wire's seq order puts them first)."""
+    from host.policy import PacketClasses
+    from host.transport import chunking
+    assert chunking._native_plan() is not None
+    chunk = chunk_elems(mtu, dt.itemsize)
+    npk = max(1, -(-n // chunk))
+    classes = None
+    if with_classes:
+        rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+        elig = rng.random(npk) < data.draw(st.sampled_from([0.0, 0.1, 0.9]))
+        elig[rng.integers(npk)] = False
+        classes = PacketClasses(data.draw(st.integers(0, 7)), rng.integers(0, 8, npk).astype(np.uint8), elig)
+    args = dict(nelems=n, dtype=dt, mtu=mtu, classes=classes, priority=5, layer=1, rank=2, job_id=9,
+                transfer_id=(1 << 50) + 3, nonce=0x77)
+    got = plan_packets(**args)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(chunking, "_native_plan", lambda: None)
+        mp.setattr(chunking, "SMALL_PLAN", 0)
+        want = plan_packets(**args)
+    assert got.total == want.total == npk and got.template == want.template
     for f in ("offsets", "lengths", "eligible", "tos"):
         a, b = getattr(got, f), getattr(want, f)
         assert a.dtype == b.dtype and np.array_equal(a, b), f
-    assert got.headers.dtype == want.headers.dtype
     assert got.headers.tobytes() == want.headers.tobytes()
+
+
+def test_the_c_plan_builder_refuses_what_is_not_a_plan():
+    from host.transport import _txlane
+    p = plan_packets(nelems=1000, dtype=DType.FLOAT32, mtu=1500)
+    n = p.total
+    arrays = lambda k: (np.empty(k, wire.WIRE_DTYPE), np.empty(k, np.int64), np.empty(k, np.int64),  # noqa: E731
+                        np.empty(k, bool), np.empty(k, np.uint8))
+    with pytest.raises(ValueError, match="do not make a plan"):
+        _txlane.classified_plan(*arrays(n + 1), p.template, p.chunk, 4, 1000, None, None, 0, 0)
+    with pytest.raises(ValueError, match="do not match"):
+        _txlane.classified_plan(*arrays(n), p.template[:40], p.chunk, 4, 1000, None, None, 0, 0)
+    with pytest.raises(ValueError, match="magnitude classes are 0..7"):
+        _txlane.classified_plan(*arrays(n), p.template, p.chunk, 4, 1000, None, np.full(n, 9, np.uint8), 0, 0)
+    with pytest.raises(ValueError, match="all 3 packets drop-eligible"):
+        _txlane.classified_plan(*arrays(n), p.template, p.chunk, 4, 1000, np.ones(n, bool), None, 0, 0)
+    with pytest.raises(TypeError, match="13 arguments"):
+        _txlane.classified_plan(p.headers)
 
 
 @settings(max_examples=60, deadline=None)

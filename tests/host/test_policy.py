@@ -148,7 +148,68 @@ def test_few_packet_classes_equal_the_array_functions(npk, chunk, tail, special,
         x = np.abs(x[:1]).repeat(size) if seed % 2 else np.ones(size, dtype)
     if special is not None:
         x[seed % size] = special
-    _classify_as_the_array_functions(x, np.minimum(chunk, size - np.arange(npk, dtype=np.int64) * chunk), layer=1, p=p)
+    with pytest.MonkeyPatch.context() as mp:  # (the list path itself: float32/float64 would take the C verdict)
+        mp.setattr(policy, "_classify_kernel", lambda: None)
+        _classify_as_the_array_functions(x, np.minimum(chunk, size - np.arange(npk, dtype=np.int64) * chunk),
+                                         layer=1, p=p)
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from([np.float32, np.float64]),
+       p=st.sampled_from([0.0, 1e-4, 0.01, 0.02, 0.3, 0.5, 0.999]))
+def test_the_c_verdict_equals_the_python_paths_bit_for_bit(seed, dtype, p):
+    """``_txlane.classify_packets`` (behind classify() for float32/float64 in the transport's layout) against the
+    array functions (packet_mean_abs, magnitude_classes, eligible_smallest) and, up to SMALL_CLASSIFY packets, the
+    list path: the same classes and eligible packets, bit for bit, with ties among the means (broken by position),
+    non-finite packets, a short last packet, one-element packets, a few packets or thousands."""
+    import host.policy as policy
+    import host.transport  # noqa: F401  (hands the policy its C kernels)
+
+    assert policy._classify_kernel() is not None  # the build is there: this compares real paths
+    rng = np.random.default_rng(seed)
+    c0 = int(rng.choice([1, 3, 183, 366, 2240]))
+    n = int(rng.choice([2, 3, 9, 17, 64, 65, int(rng.integers(2, 3000))]))
+    size = c0 * (n - 1) + int(rng.integers(1, c0 + 1))
+    kind = rng.integers(0, 4)
+    if kind == 0:
+        x = rng.standard_normal(size) * rng.choice([1e-6, 1.0, 1e3], size)
+    elif kind == 1:  # few distinct values: ties among the means
+        x = rng.choice([0.0, 0.5, -1.0, 2.0], size)
+    elif kind == 2:  # constant: every mean ties, the eligible prefix is the first positions
+        x = np.full(size, float(rng.standard_normal()))
+    else:
+        x = rng.standard_normal(size)
+        x[rng.random(size) < 0.3] = rng.choice([np.nan, np.inf])
+    x = x.astype(dtype)
+    counts = np.array([c0] * (n - 1) + [size - c0 * (n - 1)])
+    got = _classify_as_the_array_functions(x, counts, layer=2, p=p)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(policy, "_classify_kernel", lambda: None)
+        ref = LayerMagnitudePolicy().classify(x, counts, layer=2, loss_bound=p)
+    assert np.array_equal(got.mag_class, ref.mag_class) and np.array_equal(got.eligible, ref.eligible)
+    assert got.priority == ref.priority
+
+
+def test_the_c_verdict_rejects_bad_arguments():
+    from host.transport import _txlane
+
+    c, e = np.zeros(4, np.uint8), np.zeros(4, bool)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        _txlane.classify_packets(np.zeros(8, np.int32), 2, 0.1, c, e)
+    with pytest.raises(TypeError, match="eligible bool"):
+        _txlane.classify_packets(np.ones(8, np.float32), 2, 0.1, c, np.zeros(4, np.uint8))
+    with pytest.raises(ValueError, match="5 packets need them"):
+        _txlane.classify_packets(np.ones(9, np.float32), 2, 0.1, c, e)
+    with pytest.raises(ValueError, match="no values"):
+        _txlane.classify_packets(np.ones(0, np.float32), 2, 0.1, c[:0], e[:0])
+    with pytest.raises(ValueError, match="chunk must be > 0"):
+        _txlane.classify_packets(np.ones(8, np.float32), 0, 0.1, c, e)
+    with pytest.raises(ValueError, match=r"loss_bound must be in \[0, 1\)"):
+        _txlane.classify_packets(np.ones(8, np.float32), 2, 1.0, c, e)
+    # means 1.5, 3.5, 5.5, 7.5 (classes as mag_classes gives them); a budget of floor(0.5 * 8) = 4 elements: the
+    # two smallest packets
+    assert _txlane.classify_packets(np.array([1, -2, 3, -4, 5, 6, 7, 8], np.float32), 2, 0.5, c, e) == 2
+    assert c.tolist() == [0, 2, 5, 7] and e.tolist() == [True, True, False, False]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
