@@ -34,7 +34,7 @@ enum {
     /* OutTransfer */
     A_ACKED, A_SENT_ORDER, A_SENT_TIME, A_RETX, A_PLAN, A_LENGTHS, A_CUML, A_CUM_ACKED, A_ACKED_HI, A_PROBES,
     A_NEXT_SEQ, A_READY, A_ORDER, A_N_ELIG, A_PKTS_SENT, A_LAST_SENT, A_SENDING, A_RETXQ, A_ACKS, A_ECN_ECHOES,
-    A_TOTAL, A_QUEUED, A_ELIGIBLE,
+    A_TOTAL, A_QUEUED, A_ELIGIBLE, A_COPIES,
     /* OutTransfer's send buffers */
     A_HDR, A_PAYLOAD, A_OFFS, A_LENS, A_TOS,
     /* Sender, Transmitter */
@@ -53,7 +53,7 @@ static const char *const ATTR_NAMES[NATTRS] = {
     "last_feedback",
     "acked", "sent_order", "sent_time", "retx", "plan", "lengths", "cuml", "cum_acked", "acked_hi", "probes",
     "next_seq", "ready", "order", "n_elig", "pkts_sent", "last_sent", "sending", "retxq", "acks", "ecn_echoes",
-    "total", "queued", "eligible",
+    "total", "queued", "eligible", "copies",
     "hdr", "payload", "offs", "lens", "tos",
     "n_active", "_send_buf", "_rr", "sliced", "peers", "full", "gso",
 };
@@ -869,9 +869,14 @@ static int tx_pick(PyObject *sender, PyObject *p, double now, long long burst, l
     Py_DECREF(act);
     if (o == NULL)
         return 0;  /* (nothing ready: no burst, no deadline) */
-    if (get_ll(o, A_TOTAL, &total) < 0) {
+    long long copies = 1;
+    if (get_ll(o, A_TOTAL, &total) < 0 || (total == 1 && get_ll(o, A_COPIES, &copies) < 0)) {
         Py_DECREF(o);
         return -1;
+    }
+    if (copies > 1) {  /* (a one-packet transfer sent in copies: Transmitter.transmit's, so the Python pick's) */
+        Py_DECREF(o);
+        return 2;
     }
     PyObject *ccobj = PyObject_GetAttr(p, ATTR[A_CC]);
     if (ccobj == NULL) {

@@ -88,6 +88,12 @@ class Options:
     # loopback address (see Endpoint.__init__). 0: every send is classified whole.
     classify_slice: int = 4 << 20
     tombstones: int = 1 << 16  # completed transfers remembered (late packets get DONE again)
+    # a one-packet transfer of at most COPY_BYTES of payload (a collective's loss report, a barrier's token, a scalar)
+    # has its packet sent this many times back to back, each time it is sent: with no later packet to reveal its
+    # loss, a lost one (or its lost DONE) waits out a retransmission timeout, 20 ms at least and far more than such
+    # a message's own delivery. Its receiver answers a copy arriving after completion with DONE again, so the DONE
+    # goes out as often. 1: once (docs/transport.md, "Small messages in copies").
+    small_copies: int = 2
     # close() of an endpoint with no receive pending lingers at most this long: until its own sends are DONE and
     # every peer heard from answered its BYE (needs nothing more from it: its own sends to this rank are DONE), so
     # that a DONE lost at the end of a job is repeated before the socket closes (Endpoint.close)

@@ -620,6 +620,13 @@ class Receiver:
         if not inc.nacks and inc.peer in self.reo:
             self.reo[inc.peer] = max(REORDER_TIME, self.reo[inc.peer] * _REORDER_DECAY)
         self.send_done(inc.peer, inc.tid, st.total, st.npackets)
+        if st.total == 1 and self.opts.small_copies > 1:
+            # a one-packet transfer's DONE in copies, as its packet came (Options.small_copies): its sender has no
+            # later ACK to learn of the delivery from; a copy of the packet arriving late then gets no DONE of its
+            # own (the tombstone's reply time is now)
+            for _ in range(self.opts.small_copies - 1):
+                self.send_done(inc.peer, inc.tid, st.total, st.npackets)
+            self.tomb[key][1] = now
         inc.completed_at = inc.touched = now
         if inc.posted:
             self.deliver(inc)

@@ -76,6 +76,10 @@ _F_ECN_ECHO, _F_RETRANSMIT = int(Flag.ECN_ECHO), int(Flag.RETRANSMIT)
 #: Packets up to which a send's byte prefix sums come from its Python list of lengths, not numpy.
 _SMALL_PREFIX = 256
 
+#: Payload bytes up to which a one-packet transfer's packet goes out in ``Options.small_copies`` copies: small
+#: messages (loss reports, tokens, scalars), whose copies cost less than their headers' share of any link.
+COPY_BYTES = 1024
+
 
 class OutTransfer:
     """Sender state of one transfer."""
@@ -139,6 +143,9 @@ class OutTransfer:
         # a send classified in slices, until its last slice is: (classify(lo, hi), packets per slice); the I/O
         # thread classifies the next slice when the unsent headers run low (Sender.classify_slices)
         self.slicer: tuple[Callable, int] | None = None
+        # times each transmission of this transfer's packet goes out back to back (Options.small_copies: a small
+        # one-packet transfer; Transmitter.transmit sends the copies, and the C pick leaves such a send to Python)
+        self.copies = 1
 
     def has_work(self) -> bool:
         return bool(self.retxq) or self.next_seq < self.ready
@@ -407,6 +414,8 @@ class Sender:
             self.seed(p)
         o = OutTransfer(peer, tid, tv, plan, next(self._created), now, ready)
         o.layer, o.loss_bound = layer, loss_bound
+        if o.total == 1 and o.ready == 1 and o.lens[0] <= COPY_BYTES:
+            o.copies = max(1, self.opts.small_copies)
         if slicer is not None:
             o.slicer = slicer
             self.sliced[o] = None

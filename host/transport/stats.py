@@ -27,7 +27,7 @@ NAMES = (
     "rejected", "expired_unposted", "peers_dead", "dead_notices_sent", "dead_notices_rx", "probes_sent",
     "probes_rx", "refused", "tail_probes", "byes_sent", "byes_rx", "tx_local_drops", "io_wakes_socket",
     "io_wakes_caller", "io_wakes_timer", "io_wakes_writable", "io_wakes_timeout", "io_rx_holds",
-    "io_native_wakes")
+    "io_native_wakes", "tx_copies")
 
 
 class Counters:

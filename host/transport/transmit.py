@@ -166,9 +166,27 @@ class Transmitter:
             elif j > i + 1:
                 gso_sends += 1
             i = j
+        else:
+            if o.copies > 1 and n == 1:  # (a small one-packet transfer: Options.small_copies)
+                self._copies(o, call, o.copies - 1, nbytes + hl)
         if gso_sends:
             with self._lock:
                 self._c["tx_gso_sends"] += gso_sends
+
+    def _copies(self, o, call: tuple, k: int, size: int) -> None:
+        """Send the one datagram ``call`` sent ``k`` more times (``Options.small_copies``), counted as they leave; a
+        full send buffer or an error ends them (the copies are redundancy: the packet itself left)."""
+        sent = 0
+        for _ in range(k):
+            if not self._sendmsg(*call, False):
+                break
+            sent += 1
+        if sent:
+            with self._lock:
+                c = self._c
+                c["tx_datagrams"] += sent  # (not tx_data_packets: the packets, each counted once)
+                c["tx_bytes"] += sent * size
+                c["tx_copies"] += sent
 
     def _sendmsg(self, fn: Callable, args: tuple, gso: bool) -> bool | None:
         """One send, ``fn(*args)`` (the socket's sendmsg, or the send lane's ``send_run``). None when the socket

@@ -794,8 +794,9 @@ def test_a_fresh_peers_lost_first_packet_waits_the_rto_of_the_measured_peers_not
         return wrapped[-1]
 
     cc = CCParams(mss=payload_capacity(1500), rto_init=rto_init)
+    # (one copy of each packet: with Options.small_copies the same loss needs every copy lost, test_small_copies.py)
     a, b, c, d = make_endpoints(4, Options(cc=cc, **FAST),
-                                per_rank={0: Options(cc=cc, socket_wrapper=wrapper, **FAST)})
+                                per_rank={0: Options(cc=cc, socket_wrapper=wrapper, small_copies=1, **FAST)})
     small = torch.arange(16, dtype=torch.float32)
 
     def lost_first_packet(dst, tid: int) -> tuple[float, dict]:
@@ -840,9 +841,10 @@ def test_a_done_ends_the_backoff_of_a_peer_sent_only_one_packet_messages(make_en
     dropped = drop_first.dropped
 
     cc = CCParams(mss=payload_capacity(1500), rto_init=rto_init)
+    # (one copy of each packet: with Options.small_copies the same loss needs every copy lost, test_small_copies.py)
     a, b = make_endpoints(2, Options(cc=cc, **FAST),
                           per_rank={0: Options(cc=cc, socket_wrapper=lambda s: LossySocket(s, drop_fn=drop_first),
-                                               **FAST)})
+                                               small_copies=1, **FAST)})
     small = torch.arange(16, dtype=torch.float32)
 
     def one(tid: int) -> float:
