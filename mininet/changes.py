@@ -83,6 +83,11 @@ DEFAULT_CHANGES: list[tuple[str, str, frozenset[str]]] = [
     ("2026-11-29T10:20:00+0000", "a transfer's first run of packets is held as its peer's last judged run came "
      "(Receiver.slow_peers), and the native wait takes ACKs with bitmaps in C (_txstep.h's bitmap_ack)",
      frozenset({"cpu_profile", "bounded_loss", "pressure"})),
+    # (the copies: every lossy collective's loss reports, and the testbed's lossy paths; the C classification: every
+    # send's set-up CPU)
+    ("2026-11-29T12:55:00+0000", "a send's classification and plan are two C calls (_txlane.c's classify_packets "
+     "and classified_plan), and a one-packet transfer of at most 1 KiB and its DONE go out in two copies "
+     "(Options.small_copies)", frozenset({"cpu_profile", "bounded_loss", "pressure"})),
 ]
 
 
