@@ -154,6 +154,27 @@ def test_few_packet_classes_equal_the_array_functions(npk, chunk, tail, special,
                                          layer=1, p=p)
 
 
+def _layout_values(rng: np.random.Generator, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Values of ``dtype`` and their packet counts in the transport's layout (packets of ``c0`` elements, a shorter
+    last one) for the C kernels' twin tests: a few packets or thousands, one-element packets, and one of four kinds
+    of data: spread magnitudes; few distinct values (ties among the means, repeated order statistics); a constant
+    (every mean ties: an eligible prefix is the first positions); 30% NaN/inf (non-finite packets, sometimes all)."""
+    c0 = int(rng.choice([1, 3, 183, 366, 2240]))
+    n = int(rng.choice([2, 3, 9, 17, 64, 65, int(rng.integers(2, 3000))]))
+    size = c0 * (n - 1) + int(rng.integers(1, c0 + 1))
+    kind = rng.integers(0, 4)
+    if kind == 0:
+        x = rng.standard_normal(size) * rng.choice([1e-6, 1.0, 1e3], size)
+    elif kind == 1:
+        x = rng.choice([0.0, 0.5, -1.0, 2.0], size)
+    elif kind == 2:
+        x = np.full(size, float(rng.standard_normal()))
+    else:
+        x = rng.standard_normal(size)
+        x[rng.random(size) < 0.3] = rng.choice([np.nan, np.inf])
+    return x.astype(dtype), np.array([c0] * (n - 1) + [size - c0 * (n - 1)])
+
+
 @settings(max_examples=300, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from([np.float32, np.float64]),
        p=st.sampled_from([0.0, 1e-4, 0.01, 0.02, 0.3, 0.5, 0.999]))
@@ -166,22 +187,7 @@ def test_the_c_verdict_equals_the_python_paths_bit_for_bit(seed, dtype, p):
     import host.transport  # noqa: F401  (hands the policy its C kernels)
 
     assert policy._classify_kernel() is not None  # the build is there: this compares real paths
-    rng = np.random.default_rng(seed)
-    c0 = int(rng.choice([1, 3, 183, 366, 2240]))
-    n = int(rng.choice([2, 3, 9, 17, 64, 65, int(rng.integers(2, 3000))]))
-    size = c0 * (n - 1) + int(rng.integers(1, c0 + 1))
-    kind = rng.integers(0, 4)
-    if kind == 0:
-        x = rng.standard_normal(size) * rng.choice([1e-6, 1.0, 1e3], size)
-    elif kind == 1:  # few distinct values: ties among the means
-        x = rng.choice([0.0, 0.5, -1.0, 2.0], size)
-    elif kind == 2:  # constant: every mean ties, the eligible prefix is the first positions
-        x = np.full(size, float(rng.standard_normal()))
-    else:
-        x = rng.standard_normal(size)
-        x[rng.random(size) < 0.3] = rng.choice([np.nan, np.inf])
-    x = x.astype(dtype)
-    counts = np.array([c0] * (n - 1) + [size - c0 * (n - 1)])
+    x, counts = _layout_values(np.random.default_rng(seed), dtype)
     got = _classify_as_the_array_functions(x, counts, layer=2, p=p)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(policy, "_classify_kernel", lambda: None)
@@ -256,22 +262,7 @@ def test_the_c_classes_equal_the_python_functions_bit_for_bit(seed, dtype):
     import host.transport  # noqa: F401  (hands the policy its C kernels)
 
     assert policy._mag_classes_kernel() is not None  # the build is there: this compares two real paths
-    rng = np.random.default_rng(seed)
-    c0 = int(rng.choice([1, 3, 366, 2240]))
-    n = int(rng.choice([2, 3, 9, 17, int(rng.integers(2, 3000))]))
-    size = c0 * (n - 1) + int(rng.integers(1, c0 + 1))
-    kind = rng.integers(0, 4)
-    if kind == 0:
-        vals = rng.standard_normal(size) * rng.choice([1e-6, 1.0, 1e3], size)
-    elif kind == 1:  # few distinct values: ties among the means, repeated order statistics
-        vals = rng.choice([0.0, 0.5, -1.0, 2.0], size)
-    elif kind == 2:  # constant
-        vals = np.full(size, float(rng.standard_normal()))
-    else:
-        vals = rng.standard_normal(size)
-        vals[rng.random(size) < 0.3] = rng.choice([np.nan, np.inf])
-    vals = vals.astype(dtype)
-    counts = np.array([c0] * (n - 1) + [size - c0 * (n - 1)])
+    vals, counts = _layout_values(np.random.default_rng(seed), dtype)
     means, classes = policy.mean_abs_and_classes(vals, counts)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(policy, "_mag_classes_kernel", lambda: None)
