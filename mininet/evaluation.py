@@ -666,9 +666,11 @@ def pressure_section(doc: dict[str, Any]) -> list[str]:
                 "their ACKs) are lost still waits for their retransmission, with or without it, so where the "
                 "pressure loses packets of every kind alike the two DLCP cells can only differ by the eligible "
                 "share. It also costs something: every lossy call ends with a round of small loss-report messages "
-                "([bounded-loss.md](bounded-loss.md)), sent to peers the exact call does not send to, and such a "
-                "message lost on the way waits for a retransmission timeout like any other; the timeouts per run "
-                "above count both.", ""]
+                "([bounded-loss.md](bounded-loss.md)), sent to peers the exact call does not send to; each is one "
+                "packet, which nothing later reveals lost, so it and its DONE go out in two copies (Options."
+                "small_copies; a result that predates the copies paid a retransmission timeout for every such "
+                "message or DONE lost) and only one that loses both copies waits for a timeout; the timeouts per "
+                "run above count both kinds.", ""]
     lossy_runs = [r["summary"] for r in doc.get("runs", []) if r["cell"] == "dlcp"]
     if bounds and bounds[-1] > 0 and lossy_runs and not any(s.get("zero_filled_elements") for s in lossy_runs):
         out += ["No `dlcp` run zero-filled a single element here: no eligible packet was lost, so bounded loss had "
