@@ -832,7 +832,7 @@ typedef struct {
 } Tx;
 
 static PyObject *s_rx_datagrams, *s_rx_gro_buffers, *s_acks_rx, *s_ecn_echo_rx, *s_tx_datagrams,
-    *s_tx_data_packets, *s_tx_bytes, *s_tx_gso_sends;  /* counter names */
+    *s_tx_data_packets, *s_tx_bytes, *s_tx_gso_sends, *s_stale_feedback;  /* counter names */
 
 #define GSO_MAX_BYTES 65000  /* transmit._GSO_MAX_BYTES */
 
@@ -985,7 +985,10 @@ static int ctr_add(PyObject *d, PyObject *name, long long n)  /* counters[name] 
  * exception set. */
 static int tx_take_ack(Tx *t, const uint8_t *h, Py_ssize_t ln, double now)
 {
-    if (h[O_VT] != ((VERSION << 4) | MT_ACK))
+    /* a DONE (control type 1, its count: Intake._on_feedback hands exactly these to the sender) is taken here only
+     * when stale: a repeated one (a one-packet transfer's copy, Options.small_copies, or the answer to a probe) */
+    int done = h[O_VT] == ((VERSION << 4) | MT_CONTROL) && ln == HEADER_LEN + 5 && h[HEADER_LEN] == 1;
+    if (h[O_VT] != ((VERSION << 4) | MT_ACK) && !done)
         return 0;
     PyObject *peers = PyObject_GetAttr(t->sender, ATTR[A_PEERS]);
     if (peers == NULL)
@@ -1001,7 +1004,17 @@ static int tx_take_ack(Tx *t, const uint8_t *h, Py_ssize_t ln, double now)
     PyObject *o = tid != NULL ? PyDict_GetItemWithError(out, tid) : NULL;  /* (borrowed: out holds it) */
     Py_XDECREF(tid);
     Py_DECREF(out);
-    if (o == NULL)  /* (not a send in progress: stale, for the Python sender to count) */
+    if (o == NULL && !PyErr_Occurred() && done) {  /* (a stale DONE: counted as Intake and Sender.on_feedback do) */
+        PyObject *t_now = PyFloat_FromDouble(now);
+        if (t_now == NULL)
+            return -1;
+        int r = PyDict_SetItem(t->heard, t->rank_obj, t_now);
+        Py_DECREF(t_now);
+        if (r < 0 || ctr_add(t->counters, s_rx_datagrams, 1) < 0 || ctr_add(t->counters, s_stale_feedback, 1) < 0)
+            return -1;
+        return 1;
+    }
+    if (o == NULL || done)  /* (stale feedback of another kind, or a DONE that ends a send: the Python sender's) */
         return PyErr_Occurred() ? -1 : 0;
     long long cum, hi_acked, next_seq, total;
     if (get_ll(o, A_CUM_ACKED, &cum) < 0 || get_ll(o, A_ACKED_HI, &hi_acked) < 0 || get_ll(o, A_NEXT_SEQ, &next_seq) < 0
@@ -1634,7 +1647,8 @@ PyMODINIT_FUNC PyInit__rxlane(void)
             || (s_tx_datagrams = PyUnicode_InternFromString("tx_datagrams")) == NULL
             || (s_tx_data_packets = PyUnicode_InternFromString("tx_data_packets")) == NULL
             || (s_tx_bytes = PyUnicode_InternFromString("tx_bytes")) == NULL
-            || (s_tx_gso_sends = PyUnicode_InternFromString("tx_gso_sends")) == NULL))
+            || (s_tx_gso_sends = PyUnicode_InternFromString("tx_gso_sends")) == NULL
+            || (s_stale_feedback = PyUnicode_InternFromString("stale_feedback")) == NULL))
         return NULL;
     if (ATTR[0] == NULL && txstep_init() < 0)
         return NULL;

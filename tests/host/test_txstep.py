@@ -561,3 +561,62 @@ def test_acks_with_bitmaps_are_taken_in_the_native_wait():
         for e in eps:
             e.close()
         relay.close()
+
+
+def test_a_stale_done_is_counted_in_the_native_wait():
+    """Repeated DONEs (a one-packet transfer's copies, Options.small_copies; answers to probes) of a send that has
+    finished arrive while rank 0's native wait drives another send to the same peer: the wait counts each as stale
+    feedback itself, as the Python sender would (the source heard, the datagram, ``stale_feedback``), instead of
+    calling back into Python (``Intake.native_feedback``, ~70 us apiece). The live DONE still goes to the Python
+    sender, which finishes the send."""
+    from host.transport import Endpoint
+
+    socks = []
+    for _ in range(2):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    amap = {r: s.getsockname() for r, s in enumerate(socks)}
+    # (one DONE per transfer: the only stale ones are those sent below)
+    eps = [Endpoint(r, amap, JOB, NONCE, Options(mtu=1500, linger=0.0, small_copies=1), key=KEY, sock=socks[r])
+           for r in range(2)]
+    to_python = {"stale": 0, "live": 0}
+    try:
+        small = np.arange(8, dtype=np.int64)
+        r = eps[1].post_recv(0, 7, np.zeros_like(small), timeout=30)
+        eps[0].send(1, small, transfer_id=7).wait(30)
+        r.wait(30)
+        intake, sender = eps[0]._intake, eps[0]._sender
+        inner = intake.native_feedback
+
+        def counted(pos, nbytes, now):
+            mv = intake._io.rxmv
+            if mv[pos] & 0x0F == MsgType.CONTROL:
+                tid = int.from_bytes(mv[pos + 12: pos + 16], "big")
+                to_python["live" if tid in sender.peers[1].out else "stale"] += 1
+            return inner(pos, nbytes, now)
+
+        intake.native_feedback = counted
+        before = eps[0].stats()["stale_feedback"]
+        x = np.random.default_rng(3).standard_normal(1 << 23).astype(np.float32)  # 32 MiB: ~23,000 packets
+        out = np.zeros_like(x)
+        r = eps[1].post_recv(0, 8, out, timeout=30)
+        h = eps[0].send(1, x, transfer_id=8)
+        sent = 0
+        while not h._event.is_set() and sent < 400:
+            with eps[1]._lock:
+                eps[1]._receiver.send_done(0, 7, 1, 1)  # (transfer 7's DONE again)
+            sent += 1
+            time.sleep(0.0002)
+        h.wait(30)
+        r.wait(30)
+        assert np.array_equal(out, x)
+        s0 = eps[0].stats()
+        print("stale DONEs sent", sent, "counted", s0["stale_feedback"] - before, "to Python from the wait", to_python)
+        assert sent >= 20 and s0["io_native_wakes"] > 0
+        assert [e.stats()["internal_errors"] for e in eps] == [0, 0]
+        assert s0["stale_feedback"] - before == sent  # every one counted once, wherever it was taken
+        assert to_python["stale"] == 0 and to_python["live"] <= 1
+    finally:
+        for e in eps:
+            e.close()
