@@ -377,8 +377,9 @@ def test_sends_to_one_peer_in_the_native_wait_equal_the_python_loop():
             t.close()
 
 
-def _endpoint_pair(mtu: int) -> list:
-    """Ranks 0 and 1, each an endpoint on its own real loopback socket (native lanes and wait as configured)."""
+def _endpoint_pair(mtu: int, **options) -> list:
+    """Ranks 0 and 1, each an endpoint on its own real loopback socket (native lanes and wait as configured;
+    ``options``: further ``Options`` fields)."""
     from host.transport import Endpoint
 
     socks = []
@@ -387,7 +388,8 @@ def _endpoint_pair(mtu: int) -> list:
         s.bind(("127.0.0.1", 0))
         socks.append(s)
     amap = {r: s.getsockname() for r, s in enumerate(socks)}
-    return [Endpoint(r, amap, JOB, NONCE, Options(mtu=mtu, linger=0.0), key=KEY, sock=socks[r]) for r in range(2)]
+    return [Endpoint(r, amap, JOB, NONCE, Options(mtu=mtu, linger=0.0, **options), key=KEY, sock=socks[r])
+            for r in range(2)]
 
 
 @pytest.mark.parametrize("mtu", [1500, 65535])
@@ -569,17 +571,7 @@ def test_a_stale_done_is_counted_in_the_native_wait():
     feedback itself, as the Python sender would (the source heard, the datagram, ``stale_feedback``), instead of
     calling back into Python (``Intake.native_feedback``, ~70 us apiece). The live DONE still goes to the Python
     sender, which finishes the send."""
-    from host.transport import Endpoint
-
-    socks = []
-    for _ in range(2):
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    amap = {r: s.getsockname() for r, s in enumerate(socks)}
-    # (one DONE per transfer: the only stale ones are those sent below)
-    eps = [Endpoint(r, amap, JOB, NONCE, Options(mtu=1500, linger=0.0, small_copies=1), key=KEY, sock=socks[r])
-           for r in range(2)]
+    eps = _endpoint_pair(1500, small_copies=1)  # (one DONE per transfer: the only stale ones are those sent below)
     to_python = {"stale": 0, "live": 0}
     try:
         small = np.arange(8, dtype=np.int64)
