@@ -91,8 +91,8 @@ class Options:
     # a one-packet transfer of at most COPY_BYTES of payload (a collective's loss report, a barrier's token, a scalar)
     # has its packet sent this many times back to back, each time it is sent: with no later packet to reveal its
     # loss, a lost one (or its lost DONE) waits out a retransmission timeout, 20 ms at least and far more than such
-    # a message's own delivery. Its receiver answers a copy arriving after completion with DONE again, so the DONE
-    # goes out as often. 1: once (docs/transport.md, "Small messages in copies").
+    # a message's own delivery. The receiver of any one-packet transfer sends its DONE this many times too (a copy of
+    # the packet arriving later gets none of its own). 1: once (docs/transport.md, "Small messages in copies").
     small_copies: int = 2
     # close() of an endpoint with no receive pending lingers at most this long: until its own sends are DONE and
     # every peer heard from answered its BYE (needs nothing more from it: its own sends to this rank are DONE), so
