@@ -983,11 +983,14 @@ static int ctr_add(PyObject *d, PyObject *name, long long n)  /* counters[name] 
  * its bitmap): 1 taken, 0 not this path's (not an ACK, the send no longer in progress or of another shape, a count
  * past its end, a malformed bitmap: the Python path takes it, unchanged, and counts what is wrong), -1 with an
  * exception set. */
+#define CTL_LEN 5   /* control.CTL's size: the control type, a 32-bit argument (test_rxlane checks both) */
+#define CTL_DONE 1  /* control.CTL_DONE */
+
 static int tx_take_ack(Tx *t, const uint8_t *h, Py_ssize_t ln, double now)
 {
     /* a DONE (control type 1, its count: Intake._on_feedback hands exactly these to the sender) is taken here only
      * when stale: a repeated one (a one-packet transfer's copy, Options.small_copies, or the answer to a probe) */
-    int done = h[O_VT] == ((VERSION << 4) | MT_CONTROL) && ln == HEADER_LEN + 5 && h[HEADER_LEN] == 1;
+    int done = h[O_VT] == ((VERSION << 4) | MT_CONTROL) && ln == HEADER_LEN + CTL_LEN && h[HEADER_LEN] == CTL_DONE;
     if (h[O_VT] != ((VERSION << 4) | MT_ACK) && !done)
         return 0;
     PyObject *peers = PyObject_GetAttr(t->sender, ATTR[A_PEERS]);
@@ -1682,6 +1685,7 @@ PyMODINIT_FUNC PyInit__rxlane(void)
     if (PyModule_AddIntConstant(m, "VERSION", VERSION) < 0 || PyModule_AddIntConstant(m, "HEADER_LEN", HEADER_LEN) < 0
         || PyModule_AddIntConstant(m, "F_ELIGIBLE", F_ELIGIBLE) < 0
         || PyModule_AddIntConstant(m, "F_RETRANSMIT", F_RETRANSMIT) < 0
+        || PyModule_AddIntConstant(m, "CTL_LEN", CTL_LEN) < 0 || PyModule_AddIntConstant(m, "CTL_DONE", CTL_DONE) < 0
         || PyModule_AddIntConstant(m, "W_TIMEOUT", W_TIMEOUT) < 0 || PyModule_AddIntConstant(m, "W_SOCK", W_SOCK) < 0
         || PyModule_AddIntConstant(m, "W_WAKE", W_WAKE) < 0 || PyModule_AddIntConstant(m, "W_TIMER", W_TIMER) < 0
         || PyModule_AddIntConstant(m, "W_CLOSED", W_CLOSED) < 0

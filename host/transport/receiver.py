@@ -601,13 +601,15 @@ class Receiver:
         self._c["premature_nacks"] += 1
         self.reo[peer] = min(_REORDER_MAX, 2 * self.reo.get(peer, REORDER_TIME))
 
-    def send_done(self, peer: int, tid: int, total: int, received: int) -> None:
+    def send_done(self, peer: int, tid: int, total: int, received: int, copies: int = 1) -> None:
+        """DONE of transfer ``tid`` to ``peer``, built once and sent ``copies`` times."""
         buf = self._tx.ctl_buf
         pack_control_header(buf, MsgType.CONTROL, flags=0, rank=self.rank, job_id=self.job_id, transfer_id=tid,
                             seq=0, total=total, count=0, nonce=self.nonce)
         CTL.pack_into(buf, wire.HEADER_LEN, CTL_DONE, max(received, 0) if received >= 0 else DONE_UNKNOWN)
-        self._tx.send_ctl(self.addr_map[peer], wire.HEADER_LEN + CTL.size)
-        self._c["dones_sent"] += 1
+        for _ in range(copies):
+            self._tx.send_ctl(self.addr_map[peer], wire.HEADER_LEN + CTL.size)
+        self._c["dones_sent"] += copies
 
     def complete(self, inc: InTransfer, now: float) -> None:
         """The transfer is done at the packet level: tell the sender, remember it, deliver if posted."""
@@ -619,13 +621,12 @@ class Receiver:
         self.tombstone(key, "done", inc.nacked)
         if not inc.nacks and inc.peer in self.reo:
             self.reo[inc.peer] = max(REORDER_TIME, self.reo[inc.peer] * _REORDER_DECAY)
-        self.send_done(inc.peer, inc.tid, st.total, st.npackets)
-        if st.total == 1 and self.opts.small_copies > 1:
-            # a one-packet transfer's DONE in copies, as its packet came (Options.small_copies): its sender has no
-            # later ACK to learn of the delivery from; a copy of the packet arriving late then gets no DONE of its
-            # own (the tombstone's reply time is now)
-            for _ in range(self.opts.small_copies - 1):
-                self.send_done(inc.peer, inc.tid, st.total, st.npackets)
+        # a one-packet transfer's DONE in copies, as its packet came (Options.small_copies): its sender has no later
+        # ACK to learn of the delivery from; a copy of the packet arriving late then gets no DONE of its own (the
+        # tombstone's reply time is now)
+        copies = max(1, self.opts.small_copies) if st.total == 1 else 1
+        self.send_done(inc.peer, inc.tid, st.total, st.npackets, copies)
+        if copies > 1:
             self.tomb[key][1] = now
         inc.completed_at = inc.touched = now
         if inc.posted:

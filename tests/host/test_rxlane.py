@@ -47,6 +47,8 @@ def test_the_extension_is_built_and_follows_the_wire_format():
     assert (_rxlane.VERSION, _rxlane.HEADER_LEN, _rxlane.F_ELIGIBLE, _rxlane.F_RETRANSMIT) == \
         (wire.VERSION, wire.HEADER_LEN, int(Flag.DROP_ELIGIBLE), int(Flag.RETRANSMIT))
     assert _rxlane.ITEMSIZE == tuple(DType(i).itemsize for i in range(len(DType)))
+    from host.transport.control import CTL, CTL_DONE
+    assert (_rxlane.CTL_LEN, _rxlane.CTL_DONE) == (CTL.size, CTL_DONE)  # (the native wait's stale DONE)
 
 
 def test_the_lane_rejects_bad_arguments():
