@@ -5,12 +5,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dlcp-setup
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup test test-fast test-bmv2 test-shutdown-soak test-loss-soak test-loaded test-torch-suite test-cuda bench report demo p4 proto clean help fuzz
+.PHONY: setup test test-fast test-long test-bmv2 test-shutdown-soak test-loss-soak test-loaded test-torch-suite test-cuda bench report demo p4 proto clean help fuzz
 
 help:
 	@echo "make demo       run the main job (training over the emulated P4 network, compared with Gloo)"
 	@echo "make test       set up and run the whole test suite"
 	@echo "make test-fast  the quick subset (no tests marked slow)"
+	@echo "make test-long  the training runs to an accuracy or loss claim (marker long; not part of make test)"
 	@echo "make test-shutdown-soak  20 runs of the shutdown-under-loss job (no rank may be reported dead)"
 	@echo "make test-loss-soak  the nftables loss scenarios at P=2..5, issue 43's two failures 20 times each (root)"
 	@echo "make test-bmv2  the embedded target against p4c and BMv2, differential (needs the P4 toolchain: P4TOOLS=dir)"
@@ -39,6 +40,11 @@ test: setup
 
 test-fast: setup
 	$(PYTEST) -m "not slow" tests
+
+# Training runs to an accuracy or loss claim (marker long, 15-35 s each), kept out of `make test` by its 15-minute
+# budget (tests/conftest.py deselects them there); each has a shorter test of the same machinery in `make test`.
+test-long: setup
+	$(PYTEST) -m long tests
 
 # The embedded target against the real P4 toolchain (tests/bmv2, marker bmv2; docs/switch-target.md "Against BMv2"):
 # p4c's P4Info, and differential runs of the same programs, P4Runtime writes and frames on BMv2 simple_switch_grpc

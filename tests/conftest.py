@@ -17,6 +17,18 @@ from tests.cpu_load import CpuLoad, cores
 _LOAD = pytest.StashKey[CpuLoad]()  # the session's busy processes (--cpu-load)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``long`` run only when the marker is selected (``make test-long``, ``-m long``): the suite's
+    15-minute budget (docs/development.md) keeps them out of ``make test``, which runs a shorter test of the same
+    machinery for each."""
+    if "long" in (config.option.markexpr or ""):
+        return
+    long = [i for i in items if i.get_closest_marker("long") is not None]
+    if long:
+        config.hook.pytest_deselected(items=long)
+        items[:] = [i for i in items if i.get_closest_marker("long") is None]
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--cpu-load", type=int, default=0, metavar="N",
                      help="run the tests beside N busy processes per CPU core (default 0: none); make test-loaded")

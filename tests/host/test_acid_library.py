@@ -124,6 +124,7 @@ def _torchrun_train(tmp_path, algo: str, nproc: int = 4) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # (make test runs `host.acid train` under torchrun's environment in the ring test above)
 def test_cli_trains_the_cnn_under_torchrun_to_all_reduce_accuracy(tmp_path) -> None:
     """``torchrun -m host.acid train``: the testbed's CNN on digits, 4 workers on a ring, 300 steps each; the
     averaged A²CiD² model's test accuracy is within 1 point of all-reduce SGD's after the same number of steps."""

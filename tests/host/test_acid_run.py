@@ -25,6 +25,7 @@ def _run(tmp_path, **kw) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # (make test runs the same command line's workers in test_baselines_run_end_to_end)
 def test_ring_of_8_acid_workers_reaches_the_stated_loss(tmp_path):
     res = _run(tmp_path, algo="acid", topology="ring")
     assert res["exitcodes"] == {r: 0 for r in range(8)}, worker_log_tails(res)

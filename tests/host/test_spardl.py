@@ -463,6 +463,7 @@ def test_baselines_fused_error_feedback_equals_preadded_input(fn) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # (make test runs SparDL's error feedback and selection in the exactness tests and real processes)
 def test_training_at_one_percent_matches_dense_accuracy(single_torch_thread) -> None:
     """An MLP on sklearn's digits (1347 train / 450 test), 4 simulated workers, momentum SGD, 60 epochs: SparDL
     at 1% density with error feedback (d = 1 and d = 2) reaches the dense model's test accuracy within 0.5

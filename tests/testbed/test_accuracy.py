@@ -184,6 +184,7 @@ def test_merge_on_the_command_line_writes_the_study_or_names_the_clash(tmp_path,
 
 
 @pytest.mark.slow
+@pytest.mark.long  # (make test runs a study on the real stack in test_a_small_study_on_the_real_stack)
 def test_seeds_added_later_on_the_real_stack_merge_with_the_first_ones(tmp_path) -> None:
     work = {"mlp": dict(model="mlp", dataset="synthetic-cifar", test_size=1000, hidden=64, lr=0.05, steps=8)}
     run_study(work, (0.05,), [1], workers=2, out=tmp_path / "first", console=lambda _l: None)
