@@ -1,9 +1,12 @@
 """Tail figures of a run: quantile intervals that cover as they claim, the summary's rules (warm-up steps left out,
 a step with an RTO on any rank counted once), and the worker-side timer on a real gloo process group."""
 
+import itertools
+import math
 import random
 import socket
 import time
+from fractions import Fraction
 
 import pytest
 
@@ -20,6 +23,41 @@ def test_quantile_interval_covers_the_true_quantile_as_claimed():
         assert st["coverage"] >= 0.95 and st["lo"] <= st["value"] <= st["hi"]
         hits += st["lo"] <= true_p90 <= st["hi"]
     assert hits / trials >= 0.92  # 95% nominal, 400 trials: a failing interval would sit far lower
+
+
+def _exact_interval(n: int, q: float, confidence: float = 0.95) -> tuple[int, int, Fraction]:
+    """quantile_ci's order statistics (1-based) and coverage, in exact rational arithmetic."""
+    qq = Fraction(q).limit_denominator(1000)
+    pmf = [math.comb(n, i) * qq ** i * (1 - qq) ** (n - i) for i in range(n + 1)]
+    cdf = list(itertools.accumulate(pmf))
+    below = lambda k: cdf[min(k, n)] if k >= 0 else Fraction(0)  # noqa: E731
+    tail = (1 - Fraction(confidence).limit_denominator(1000)) / 2
+    lo = 1
+    while lo + 1 <= n and below(lo) <= tail:
+        lo += 1
+    hi = n
+    while hi - 1 >= lo and 1 - below(hi - 2) <= tail:
+        hi -= 1
+    return lo, hi, below(hi - 1) - below(lo - 1)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 30, 100, 299])
+@pytest.mark.parametrize("q", [0.5, 0.9, 0.99])
+def test_interval_equals_exact_arithmetic(n, q):
+    """The floating-point binomial CDF picks the same order statistics as exact rationals, with the coverage to
+    1e-9."""
+    st = quantile_ci(list(range(n)), q)
+    lo, hi, coverage = _exact_interval(n, q)
+    assert (st["lo"], st["hi"]) == (lo - 1, hi - 1)
+    assert abs(st["coverage"] - float(coverage)) < 1e-9
+
+
+def test_a_long_run_gets_its_interval():
+    """Thousands of steps (a long run): the binomial coefficients outgrow a float (this failed with OverflowError
+    past about 1030 samples) and the interval is still found, and it is narrow."""
+    st = quantile_ci([float(i) for i in range(5000)], 0.99)
+    assert st["coverage"] >= 0.95 and st["lo"] <= st["value"] <= st["hi"]
+    assert 4900 < st["lo"] and st["hi"] < 4980
 
 
 def test_small_samples_say_how_little_their_interval_covers():
