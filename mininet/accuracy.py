@@ -56,9 +56,8 @@ from pathlib import Path
 from typing import Any
 
 from .run import summarise
-from .spec import RunSpec
+from .spec import RunSpec, spec_to_json
 from .sweep import metadata
-from .worker import spec_to_json
 
 __all__ = ["WORKLOADS", "BOUNDS", "run_local", "paired_stats", "run_study", "merge_studies", "study_stats",
            "workload_seeds", "parse_seeds", "report_markdown", "main"]

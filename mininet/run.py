@@ -37,11 +37,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .netns import static_arp
-from .spec import RunSpec
+from .spec import RunSpec, spec_to_json
 from .steps import step_times
 from .tails import quantile, tail_summary
 from .topos import Plan, plan as make_plan
-from .worker import spec_to_json
 
 __all__ = ["run_spec", "Testbed", "RunError", "summarise", "leftovers"]
 

@@ -20,14 +20,15 @@ default.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 __all__ = ["SpecError", "LinkSpec", "DegradedPath", "TopologySpec", "BackgroundFlow", "TcpSpec", "ThresholdSpec", "RunSpec",
-           "load_spec", "parse_rate", "ALGORITHMS", "TOPOLOGIES", "PRIORITY_MODES", "LOAD_BALANCING"]
+           "load_spec", "parse_rate", "spec_to_json", "spec_from_json", "ALGORITHMS", "TOPOLOGIES", "PRIORITY_MODES", "LOAD_BALANCING"]
 
 ALGORITHMS = ("ddp-gloo", "dlcp-allreduce", "dear", "dear-gloo", "spardl", "spardl-gloo", "topk-allgather",
               "topk-allgather-gloo", "acid")
@@ -540,3 +541,25 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> RunS
     spec.background = [replace(f, src=src) for f in spec.background if f.flows > 0
                        for src in (f.src if isinstance(f.src, list) else [f.src])]
     return spec
+
+
+def spec_to_json(spec: RunSpec) -> str:
+    """The run spec as the JSON its workers read (``spec.json`` beside the run's results)."""
+    return json.dumps(asdict(spec))
+
+
+def spec_from_json(text: str) -> RunSpec:
+    """A run spec back from :func:`spec_to_json`'s JSON (a worker's first step)."""
+    d = json.loads(text)
+    t = d.pop("topology")
+    t["link"] = LinkSpec(**t["link"])
+    t["core"] = LinkSpec(**t["core"]) if t.get("core") else None
+    t["degraded"] = DegradedPath(**t["degraded"]) if t.get("degraded") else None
+    d["background"] = [BackgroundFlow(**b) for b in d.pop("background")]
+    d["thresholds"] = ThresholdSpec(**d.get("thresholds", {}))
+    d["tcp"] = TcpSpec(**d.get("tcp", {}))
+    if d["thresholds"].classes is not None:  # JSON keys are text
+        d["thresholds"].classes = {int(k): v for k, v in d["thresholds"].classes.items()}
+    if d.get("dscp_map") is not None:  # JSON keys are text
+        d["dscp_map"] = {int(k): v for k, v in d["dscp_map"].items()}
+    return RunSpec(topology=TopologySpec(**t), **d)

@@ -53,7 +53,6 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
@@ -64,29 +63,9 @@ from torch import nn
 from .colltime import CollectiveTimer, rto_count
 from .data import load, shard
 from .models import build
-from .spec import BackgroundFlow, DegradedPath, LinkSpec, RunSpec, TcpSpec, ThresholdSpec, TopologySpec
+from .spec import RunSpec, spec_from_json, spec_to_json
 
 __all__ = ["main", "spec_from_json", "spec_to_json"]
-
-
-def spec_to_json(spec: RunSpec) -> str:
-    return json.dumps(asdict(spec))
-
-
-def spec_from_json(text: str) -> RunSpec:
-    d = json.loads(text)
-    t = d.pop("topology")
-    t["link"] = LinkSpec(**t["link"])
-    t["core"] = LinkSpec(**t["core"]) if t.get("core") else None
-    t["degraded"] = DegradedPath(**t["degraded"]) if t.get("degraded") else None
-    d["background"] = [BackgroundFlow(**b) for b in d.pop("background")]
-    d["thresholds"] = ThresholdSpec(**d.get("thresholds", {}))
-    d["tcp"] = TcpSpec(**d.get("tcp", {}))
-    if d["thresholds"].classes is not None:  # JSON keys are text
-        d["thresholds"].classes = {int(k): v for k, v in d["thresholds"].classes.items()}
-    if d.get("dscp_map") is not None:  # JSON keys are text
-        d["dscp_map"] = {int(k): v for k, v in d["dscp_map"].items()}
-    return RunSpec(topology=TopologySpec(**t), **d)
 
 
 def _optimizer(spec: RunSpec, params) -> torch.optim.Optimizer:
