@@ -17,16 +17,21 @@ from tests.cpu_load import CpuLoad, cores
 _LOAD = pytest.StashKey[CpuLoad]()  # the session's busy processes (--cpu-load)
 
 
+#: Markers whose tests run only when ``-m`` names them: ``long`` (``make test-long``; the suite's 15-minute budget,
+#: docs/development.md, keeps them out of ``make test``, which runs a shorter test of the same machinery for each)
+#: and ``bmv2`` (``make test-bmv2``; the real P4 toolchain, tests/bmv2/conftest.py).
+OPT_IN = ("long", "bmv2")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``long`` run only when the marker is selected (``make test-long``, ``-m long``): the suite's
-    15-minute budget (docs/development.md) keeps them out of ``make test``, which runs a shorter test of the same
-    machinery for each."""
-    if "long" in (config.option.markexpr or ""):
-        return
-    long = [i for i in items if i.get_closest_marker("long") is not None]
-    if long:
-        config.hook.pytest_deselected(items=long)
-        items[:] = [i for i in items if i.get_closest_marker("long") is None]
+    markexpr = config.option.markexpr or ""
+    for name in OPT_IN:
+        if name in markexpr:
+            continue
+        out = [i for i in items if i.get_closest_marker(name) is not None]
+        if out:
+            config.hook.pytest_deselected(items=out)
+            items[:] = [i for i in items if i.get_closest_marker(name) is None]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -1,7 +1,8 @@
 """``make test-bmv2``: tests marked ``bmv2`` run the real P4 toolchain (p4c-bm2-ss, BMv2 simple_switch_grpc) beside
 the embedded target.  They run only when the marker is selected (``-m bmv2``); under ``make test`` (no ``-m``)
-and ``make test-fast`` they are deselected here, so the suite never needs the toolchain.  Selected without the
-toolchain on PATH, each fails saying what is missing and how to get it (never a skip that reads as a pass).
+and ``make test-fast`` they are deselected (tests/conftest.py's ``OPT_IN``), so the suite never needs the
+toolchain.  Selected without the toolchain on PATH, each fails saying what is missing and how to get it (never a
+skip that reads as a pass).
 
 The cases compared, the differences found and the documented BMv2 deviations seen (``twin.Deviation``), and every
 switch restart, are written to ``results/bmv2_differential.json`` at the end of a
@@ -22,15 +23,6 @@ import pytest
 from .twin import BINARIES, ROOT, Tally
 
 TALLIES: dict[str, Tally] = {}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if "bmv2" in (config.option.markexpr or ""):
-        return
-    keep = [i for i in items if i.get_closest_marker("bmv2") is None]
-    if len(keep) != len(items):
-        config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("bmv2") is not None])
-        items[:] = keep
 
 
 def _require(binaries: tuple[str, ...]) -> dict[str, str]:
